@@ -1,0 +1,142 @@
+"""Typed settings, shared by the server and the CLI.
+
+Resolution order, later wins: defaults < user config file
+(``<user config dir>/kernel-lsp/settings.json``) < workspace settings
+(``workspace/configuration`` section ``kernelLsp``) < ``initializationOptions``.
+A bad value is dropped with a message (kept in :attr:`Settings.problems` for the
+server to show); it never stops the server.
+
+Keys on the wire are camelCase (``nvccPath``); fields here are snake_case.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import Any, get_type_hints
+
+
+@dataclass(frozen=True)
+class Settings:
+    nvcc_path: str = "nvcc"
+    """nvcc executable (name on PATH or absolute path)."""
+    arch: str = "sm_90"
+    """Target architecture for compilation and the occupancy estimate (``sm_70`` … ``sm_90``)."""
+    extra_flags: tuple[str, ...] = ()
+    """Extra nvcc flags, appended after kernel-lsp's own."""
+    include_paths: tuple[str, ...] = ()
+    """Extra ``-I`` folders (the file's own folder is always included)."""
+    compile_timeout_s: float = 60.0
+    """Longest an nvcc run may take before it is killed."""
+    compile_debounce_ms: int = 400
+    """Quiet time after an edit before the buffer is compiled again."""
+    compile_on_change: bool = False
+    """Compile on every (debounced) edit, not only on open and save."""
+    ncu_path: str = "ncu"
+    """Nsight Compute CLI used by background profiling."""
+    profile_on_save: bool = True
+    """Profile kernels that have a launch spec when their file is saved (needs a GPU)."""
+    profile_program: str | None = None
+    """Optional: the project's own binary to profile instead of launch specs."""
+    profile_args: tuple[str, ...] = ()
+    """Arguments for ``profile_program``."""
+    profile_timeout_s: float = 120.0
+    """Longest one profiling run may take."""
+    profile_tree: str | None = None
+    """Path of a profiling-tree JSON file replacing the shipped default."""
+    watch_files: bool = True
+    """Re-profile when a watched .cu/.cuh file changes outside the editor."""
+    kb_path: str | None = None
+    """Knowledge-base SQLite file (default: the user data directory)."""
+    model: str | None = None
+    """Model name from models/manifest.toml or a path to a GGUF file; None: rewrite rules only."""
+    model_n_gpu_layers: int = 0
+    """Layers offloaded to the GPU by llama.cpp (0: CPU only)."""
+    model_n_ctx: int = 8192
+    """Model context size in tokens."""
+    model_threads: int | None = None
+    """CPU threads for the model (None: llama.cpp's default)."""
+    min_speedup: float = 1.05
+    """A candidate is applied only when the lower bound of its speedup interval is at least this."""
+    verify_seeds: int = 3
+    """Random input seeds per correctness check."""
+    verify_timeout_s: float = 120.0
+    """Longest one verification may take before its child process is killed."""
+    optimize_budget_candidates: int = 8
+    """Candidates tried per "Optimize" request."""
+    optimize_budget_s: float = 600.0
+    """Wall-time budget of one "Optimize" request."""
+    problems: tuple[str, ...] = field(default=(), compare=False)
+    """Messages about settings that were ignored (not a setting)."""
+
+
+def _camel(name: str) -> str:
+    head, *rest = name.split("_")
+    return head + "".join(part.capitalize() for part in rest)
+
+
+def _snake(key: str) -> str:
+    return re.sub(r"(?<!^)(?=[A-Z])", "_", key).lower()
+
+
+_HINTS = get_type_hints(Settings)
+FIELDS = tuple(f.name for f in dataclasses.fields(Settings) if f.name != "problems")
+WIRE_KEYS = {_camel(name): name for name in FIELDS}
+
+
+def _coerce(name: str, value: Any) -> Any:
+    hint = _HINTS[name]
+    text = str(hint)
+    if text.startswith("tuple"):
+        if isinstance(value, str):
+            value = value.split()
+        if not isinstance(value, (list, tuple)) or not all(isinstance(v, str) for v in value):
+            raise ValueError("expected a list of strings")
+        return tuple(value)
+    if value is None and "None" in text:
+        return None
+    if hint is bool or text == "bool":
+        if not isinstance(value, bool):
+            raise ValueError("expected true or false")
+        return value
+    if "int" in text and "float" not in text:
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ValueError("expected an integer")
+        return value
+    if "float" in text:
+        if isinstance(value, bool) or not isinstance(value, (int, float)):
+            raise ValueError("expected a number")
+        return float(value)
+    if not isinstance(value, str):
+        raise ValueError("expected a string")
+    return value
+
+
+def merge(base: Settings, overrides: Mapping[str, Any] | None, source: str) -> Settings:
+    """Apply camelCase (or snake_case) ``overrides`` from ``source`` on top of ``base``."""
+    if not overrides:
+        return base
+    if not isinstance(overrides, Mapping):
+        return dataclasses.replace(base, problems=base.problems + (f"{source}: settings must be an object",))
+    changes: dict[str, Any] = {}
+    problems = list(base.problems)
+    for key, value in overrides.items():
+        name = WIRE_KEYS.get(key) or (_snake(key) if _snake(key) in FIELDS else None)
+        if name is None:
+            problems.append(f"{source}: unknown setting '{key}' ignored")
+            continue
+        try:
+            changes[name] = _coerce(name, value)
+        except ValueError as exc:
+            problems.append(f"{source}: setting '{key}' ignored: {exc} (got {value!r})")
+    return dataclasses.replace(base, **changes, problems=tuple(problems))
+
+
+def resolve(*layers: tuple[str, Mapping[str, Any] | None]) -> Settings:
+    """Fold ``(source name, mapping)`` layers over the defaults, later layers winning."""
+    settings = Settings()
+    for source, mapping in layers:
+        settings = merge(settings, mapping, source)
+    return settings

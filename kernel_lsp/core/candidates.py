@@ -1,0 +1,62 @@
+"""The interface every candidate generator (rewrite rules, a local model) implements.
+
+A generator proposes whole-file rewrites of one kernel; it never decides whether
+a candidate is good: only the verification harness does.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping
+from dataclasses import dataclass, field
+from typing import Any, Protocol
+
+
+@dataclass(frozen=True)
+class TechniqueHint:
+    """A technique the knowledge base suggests for the kernel's performance state."""
+
+    name: str
+    description: str
+    predicted_speedup: float
+    confidence: float
+    example_before: str | None = None
+    example_after: str | None = None
+
+
+@dataclass(frozen=True)
+class OptimizeRequest:
+    source: str
+    """The whole file as the user has it."""
+    path: str
+    kernel: str
+    spec: Mapping[str, Any] | None
+    """The kernel's launch spec (v1 JSON as a dict), if any."""
+    profile_summary: str | None = None
+    """A short text summary of the kernel's last profile."""
+    state: str | None = None
+    """The knowledge base's performance state for this kernel."""
+    techniques: tuple[TechniqueHint, ...] = ()
+    """Techniques in the order the knowledge base picked them."""
+
+
+@dataclass(frozen=True)
+class Candidate:
+    kernel: str
+    source: str
+    """The whole candidate file."""
+    technique: str
+    generator: str
+    """``rule:<name>`` or ``model:<name>``."""
+    description: str
+    launch_override: Mapping[str, Any] | None = None
+    """The spec's ``candidate`` field (grid/block/dynamic_smem) when the rewrite needs another launch."""
+    trace: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
+    """Model tool calls and messages that produced it (empty for rules)."""
+
+
+class CandidateGenerator(Protocol):
+    name: str
+
+    def generate(self, request: OptimizeRequest) -> Iterator[Candidate]:
+        """Yield candidates, best first; stop when the generator has no more ideas."""
+        ...
