@@ -106,6 +106,8 @@ class Function:
     """Every call in the body (including syncs and atomics)."""
     thread_index_uses: tuple[str, ...] = ()
     """Distinct ``threadIdx.x``-style fields used (``threadIdx.x``, ``blockIdx.y``, ``blockDim.x``, ``gridDim.x``)."""
+    qualified_name: str = ""
+    """The name with its namespaces and classes (``ns::kern``); equals ``name`` at file scope."""
 
     @property
     def is_kernel(self) -> bool:
@@ -131,6 +133,8 @@ class LaunchSite:
     kernel_span: Span
     """Just the callee name."""
     enclosing_function: str | None
+    enclosing_span: Span | None = None
+    """The whole definition of the enclosing function (host or device), for looking up local constants."""
 
 
 @dataclass(frozen=True)
@@ -144,6 +148,9 @@ class KernelIndex:
     functions: tuple[Function, ...]
     launches: tuple[LaunchSite, ...]
     syntax_errors: tuple[SyntaxError_, ...] = field(default=())
+    constants: tuple[tuple[str, str], ...] = ()
+    """File-scope integer constants as (name, expression text): ``#define N 256``, ``const int N = 256;``,
+    ``constexpr int N = 256;``. Evaluate them with :func:`kernel_lsp.core.consteval.evaluate_int`."""
 
     @property
     def kernels(self) -> tuple[Function, ...]:
@@ -153,4 +160,738 @@ class KernelIndex:
         return next((f for f in self.functions if f.name == name), None)
 
     def launches_of(self, kernel: str) -> tuple[LaunchSite, ...]:
-        return tuple(launch for launch in self.launches if launch.kernel == kernel)
+        """Launches whose callee is ``kernel``, written plainly or qualified (``ns::kernel``)."""
+        return tuple(
+            launch
+            for launch in self.launches
+            if launch.kernel == kernel or launch.kernel.rsplit("::", 1)[-1] == kernel
+        )
+
+    def function_at(self, line: int, column_byte: int) -> Function | None:
+        """The innermost indexed function whose definition contains the position."""
+        hits = [f for f in self.functions if f.span.contains(line, column_byte)]
+        return min(hits, key=lambda f: f.span.end_byte - f.span.start_byte) if hits else None
+
+    def launch_at(self, line: int, column_byte: int) -> LaunchSite | None:
+        return next((launch for launch in self.launches if launch.span.contains(line, column_byte)), None)
+
+
+# ---------------------------------------------------------------------------
+# The builder.
+#
+# Speed: a 10,000-line file has ~100k syntax nodes, too many to visit one by one
+# in Python within the documentSymbol budget (20 ms). So:
+#   * Python visits only the top-level items (children of the translation unit,
+#     descending into namespaces, extern "C" blocks, #if blocks and ERROR nodes);
+#     each function definition there is a *unit*.
+#   * Everything inside units (calls, loops, __shared__ declarations, index
+#     fields, launches) is found by one tree-sitter Query executed in C.
+#   * IncrementalIndexer keeps each unit's results keyed by the unit's exact
+#     text and context; after an edit only units whose text changed are
+#     re-queried, the others are reused (shifted when they moved).
+# ---------------------------------------------------------------------------
+
+import bisect
+import functools
+import re
+from collections.abc import Callable, Iterator, Mapping
+from typing import TypeVar
+
+from tree_sitter import Node, Query, QueryCursor
+
+from kernel_lsp.core.consteval import TYPE_SIZES_BYTES, evaluate_int
+from kernel_lsp.core.parse import CUDA_LANGUAGE, ParsedDocument, to_source_bytes
+
+_INDEX_FIELDS = ("threadIdx", "blockIdx", "blockDim", "gridDim")
+_INNER_QUERY = Query(
+    CUDA_LANGUAGE,
+    """
+    (call_expression) @call
+    (for_statement) @loop
+    (while_statement) @loop
+    (do_statement) @loop
+    (declaration (type_qualifier "__shared__")) @shared
+    ((field_expression argument: (identifier) @idx_obj field: (field_identifier) @idx_field)
+      (#match? @idx_obj "^(threadIdx|blockIdx|blockDim|gridDim)$"))
+    """,
+)
+_CONTAINER_TYPES = frozenset(
+    {
+        "namespace_definition", "linkage_specification", "declaration_list", "preproc_if",
+        "preproc_ifdef", "preproc_else", "preproc_elif", "preproc_elifdef", "ERROR",
+    }
+)
+_SYNC_NAMES = frozenset(
+    {
+        "__syncthreads", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or", "__syncwarp",
+        "__barrier_sync", "cg::sync", "cooperative_groups::sync", "sync",
+    }
+)
+_MAX_SYNTAX_ERRORS = 100
+_TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
+_SPACES = re.compile(r"\s+")
+_Eval = Callable[[str], "int | None"]
+_T = TypeVar("_T")
+
+
+def _text(src: bytes, node: Node) -> str:
+    return src[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
+
+
+def _span(node: Node) -> Span:
+    (sl, sc), (el, ec) = node.start_point, node.end_point
+    return Span(Point(sl, sc), Point(el, ec), node.start_byte, node.end_byte)
+
+
+def _strip_template_args(name: str) -> str:
+    previous = None
+    while previous != name:
+        previous, name = name, _TEMPLATE_ARGS.sub("", name)
+    return _SPACES.sub("", name)
+
+
+def _start_byte(node: Node) -> int:
+    return node.start_byte
+
+
+def _normalize(text: str) -> str:
+    return _SPACES.sub(" ", text).strip()
+
+
+@dataclass(frozen=True)
+class _Context:
+    scope: tuple[str, ...]
+    """Enclosing namespaces, outermost first."""
+    is_extern_c: bool
+
+
+@dataclass(frozen=True)
+class _Unit:
+    """One top-level function definition or declaration (with its template header, if any)."""
+
+    node: Node
+    function_node: Node
+    context: _Context
+    is_template: bool
+
+
+@dataclass(frozen=True)
+class _UnitResult:
+    start_byte: int
+    start_line: int
+    start_column: int
+    function: Function | None
+    launches: tuple[LaunchSite, ...]
+    is_definition: bool
+
+
+def _iter_units(root: Node, src: bytes, constants: dict[str, str]) -> Iterator[_Unit]:
+    """Top-level function units in document order; collects file-scope constants on the way."""
+    stack: list[tuple[Iterator[Node], _Context]] = [(iter(root.children), _Context((), False))]
+    while stack:
+        children, ctx = stack[-1]
+        node = next(children, None)
+        if node is None:
+            stack.pop()
+            continue
+        kind = node.type
+        if kind == "function_definition":
+            yield _Unit(node, node, ctx, False)
+        elif kind == "template_declaration":
+            inner = next(
+                (c for c in node.named_children if c.type in ("function_definition", "declaration")), None
+            )
+            if inner is not None and (inner.type == "function_definition" or _is_function_declaration(inner)):
+                yield _Unit(node, inner, ctx, True)
+        elif kind == "declaration":
+            if _is_function_declaration(node):
+                yield _Unit(node, node, ctx, False)
+            else:
+                _collect_const_declaration(node, src, constants)
+        elif kind == "preproc_def":
+            name, value = node.child_by_field_name("name"), node.child_by_field_name("value")
+            if name is not None and value is not None:
+                constants[_text(src, name)] = _normalize(_text(src, value))
+        elif kind in _CONTAINER_TYPES:
+            inner_ctx = ctx
+            if kind == "namespace_definition":
+                name = node.child_by_field_name("name")
+                scope = tuple(_text(src, name).split("::")) if name is not None else ()
+                inner_ctx = _Context(ctx.scope + scope, ctx.is_extern_c)
+                body = node.child_by_field_name("body")
+                stack.append((iter(body.children if body is not None else ()), inner_ctx))
+                continue
+            if kind == "linkage_specification":
+                value = node.child_by_field_name("value")
+                inner_ctx = _Context(ctx.scope, value is not None and b'"C"' in src[value.start_byte : value.end_byte])
+                body = node.child_by_field_name("body")
+                if body is not None and body.type != "declaration_list":
+                    stack.append((iter((body,)), inner_ctx))
+                    continue
+                stack.append((iter(body.children if body is not None else ()), inner_ctx))
+                continue
+            stack.append((iter(node.children), inner_ctx))
+
+
+def _is_function_declaration(node: Node) -> bool:
+    declarator = node.child_by_field_name("declarator")
+    while declarator is not None and declarator.type in ("pointer_declarator", "reference_declarator"):
+        declarator = declarator.child_by_field_name("declarator")
+    return declarator is not None and declarator.type == "function_declarator"
+
+
+def _collect_const_declaration(node: Node, src: bytes, constants: dict[str, str]) -> None:
+    """``const int N = 64;`` / ``constexpr unsigned N = 64;`` / ``static const int N{64};`` at file scope."""
+    qualifiers = {_text(src, c) for c in node.children if c.type == "type_qualifier"}
+    if not qualifiers & {"const", "constexpr"}:
+        return
+    for declarator in node.children_by_field_name("declarator"):
+        if declarator.type != "init_declarator":
+            continue
+        name = declarator.child_by_field_name("declarator")
+        value = declarator.child_by_field_name("value")
+        if name is None or value is None or name.type != "identifier":
+            continue
+        value_text = _text(src, value)
+        if value.type == "initializer_list":
+            value_text = value_text.strip("{} \t\n")
+        constants[_text(src, name)] = _normalize(value_text)
+
+
+def _function_header(unit: _Unit, src: bytes) -> tuple[str, str, str, Node | None, Node | None, tuple[str, ...]]:
+    """(qualifier, return type, name-as-written, name node, function_declarator, launch bounds)."""
+    fn = unit.function_node
+    marks: set[str] = set()
+    bounds: tuple[str, ...] = ()
+    for child in fn.children:
+        kind = child.type
+        if kind in ("__global__", "__device__", "__host__"):
+            marks.add(kind)
+        elif kind == "launch_bounds":
+            bounds = tuple(_normalize(_text(src, c)) for c in child.named_children if c.type != "comment")
+        elif kind in ("attribute_specifier", "type_qualifier", "storage_class_specifier"):
+            text = _text(src, child)
+            for mark in ("__global__", "__device__", "__host__"):
+                if mark in text:
+                    marks.add(mark)
+    if "__global__" in marks:
+        qualifier = "__global__"
+    elif "__device__" in marks:
+        qualifier = "__host__ __device__" if "__host__" in marks else "__device__"
+    else:
+        qualifier = "__host__" if "__host__" in marks else ""
+    type_node = fn.child_by_field_name("type")
+    return_type = _normalize(_text(src, type_node)) if type_node is not None else ""
+    declarator = fn.child_by_field_name("declarator")
+    while declarator is not None and declarator.type in ("pointer_declarator", "reference_declarator"):
+        return_type += "*" if declarator.type == "pointer_declarator" else "&"
+        declarator = declarator.child_by_field_name("declarator")
+    if declarator is None or declarator.type != "function_declarator":
+        return qualifier, return_type, "", None, None, bounds
+    name_node = declarator.child_by_field_name("declarator")
+    name_text = _strip_template_args(_text(src, name_node)) if name_node is not None else ""
+    # Point the name span at the last identifier of a qualified or templated name.
+    while name_node is not None and name_node.type in ("qualified_identifier", "template_function"):
+        name_node = name_node.child_by_field_name("name")
+    return qualifier, return_type, name_text, name_node, declarator, bounds
+
+
+def _param(node: Node, src: bytes) -> Param | None:
+    if node.type not in ("parameter_declaration", "optional_parameter_declaration"):
+        return None
+    is_const = any(c.type == "type_qualifier" and _text(src, c) == "const" for c in node.children)
+    type_node = node.child_by_field_name("type")
+    base_type = _normalize(_text(src, type_node)) if type_node is not None else ""
+    pointer_depth = 0
+    is_restrict = False
+    name_node = None
+    declarator = node.child_by_field_name("declarator")
+    while declarator is not None:
+        kind = declarator.type
+        if kind in ("pointer_declarator", "abstract_pointer_declarator"):
+            pointer_depth += 1
+            for child in declarator.children:
+                if child.type == "type_qualifier" and "restrict" in _text(src, child):
+                    is_restrict = True
+        elif kind in ("array_declarator", "abstract_array_declarator"):
+            pointer_depth += 1
+        elif kind in ("identifier", "field_identifier"):
+            name_node = declarator
+            break
+        declarator = declarator.child_by_field_name("declarator")
+    if any(c.type == "type_qualifier" and "restrict" in _text(src, c) for c in node.children):
+        is_restrict = True
+    end = node.end_byte
+    default = node.child_by_field_name("default_value")
+    if default is not None:
+        end = default.start_byte
+    if name_node is not None:
+        type_bytes = src[node.start_byte : name_node.start_byte] + src[name_node.end_byte : end]
+        name = _text(src, name_node)
+    else:
+        type_bytes = src[node.start_byte : end]
+        name = ""
+    type_text = _normalize(type_bytes.decode("utf-8", errors="replace").rstrip().rstrip("=")).replace(" *", "*")
+    return Param(name, type_text, base_type, pointer_depth, is_const, is_restrict, _span(node))
+
+
+def _shared_decls(node: Node, src: bytes, ev: _Eval) -> list[SharedDecl]:
+    is_extern = any(c.type == "storage_class_specifier" and _text(src, c) == "extern" for c in node.children)
+    type_node = node.child_by_field_name("type")
+    type_text = _normalize(_text(src, type_node)) if type_node is not None else ""
+    element_bytes = TYPE_SIZES_BYTES.get(type_text)
+    decls = []
+    for declarator in node.children_by_field_name("declarator"):
+        dims: list[str] = []
+        pointer = False
+        current: Node | None = declarator
+        name = ""
+        while current is not None:
+            kind = current.type
+            if kind == "array_declarator":
+                size = current.child_by_field_name("size")
+                dims.append(_normalize(_text(src, size)) if size is not None else "")
+            elif kind == "pointer_declarator":
+                pointer = True
+            elif kind == "identifier":
+                name = _text(src, current)
+                break
+            current = current.child_by_field_name("declarator")
+        dims.reverse()
+        size_bytes: int | None = None
+        if not is_extern and not pointer and element_bytes is not None:
+            size_bytes = element_bytes
+            for dim in dims:
+                value = ev(dim) if dim else None
+                if value is None or value < 0:
+                    size_bytes = None
+                    break
+                size_bytes *= value
+        decls.append(SharedDecl(name, type_text + ("*" if pointer else ""), tuple(dims), is_extern, size_bytes, _span(node)))
+    return decls
+
+
+_FOR_INIT = re.compile(r"^(?:[\w:<>\s]+?\s+)?(\w+)\s*(?:=\s*(.+)|\{(.+)\})$", re.S)
+_FOR_COND = re.compile(r"^(\w+)\s*(<=|>=|<|>|!=)\s*(.+)$", re.S)
+_FOR_UPDATE = re.compile(r"^(?:(\+\+|--)\s*(\w+)|(\w+)\s*(\+\+|--)|(\w+)\s*(\+=|-=|\*=|/=|<<=|>>=)\s*(.+))$", re.S)
+_MAX_SIMULATED_TRIPS = 10_000
+
+
+def _trip_count(node: Node, src: bytes, ev: _Eval) -> int | None:
+    """Iterations of ``for (v = A; v OP B; v STEP)`` when A, B and STEP are constants."""
+    init = node.child_by_field_name("initializer")
+    cond = node.child_by_field_name("condition")
+    update = node.child_by_field_name("update")
+    if init is None or cond is None or update is None:
+        return None
+    mi = _FOR_INIT.match(_text(src, init).strip().rstrip(";").strip())
+    mc = _FOR_COND.match(_text(src, cond).strip())
+    mu = _FOR_UPDATE.match(_text(src, update).strip())
+    if mi is None or mc is None or mu is None:
+        return None
+    var = mi.group(1)
+    start = ev(mi.group(2) or mi.group(3) or "")
+    bound = ev(mc.group(3))
+    if mc.group(1) != var or start is None or bound is None:
+        return None
+    if mu.group(1):
+        upd_var, op, step = mu.group(2), ("+=" if mu.group(1) == "++" else "-="), 1
+    elif mu.group(3):
+        upd_var, op, step = mu.group(3), ("+=" if mu.group(4) == "++" else "-="), 1
+    else:
+        upd_var, op, step_value = mu.group(5), mu.group(6), ev(mu.group(7))
+        if step_value is None:
+            return None
+        step = step_value
+    if upd_var != var:
+        return None
+    cmp = mc.group(2)
+
+    def holds(v: int) -> bool:
+        return {"<": v < bound, "<=": v <= bound, ">": v > bound, ">=": v >= bound, "!=": v != bound}[cmp]
+
+    if op in ("+=", "-="):
+        delta = step if op == "+=" else -step
+        if not holds(start):
+            return 0
+        if delta == 0:
+            return None
+        if cmp in ("<", "<=") and delta > 0:
+            last = bound - 1 if cmp == "<" else bound
+            return (last - start) // delta + 1
+        if cmp in (">", ">=") and delta < 0:
+            last = bound + 1 if cmp == ">" else bound
+            return (start - last) // -delta + 1
+        if cmp == "!=" and (bound - start) % delta == 0 and (bound - start) // delta > 0:
+            return (bound - start) // delta
+        return None
+    # Geometric steps (s *= 2, s >>= 1): simulate; they finish in few iterations.
+    value, trips = start, 0
+    while holds(value):
+        trips += 1
+        if trips > _MAX_SIMULATED_TRIPS:
+            return None
+        new = {"*=": value * step, "<<=": value << step if 0 <= step < 64 else value,
+               "/=": int(value / step) if step else value, ">>=": value >> step if 0 <= step < 64 else value}[op]
+        if new == value:
+            return None
+        value = new
+    return trips
+
+
+def _has_pragma_unroll(node: Node, src: bytes) -> bool:
+    prev = node.prev_named_sibling
+    # A label or attribute never sits between the pragma and the loop in practice.
+    if prev is None or prev.type != "preproc_call":
+        return False
+    text = _text(src, prev)
+    return text.lstrip().startswith("#") and "pragma" in text and "unroll" in text and "nounroll" not in text
+
+
+def _call_name(call: Node, src: bytes) -> str:
+    fn = call.child_by_field_name("function")
+    return _strip_template_args(_text(src, fn)) if fn is not None else ""
+
+
+def _args(arguments: Node | None, src: bytes) -> tuple[str, ...]:
+    if arguments is None:
+        return ()
+    return tuple(_normalize(_text(src, a)) for a in arguments.named_children if a.type != "comment")
+
+
+def _launch(call: Node, src: bytes, enclosing: str | None, enclosing_span: Span | None) -> LaunchSite | None:
+    config = next((c for c in call.children if c.type == "kernel_call_syntax"), None)
+    if config is None:
+        return None
+    fn = call.child_by_field_name("function")
+    if fn is None:
+        return None
+    name_node = fn
+    while name_node is not None and name_node.type in ("qualified_identifier", "template_function"):
+        name_node = name_node.child_by_field_name("name")
+    parts = [_normalize(_text(src, c)) for c in config.named_children if c.type != "comment"]
+    parts += [""] * (2 - len(parts))
+    return LaunchSite(
+        kernel=_strip_template_args(_text(src, fn)),
+        grid=parts[0],
+        block=parts[1],
+        shared_mem=parts[2] if len(parts) > 2 else None,
+        stream=parts[3] if len(parts) > 3 else None,
+        args=_args(call.child_by_field_name("arguments"), src),
+        span=_span(call),
+        kernel_span=_span(name_node if name_node is not None else fn),
+        enclosing_function=enclosing,
+        enclosing_span=enclosing_span,
+    )
+
+
+def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: _Eval) -> _UnitResult:
+    qualifier, return_type, name_text, name_node, declarator, bounds = _function_header(unit, src)
+    fn_node = unit.function_node
+    body = fn_node.child_by_field_name("body") if fn_node.type == "function_definition" else None
+    unit_span = _span(unit.node)
+    base_name = name_text.rsplit("::", 1)[-1]
+    qualified = "::".join(unit.context.scope + (name_text,)) if name_text else ""
+
+    launches: list[LaunchSite] = []
+    calls: list[Call] = []
+    for call in captures.get("call", ()):
+        launch = _launch(call, src, base_name or None, unit_span)
+        if launch is not None:
+            launches.append(launch)
+        elif body is not None:
+            calls.append(Call(_call_name(call, src), _args(call.child_by_field_name("arguments"), src), _span(call)))
+    if not qualifier or "__host__" == qualifier or name_node is None:
+        # Host code: only its launches matter.
+        return _UnitResult(unit.node.start_byte, *unit.node.start_point, None, tuple(launches), body is not None)
+
+    params = []
+    param_list = declarator.child_by_field_name("parameters") if declarator is not None else None
+    for child in param_list.named_children if param_list is not None else ():
+        param = _param(child, src)
+        if param is not None:
+            params.append(param)
+
+    loops = []
+    open_ends: list[int] = []
+    for loop in captures.get("loop", ()):
+        while open_ends and open_ends[-1] <= loop.start_byte:
+            open_ends.pop()
+        kind = {"for_statement": "for", "while_statement": "while", "do_statement": "do"}[loop.type]
+        trips = _trip_count(loop, src, ev) if kind == "for" else None
+        loops.append(Loop(kind, _span(loop), len(open_ends) + 1, trips, _has_pragma_unroll(loop, src)))
+        open_ends.append(loop.end_byte)
+
+    shared = [decl for node in captures.get("shared", ()) for decl in _shared_decls(node, src, ev)]
+    objs, fields_ = captures.get("idx_obj", ()), captures.get("idx_field", ())
+    index_uses = sorted(
+        {src[o.start_byte : o.end_byte] + b"." + src[f.start_byte : f.end_byte] for o, f in zip(objs, fields_)}
+    )
+    syncs = tuple(c for c in calls if c.name in _SYNC_NAMES or c.name.endswith(".sync"))
+    atomics = tuple(c for c in calls if c.name.rsplit("::", 1)[-1].startswith("atomic"))
+    function = Function(
+        name=base_name,
+        qualifier=qualifier,
+        return_type=return_type,
+        params=tuple(params),
+        span=unit_span,
+        name_span=_span(name_node),
+        body_span=_span(body) if body is not None else None,
+        is_template=unit.is_template,
+        is_extern_c=unit.context.is_extern_c,
+        launch_bounds=bounds,
+        shared=tuple(shared),
+        loops=tuple(loops),
+        syncs=syncs,
+        atomics=atomics,
+        calls=tuple(calls),
+        thread_index_uses=tuple(use.decode("utf-8", errors="replace") for use in index_uses),
+        qualified_name=qualified,
+    )
+    return _UnitResult(unit.node.start_byte, *unit.node.start_point, function, tuple(launches), body is not None)
+
+
+_new_object = object.__new__
+_set_attribute = object.__setattr__
+
+
+def _rebuilt(obj: _T, changes: dict[str, object]) -> _T:
+    """A copy of frozen dataclass ``obj`` with ``changes``, without re-running ``__init__``.
+
+    Shifting every unit after an edit builds thousands of objects; copying the
+    instance dict is several times cheaper than the generated frozen ``__init__``
+    (which calls ``object.__setattr__`` per field). Only used for fields whose
+    values were already validated when ``obj`` was built.
+    """
+    copy = _new_object(type(obj))
+    state = dict(obj.__dict__)
+    state.update(changes)
+    _set_attribute(copy, "__dict__", state)
+    return copy
+
+
+class _Shifter:
+    """Moves cached spans of a unit whose text is unchanged but whose position moved.
+
+    Points on the unit's first line also move by the column delta (a unit can
+    start mid-line); every other point keeps its column, and when no line moved
+    the (frozen) points are shared. Span objects shared inside a unit (a launch's
+    ``enclosing_span`` is its function's span) stay shared. This runs for every
+    unit after an edit, so it is written for speed: one dict per new object.
+    """
+
+    def __init__(self, old: _UnitResult, start_byte: int, start_line: int, start_column: int) -> None:
+        self.d_byte = start_byte - old.start_byte
+        self.d_line = start_line - old.start_line
+        self.first_line = old.start_line
+        self.d_column = start_column - old.start_column
+        self._spans: dict[int, Span] = {}
+
+    def point(self, p: Point) -> Point:
+        if p.line == self.first_line:
+            if self.d_line == 0 and self.d_column == 0:
+                return p
+            return _rebuilt(p, {"line": p.line + self.d_line, "column_byte": p.column_byte + self.d_column})
+        return _rebuilt(p, {"line": p.line + self.d_line}) if self.d_line else p
+
+    def span(self, s: Span) -> Span:
+        moved = self._spans.get(id(s))
+        if moved is None:
+            d_byte = self.d_byte
+            if self.d_line == 0 and self.d_column == 0:
+                state = {"start": s.start, "end": s.end, "start_byte": s.start_byte + d_byte, "end_byte": s.end_byte + d_byte}
+            else:
+                state = {
+                    "start": self.point(s.start),
+                    "end": self.point(s.end),
+                    "start_byte": s.start_byte + d_byte,
+                    "end_byte": s.end_byte + d_byte,
+                }
+            moved = _new_object(Span)
+            _set_attribute(moved, "__dict__", state)
+            self._spans[id(s)] = moved
+        return moved
+
+    def with_spans(self, items: tuple[_T, ...]) -> tuple[_T, ...]:
+        """Copies of items (each with a ``span`` field) with their span moved."""
+        span = self.span
+        out = []
+        for item in items:
+            state = dict(item.__dict__)
+            state["span"] = span(state["span"])
+            copy = _new_object(type(item))
+            _set_attribute(copy, "__dict__", state)
+            out.append(copy)
+        return tuple(out)
+
+    def function(self, f: Function) -> Function:
+        span = self.span
+        calls = self.with_spans(f.calls)
+        moved = {id(old): new for old, new in zip(f.calls, calls)}
+        return _rebuilt(
+            f,
+            {
+                "params": self.with_spans(f.params),
+                "span": span(f.span),
+                "name_span": span(f.name_span),
+                "body_span": span(f.body_span) if f.body_span is not None else None,
+                "shared": self.with_spans(f.shared) if f.shared else (),
+                "loops": self.with_spans(f.loops) if f.loops else (),
+                "syncs": tuple(moved[id(c)] for c in f.syncs),
+                "atomics": tuple(moved[id(c)] for c in f.atomics),
+                "calls": calls,
+            },
+        )
+
+    def launch(self, launch: LaunchSite) -> LaunchSite:
+        span = self.span
+        return _rebuilt(
+            launch,
+            {
+                "span": span(launch.span),
+                "kernel_span": span(launch.kernel_span),
+                "enclosing_span": span(launch.enclosing_span) if launch.enclosing_span is not None else None,
+            },
+        )
+
+    def result(self, old: _UnitResult, start_byte: int, start_line: int, start_column: int) -> _UnitResult:
+        return _UnitResult(
+            start_byte, start_line, start_column,
+            self.function(old.function) if old.function is not None else None,
+            tuple(self.launch(launch) for launch in old.launches),
+            old.is_definition,
+        )
+
+
+def _syntax_errors(root: Node, src: bytes) -> tuple[SyntaxError_, ...]:
+    """ERROR and MISSING nodes, outermost first, at most ``_MAX_SYNTAX_ERRORS``; visits only subtrees with errors."""
+    if not root.has_error:
+        return ()
+    errors: list[SyntaxError_] = []
+    stack = [root]
+    while stack and len(errors) < _MAX_SYNTAX_ERRORS:
+        node = stack.pop()
+        if node.is_missing:
+            errors.append(SyntaxError_(f"missing '{node.type}'", _span(node)))
+            continue
+        if node.is_error:
+            snippet = _normalize(src[node.start_byte : min(node.end_byte, node.start_byte + 40)].decode("utf-8", "replace"))
+            errors.append(SyntaxError_(f"syntax error near '{snippet}'" if snippet else "syntax error", _span(node)))
+            # MISSING nodes below an ERROR are reported too: they say what the parser expected.
+        stack.extend(reversed([c for c in node.children if c.has_error]))
+    errors.sort(key=lambda e: e.span.start_byte)
+    return tuple(errors)
+
+
+class IncrementalIndexer:
+    """Builds :class:`KernelIndex` for successive versions of one document, reusing unchanged work.
+
+    Usage (one instance per open document)::
+
+        doc = ParsedDocument(text)
+        indexer = IncrementalIndexer()
+        index = indexer.index(doc)
+        doc.apply_edit(...)            # incremental reparse
+        index = indexer.index(doc)     # re-analyses only changed functions
+
+    A function unit (a top-level definition or declaration, with its template
+    header) is reused when its bytes, its namespace/extern "C" context and the
+    file's constants are all unchanged; a unit that only moved has its spans
+    shifted. The cache holds the latest version's units only, so memory stays
+    proportional to the document.
+    """
+
+    def __init__(self) -> None:
+        self._cache: dict[tuple[object, ...], _UnitResult] = {}
+
+    def index(self, doc: ParsedDocument) -> KernelIndex:
+        src, tree = doc.snapshot()
+        root = tree.root_node
+        constants: dict[str, str] = {}
+        units = list(_iter_units(root, src, constants))
+        constants_key = hash(tuple(sorted(constants.items())))
+        results: list[_UnitResult | None] = []
+        keys: list[tuple[object, ...]] = []
+        dirty: list[int] = []
+        for i, unit in enumerate(units):
+            node = unit.node
+            key = (unit.context, unit.is_template, constants_key, src[node.start_byte : node.end_byte])
+            keys.append(key)
+            cached = self._cache.get(key)
+            if cached is None:
+                results.append(None)
+                dirty.append(i)
+            elif cached.start_byte == node.start_byte and cached.start_line == node.start_point[0]:
+                results.append(cached)
+            else:
+                line, column = node.start_point
+                results.append(_Shifter(cached, node.start_byte, line, column).result(cached, node.start_byte, line, column))
+        if dirty:
+            self._analyze_dirty(units, dirty, results, root, src, constants)
+        self._cache = {key: result for key, result in zip(keys, results) if result is not None}
+        errors = _syntax_errors(root, src)
+        if doc.is_binary:
+            end = (src.count(b"\n"), len(src) - src.rfind(b"\n") - 1)
+            errors = (SyntaxError_("binary data, not CUDA source: not analysed", Span(Point(0, 0), Point(*end), 0, len(src))),)
+        return _assemble(results, errors, constants)
+
+    @staticmethod
+    def _analyze_dirty(
+        units: list[_Unit],
+        dirty: list[int],
+        results: list[_UnitResult | None],
+        root: Node,
+        src: bytes,
+        constants: Mapping[str, str],
+    ) -> None:
+        """Run the inner query once over the byte range covering all dirty units, then bucket captures by unit."""
+        first, last = units[dirty[0]].node, units[dirty[-1]].node
+        cursor = QueryCursor(_INNER_QUERY)
+        cursor.set_byte_range(first.start_byte, last.end_byte)
+        captured = cursor.captures(root)
+        starts = [units[i].node.start_byte for i in dirty]
+        ends = [units[i].node.end_byte for i in dirty]
+        buckets: list[dict[str, list[Node]]] = [{} for _ in dirty]
+        # Many loops share bounds and sizes (TILE, 4, BLOCK): evaluate each text once per build.
+        ev: _Eval = functools.lru_cache(maxsize=None)(lambda text: evaluate_int(text, constants))
+        for name, nodes in captured.items():
+            for node in nodes:
+                pos = bisect.bisect_right(starts, node.start_byte) - 1
+                if pos >= 0 and node.end_byte <= ends[pos]:
+                    buckets[pos].setdefault(name, []).append(node)
+        for pos, i in enumerate(dirty):
+            # Captures of one name come grouped by pattern, not in document order.
+            for nodes in buckets[pos].values():
+                nodes.sort(key=_start_byte)
+            results[i] = _analyze_unit(units[i], buckets[pos], src, ev)
+
+
+def _assemble(
+    results: list[_UnitResult | None], errors: tuple[SyntaxError_, ...], constants: dict[str, str]
+) -> KernelIndex:
+    functions: list[Function] = []
+    launches: list[LaunchSite] = []
+    defined: set[str] = set()
+    for result in results:
+        if result is None:
+            continue
+        launches.extend(result.launches)
+        if result.function is not None and result.is_definition:
+            defined.add(result.function.qualified_name)
+    for result in results:
+        if result is None or result.function is None:
+            continue
+        # A prototype adds nothing when the same function is defined in the file.
+        if not result.is_definition and result.function.qualified_name in defined:
+            continue
+        functions.append(result.function)
+    return KernelIndex(tuple(functions), tuple(launches), errors, tuple(sorted(constants.items())))
+
+
+def build_index(doc_or_text: ParsedDocument | str | bytes) -> KernelIndex:
+    """The kernel index of a document or of source text. Never raises on any input.
+
+    For repeated indexing of an edited document use :class:`IncrementalIndexer`.
+    """
+    doc = doc_or_text if isinstance(doc_or_text, ParsedDocument) else ParsedDocument(to_source_bytes(doc_or_text))
+    return IncrementalIndexer().index(doc)

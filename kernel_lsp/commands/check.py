@@ -1,0 +1,139 @@
+"""``kernel-lsp check FILE.cu [--json]``: the server's analysis on the command line.
+
+Prints the kernels found, nvcc's errors and warnings (``file:line:col: severity:
+message``), each kernel's ptxas resource usage and the theoretical occupancy of
+each launch whose block size is known. Exit status 1 when nvcc reported an
+error, 2 when the file cannot be read, 0 otherwise (also when nvcc is missing:
+that is said on stderr, and the static analysis is still printed).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+from dataclasses import asdict
+from pathlib import Path
+from typing import Any
+
+from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from kernel_lsp.config import resolve
+from kernel_lsp.core.index import build_index
+from kernel_lsp.services.kernel_report import KernelFacts, report
+from kernel_lsp.services.toolchain import CompileResult, compile_source
+from kernel_lsp.services.user_config import user_config_layer
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("check", help="analyse and compile a CUDA file, print diagnostics and resources")
+    parser.add_argument("file", help="the .cu/.cuh file")
+    parser.add_argument("--json", action="store_true", help="print one JSON object instead of text")
+    parser.add_argument("--arch", help="target architecture (default: settings, sm_90)")
+    parser.add_argument("--nvcc", help="nvcc executable (default: settings, 'nvcc')")
+    parser.add_argument("--no-compile", action="store_true", help="static analysis only, do not run nvcc")
+    parser.set_defaults(func=run)
+
+
+def _kernel_json(facts: KernelFacts) -> dict[str, Any]:
+    fn = facts.function
+    return {
+        "name": fn.name,
+        "signature": fn.signature,
+        "line": fn.name_span.start.line + 1,
+        "resources": asdict(facts.resources) if facts.resources is not None else None,
+        "launches": [
+            {
+                "line": lf.launch.span.start.line + 1,
+                "grid": lf.launch.grid,
+                "block": lf.launch.block,
+                "block_threads": lf.block_threads,
+                "dynamic_shared_bytes": lf.dynamic_shared_bytes,
+                "occupancy_pct": lf.occupancy.occupancy_pct if lf.occupancy else None,
+                "limiter": lf.occupancy.limiter if lf.occupancy else None,
+            }
+            for lf in facts.launches
+        ],
+    }
+
+
+def _message_line(m: Any) -> str:
+    where = m.file or "nvcc"
+    if m.line is not None:
+        where += f":{m.line}"
+        if m.column_byte is not None:
+            where += f":{m.column_byte + 1}"
+    code = f" [{m.code}]" if m.code else ""
+    return f"{where}: {m.severity}{code}: {m.message}"
+
+
+def _print_text(path: str, kernels: tuple[KernelFacts, ...], compile: CompileResult | None, functions: int,
+                syntax_errors: int) -> None:
+    print(f"{path}: {functions} functions, {len(kernels)} kernels, {syntax_errors} syntax errors (tree-sitter)")
+    if compile is not None:
+        for m in compile.messages:
+            print(_message_line(m))
+    for facts in kernels:
+        usage = facts.resources
+        print(f"\n{facts.function.signature}  (line {facts.function.name_span.start.line + 1})")
+        if usage is not None:
+            print(f"  registers {usage.registers}, spills {usage.spill_stores_bytes} B stores / "
+                  f"{usage.spill_loads_bytes} B loads, shared {usage.shared_bytes} B, stack {usage.stack_bytes} B")
+        else:
+            print("  resources unknown (not compiled)")
+        for lf in facts.launches:
+            head = f"  launch line {lf.launch.span.start.line + 1}: <<<{lf.launch.grid}, {lf.launch.block}>>>"
+            if lf.occupancy is not None:
+                print(f"{head} -> {lf.block_threads} threads, occupancy {lf.occupancy.occupancy_pct:.0f}% "
+                      f"(limiter: {lf.occupancy.limiter})")
+            elif lf.block_threads is not None:
+                print(f"{head} -> {lf.block_threads} threads, occupancy unknown")
+            else:
+                print(f"{head} -> block size not a constant")
+
+
+def run(args: argparse.Namespace) -> int:
+    path = Path(args.file)
+    try:
+        data = path.read_bytes()
+    except OSError as exc:
+        print(f"kernel-lsp check: cannot read {path}: {exc.strerror}", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        data.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        print(f"kernel-lsp check: {path} is not valid UTF-8 (byte {exc.start}); bad bytes read as U+FFFD",
+              file=sys.stderr)
+    overrides = {k: v for k, v in (("arch", args.arch), ("nvccPath", args.nvcc)) if v}
+    settings = resolve(user_config_layer(), ("command line", overrides))
+    for problem in settings.problems:
+        print(f"kernel-lsp check: {problem}", file=sys.stderr)
+    index = build_index(data)
+    compile = None
+    if not args.no_compile:
+        compile = compile_source(data, str(path.resolve()), settings, workspace_root=str(Path.cwd()))
+        if compile.tool_missing:
+            print(f"kernel-lsp check: {compile.tool_missing}", file=sys.stderr)
+        for problem in compile.problems:
+            print(f"kernel-lsp check: {problem}", file=sys.stderr)
+    kernels = report(index, compile, settings.arch)
+    if args.json:
+        print(json.dumps({
+            "file": str(path),
+            "arch": settings.arch,
+            "functions": [{"name": f.name, "qualifier": f.qualifier, "line": f.name_span.start.line + 1}
+                          for f in index.functions],
+            "syntax_errors": [{"line": e.span.start.line + 1, "message": e.message} for e in index.syntax_errors],
+            "compile": None if compile is None else {
+                "ran": compile.tool_missing is None,
+                "tool_missing": compile.tool_missing,
+                "timed_out": compile.timed_out,
+                "wall_s": compile.wall_s,
+                "flags_source": compile.flags_source,
+                "messages": [asdict(m) for m in compile.messages],
+            },
+            "kernels": [_kernel_json(k) for k in kernels],
+        }, indent=2))
+    else:
+        _print_text(str(path), kernels, compile, len(index.functions), len(index.syntax_errors))
+    failed = compile is not None and (bool(compile.errors) or compile.timed_out)
+    return EXIT_REJECTED if failed else EXIT_OK

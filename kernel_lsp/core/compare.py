@@ -1,0 +1,185 @@
+"""Comparing a rewrite's outputs with the original kernel's.
+
+Rules, in the order they are applied to one output array:
+
+1. **Unwritten elements.** ``out`` buffers start as a poison pattern (:func:`poison`):
+   a quiet NaN with a payload no arithmetic produces, or a byte sentinel for
+   integers. An element the reference wrote but the candidate left as poison is a
+   mismatch ("never written"), so a kernel that skips work cannot hide behind NaN
+   rules.
+2. **NaN/Inf** in the candidate where the reference has a finite value → ``nan_or_inf``.
+   Where the reference itself is NaN/Inf the candidate must match it in kind.
+3. **Element-wise tolerance** (the spec's rule): ``|c - r| <= atol + rtol * |r|``.
+   Integer outputs compare exactly.
+4. **Relative-norm guard**: ``||c - r||_2 <= bound * ||r||_2`` with
+   ``bound = max(rtol, 4 * eps(dtype))``. There is deliberately no ``atol`` term:
+   when every true value is tiny, an all-zeros output passes rule 3 through
+   ``atol`` but has ``||c - r|| / ||r|| = 1`` and fails here. Honest rewrites that
+   only reorder float arithmetic sit far below ``rtol`` in norm (rounding errors
+   are relative), so the guard costs nothing to them. The ``4 * eps`` floor keeps
+   a spec with ``rtol=0`` from demanding more than rounding allows. When
+   ``||r|| == 0`` the guard is skipped (rule 3 already bounds ``|c| <= atol``).
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+import numpy as np
+
+from kernel_lsp.core.inputs import NUMPY_DTYPES, bf16_to_float32
+from kernel_lsp.core.spec import FLOAT_TYPES, Tolerance
+
+#: Poison bit patterns, one per element type: NaN payloads for floats, byte sentinels for integers.
+POISON_BITS: dict[str, int] = {
+    "float16": 0x7E5A,
+    "bfloat16": 0x7FE5,
+    "float32": 0x7FC5A5A5,
+    "float64": 0x7FF8A5A5A5A5A5A5,
+    "int8": 0xA5,
+    "uint8": 0xA5,
+    "int32": 0xA5A5A5A5,
+    "uint32": 0xA5A5A5A5,
+    "int64": 0xA5A5A5A5A5A5A5A5,
+    "uint64": 0xA5A5A5A5A5A5A5A5,
+}
+
+_UINT_OF_WIDTH = {1: np.uint8, 2: np.uint16, 4: np.uint32, 8: np.uint64}
+_EPS = {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}
+
+
+def poison(array_type: str, size: int) -> np.ndarray:
+    """An array of ``size`` poison elements of ``array_type``."""
+    dtype = NUMPY_DTYPES[array_type]
+    bits = np.full(size, POISON_BITS[array_type], dtype=_UINT_OF_WIDTH[dtype.itemsize])
+    return bits.view(dtype)
+
+
+def poison_mask(values: np.ndarray, array_type: str) -> np.ndarray:
+    """True where ``values`` still hold the poison pattern bit for bit."""
+    dtype = NUMPY_DTYPES[array_type]
+    bits = np.ascontiguousarray(values).view(_UINT_OF_WIDTH[dtype.itemsize])
+    return bits == POISON_BITS[array_type]
+
+
+@dataclass(frozen=True)
+class CompareResult:
+    ok: bool
+    reason: str | None
+    """None when ok; else ``mismatch`` or ``nan_or_inf``."""
+    message: str
+    max_abs_error: float | None
+    max_rel_error: float | None
+    """Over elements whose reference is nonzero."""
+    rel_norm_error: float | None
+    """``||c - r||_2 / ||r||_2``; None when ``||r|| == 0`` or for integer outputs."""
+    bad_elements: int
+
+
+def _first(mask: np.ndarray) -> int:
+    return int(np.flatnonzero(mask)[0])
+
+
+def compare(name: str, array_type: str, reference: np.ndarray, candidate: np.ndarray, tolerance: Tolerance, poisoned: bool = False) -> CompareResult:
+    """Compare one output array; ``poisoned`` says the buffer started as :func:`poison`."""
+    if reference.shape != candidate.shape:
+        return CompareResult(False, "mismatch", f"{name}: shape {candidate.shape} differs from {reference.shape}", None, None, None, reference.size)
+    n = reference.size
+    if n == 0:
+        return CompareResult(True, None, "", 0.0, 0.0, None, 0)
+    if arrays_equal(reference, candidate):
+        # Bit-identical (the usual case for deterministic rewrites and for repeat runs): nothing to measure.
+        return CompareResult(True, None, "", 0.0, 0.0, 0.0, 0)
+    if poisoned:
+        unwritten = poison_mask(candidate, array_type) & ~poison_mask(reference, array_type)
+        if unwritten.any():
+            count = int(unwritten.sum())
+            return CompareResult(False, "mismatch", f"{name}: {count} of {n} elements never written (first at index {_first(unwritten)})", None, None, None, count)
+    if array_type not in FLOAT_TYPES:
+        diff_mask = reference != candidate
+        r = reference.astype(np.float64)
+        c = candidate.astype(np.float64)
+        abs_err = np.abs(c - r)
+        max_abs = float(abs_err.max())
+        nz = r != 0
+        max_rel = float((abs_err[nz] / np.abs(r[nz])).max()) if nz.any() else 0.0
+        if diff_mask.any():
+            i = _first(diff_mask)
+            return CompareResult(False, "mismatch", f"{name}: {int(diff_mask.sum())} of {n} integer elements differ (first at index {i}: {candidate[i]} vs {reference[i]})", max_abs, max_rel, None, int(diff_mask.sum()))
+        return CompareResult(True, None, "", max_abs, max_rel, None, 0)
+
+    # float64 arrays compare in float64, the narrower types in float32 (exact for fp16/bf16, and half the
+    # memory traffic of float64 for 64M-element float32 outputs).
+    work = np.float64 if array_type == "float64" else np.float32
+    r = _as_work(reference, array_type, work)
+    c = _as_work(candidate, array_type, work)
+    r_finite_all, c_finite_all = bool(np.isfinite(r).all()), bool(np.isfinite(c).all())
+    if not (r_finite_all and c_finite_all):
+        r_finite, c_finite = np.isfinite(r), np.isfinite(c)
+        new_nonfinite = r_finite & ~c_finite
+        if new_nonfinite.any():
+            i = _first(new_nonfinite)
+            return CompareResult(False, "nan_or_inf", f"{name}: {int(new_nonfinite.sum())} of {n} elements are NaN/Inf where the original's are finite (first at index {i}: {c[i]})", None, None, None, int(new_nonfinite.sum()))
+        # Where the reference is NaN the candidate must be NaN; where it is +-Inf, the same Inf.
+        r_nan, c_nan = np.isnan(r), np.isnan(c)
+        kind_differs = (~r_finite) & ((r_nan != c_nan) | (~r_nan & (r != c)))
+        if kind_differs.any():
+            i = _first(kind_differs)
+            return CompareResult(False, "mismatch", f"{name}: at index {i} the original gives {r[i]} and the rewrite {c[i]}", None, None, None, int(kind_differs.sum()))
+        r, c = r[r_finite], c[r_finite]
+
+    abs_err = np.abs(c - r)
+    abs_ref = np.abs(r)
+    max_abs = float(abs_err.max()) if abs_err.size else 0.0
+    rel = np.divide(abs_err, abs_ref, out=np.zeros_like(abs_err), where=abs_ref != 0)
+    max_rel = float(rel.max()) if rel.size else 0.0
+    bad = abs_err > tolerance.atol + tolerance.rtol * abs_ref
+    ref_norm = _norm(r)
+    rel_norm = _norm(abs_err) / ref_norm if ref_norm > 0 else None
+    if bad.any():
+        i = _first(bad)
+        return CompareResult(
+            False, "mismatch",
+            f"{name}: {int(bad.sum())} of {n} elements outside atol={tolerance.atol:g} + rtol={tolerance.rtol:g}*|ref| "
+            f"(first at finite index {i}: {float(c[i])!r} vs {float(r[i])!r}; max abs error {max_abs:.3g})",
+            max_abs, max_rel, rel_norm, int(bad.sum()),
+        )
+    bound = max(tolerance.rtol, 4 * _EPS[array_type])
+    if rel_norm is not None and rel_norm > bound:
+        return CompareResult(
+            False, "mismatch",
+            f"{name}: relative error norm ||c-r||/||r|| = {rel_norm:.3g} exceeds {bound:.3g} "
+            "(every element is within atol, but the values are wrong relative to their size)",
+            max_abs, max_rel, rel_norm, 0,
+        )
+    return CompareResult(True, None, "", max_abs, max_rel, rel_norm, 0)
+
+
+def _as_work(values: np.ndarray, array_type: str, work: type) -> np.ndarray:
+    if array_type == "bfloat16":
+        return bf16_to_float32(values)
+    return np.asarray(values).astype(work, copy=False)
+
+
+def _norm(values: np.ndarray) -> float:
+    """2-norm, scaled by the largest magnitude so float32 squares cannot overflow.
+
+    The dot product accumulates in the working precision; its relative error
+    (well under 1e-3 even for 64M float32 elements) is negligible for a guard
+    that compares a ratio against a bound.
+    """
+    if values.size == 0:
+        return 0.0
+    scale = float(np.abs(values).max())
+    if scale == 0.0 or not np.isfinite(scale):
+        return scale
+    scaled = values / values.dtype.type(scale)
+    return scale * float(np.sqrt(np.dot(scaled, scaled)))
+
+
+def arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
+    """Bit-for-bit equality (NaNs with equal bits are equal): the test that an ``in`` array is untouched."""
+    if a.shape != b.shape or a.dtype != b.dtype:
+        return False
+    width = _UINT_OF_WIDTH[a.dtype.itemsize]
+    return bool(np.array_equal(np.ascontiguousarray(a).view(width), np.ascontiguousarray(b).view(width)))

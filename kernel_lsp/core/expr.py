@@ -1,0 +1,234 @@
+"""Integer expressions of launch specs, evaluated with C semantics and without ``eval``.
+
+Grammar (C precedence, loosest first)::
+
+    shift   := additive (("<<" | ">>") additive)*
+    additive:= term (("+" | "-") term)*
+    term    := unary (("*" | "/" | "%") unary)*
+    unary   := ("-" | "+") unary | primary
+    primary := INT | NAME | FUNC "(" shift ("," shift)* ")" | "(" shift ")"
+
+``/`` truncates toward zero and ``%`` takes the sign of the dividend (C99), unlike
+Python's ``//`` and ``%``. Functions: ``min(a,b)``, ``max(a,b)``, ``ceil_div(a,b)``
+(the mathematical ceiling of a/b). Integer literals may be decimal or ``0x`` hex.
+Values are Python ints (no wrap-around): a spec that overflows a C ``int`` is
+wrong anyway, and a truthful big number is easier to diagnose than a wrapped one.
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Mapping
+from dataclasses import dataclass
+
+
+class ExprError(ValueError):
+    """A malformed expression, an unknown name, or an impossible operation (division by zero)."""
+
+
+@dataclass(frozen=True)
+class Num:
+    value: int
+
+
+@dataclass(frozen=True)
+class Name:
+    name: str
+
+
+@dataclass(frozen=True)
+class Unary:
+    op: str
+    operand: Node
+
+
+@dataclass(frozen=True)
+class Binary:
+    op: str
+    left: Node
+    right: Node
+
+
+@dataclass(frozen=True)
+class Call:
+    func: str
+    args: tuple[Node, ...]
+
+
+Node = Num | Name | Unary | Binary | Call
+
+_FUNCS = {"min": 2, "max": 2, "ceil_div": 2}
+_TOKEN = re.compile(r"\s*(?:(0[xX][0-9a-fA-F]+|\d+)|([A-Za-z_]\w*)|(<<|>>|[-+*/%(),]))")
+
+
+def _tokenize(text: str) -> list[str]:
+    tokens: list[str] = []
+    pos = 0
+    text = text.rstrip()
+    while pos < len(text):
+        match = _TOKEN.match(text, pos)
+        if match is None or match.end() == pos:
+            raise ExprError(f"unexpected character {text[pos:].lstrip()[:1]!r} at offset {pos}")
+        tokens.append(match.group(match.lastindex or 0))
+        pos = match.end()
+    return tokens
+
+
+class _Parser:
+    def __init__(self, text: str):
+        self.text = text
+        self.tokens = _tokenize(text)
+        self.pos = 0
+
+    def peek(self) -> str | None:
+        return self.tokens[self.pos] if self.pos < len(self.tokens) else None
+
+    def take(self, expected: str | None = None) -> str:
+        token = self.peek()
+        if token is None:
+            raise ExprError(f"unexpected end of expression {self.text!r}")
+        if expected is not None and token != expected:
+            raise ExprError(f"expected {expected!r} but found {token!r} in {self.text!r}")
+        self.pos += 1
+        return token
+
+    def parse(self) -> Node:
+        if not self.tokens:
+            raise ExprError("empty expression")
+        node = self.shift()
+        if self.peek() is not None:
+            raise ExprError(f"unexpected {self.peek()!r} in {self.text!r}")
+        return node
+
+    def binary_level(self, ops: tuple[str, ...], lower) -> Node:
+        node = lower()
+        while self.peek() in ops:
+            op = self.take()
+            node = Binary(op, node, lower())
+        return node
+
+    def shift(self) -> Node:
+        return self.binary_level(("<<", ">>"), self.additive)
+
+    def additive(self) -> Node:
+        return self.binary_level(("+", "-"), self.term)
+
+    def term(self) -> Node:
+        return self.binary_level(("*", "/", "%"), self.unary)
+
+    def unary(self) -> Node:
+        if self.peek() in ("-", "+"):
+            op = self.take()
+            return Unary(op, self.unary())
+        return self.primary()
+
+    def primary(self) -> Node:
+        token = self.take()
+        if token == "(":
+            node = self.shift()
+            self.take(")")
+            return node
+        if token[0].isdigit():
+            return Num(int(token, 16) if token[:2].lower() == "0x" else int(token))
+        if token[0].isalpha() or token[0] == "_":
+            if self.peek() == "(":
+                if token not in _FUNCS:
+                    raise ExprError(f"unknown function {token!r} (known: {', '.join(sorted(_FUNCS))})")
+                self.take("(")
+                args = [self.shift()]
+                while self.peek() == ",":
+                    self.take(",")
+                    args.append(self.shift())
+                self.take(")")
+                if len(args) != _FUNCS[token]:
+                    raise ExprError(f"{token}() takes {_FUNCS[token]} arguments, got {len(args)}")
+                return Call(token, tuple(args))
+            return Name(token)
+        raise ExprError(f"unexpected {token!r} in {self.text!r}")
+
+
+def parse(text: str | int) -> Node:
+    """Parse an expression (an int is a literal). Raises :class:`ExprError`."""
+    if isinstance(text, bool):
+        raise ExprError("expected an integer or an expression, got a boolean")
+    if isinstance(text, int):
+        return Num(text)
+    if not isinstance(text, str):
+        raise ExprError(f"expected an integer or an expression string, got {type(text).__name__}")
+    return _Parser(text).parse()
+
+
+def names(node: Node) -> frozenset[str]:
+    """Every variable name the expression reads."""
+    if isinstance(node, Name):
+        return frozenset((node.name,))
+    if isinstance(node, Unary):
+        return names(node.operand)
+    if isinstance(node, Binary):
+        return names(node.left) | names(node.right)
+    if isinstance(node, Call):
+        return frozenset().union(*(names(a) for a in node.args))
+    return frozenset()
+
+
+def _c_div(a: int, b: int) -> int:
+    if b == 0:
+        raise ExprError("division by zero")
+    quotient = abs(a) // abs(b)
+    return quotient if (a >= 0) == (b >= 0) else -quotient
+
+
+def _c_mod(a: int, b: int) -> int:
+    return a - b * _c_div(a, b)
+
+
+def _shift(a: int, b: int, left: bool) -> int:
+    if b < 0:
+        raise ExprError(f"negative shift count {b}")
+    return a << b if left else a >> b
+
+
+def evaluate(node: Node | str | int, env: Mapping[str, int]) -> int:
+    """Evaluate ``node`` (or the text of an expression) with the integer values in ``env``."""
+    if not isinstance(node, (Num, Name, Unary, Binary, Call)):
+        node = parse(node)
+    if isinstance(node, Num):
+        return node.value
+    if isinstance(node, Name):
+        if node.name not in env:
+            raise ExprError(f"unknown name {node.name!r}")
+        value = env[node.name]
+        if isinstance(value, bool) or not isinstance(value, int):
+            raise ExprError(f"{node.name!r} is not an integer")
+        return value
+    if isinstance(node, Unary):
+        value = evaluate(node.operand, env)
+        return -value if node.op == "-" else value
+    if isinstance(node, Call):
+        a, b = (evaluate(arg, env) for arg in node.args)
+        if node.func == "min":
+            return min(a, b)
+        if node.func == "max":
+            return max(a, b)
+        if b == 0:
+            raise ExprError("ceil_div by zero")
+        return -((-a) // b)
+    a, b = evaluate(node.left, env), evaluate(node.right, env)
+    match node.op:
+        case "+":
+            return a + b
+        case "-":
+            return a - b
+        case "*":
+            return a * b
+        case "/":
+            return _c_div(a, b)
+        case "%":
+            if b == 0:
+                raise ExprError("modulo by zero")
+            return _c_mod(a, b)
+        case "<<":
+            return _shift(a, b, True)
+        case ">>":
+            return _shift(a, b, False)
+    raise ExprError(f"unknown operator {node.op!r}")

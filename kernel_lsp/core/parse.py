@@ -1,0 +1,176 @@
+"""tree-sitter-cuda parsing, incremental on edits.
+
+A :class:`ParsedDocument` owns the source as UTF-8 bytes and its tree. Edits
+are applied with ``tree.edit`` and an incremental reparse that hands
+tree-sitter the old tree, so a keystroke in a 10,000-line file reparses only
+the region around the edit.
+
+Positions here are (line, UTF-8 byte column); the server converts from UTF-16.
+Parsing never fails: any bytes (binary, unterminated comments, 5 MB) give a
+tree, possibly with ERROR and MISSING nodes.
+"""
+
+from __future__ import annotations
+
+import bisect
+import itertools
+
+import tree_sitter_cuda
+from tree_sitter import Language, Parser, Tree
+
+CUDA_LANGUAGE = Language(tree_sitter_cuda.language())
+
+
+_BINARY_SAMPLE_BYTES = 65536
+
+
+def looks_binary(source: bytes) -> bool:
+    """True for data that is not source text: NUL bytes, or >10% invalid UTF-8 in the first 64 KiB.
+
+    tree-sitter needs ~1.5 s per 200 KB of random bytes (error recovery explores many
+    states), so binary input is not parsed at all.
+    """
+    sample = source[:_BINARY_SAMPLE_BYTES]
+    if b"\x00" in sample:
+        return True
+    decoded = sample.decode("utf-8", errors="replace")
+    # A sample cut mid-character adds at most one replacement character.
+    return decoded.count("\ufffd") > max(1, len(decoded) // 10)
+
+
+def to_source_bytes(text: str | bytes) -> bytes:
+    """UTF-8 bytes for ``text``; lone surrogates (from a bad decode) become U+FFFD."""
+    if isinstance(text, bytes):
+        return text
+    return text.encode("utf-8", errors="replace")
+
+
+class ParsedDocument:
+    """Source bytes plus their tree-sitter tree; mutable through edits only."""
+
+    def __init__(self, text: str | bytes) -> None:
+        self._parser = Parser(CUDA_LANGUAGE)
+        source = to_source_bytes(text)
+        self.is_binary = looks_binary(source)
+        """Binary data is kept but parsed as an empty file; the index reports it as a syntax error."""
+        self._snapshot: tuple[bytes, Tree] = (source, self._parser.parse(b"" if self.is_binary else source))
+        self._line_starts: list[int] | None = None
+
+    @property
+    def source_bytes(self) -> bytes:
+        return self._snapshot[0]
+
+    @property
+    def tree(self) -> Tree:
+        return self._snapshot[1]
+
+    def snapshot(self) -> tuple[bytes, Tree]:
+        """(source bytes, tree) of one version, consistent with each other.
+
+        Edits never mutate a published tree (they edit a copy), so a worker
+        thread may index a snapshot while the event loop applies further edits.
+        """
+        return self._snapshot
+
+    @property
+    def text(self) -> str:
+        return self.source_bytes.decode("utf-8", errors="replace")
+
+    def apply_change(
+        self,
+        start_byte: int,
+        old_end_byte: int,
+        new_end_byte: int,
+        start_point: tuple[int, int],
+        old_end_point: tuple[int, int],
+        new_end_point: tuple[int, int],
+        new_text: str | bytes,
+    ) -> None:
+        """Replace ``source[start_byte:old_end_byte]`` by ``new_text`` and reparse incrementally.
+
+        Points are (line, byte column). ``new_end_byte`` must equal
+        ``start_byte + len(new_text as UTF-8)``; tree-sitter needs all six to shift
+        the old tree's nodes before it reuses them.
+        """
+        new_bytes = to_source_bytes(new_text)
+        old_source, old_tree = self._snapshot
+        source = old_source[:start_byte] + new_bytes + old_source[old_end_byte:]
+        self._line_starts = None
+        if self.is_binary or looks_binary(new_bytes):
+            self.replace_all(source)
+            return
+        edited = old_tree.copy()
+        edited.edit(
+            start_byte=start_byte,
+            old_end_byte=old_end_byte,
+            new_end_byte=new_end_byte,
+            start_point=start_point,
+            old_end_point=old_end_point,
+            new_end_point=new_end_point,
+        )
+        self._snapshot = (source, self._parser.parse(source, edited))
+
+    def apply_edit(
+        self,
+        start_line: int,
+        start_column_byte: int,
+        end_line: int,
+        end_column_byte: int,
+        new_text: str | bytes,
+    ) -> None:
+        """Apply an LSP-style range replacement given in (line, UTF-8 byte column).
+
+        Positions past the end of a line or of the document are clamped, as LSP
+        asks servers to do, so a stale client position never raises.
+        """
+        start_byte = self.byte_offset(start_line, start_column_byte)
+        old_end_byte = max(start_byte, self.byte_offset(end_line, end_column_byte))
+        new_bytes = to_source_bytes(new_text)
+        start_point = self.point_of(start_byte)
+        old_end_point = self.point_of(old_end_byte)
+        newline_count = new_bytes.count(b"\n")
+        if newline_count:
+            new_end_point = (start_point[0] + newline_count, len(new_bytes) - new_bytes.rfind(b"\n") - 1)
+        else:
+            new_end_point = (start_point[0], start_point[1] + len(new_bytes))
+        self.apply_change(
+            start_byte,
+            old_end_byte,
+            start_byte + len(new_bytes),
+            start_point,
+            old_end_point,
+            new_end_point,
+            new_bytes,
+        )
+
+    def replace_all(self, text: str | bytes) -> None:
+        """Full-document sync: reparse from scratch."""
+        source = to_source_bytes(text)
+        self.is_binary = looks_binary(source)
+        self._snapshot = (source, self._parser.parse(b"" if self.is_binary else source))
+        self._line_starts = None
+
+    def line_starts(self) -> list[int]:
+        """Byte offset of the start of each line (computed once per version)."""
+        if self._line_starts is None:
+            # split + accumulate run in C: ~1 ms for 10,000 lines, a find() loop is several times slower.
+            lengths = [len(line) + 1 for line in self.source_bytes.split(b"\n")]
+            self._line_starts = [0, *itertools.accumulate(lengths[:-1])]
+        return self._line_starts
+
+    def byte_offset(self, line: int, column_byte: int) -> int:
+        """Byte offset of (line, byte column), clamped into the document and the line."""
+        starts = self.line_starts()
+        if line < 0:
+            return 0
+        if line >= len(starts):
+            return len(self.source_bytes)
+        line_start = starts[line]
+        line_end = starts[line + 1] - 1 if line + 1 < len(starts) else len(self.source_bytes)
+        return min(line_start + max(column_byte, 0), line_end)
+
+    def point_of(self, byte_offset: int) -> tuple[int, int]:
+        """(line, byte column) of a byte offset."""
+        starts = self.line_starts()
+        line = bisect.bisect_right(starts, byte_offset) - 1
+        return line, byte_offset - starts[line]

@@ -1,0 +1,745 @@
+"""The profiling tree: which Nsight Compute sections are worth collecting for a kernel.
+
+Full profiles are slow and more metrics do not mean better advice (AutoProfiler,
+"Less is more"), so a small decision tree picks, per kernel, what to collect.
+
+Format (``kernel_lsp/data/profiling_tree.json``, ``"format": "kernel-lsp-profiling-tree"``,
+``"version": 1``)::
+
+    {"format": ..., "version": 1, "name": "default", "doc": "...",
+     "first_pass": ["SpeedOfLight", "LaunchStats", "Occupancy"],
+     "budget": {"max_passes": 20},
+     "root": "NODE_ID",
+     "nodes": {
+        "NODE_ID": {"feature": "sig.memory_throughput_pct", "op": ">=", "threshold": 60,
+                    "then": "ID", "else": "ID", "missing": "ID", "doc": "..."},
+        "LEAF_ID": {"collect": ["MemoryWorkloadAnalysis_Tables"], "metrics": [], "doc": "..."}}}
+
+A test node compares one *fact* with a threshold (``>=`` or ``<``) and names the
+node to go to when it holds (``then``), fails (``else``) and when the fact is
+unknown (``missing``, default ``else``). Facts are flat ``name -> float``:
+
+* ``sig.KEY``    a signature key (:mod:`kernel_lsp.core.signature`) computed from the
+                 metrics collected so far (first pass, or the previous profile);
+* ``derived.NAME`` a quantity of two measured values: ``max_throughput_pct`` (the larger of
+                 memory and SM throughput), ``memory_minus_sm_pct``;
+* ``metric.NAME`` a raw ncu metric collected so far;
+* ``static.NAME`` a static feature of the kernel's source (``core/features.py``);
+* ``ptxas.NAME``  a number from ptxas (``registers``, ``spill_bytes``, ``smem_bytes``).
+
+A leaf names the sections (in priority order) and extra metrics to collect
+next; the budget caps the replay passes of that collection (lowest-priority
+sections dropped first). Walking the tree is pure and records its path.
+
+:func:`refine` improves a tree on a dataset of full profiles by REWRITE edits
+(a threshold, a leaf's sections) and SPLIT edits (a leaf becomes a test with two
+leaves), each accepted only when it raises the score: agreement between the
+bottleneck class decided from the tree-chosen metrics and the class from the
+full profile, minus a cost term for the profiling seconds (AutoProfiler's
+accept-on-improvement loop, with deterministic proposals).
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import math
+from collections.abc import Callable, Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from kernel_lsp.core import classify as C
+from kernel_lsp.core import profile as P
+from kernel_lsp.core.index import Function
+
+FORMAT = "kernel-lsp-profiling-tree"
+VERSION = 1
+OPS = (">=", "<")
+FACT_PREFIXES = ("sig.", "derived.", "metric.", "static.", "ptxas.")
+#: Facts known only after an ncu run (the first pass or a previous profile).
+MEASURED_PREFIXES = ("sig.", "derived.", "metric.")
+
+
+class TreeError(ValueError):
+    """A tree file that cannot be used; ``errors`` lists every problem."""
+
+    def __init__(self, errors: Sequence[str]):
+        self.errors = tuple(errors)
+        super().__init__("invalid profiling tree: " + "; ".join(self.errors))
+
+
+@dataclass(frozen=True)
+class Test:
+    id: str
+    feature: str
+    op: str
+    threshold: float
+    then: str
+    else_: str
+    missing: str | None = None
+    """Where to go when the fact is unknown; None means ``else``."""
+    doc: str = ""
+
+    def holds(self, value: float) -> bool:
+        return value >= self.threshold if self.op == ">=" else value < self.threshold
+
+
+@dataclass(frozen=True)
+class Leaf:
+    id: str
+    collect: tuple[str, ...]
+    """Sections to collect next, most important first."""
+    metrics: tuple[str, ...] = ()
+    """Extra metrics to collect next (``--metrics``)."""
+    doc: str = ""
+
+
+Node = Test | Leaf
+
+
+@dataclass(frozen=True)
+class Tree:
+    name: str
+    first_pass: tuple[str, ...]
+    root: str
+    nodes: Mapping[str, Node]
+    max_passes: int | None = None
+    """Budget for the leaf's collection, in replay passes; None: no cap."""
+    max_seconds: float | None = None
+    """Budget for the leaf's collection, in estimated seconds; None: no cap."""
+    doc: str = ""
+    version: int = VERSION
+
+    def node(self, node_id: str) -> Node:
+        return self.nodes[node_id]
+
+    def leaves(self) -> tuple[Leaf, ...]:
+        return tuple(n for n in self.nodes.values() if isinstance(n, Leaf))
+
+    def tests(self) -> tuple[Test, ...]:
+        return tuple(n for n in self.nodes.values() if isinstance(n, Test))
+
+
+# --------------------------------------------------------------------------- JSON
+
+
+def parse_tree(data: Mapping[str, Any] | str) -> Tree:
+    """Validate a tree object (or its JSON text); raises :class:`TreeError` listing every problem."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise TreeError([f"not JSON: {exc}"]) from None
+    if not isinstance(data, Mapping):
+        raise TreeError(["a tree must be a JSON object"])
+    errors: list[str] = []
+    if data.get("format") != FORMAT:
+        errors.append(f"format: expected '{FORMAT}'")
+    if data.get("version") != VERSION:
+        errors.append(f"version: this kernel-lsp reads version {VERSION}, got {data.get('version')!r}")
+    first_pass = data.get("first_pass")
+    if not isinstance(first_pass, list) or not all(isinstance(s, str) for s in first_pass):
+        errors.append("first_pass: expected a list of section names")
+        first_pass = []
+    raw_nodes = data.get("nodes")
+    if not isinstance(raw_nodes, Mapping) or not raw_nodes:
+        raise TreeError(errors + ["nodes: expected a non-empty object"])
+    nodes: dict[str, Node] = {}
+    for node_id, raw in raw_nodes.items():
+        node = _parse_node(str(node_id), raw, errors)
+        if node is not None:
+            nodes[node.id] = node
+    root = data.get("root")
+    if root not in raw_nodes:
+        errors.append(f"root: unknown node {root!r}")
+    for node in nodes.values():
+        if isinstance(node, Test):
+            for branch in (node.then, node.else_, node.missing):
+                if branch is not None and branch not in raw_nodes:
+                    errors.append(f"nodes.{node.id}: unknown branch target {branch!r}")
+    budget = data.get("budget", {})
+    max_passes = budget.get("max_passes") if isinstance(budget, Mapping) else None
+    max_seconds = budget.get("max_seconds") if isinstance(budget, Mapping) else None
+    if max_passes is not None and (not isinstance(max_passes, int) or max_passes < 1):
+        errors.append("budget.max_passes: expected a positive integer")
+    if max_seconds is not None and (not isinstance(max_seconds, (int, float)) or max_seconds <= 0):
+        errors.append("budget.max_seconds: expected a positive number")
+    if not errors:
+        errors.extend(_cycle_errors(str(root), nodes))
+    if errors:
+        raise TreeError(errors)
+    return Tree(
+        name=str(data.get("name", "unnamed")),
+        first_pass=tuple(first_pass),
+        root=str(root),
+        nodes=nodes,
+        max_passes=max_passes,
+        max_seconds=None if max_seconds is None else float(max_seconds),
+        doc=str(data.get("doc", "")),
+    )
+
+
+def _parse_node(node_id: str, raw: Any, errors: list[str]) -> Node | None:
+    where = f"nodes.{node_id}"
+    if not isinstance(raw, Mapping):
+        errors.append(f"{where}: expected an object")
+        return None
+    doc = str(raw.get("doc", ""))
+    if "collect" in raw:
+        collect, metrics = raw.get("collect"), raw.get("metrics", [])
+        if not isinstance(collect, list) or not all(isinstance(s, str) for s in collect):
+            errors.append(f"{where}.collect: expected a list of section names")
+            return None
+        if not isinstance(metrics, list) or not all(isinstance(s, str) for s in metrics):
+            errors.append(f"{where}.metrics: expected a list of metric names")
+            return None
+        return Leaf(node_id, tuple(collect), tuple(metrics), doc)
+    feature, op, threshold = raw.get("feature"), raw.get("op"), raw.get("threshold")
+    ok = True
+    if not isinstance(feature, str) or not feature.startswith(FACT_PREFIXES):
+        errors.append(f"{where}.feature: expected a name starting with one of {', '.join(FACT_PREFIXES)}")
+        ok = False
+    if op not in OPS:
+        errors.append(f"{where}.op: expected one of {', '.join(OPS)}")
+        ok = False
+    if isinstance(threshold, bool) or not isinstance(threshold, (int, float)) or not math.isfinite(threshold):
+        errors.append(f"{where}.threshold: expected a finite number")
+        ok = False
+    for key in ("then", "else"):
+        if not isinstance(raw.get(key), str):
+            errors.append(f"{where}.{key}: expected a node id")
+            ok = False
+    if not ok:
+        return None
+    missing = raw.get("missing")
+    return Test(node_id, feature, op, float(threshold), raw["then"], raw["else"], missing, doc)
+
+
+def _cycle_errors(root: str, nodes: Mapping[str, Node]) -> list[str]:
+    seen: set[str] = set()
+    stack = [(root, frozenset())]
+    while stack:
+        node_id, ancestors = stack.pop()
+        if node_id in ancestors:
+            return [f"nodes.{node_id}: the tree loops back to this node"]
+        seen.add(node_id)
+        node = nodes[node_id]
+        if isinstance(node, Test):
+            for target in {node.then, node.else_, node.missing or node.else_}:
+                stack.append((target, ancestors | {node_id}))
+    unreachable = sorted(set(nodes) - seen)
+    return [f"nodes.{n}: unreachable from the root" for n in unreachable]
+
+
+def tree_to_json(tree: Tree) -> dict[str, Any]:
+    nodes: dict[str, Any] = {}
+    for node in tree.nodes.values():
+        if isinstance(node, Leaf):
+            entry: dict[str, Any] = {"collect": list(node.collect)}
+            if node.metrics:
+                entry["metrics"] = list(node.metrics)
+        else:
+            entry = {"feature": node.feature, "op": node.op, "threshold": node.threshold, "then": node.then, "else": node.else_}
+            if node.missing is not None:
+                entry["missing"] = node.missing
+        if node.doc:
+            entry["doc"] = node.doc
+        nodes[node.id] = entry
+    budget: dict[str, Any] = {}
+    if tree.max_passes is not None:
+        budget["max_passes"] = tree.max_passes
+    if tree.max_seconds is not None:
+        budget["max_seconds"] = tree.max_seconds
+    return {
+        "format": FORMAT,
+        "version": tree.version,
+        "name": tree.name,
+        "doc": tree.doc,
+        "first_pass": list(tree.first_pass),
+        "budget": budget,
+        "root": tree.root,
+        "nodes": nodes,
+    }
+
+
+# --------------------------------------------------------------------------- evaluation
+
+
+@dataclass(frozen=True)
+class Walk:
+    """Where a walk with the facts at hand ended."""
+
+    path: tuple[P.PathStep, ...]
+    leaf: Leaf | None
+    """The leaf reached, or None when the walk stopped at ``waiting_on``."""
+    waiting_on: Test | None = None
+    """A test whose fact is not known yet but will be after the first pass."""
+
+
+def walk(tree: Tree, facts: Mapping[str, float], *, stop_on_pending: Iterable[str] = ()) -> Walk:
+    """Follow the tree from the root using ``facts``.
+
+    A test whose fact is missing takes its ``missing`` branch, unless the fact's
+    prefix is in ``stop_on_pending`` (facts a later pass will provide): then the
+    walk stops there, so the caller can run the first pass and walk again.
+    """
+    pending = tuple(stop_on_pending)
+    path: list[P.PathStep] = []
+    node = tree.node(tree.root)
+    while isinstance(node, Test):
+        value = facts.get(node.feature)
+        if value is None or (isinstance(value, float) and math.isnan(value)):
+            if pending and node.feature.startswith(pending):
+                return Walk(tuple(path), None, node)
+            branch, target = "missing", node.missing or node.else_
+            value = None
+        elif node.holds(value):
+            branch, target = "then", node.then
+        else:
+            branch, target = "else", node.else_
+        path.append(P.PathStep(node.id, node.feature, value, node.op, node.threshold, branch))
+        node = tree.node(target)
+    return Walk(tuple(path), node)
+
+
+@dataclass(frozen=True)
+class SectionCost:
+    """What collecting one section costs, from recorded runs (``data/ncu_sections.json``)."""
+
+    passes: int
+    metrics: tuple[str, ...]
+    """Metric names a report holds when this section is collected."""
+
+
+@dataclass(frozen=True)
+class CostModel:
+    """Seconds of an ncu run: ``run_s`` per ncu process plus ``pass_s`` per replay pass."""
+
+    sections: Mapping[str, SectionCost]
+    run_s: float
+    pass_s: float
+    always_metrics: tuple[str, ...] = ()
+    """Metrics present in every report whatever the sections (launch and device attributes)."""
+    full_sections: tuple[str, ...] = ()
+    """The sections of ``--set full``."""
+    full_passes: int | None = None
+    """Replay passes ncu needed for ``--set full`` (recorded); None: estimated from the sections."""
+
+    def passes(self, sections: Iterable[str]) -> int:
+        # ncu schedules all sections' metrics together, so passes of separate sections
+        # do not simply add; the largest single section plus one per extra section is
+        # a close, conservative estimate on the recorded data.
+        counts = sorted((self.sections[s].passes for s in set(sections) if s in self.sections), reverse=True)
+        if not counts:
+            return 0
+        return counts[0] + sum(1 for c in counts[1:] if c > 0)
+
+    def seconds(self, runs: int, sections: Iterable[str]) -> float:
+        return runs * self.run_s + self.passes(sections) * self.pass_s
+
+    def full_seconds(self) -> float:
+        passes = self.full_passes if self.full_passes is not None else self.passes(self.full_sections)
+        return self.run_s + passes * self.pass_s
+
+    def metrics_of(self, sections: Iterable[str]) -> set[str]:
+        names = set(self.always_metrics)
+        for s in sections:
+            if s in self.sections:
+                names.update(self.sections[s].metrics)
+        return names
+
+
+@dataclass(frozen=True)
+class Plan:
+    """What to collect for one kernel, and why."""
+
+    first_pass: tuple[str, ...]
+    """Sections of the first run (empty when the tree decided from static facts alone)."""
+    sections: tuple[str, ...]
+    """Sections of the second run (the leaf's, within the budget); with no first pass, merged into one run."""
+    metrics: tuple[str, ...]
+    path: tuple[P.PathStep, ...]
+    leaf: str
+    dropped: tuple[str, ...] = ()
+    """Leaf sections left out to stay within the budget."""
+
+    @property
+    def runs(self) -> tuple[tuple[str, ...], ...]:
+        """The ncu runs this plan makes, each a tuple of sections."""
+        if not self.first_pass:
+            return (self.sections,)
+        return (self.first_pass, self.sections) if self.sections or self.metrics else (self.first_pass,)
+
+
+def within_budget(tree: Tree, leaf: Leaf, costs: CostModel | None) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """The leaf's sections that fit the tree's budget (in priority order), and those dropped."""
+    kept: list[str] = []
+    dropped: list[str] = []
+    for section in leaf.collect:
+        trial = kept + [section]
+        over = False
+        if costs is not None and tree.max_passes is not None and costs.passes(trial) > tree.max_passes:
+            over = True
+        if costs is not None and tree.max_seconds is not None and costs.seconds(1, trial) > tree.max_seconds:
+            over = True
+        (dropped if over and kept else kept).append(section)
+    return tuple(kept), tuple(dropped)
+
+
+def plan_from_walk(tree: Tree, result: Walk, *, first_pass_ran: bool, costs: CostModel | None = None) -> Plan:
+    if result.leaf is None:
+        raise ValueError("the walk has not reached a leaf")
+    sections, dropped = within_budget(tree, result.leaf, costs)
+    if first_pass_ran:
+        sections = tuple(s for s in sections if s not in tree.first_pass)
+        return Plan(tree.first_pass, sections, result.leaf.metrics, result.path, result.leaf.id, dropped)
+    merged = tuple(dict.fromkeys(tree.first_pass + sections))
+    return Plan((), merged, result.leaf.metrics, result.path, result.leaf.id, dropped)
+
+
+def cost_model_from_json(data: Mapping[str, Any]) -> CostModel:
+    """Read ``data/ncu_sections.json`` (made by ``tests/fixtures/ncu/make_sections_table.py``)."""
+    sections = {
+        name: SectionCost(int(entry["passes"]), tuple(entry.get("metrics", [])))
+        for name, entry in data["sections"].items()
+    }
+    return CostModel(
+        sections=sections,
+        run_s=float(data["run_s"]),
+        pass_s=float(data["pass_s"]),
+        always_metrics=tuple(data.get("always_metrics", [])),
+        full_sections=tuple(data.get("full_sections", [])),
+        full_passes=data.get("full_passes"),
+    )
+
+
+# --------------------------------------------------------------------------- facts
+
+
+def static_facts(function: Function) -> dict[str, float]:
+    """``static.*`` facts read from the kernel's index entry (no compile, no GPU)."""
+    loops = function.loops
+    return {
+        "static.params": float(len(function.params)),
+        "static.pointer_params": float(sum(1 for p in function.params if p.pointer_depth > 0)),
+        "static.shared_decls": float(len(function.shared)),
+        "static.dynamic_shared": float(any(s.is_extern for s in function.shared)),
+        "static.syncs": float(len(function.syncs)),
+        "static.atomics": float(len(function.atomics)),
+        "static.loops": float(len(loops)),
+        "static.max_loop_depth": float(max((l.depth for l in loops), default=0)),
+        "static.uses_2d_index": float(any(f.endswith((".y", ".z")) for f in function.thread_index_uses)),
+    }
+
+
+def facts_from_metrics(metrics: Mapping[str, float]) -> dict[str, float]:
+    """``sig.*``, ``derived.*`` and ``metric.*`` facts from collected metrics."""
+    facts = {f"metric.{k}": float(v) for k, v in metrics.items()}
+    for key, value in P.KernelProfile(kernel="", metrics=metrics).signature().items():
+        facts[f"sig.{key}"] = value
+    mem, sm = metrics.get(P.M_MEMORY_PCT), metrics.get(P.M_SM_PCT)
+    if mem is not None and sm is not None:
+        facts["derived.max_throughput_pct"] = float(max(mem, sm))
+        facts["derived.memory_minus_sm_pct"] = float(mem - sm)
+    return facts
+
+
+# --------------------------------------------------------------------------- refinement
+
+
+@dataclass(frozen=True)
+class Sample:
+    """One kernel of the refinement dataset: a full profile plus its static facts."""
+
+    name: str
+    metrics: Mapping[str, float]
+    """Every metric of the full profile (``--set full``)."""
+    static_facts: Mapping[str, float] = field(default_factory=dict)
+    """``static.*`` and ``ptxas.*`` facts."""
+
+
+def emulate(tree: Tree, sample: Sample, costs: CostModel) -> tuple[Plan, dict[str, float], float]:
+    """Walk ``tree`` for ``sample`` as the profiler would, seeing only what each run collects.
+
+    Returns the plan, the metrics the plan's runs would have collected (cut from the
+    full profile) and the estimated seconds.
+    """
+    return _Dataset([sample], costs).emulate(tree, sample)
+
+
+class _Dataset:
+    """Samples plus memo tables, so that scoring thousands of candidate trees stays fast."""
+
+    def __init__(self, samples: Sequence[Sample], costs: CostModel):
+        self.samples = list(samples)
+        self.costs = costs
+        self.truth = {s.name: C.classify(s.metrics).label for s in self.samples}
+        self._facts: dict[tuple[str, tuple[str, ...]], dict[str, float]] = {}
+        self._labels: dict[tuple[str, frozenset[str], tuple[str, ...]], str] = {}
+
+    def first_pass_facts(self, sample: Sample, first_pass: tuple[str, ...]) -> dict[str, float]:
+        key = (sample.name, first_pass)
+        if key not in self._facts:
+            cheap = P.restrict_metrics(sample.metrics, self.costs.metrics_of(first_pass))
+            facts = dict(sample.static_facts)
+            facts.update(facts_from_metrics(cheap))
+            self._facts[key] = facts
+        return self._facts[key]
+
+    def plan(self, tree: Tree, sample: Sample) -> Plan:
+        first = walk(tree, sample.static_facts, stop_on_pending=MEASURED_PREFIXES)
+        if first.leaf is not None:
+            return plan_from_walk(tree, first, first_pass_ran=False, costs=self.costs)
+        facts = self.first_pass_facts(sample, tree.first_pass)
+        return plan_from_walk(tree, walk(tree, facts), first_pass_ran=True, costs=self.costs)
+
+    def collected(self, sample: Sample, plan: Plan) -> dict[str, float]:
+        keep = self.costs.metrics_of(plan.first_pass + plan.sections) | set(plan.metrics)
+        return P.restrict_metrics(sample.metrics, keep)
+
+    def label(self, sample: Sample, plan: Plan) -> str:
+        key = (sample.name, frozenset(plan.first_pass + plan.sections), plan.metrics)
+        if key not in self._labels:
+            self._labels[key] = C.classify(self.collected(sample, plan)).label
+        return self._labels[key]
+
+    def seconds(self, plan: Plan) -> float:
+        return sum(self.costs.seconds(1, run) for run in plan.runs)
+
+    def emulate(self, tree: Tree, sample: Sample) -> tuple[Plan, dict[str, float], float]:
+        plan = self.plan(tree, sample)
+        return plan, self.collected(sample, plan), self.seconds(plan)
+
+    def score(self, tree: Tree, cost_weight: float) -> Score:
+        if not self.samples:
+            return Score(0.0, 0.0, 0.0)
+        full_s = self.costs.full_seconds()
+        agree = 0
+        ratio = 0.0
+        per: dict[str, tuple[str, str, float]] = {}
+        for sample in self.samples:
+            plan = self.plan(tree, sample)
+            mine, truth, seconds = self.label(sample, plan), self.truth[sample.name], self.seconds(plan)
+            agree += mine == truth
+            ratio += seconds / full_s if full_s > 0 else 0.0
+            per[sample.name] = (mine, truth, seconds)
+        agreement = agree / len(self.samples)
+        cost_ratio = ratio / len(self.samples)
+        return Score(agreement, cost_ratio, agreement - cost_weight * cost_ratio, per)
+
+
+@dataclass(frozen=True)
+class Score:
+    agreement: float
+    """Share of samples (0-1) whose class from the tree-chosen metrics equals the full profile's."""
+    cost_ratio: float
+    """Mean estimated seconds of the tree's collection / seconds of ``--set full``."""
+    value: float
+    """``agreement - cost_weight * cost_ratio``: what refinement maximises."""
+    per_sample: Mapping[str, tuple[str, str, float]] = field(default_factory=dict)
+    """Sample -> (tree's class, full profile's class, estimated seconds)."""
+
+
+def score(tree: Tree, samples: Sequence[Sample], costs: CostModel, *, cost_weight: float = 0.25) -> Score:
+    return _Dataset(samples, costs).score(tree, cost_weight)
+
+
+@dataclass(frozen=True)
+class Edit:
+    kind: str
+    """``REWRITE`` (a test's threshold or a leaf's sections) or ``SPLIT`` (a leaf becomes a test)."""
+    node: str
+    description: str
+    new_nodes: Mapping[str, Node]
+    """Nodes replacing or added to the tree (same id: replaced)."""
+
+    def apply(self, tree: Tree) -> Tree:
+        nodes = dict(tree.nodes)
+        nodes.update(self.new_nodes)
+        return replace(tree, nodes=nodes)
+
+
+@dataclass(frozen=True)
+class LogEntry:
+    round: int
+    edit: str
+    kind: str
+    score_before: float
+    score_after: float
+    accepted: bool
+
+
+#: A proposer returns candidate edits for a tree; :func:`deterministic_edits` is the default.
+Proposer = Callable[[Tree, Sequence[Sample], CostModel], list[Edit]]
+
+
+def _reaching(tree: Tree, samples: Sequence[Sample], costs: CostModel) -> dict[str, list[tuple[Sample, dict[str, float]]]]:
+    """Node id -> the samples whose walk passes through it, with the facts the walk saw there."""
+    out: dict[str, list[tuple[Sample, dict[str, float]]]] = {}
+    data = _Dataset(samples, costs)
+    for sample in samples:
+        facts = data.first_pass_facts(sample, tree.first_pass)
+        result = walk(tree, facts)
+        for step in result.path:
+            out.setdefault(step.node, []).append((sample, facts))
+        if result.leaf is not None:
+            out.setdefault(result.leaf.id, []).append((sample, facts))
+    return out
+
+
+def _midpoints(values: Iterable[float], limit: int = 8) -> list[float]:
+    distinct = sorted(set(values))
+    mids = [round((a + b) / 2, 6) for a, b in zip(distinct, distinct[1:])]
+    if len(mids) <= limit:
+        return mids
+    step = (len(mids) - 1) / (limit - 1)
+    return sorted({mids[round(i * step)] for i in range(limit)})
+
+
+def _fresh_id(tree: Tree, base: str) -> str:
+    n = 1
+    while f"{base}_{n}" in tree.nodes:
+        n += 1
+    return f"{base}_{n}"
+
+
+#: Measured facts a SPLIT may test: what the first pass (SpeedOfLight, LaunchStats, Occupancy) yields.
+SPLIT_FEATURES: tuple[str, ...] = (
+    "derived.max_throughput_pct",
+    "derived.memory_minus_sm_pct",
+    "sig.memory_throughput_pct",
+    "sig.sm_throughput_pct",
+    "sig.dram_throughput_pct",
+    "sig.achieved_occupancy_pct",
+    "sig.theoretical_occupancy_pct",
+    "sig.waves_per_sm",
+    "sig.registers_per_thread",
+    "sig.shared_bytes_per_block",
+)
+
+
+def deterministic_edits(tree: Tree, samples: Sequence[Sample], costs: CostModel, cost_weight: float = 0.25) -> list[Edit]:
+    """Candidate edits, in a fixed order: threshold rewrites, leaf rewrites, then splits.
+
+    A SPLIT turns a leaf reached by two or more samples into a test on a measured
+    fact; each side gets the collection that scores best on the samples that
+    reach it (chosen among the leaf's own sections, the leaf minus or plus one
+    section, a single section, or nothing).
+    """
+    data = _Dataset(samples, costs)
+    reach = _reaching(tree, samples, costs)
+    edits: list[Edit] = []
+    for test in tree.tests():
+        values = [facts[test.feature] for _, facts in reach.get(test.id, []) if test.feature in facts]
+        for t in _midpoints(values):
+            if t != test.threshold:
+                edits.append(
+                    Edit("REWRITE", test.id, f"{test.id}: threshold {test.threshold:g} -> {t:g}", {test.id: replace(test, threshold=t)})
+                )
+    candidates = sorted(s for s in costs.sections if s not in tree.first_pass)
+    for leaf in tree.leaves():
+        for section in leaf.collect:
+            rest = tuple(s for s in leaf.collect if s != section)
+            edits.append(Edit("REWRITE", leaf.id, f"{leaf.id}: drop {section}", {leaf.id: replace(leaf, collect=rest)}))
+        for section in candidates:
+            if section not in leaf.collect:
+                more = leaf.collect + (section,)
+                edits.append(Edit("REWRITE", leaf.id, f"{leaf.id}: add {section}", {leaf.id: replace(leaf, collect=more)}))
+    seen = {f for pairs in reach.values() for _, facts in pairs for f in facts}
+    features = [f for f in SPLIT_FEATURES if f in seen] + sorted(f for f in seen if f.startswith(("static.", "ptxas.")))
+    for leaf in tree.leaves():
+        arrived = reach.get(leaf.id, [])
+        if len(arrived) < 2:
+            continue
+        options = _collect_options(leaf, candidates)
+        for feature in features:
+            values = [facts[feature] for _, facts in arrived if feature in facts]
+            for t in _midpoints(values, limit=3):
+                high = [sample for sample, facts in arrived if feature in facts and facts[feature] >= t]
+                low = [sample for sample, facts in arrived if not (feature in facts and facts[feature] >= t)]
+                if not high or not low:
+                    continue
+                then_collect = _best_collect(tree, leaf, options, high, data, cost_weight)
+                else_collect = _best_collect(tree, leaf, options, low, data, cost_weight)
+                if then_collect == else_collect:
+                    continue
+                edits.append(_split(tree, leaf, feature, t, then_collect, else_collect))
+    return edits
+
+
+def _collect_options(leaf: Leaf, candidates: Sequence[str]) -> list[tuple[str, ...]]:
+    options = [leaf.collect, ()]
+    options += [tuple(s for s in leaf.collect if s != drop) for drop in leaf.collect]
+    options += [leaf.collect + (add,) for add in candidates if add not in leaf.collect]
+    options += [(one,) for one in candidates]
+    return list(dict.fromkeys(options))
+
+
+def _best_collect(
+    tree: Tree, leaf: Leaf, options: Sequence[tuple[str, ...]], side: Sequence[Sample], data: _Dataset, cost_weight: float
+) -> tuple[str, ...]:
+    full_s = data.costs.full_seconds() or 1.0
+    best: tuple[float, tuple[str, ...]] | None = None
+    for collect in options:
+        candidate = Leaf(leaf.id, collect, leaf.metrics)
+        sections, _ = within_budget(tree, candidate, data.costs)
+        plan = Plan(tree.first_pass, tuple(s for s in sections if s not in tree.first_pass), leaf.metrics, (), leaf.id)
+        value = sum(
+            (data.label(sample, plan) == data.truth[sample.name]) - cost_weight * data.seconds(plan) / full_s
+            for sample in side
+        )
+        if best is None or value > best[0] + 1e-12:
+            best = (value, collect)
+    return best[1] if best else leaf.collect
+
+
+def _split(tree: Tree, leaf: Leaf, feature: str, threshold: float, then_collect: tuple[str, ...], else_collect: tuple[str, ...]) -> Edit:
+    """Leaf -> test(feature >= threshold) with a leaf on each side."""
+    then_id = _fresh_id(tree, f"{leaf.id}_hi")
+    else_id = _fresh_id(tree, f"{leaf.id}_lo")
+    test = Test(leaf.id, feature, ">=", threshold, then_id, else_id, else_id, f"split of {leaf.id}")
+    return Edit(
+        "SPLIT",
+        leaf.id,
+        f"{leaf.id}: split on {feature} >= {threshold:g} (then {', '.join(then_collect) or 'nothing'}; "
+        f"else {', '.join(else_collect) or 'nothing'})",
+        {leaf.id: test, then_id: Leaf(then_id, then_collect, leaf.metrics), else_id: Leaf(else_id, else_collect, leaf.metrics)},
+    )
+
+
+def refine(
+    tree: Tree,
+    samples: Sequence[Sample],
+    costs: CostModel,
+    *,
+    cost_weight: float = 0.25,
+    min_gain: float = 1e-6,
+    max_rounds: int = 20,
+    proposer: Proposer | None = None,
+) -> tuple[Tree, list[LogEntry]]:
+    """Greedy best-improvement refinement; an edit is kept only when it raises the score by > ``min_gain``.
+
+    ``proposer`` (default :func:`deterministic_edits`) may be replaced, e.g. by a
+    model that suggests edits; its edits pass the same acceptance test.
+    """
+    if proposer is None:
+        proposer = functools.partial(deterministic_edits, cost_weight=cost_weight)
+    data = _Dataset(samples, costs)
+    log: list[LogEntry] = []
+    current = data.score(tree, cost_weight).value
+    for round_no in range(1, max_rounds + 1):
+        best: tuple[float, Edit, Tree] | None = None
+        for edit in proposer(tree, samples, costs):
+            candidate = edit.apply(tree)
+            value = data.score(candidate, cost_weight).value
+            if best is None or value > best[0] + 1e-12:
+                best = (value, edit, candidate)
+        if best is None:
+            break
+        value, edit, candidate = best
+        accepted = value > current + min_gain
+        log.append(LogEntry(round_no, edit.description, edit.kind, current, value, accepted))
+        if not accepted:
+            break
+        tree, current = candidate, value
+    return tree, log

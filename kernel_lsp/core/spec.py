@@ -1,0 +1,682 @@
+"""Launch spec v1 (``shared/spec/LAUNCH_SPEC.md``): parse, validate, resolve.
+
+:func:`parse_spec` takes the JSON object (or its text) and returns a frozen
+:class:`Spec`, or raises :class:`SpecError` listing every problem, each naming
+its field (``params[2].size: unknown name 'm'``). Validation evaluates every
+expression at the main values and at every variant, so a spec that is accepted
+here can be resolved (:meth:`Spec.resolve`) without surprises.
+
+The in-source form is a comment block directly above the kernel::
+
+    // kernel-lsp: spec {"params": [...], "grid": [...], "block": [256, 1, 1]}
+    // (the JSON may continue on further // lines)
+    __global__ void saxpy(...)
+
+It holds the same fields as the JSON file; ``kernel`` may be left out (it is the
+next ``__global__`` function's name). :func:`find_inline_specs` finds them.
+
+Pure: no file IO (``file(NAME.npy)`` paths are resolved by the caller against
+``Spec.base_dir``).
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import re
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kernel_lsp.core import expr
+
+SCALAR_TYPES = ("int32", "uint32", "int64", "uint64", "float32", "float64")
+ARRAY_TYPES = ("int8", "uint8", "int32", "uint32", "int64", "uint64", "float16", "bfloat16", "float32", "float64")
+FLOAT_TYPES = frozenset(("float16", "bfloat16", "float32", "float64"))
+ROLES = ("in", "out", "inout")
+
+#: Inclusive value ranges of the integer types.
+INT_RANGES = {
+    "int8": (-(2**7), 2**7 - 1),
+    "uint8": (0, 2**8 - 1),
+    "int32": (-(2**31), 2**31 - 1),
+    "uint32": (0, 2**32 - 1),
+    "int64": (-(2**63), 2**63 - 1),
+    "uint64": (0, 2**64 - 1),
+}
+
+#: Default (rtol, atol) by element type, from the spec.
+DEFAULT_TOLERANCE = {
+    "float32": (1e-5, 1e-6),
+    "float64": (1e-10, 1e-12),
+    "float16": (1e-2, 1e-3),
+    "bfloat16": (1e-2, 1e-3),
+}
+
+#: Initializer -> (min args, max args); None for "any number >= min".
+INITIALIZERS: dict[str, tuple[int, int | None]] = {
+    "uniform": (2, 2),
+    "normal": (2, 2),
+    "randint": (2, 2),
+    "zeros": (0, 0),
+    "ones": (0, 0),
+    "fill": (1, 1),
+    "arange": (0, 0),
+    "list": (1, None),
+    "perm": (1, 1),
+    "csr_rowptr": (2, 2),
+    "csr_colidx": (3, 3),
+    "file": (1, 1),
+}
+#: Initializers whose arguments are integer expressions in the scalar names.
+_INT_ARG_INITS = frozenset(("randint", "perm", "csr_rowptr", "csr_colidx"))
+#: Initializers that draw from the seed.
+RANDOM_INITS = frozenset(("uniform", "normal", "randint", "perm", "csr_colidx"))
+
+_IDENT = re.compile(r"^[A-Za-z_]\w*$")
+_TOP_KEYS = frozenset(("kernel", "params", "grid", "block", "dynamic_smem", "tolerance", "variants", "candidate"))
+#: Keys tolerated for documentation; they carry no meaning.
+_DOC_KEYS = frozenset(("version", "description", "comment", "$schema"))
+_MAX_THREADS_PER_BLOCK = 1024
+
+
+class SpecError(ValueError):
+    """A spec that cannot be used; ``errors`` lists every problem, each naming its field."""
+
+    def __init__(self, errors: Sequence[str]):
+        self.errors = tuple(errors)
+        super().__init__("invalid launch spec: " + "; ".join(self.errors))
+
+
+@dataclass(frozen=True)
+class Init:
+    kind: str
+    args: tuple[str, ...]
+    """Arguments as written: numbers, integer expressions, or (``file``) a path."""
+    text: str
+
+    @property
+    def is_random(self) -> bool:
+        return self.kind in RANDOM_INITS
+
+
+@dataclass(frozen=True)
+class ScalarParam:
+    name: str
+    type: str
+    value: int | float
+
+
+@dataclass(frozen=True)
+class ArrayParam:
+    name: str
+    type: str
+    size: str
+    """Element count: an integer expression in the scalar names."""
+    init: Init
+    role: str
+
+
+Param = ScalarParam | ArrayParam
+
+
+@dataclass(frozen=True)
+class LaunchConfig:
+    grid: tuple[str, str, str]
+    block: tuple[str, str, str]
+    dynamic_smem: str = "0"
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    rtol: float
+    atol: float
+
+
+@dataclass(frozen=True)
+class Launch:
+    """A launch configuration evaluated at one set of scalar values."""
+
+    grid: tuple[int, int, int]
+    block: tuple[int, int, int]
+    dynamic_smem_bytes: int
+
+
+@dataclass(frozen=True)
+class Resolved:
+    """Everything a runner needs at one set of scalar values."""
+
+    values: Mapping[str, int | float]
+    sizes: Mapping[str, int]
+    """Array name -> element count."""
+    original: Launch
+    candidate: Launch
+
+
+@dataclass(frozen=True)
+class Spec:
+    kernel: str
+    params: tuple[Param, ...]
+    launch: LaunchConfig
+    candidate_launch: LaunchConfig
+    """The rewrite's launch: the ``candidate`` field over the original's."""
+    tolerance: tuple[float | None, float | None]
+    """(rtol, atol) as given; None where the spec left it to the per-type default."""
+    variants: tuple[tuple[tuple[str, int | float], ...], ...] = ()
+    base_dir: str | None = None
+    """Folder ``file(NAME.npy)`` paths are relative to (the spec file's folder)."""
+
+    @property
+    def scalars(self) -> tuple[ScalarParam, ...]:
+        return tuple(p for p in self.params if isinstance(p, ScalarParam))
+
+    @property
+    def arrays(self) -> tuple[ArrayParam, ...]:
+        return tuple(p for p in self.params if isinstance(p, ArrayParam))
+
+    def values(self, variant: int | None = None) -> dict[str, int | float]:
+        """Scalar values at the main size (``variant=None``) or at ``variants[variant]``."""
+        values: dict[str, int | float] = {p.name: p.value for p in self.scalars}
+        if variant is not None:
+            values.update(dict(self.variants[variant]))
+        return values
+
+    def tolerance_for(self, array_type: str) -> Tolerance:
+        default_rtol, default_atol = DEFAULT_TOLERANCE.get(array_type, (0.0, 0.0))
+        rtol, atol = self.tolerance
+        return Tolerance(default_rtol if rtol is None else rtol, default_atol if atol is None else atol)
+
+    def resolve(self, variant: int | None = None) -> Resolved:
+        values = self.values(variant)
+        env = _int_env(self, values)
+        sizes = {a.name: expr.evaluate(a.size, env) for a in self.arrays}
+        return Resolved(values, sizes, _launch(self.launch, env), _launch(self.candidate_launch, env))
+
+    def to_json(self) -> dict[str, Any]:
+        """The spec as a v1 JSON object (``parse_spec(spec.to_json())`` gives it back)."""
+
+        def param(p: Param) -> dict[str, Any]:
+            if isinstance(p, ScalarParam):
+                return {"name": p.name, "scalar": p.type, "value": p.value}
+            return {"name": p.name, "array": p.type, "size": p.size, "init": p.init.text, "role": p.role}
+
+        def launch(c: LaunchConfig) -> dict[str, Any]:
+            return {"grid": list(c.grid), "block": list(c.block), "dynamic_smem": c.dynamic_smem}
+
+        out: dict[str, Any] = {"kernel": self.kernel, "params": [param(p) for p in self.params], **launch(self.launch)}
+        rtol, atol = self.tolerance
+        if rtol is not None or atol is not None:
+            out["tolerance"] = {k: v for k, v in (("rtol", rtol), ("atol", atol)) if v is not None}
+        if self.variants:
+            out["variants"] = [dict(v) for v in self.variants]
+        if self.candidate_launch != self.launch:
+            out["candidate"] = launch(self.candidate_launch)
+        return out
+
+
+def _int_env(spec: Spec, values: Mapping[str, int | float]) -> dict[str, int]:
+    return {p.name: int(values[p.name]) for p in spec.scalars if p.type not in FLOAT_TYPES}
+
+
+def _launch(config: LaunchConfig, env: Mapping[str, int]) -> Launch:
+    grid = tuple(expr.evaluate(e, env) for e in config.grid)
+    block = tuple(expr.evaluate(e, env) for e in config.block)
+    return Launch(grid, block, expr.evaluate(config.dynamic_smem, env))  # type: ignore[arg-type]
+
+
+class _Errors:
+    def __init__(self) -> None:
+        self.items: list[str] = []
+
+    def add(self, where: str, message: str) -> None:
+        self.items.append(f"{where}: {message}" if where else message)
+
+
+def _is_int(value: Any) -> bool:
+    return isinstance(value, int) and not isinstance(value, bool)
+
+
+def _is_number(value: Any) -> bool:
+    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
+
+
+def _check_scalar_value(type_: str, value: Any) -> str | None:
+    if type_ in FLOAT_TYPES:
+        return None if _is_number(value) else f"expected a finite number for {type_}, got {value!r}"
+    if not _is_int(value):
+        return f"expected an integer for {type_}, got {value!r}"
+    low, high = INT_RANGES[type_]
+    return None if low <= value <= high else f"{value} is outside the range of {type_} [{low}, {high}]"
+
+
+def _expr_text(value: Any) -> str:
+    if _is_int(value):
+        return str(value)
+    if isinstance(value, str):
+        return value.strip()
+    raise expr.ExprError(f"expected an integer or an expression string, got {value!r}")
+
+
+def _check_expr(value: Any, where: str, int_names: frozenset[str], float_names: frozenset[str], errors: _Errors) -> str | None:
+    try:
+        text = _expr_text(value)
+        node = expr.parse(text)
+    except expr.ExprError as exc:
+        errors.add(where, str(exc))
+        return None
+    for name in sorted(expr.names(node)):
+        if name in float_names:
+            errors.add(where, f"'{name}' is a floating-point scalar; expressions take integer scalars only")
+        elif name not in int_names:
+            errors.add(where, f"unknown name '{name}'")
+    return text
+
+
+def _split_args(text: str) -> list[str]:
+    args, depth, current = [], 0, ""
+    for ch in text:
+        if ch == "," and depth == 0:
+            args.append(current.strip())
+            current = ""
+            continue
+        depth += ch == "("
+        depth -= ch == ")"
+        current += ch
+    args.append(current.strip())
+    return args
+
+
+def parse_init(text: str) -> Init:
+    """Parse an initializer such as ``uniform(-1,1)`` or ``perm(n)``; raises ValueError."""
+    if not isinstance(text, str):
+        raise ValueError(f"expected a string such as 'uniform(-1,1)', got {text!r}")
+    text = text.strip()
+    match = re.fullmatch(r"([A-Za-z_]\w*)\s*(?:\((.*)\))?", text, re.S)
+    if match is None:
+        raise ValueError(f"cannot read initializer {text!r}")
+    kind, inner = match.group(1), match.group(2)
+    if kind not in INITIALIZERS:
+        raise ValueError(f"unknown initializer '{kind}' (known: {', '.join(INITIALIZERS)})")
+    if kind == "file":
+        args = [inner.strip()] if inner is not None and inner.strip() else []
+    else:
+        args = [] if inner is None or not inner.strip() else _split_args(inner)
+    low, high = INITIALIZERS[kind]
+    if len(args) < low or (high is not None and len(args) > high):
+        wanted = str(low) if low == high else f"at least {low}"
+        raise ValueError(f"{kind} takes {wanted} argument(s), got {len(args)}")
+    if any(a == "" for a in args):
+        raise ValueError(f"empty argument in {text!r}")
+    return Init(kind, tuple(args), text)
+
+
+def _number(text: str) -> float:
+    try:
+        value = float(text)
+    except ValueError:
+        raise ValueError(f"expected a number, got {text!r}") from None
+    if not math.isfinite(value):
+        raise ValueError(f"expected a finite number, got {text!r}")
+    return value
+
+
+def _check_init_static(init: Init, array_type: str, where: str, int_names, float_names, errors: _Errors) -> None:
+    """Checks that do not depend on the scalar values."""
+    if init.kind in ("uniform", "normal") and array_type not in FLOAT_TYPES:
+        errors.add(where, f"{init.kind} needs a floating-point array, not {array_type}")
+    if init.kind in ("uniform", "normal", "fill", "list"):
+        for arg in init.args:
+            try:
+                value = _number(arg)
+            except ValueError as exc:
+                errors.add(where, str(exc))
+                continue
+            if array_type not in FLOAT_TYPES and init.kind in ("fill", "list"):
+                if value != int(value):
+                    errors.add(where, f"{arg} is not an integer, but the array is {array_type}")
+                elif not INT_RANGES[array_type][0] <= int(value) <= INT_RANGES[array_type][1]:
+                    errors.add(where, f"{arg} does not fit in {array_type}")
+        if init.kind == "normal" and len(init.args) == 2:
+            try:
+                if _number(init.args[1]) < 0:
+                    errors.add(where, "normal(mean,std) needs std >= 0")
+            except ValueError:
+                pass
+        if init.kind == "uniform" and len(init.args) == 2:
+            try:
+                if _number(init.args[0]) > _number(init.args[1]):
+                    errors.add(where, "uniform(a,b) needs a <= b")
+            except ValueError:
+                pass
+    if init.kind in _INT_ARG_INITS:
+        for arg in init.args:
+            _check_expr(arg, where, int_names, float_names, errors)
+    if init.kind in ("perm", "csr_rowptr", "csr_colidx") and array_type in FLOAT_TYPES:
+        errors.add(where, f"{init.kind} fills indices; use an integer array, not {array_type}")
+    if init.kind == "file" and not init.args[0].endswith(".npy"):
+        errors.add(where, f"file() takes a .npy file name, got {init.args[0]!r}")
+
+
+def check_init_at(init: Init, array_type: str, size: int, env: Mapping[str, int]) -> str | None:
+    """Checks that depend on the scalar values; returns a message or None."""
+    args = [expr.evaluate(a, env) for a in init.args] if init.kind in _INT_ARG_INITS else []
+    int_range = INT_RANGES.get(array_type)
+    if init.kind == "randint":
+        low, high = args
+        if low > high:
+            return f"randint({low},{high}) needs a <= b"
+        if int_range and (low < int_range[0] or high > int_range[1]):
+            return f"randint({low},{high}) does not fit in {array_type}"
+    elif init.kind == "perm":
+        (n,) = args
+        if n != size:
+            return f"perm({n}) makes {n} elements but size is {size}"
+        if int_range and n - 1 > int_range[1]:
+            return f"perm({n}) does not fit in {array_type}"
+    elif init.kind == "csr_rowptr":
+        rows, k = args
+        if rows < 0 or k < 0:
+            return "csr_rowptr(rows,k) needs rows >= 0 and k >= 0"
+        if size != rows + 1:
+            return f"csr_rowptr({rows},{k}) makes {rows + 1} elements but size is {size}"
+        if int_range and rows * k > int_range[1]:
+            return f"csr_rowptr({rows},{k}) values do not fit in {array_type}"
+    elif init.kind == "csr_colidx":
+        rows, cols, k = args
+        if rows < 0 or cols < 0 or k < 0:
+            return "csr_colidx(rows,cols,k) needs non-negative arguments"
+        if k > cols:
+            return f"csr_colidx needs k <= cols (k={k}, cols={cols})"
+        if size != rows * k:
+            return f"csr_colidx({rows},{cols},{k}) makes {rows * k} elements but size is {size}"
+        if int_range and cols - 1 > int_range[1]:
+            return f"column indices up to {cols - 1} do not fit in {array_type}"
+    elif init.kind == "arange" and int_range and size - 1 > int_range[1]:
+        return f"arange up to {size - 1} does not fit in {array_type}"
+    return None
+
+
+def _launch_config(data: Mapping[str, Any], where: str, int_names, float_names, errors: _Errors, base: LaunchConfig | None) -> LaunchConfig | None:
+    dims: dict[str, tuple[str, str, str] | None] = {}
+    for key in ("grid", "block"):
+        if key not in data:
+            if base is None:
+                errors.add(f"{where}{key}", "missing (three entries, e.g. [\"(n+255)/256\", 1, 1])")
+                dims[key] = None
+            else:
+                dims[key] = getattr(base, key)
+            continue
+        value = data[key]
+        if not isinstance(value, list) or len(value) != 3:
+            errors.add(f"{where}{key}", f"expected a list of three entries, got {value!r}")
+            dims[key] = None
+            continue
+        texts = [_check_expr(v, f"{where}{key}[{i}]", int_names, float_names, errors) for i, v in enumerate(value)]
+        dims[key] = tuple(texts) if all(t is not None for t in texts) else None  # type: ignore[assignment]
+    smem = data.get("dynamic_smem", base.dynamic_smem if base else 0)
+    smem_text = smem if base is not None and "dynamic_smem" not in data else _check_expr(smem, f"{where}dynamic_smem", int_names, float_names, errors)
+    if dims["grid"] is None or dims["block"] is None or smem_text is None:
+        return None
+    return LaunchConfig(dims["grid"], dims["block"], smem_text)  # type: ignore[arg-type]
+
+
+def _check_launch_values(launch: Launch, where: str, errors: _Errors) -> None:
+    for key, dims in (("grid", launch.grid), ("block", launch.block)):
+        for i, value in enumerate(dims):
+            if value < 1:
+                errors.add(f"{where}{key}[{i}]", f"evaluates to {value}; launch dimensions must be >= 1")
+    if all(v >= 1 for v in launch.block) and math.prod(launch.block) > _MAX_THREADS_PER_BLOCK:
+        errors.add(f"{where}block", f"{math.prod(launch.block)} threads per block exceeds {_MAX_THREADS_PER_BLOCK}")
+    if launch.dynamic_smem_bytes < 0:
+        errors.add(f"{where}dynamic_smem", f"evaluates to {launch.dynamic_smem_bytes}; must be >= 0")
+
+
+def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Spec:
+    """Validate a launch spec v1 (a JSON object or its text). Raises :class:`SpecError`."""
+    if isinstance(data, str):
+        try:
+            data = json.loads(data)
+        except json.JSONDecodeError as exc:
+            raise SpecError([f"not valid JSON: {exc}"]) from None
+    if not isinstance(data, Mapping):
+        raise SpecError([f"a launch spec is a JSON object, got {type(data).__name__}"])
+    errors = _Errors()
+    for key in data:
+        if key not in _TOP_KEYS and key not in _DOC_KEYS:
+            errors.add(str(key), f"unknown field (known: {', '.join(sorted(_TOP_KEYS))})")
+    kernel = data.get("kernel")
+    if not isinstance(kernel, str) or not _IDENT.match(kernel):
+        errors.add("kernel", f"expected the kernel's name (an identifier), got {kernel!r}")
+
+    params_data = data.get("params")
+    if not isinstance(params_data, list):
+        errors.add("params", "missing or not a list (one entry per kernel parameter, in order)")
+        params_data = []
+    scalar_types: dict[str, str] = {}
+    for i, p in enumerate(params_data):
+        if isinstance(p, Mapping) and isinstance(p.get("name"), str) and isinstance(p.get("scalar"), str):
+            scalar_types[p["name"]] = p["scalar"]
+    int_names = frozenset(n for n, t in scalar_types.items() if t in SCALAR_TYPES and t not in FLOAT_TYPES)
+    float_names = frozenset(n for n, t in scalar_types.items() if t in FLOAT_TYPES)
+
+    params: list[Param] = []
+    seen: set[str] = set()
+    for i, p in enumerate(params_data):
+        where = f"params[{i}]"
+        if not isinstance(p, Mapping):
+            errors.add(where, f"expected an object, got {p!r}")
+            continue
+        name = p.get("name")
+        if not isinstance(name, str) or not _IDENT.match(name):
+            errors.add(f"{where}.name", f"expected an identifier, got {name!r}")
+            continue
+        if name in seen:
+            errors.add(f"{where}.name", f"duplicate parameter name '{name}'")
+        seen.add(name)
+        if ("scalar" in p) == ("array" in p):
+            errors.add(where, "give exactly one of 'scalar' (a by-value argument) or 'array' (a device pointer)")
+            continue
+        if "scalar" in p:
+            for key in p:
+                if key not in ("name", "scalar", "value"):
+                    errors.add(f"{where}.{key}", "unknown field for a scalar (known: name, scalar, value)")
+            type_ = p["scalar"]
+            if type_ not in SCALAR_TYPES:
+                errors.add(f"{where}.scalar", f"unknown scalar type {type_!r} (known: {', '.join(SCALAR_TYPES)})")
+                continue
+            if "value" not in p:
+                errors.add(f"{where}.value", "missing")
+                continue
+            problem = _check_scalar_value(type_, p["value"])
+            if problem:
+                errors.add(f"{where}.value", problem)
+                continue
+            value = p["value"] if type_ not in FLOAT_TYPES else float(p["value"])
+            params.append(ScalarParam(name, type_, value))
+            continue
+        for key in p:
+            if key not in ("name", "array", "size", "init", "role"):
+                errors.add(f"{where}.{key}", "unknown field for an array (known: name, array, size, init, role)")
+        type_ = p["array"]
+        if type_ not in ARRAY_TYPES:
+            errors.add(f"{where}.array", f"unknown element type {type_!r} (known: {', '.join(ARRAY_TYPES)})")
+            continue
+        if "size" not in p:
+            errors.add(f"{where}.size", "missing (the element count, an integer expression in the scalar names)")
+            continue
+        size = _check_expr(p["size"], f"{where}.size", int_names, float_names, errors)
+        role = p.get("role")
+        if role not in ROLES:
+            errors.add(f"{where}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
+            continue
+        # An out array's start value must not matter (the harness poisons it), so its init may be left out.
+        init_text = p.get("init", "zeros" if role == "out" else None)
+        if init_text is None:
+            errors.add(f"{where}.init", "missing (e.g. \"uniform(-1,1)\")")
+            continue
+        try:
+            init = parse_init(init_text)
+        except ValueError as exc:
+            errors.add(f"{where}.init", str(exc))
+            continue
+        _check_init_static(init, type_, f"{where}.init", int_names, float_names, errors)
+        if size is not None:
+            params.append(ArrayParam(name, type_, size, init, role))
+
+    launch = _launch_config(data, "", int_names, float_names, errors, None)
+    candidate_data = data.get("candidate", {})
+    candidate_launch = None
+    if not isinstance(candidate_data, Mapping):
+        errors.add("candidate", f"expected an object with grid/block/dynamic_smem, got {candidate_data!r}")
+    else:
+        for key in candidate_data:
+            if key not in ("grid", "block", "dynamic_smem"):
+                errors.add(f"candidate.{key}", "unknown field (a rewrite may change grid, block and dynamic_smem only)")
+        if launch is not None:
+            candidate_launch = _launch_config(candidate_data, "candidate.", int_names, float_names, errors, launch)
+
+    tolerance: tuple[float | None, float | None] = (None, None)
+    tol_data = data.get("tolerance")
+    if tol_data is not None:
+        if not isinstance(tol_data, Mapping):
+            errors.add("tolerance", f"expected an object {{\"rtol\": …, \"atol\": …}}, got {tol_data!r}")
+        else:
+            found: dict[str, float] = {}
+            for key, value in tol_data.items():
+                if key not in ("rtol", "atol"):
+                    errors.add(f"tolerance.{key}", "unknown field (known: rtol, atol)")
+                elif not _is_number(value) or value < 0:
+                    errors.add(f"tolerance.{key}", f"expected a number >= 0, got {value!r}")
+                else:
+                    found[key] = float(value)
+            tolerance = (found.get("rtol"), found.get("atol"))
+
+    variants: list[tuple[tuple[str, int | float], ...]] = []
+    variants_data = data.get("variants", [])
+    if not isinstance(variants_data, list):
+        errors.add("variants", f"expected a list of objects, got {variants_data!r}")
+        variants_data = []
+    for i, v in enumerate(variants_data):
+        if not isinstance(v, Mapping) or not v:
+            errors.add(f"variants[{i}]", f"expected a non-empty object of scalar values, got {v!r}")
+            continue
+        items: list[tuple[str, int | float]] = []
+        for key, value in v.items():
+            if key not in scalar_types:
+                errors.add(f"variants[{i}].{key}", "not a scalar parameter")
+                continue
+            problem = _check_scalar_value(scalar_types[key], value) if scalar_types[key] in SCALAR_TYPES else None
+            if problem:
+                errors.add(f"variants[{i}].{key}", problem)
+                continue
+            items.append((key, float(value) if scalar_types[key] in FLOAT_TYPES else value))
+        variants.append(tuple(items))
+
+    if errors.items or not isinstance(kernel, str) or launch is None or candidate_launch is None:
+        if not errors.items:
+            errors.add("", "incomplete spec")
+        raise SpecError(errors.items)
+
+    spec = Spec(kernel, tuple(params), launch, candidate_launch, tolerance, tuple(variants), base_dir)
+    _check_values(spec, errors)
+    if errors.items:
+        raise SpecError(errors.items)
+    return spec
+
+
+def _check_values(spec: Spec, errors: _Errors) -> None:
+    """Evaluate every expression at the main values and at each variant."""
+    for variant in [None, *range(len(spec.variants))]:
+        prefix = "" if variant is None else f"variants[{variant}]: "
+        values = spec.values(variant)
+        env = _int_env(spec, values)
+        for i, p in enumerate(spec.params):
+            if not isinstance(p, ArrayParam):
+                continue
+            try:
+                size = expr.evaluate(p.size, env)
+            except expr.ExprError as exc:
+                errors.add(f"{prefix}params[{i}].size", str(exc))
+                continue
+            if size < 0:
+                errors.add(f"{prefix}params[{i}].size", f"evaluates to {size}; must be >= 0")
+                continue
+            try:
+                problem = check_init_at(p.init, p.type, size, env)
+            except expr.ExprError as exc:
+                problem = str(exc)
+            if problem:
+                errors.add(f"{prefix}params[{i}].init", problem)
+        for where, config in (("", spec.launch), ("candidate.", spec.candidate_launch)):
+            try:
+                _check_launch_values(_launch(config, env), prefix + where, errors)
+            except expr.ExprError as exc:
+                errors.add(f"{prefix}{where}launch", str(exc))
+
+
+def with_candidate_launch(spec: Spec, candidate: Mapping[str, Any] | None) -> Spec:
+    """``spec`` with its ``candidate`` field replaced (a rewrite's own launch settings). Raises :class:`SpecError`."""
+    data = spec.to_json()
+    data.pop("candidate", None)
+    if candidate:
+        data["candidate"] = dict(candidate)
+    return parse_spec(data, spec.base_dir)
+
+
+# --- in-source form -------------------------------------------------------------------------
+
+_MARKER = re.compile(r"^\s*//\s*kernel-lsp:\s*spec\b(.*)$")
+_LINE_COMMENT = re.compile(r"^\s*//(.*)$")
+_GLOBAL_NAME = re.compile(r"__global__[^;{(]*?\b([A-Za-z_]\w*)\s*\(", re.S)
+
+
+@dataclass(frozen=True)
+class InlineSpec:
+    line: int
+    """0-based line of the ``// kernel-lsp: spec`` marker."""
+    kernel: str | None
+    """The kernel the block sits above (the next ``__global__`` function)."""
+    data: Mapping[str, Any] | None
+    """The JSON object with ``kernel`` filled in; None when ``error`` is set."""
+    error: str | None
+
+
+def find_inline_specs(source: str) -> tuple[InlineSpec, ...]:
+    """Every ``// kernel-lsp: spec {...}`` block in ``source``, with its kernel."""
+    lines = source.splitlines()
+    found: list[InlineSpec] = []
+    i = 0
+    while i < len(lines):
+        marker = _MARKER.match(lines[i])
+        if marker is None:
+            i += 1
+            continue
+        start = i
+        parts = [marker.group(1)]
+        i += 1
+        while i < len(lines) and (m := _LINE_COMMENT.match(lines[i])) and not _MARKER.match(lines[i]):
+            parts.append(m.group(1))
+            i += 1
+        rest = "\n".join(lines[i:])
+        name = _GLOBAL_NAME.search(rest)
+        kernel = name.group(1) if name else None
+        text = "\n".join(parts).strip()
+        try:
+            data = json.loads(text)
+            if not isinstance(data, dict):
+                raise ValueError("the in-source spec must be a JSON object")
+            data.setdefault("kernel", kernel)
+            found.append(InlineSpec(start, kernel, data, None))
+        except ValueError as exc:
+            found.append(InlineSpec(start, kernel, None, f"line {start + 1}: in-source spec is not a JSON object: {exc}"))
+    return tuple(found)
+
+
+def inline_spec(source: str, kernel: str, base_dir: str | None = None) -> Spec | None:
+    """The in-source spec of ``kernel``, or None when it has none. Raises :class:`SpecError`."""
+    for found in find_inline_specs(source):
+        if found.kernel == kernel or (found.data and found.data.get("kernel") == kernel):
+            if found.error:
+                raise SpecError([found.error])
+            return parse_spec(found.data, base_dir)  # type: ignore[arg-type]
+    return None

@@ -1,0 +1,299 @@
+"""The server object, its shared state, the hook lists and the error guard.
+
+Feature modules (``hover``, ``symbols``, …, and later ``profiling`` and
+``code_actions``) receive a :class:`KernelLspServer` in ``register(server)`` and
+reach everything through ``server.state`` (a :class:`ServerState`).
+
+Hook lists live on the state (one set per server, so several servers in one
+process do not share them); a module appends to them in ``register``:
+
+* ``state.diagnostic_sources`` — ``fn(state, doc) -> list[Diagnostic]``; every
+  publication for a document concatenates all sources, so a module adds its
+  own diagnostics without replacing the compiler's.
+* ``state.on_open``, ``on_change``, ``on_save``, ``on_close`` — ``fn(state, doc)``
+  called on the event loop after the document state is updated (start jobs
+  here; do not block).
+* ``state.on_settings`` — ``fn(state)`` after the settings changed.
+* ``state.hover_sections`` — ``fn(ctx: hover.HoverContext) -> str | None``: extra
+  Markdown sections appended to a kernel or launch hover.
+* ``state.lens_parts`` — ``fn(state, doc, function) -> str | None``: extra text
+  appended to a kernel's code lens (e.g. a measured time).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+import itertools
+import json
+import logging
+import os
+from collections.abc import Awaitable, Callable
+from typing import Any, TypeVar
+
+from lsprotocol import types
+from pygls.lsp.server import LanguageServer
+from pygls.protocol import LanguageServerProtocol
+
+from kernel_lsp import __version__
+from kernel_lsp.config import Settings
+from kernel_lsp.server.documents import DocumentState, DocumentStore
+from kernel_lsp.services.compile_db import CompileDb
+from kernel_lsp.services.jobs import JobManager
+
+log = logging.getLogger(__name__)
+
+#: Environment variable: when "1", handler errors are re-raised (tests see bugs).
+RAISE_ENV = "KERNEL_LSP_RAISE"
+
+DiagnosticSource = Callable[["ServerState", DocumentState], list[types.Diagnostic]]
+DocumentHook = Callable[["ServerState", DocumentState], None]
+
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+
+class ServerState:
+    """Everything the feature modules share; lives as long as the server."""
+
+    def __init__(self, server: KernelLspServer) -> None:
+        self.server = server
+        self.settings: Settings = Settings()
+        """The resolved settings (defaults < user file < workspace < initializationOptions)."""
+        self.documents = DocumentStore()
+        self.compile_db = CompileDb()
+        self.jobs = JobManager(post=self.post, on_error=self._job_failed)
+        """Background work: see :mod:`kernel_lsp.services.jobs`."""
+        self.workspace_root: str | None = None
+        self.init_options: dict[str, Any] = {}
+        self.workspace_settings: dict[str, Any] | None = None
+        self.supports_progress = False
+        """The client accepts server-initiated ``window/workDoneProgress``."""
+        self.supports_code_lens_refresh = False
+        self.supports_inlay_hint_refresh = False
+        self.supports_configuration = False
+        self.loop: asyncio.AbstractEventLoop | None = None
+        self.diagnostic_sources: list[DiagnosticSource] = []
+        self.on_open: list[DocumentHook] = []
+        self.on_change: list[DocumentHook] = []
+        self.on_save: list[DocumentHook] = []
+        self.on_close: list[DocumentHook] = []
+        self.on_settings: list[Callable[[ServerState], None]] = []
+        self.hover_sections: list[Callable[[Any], str | None]] = []
+        self.lens_parts: list[Callable[[ServerState, DocumentState, Any], str | None]] = []
+        self._shown_once: set[str] = set()
+        self._progress_ids = itertools.count(1)
+
+    def run_hooks(self, hooks: list[Callable[..., None]], *args: Any) -> None:
+        """Call each hook; one that raises is logged (re-raised under tests) and the rest still run."""
+        for hook in hooks:
+            try:
+                hook(self, *args)
+            except Exception:
+                if os.environ.get(RAISE_ENV) == "1":
+                    raise
+                log.exception("hook %s failed", getattr(hook, "__name__", hook))
+
+    # --- threads -------------------------------------------------------
+    def post(self, fn: Callable[[], None]) -> None:
+        """Run ``fn`` on the event loop (safe from any thread)."""
+        loop = self.loop
+        if loop is None or loop.is_closed():
+            raise RuntimeError("no event loop")
+        loop.call_soon_threadsafe(_guarded_call, fn)
+
+    def _job_failed(self, key: Any, exc: BaseException) -> None:
+        self.post(lambda: self.show(f"kernel-lsp: {key.kind} failed: {exc}", types.MessageType.Error))
+
+    # --- messages to the user ------------------------------------------
+    def show(self, message: str, kind: types.MessageType = types.MessageType.Warning, *, once_key: str | None = None) -> None:
+        """``window/showMessage`` (at most once per ``once_key``), also logged."""
+        if once_key is not None:
+            if once_key in self._shown_once:
+                return
+            self._shown_once.add(once_key)
+        log.log(logging.ERROR if kind == types.MessageType.Error else logging.WARNING, "%s", message)
+        self.server.window_show_message(types.ShowMessageParams(type=kind, message=message))
+
+    # --- diagnostics ---------------------------------------------------
+    def publish_diagnostics(self, doc: DocumentState) -> None:
+        """Send the union of every diagnostic source for ``doc`` (event loop only)."""
+        diagnostics: list[types.Diagnostic] = []
+        for source in self.diagnostic_sources:
+            try:
+                diagnostics.extend(source(self, doc))
+            except Exception:
+                if os.environ.get(RAISE_ENV) == "1":
+                    raise
+                log.exception("diagnostic source %s failed", getattr(source, "__name__", source))
+        self.server.text_document_publish_diagnostics(
+            types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diagnostics, version=doc.version)
+        )
+
+    def refresh_views(self) -> None:
+        """Ask the client to re-request code lenses and inlay hints (results changed)."""
+        if self.supports_code_lens_refresh:
+            self.server.workspace_code_lens_refresh(None)
+        if self.supports_inlay_hint_refresh:
+            self.server.workspace_inlay_hint_refresh(None)
+
+    # --- progress ------------------------------------------------------
+    def progress_factory(self) -> Callable[[], LspProgress] | None:
+        """For :meth:`JobManager.submit`: None when the client has no progress support."""
+        if not self.supports_progress:
+            return None
+        return lambda: LspProgress(self, f"kernel-lsp-{next(self._progress_ids)}")
+
+
+class LspProgress:
+    """A :class:`kernel_lsp.services.jobs.Progress` that sends ``$/progress``.
+
+    Called from worker threads; every step is chained on the event loop so that
+    ``begin`` is sent only after the client acknowledged the token, and
+    ``report``/``end`` after ``begin``.
+    """
+
+    def __init__(self, state: ServerState, token: str) -> None:
+        self._state = state
+        self._token = token
+        self._last: asyncio.Future[Any] | None = None
+
+    def _chain(self, step: Callable[[], Awaitable[Any] | None]) -> None:
+        def schedule() -> None:
+            previous = self._last
+
+            async def run() -> None:
+                if previous is not None:
+                    await asyncio.gather(previous, return_exceptions=True)
+                result = step()
+                if result is not None:
+                    await result
+
+            self._last = asyncio.ensure_future(run())
+
+        try:
+            self._state.post(schedule)
+        except RuntimeError:
+            log.debug("progress %s dropped: loop closed", self._token)
+
+    def begin(self, title: str, message: str | None = None) -> None:
+        server = self._state.server
+
+        async def create_and_begin() -> None:
+            try:
+                await server.work_done_progress.create_async(self._token)
+            except Exception as exc:  # the client refused the token: no progress, work goes on
+                log.info("work done progress refused: %s", exc)
+            server.work_done_progress.begin(
+                self._token, types.WorkDoneProgressBegin(title=title, message=message, cancellable=False)
+            )
+
+        self._chain(create_and_begin)
+
+    def report(self, message: str | None = None, percentage: int | None = None) -> None:
+        progress = self._state.server.work_done_progress
+        self._chain(lambda: progress.report(self._token, types.WorkDoneProgressReport(message=message, percentage=percentage)))
+
+    def end(self, message: str | None = None) -> None:
+        progress = self._state.server.work_done_progress
+        self._chain(lambda: progress.end(self._token, types.WorkDoneProgressEnd(message=message)))
+
+
+def _guarded_call(fn: Callable[[], None]) -> None:
+    try:
+        fn()
+    except Exception:
+        if os.environ.get(RAISE_ENV) == "1":
+            raise
+        log.exception("callback on the event loop failed")
+
+
+class RawJson:
+    """A handler result that is already JSON text (sent as is, not converted again).
+
+    Big answers that are cached per document version (the symbol outline of a
+    10,000-line file is ~300 KB) would otherwise be converted by cattrs and
+    encoded again on every request.
+    """
+
+    __slots__ = ("text",)
+
+    def __init__(self, value: Any) -> None:
+        self.text = json.dumps(value, separators=(",", ":"))
+
+
+class KernelLspProtocol(LanguageServerProtocol):
+    """pygls's protocol plus :class:`RawJson` results.
+
+    Relies on pygls 2's ``_send_response``/``_result_types``/``writer`` (pinned to
+    pygls < 3 in pyproject.toml); any other result takes pygls's own path.
+    """
+
+    def _send_response(self, msg_id: Any, result: Any = None, error: Any = None) -> None:
+        if error is not None or not isinstance(result, RawJson) or self.writer is None:
+            super()._send_response(msg_id, result, error)
+            return
+        self._result_types.pop(msg_id, None)
+        body = '{"jsonrpc":"2.0","id":%s,"result":%s}' % (json.dumps(msg_id), result.text)
+        data = body.encode("utf-8")
+        if self._include_headers:
+            data = b"Content-Length: %d\r\nContent-Type: %s; charset=%s\r\n\r\n" % (
+                len(data), self.CONTENT_TYPE.encode(), self.CHARSET.encode()) + data
+        try:
+            written = self.writer.write(data)
+            if inspect.isawaitable(written):
+                asyncio.ensure_future(written)
+        except BrokenPipeError:
+            log.error("cannot send the response: the client closed the connection")
+
+
+class KernelLspServer(LanguageServer):
+    state: ServerState
+
+    def __init__(self) -> None:
+        super().__init__(
+            "kernel-lsp",
+            __version__,
+            text_document_sync_kind=types.TextDocumentSyncKind.Incremental,
+            protocol_cls=KernelLspProtocol,
+        )
+        self.state = ServerState(self)
+
+
+def guarded(state: ServerState, empty: Any = None, what: str = "request") -> Callable[[F], F]:
+    """Decorator for handlers: log a traceback, tell the user, answer ``empty``.
+
+    With ``KERNEL_LSP_RAISE=1`` (tests) the exception propagates instead, so a
+    bug fails the test rather than hiding behind an empty answer.
+    """
+
+    def wrap(fn: F) -> F:
+        def handle(exc: Exception) -> Any:
+            if os.environ.get(RAISE_ENV) == "1":
+                raise exc
+            log.exception("%s %s failed", what, fn.__name__)
+            state.show(f"kernel-lsp: {what} failed ({type(exc).__name__}: {exc}); see the server log.",
+                            types.MessageType.Error, once_key=f"{fn.__name__}:{type(exc).__name__}")
+            return empty() if callable(empty) else empty
+
+        if asyncio.iscoroutinefunction(fn):
+            @functools.wraps(fn)
+            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+                try:
+                    return await fn(*args, **kwargs)
+                except Exception as exc:
+                    return handle(exc)
+
+            return async_wrapper  # type: ignore[return-value]
+
+        @functools.wraps(fn)
+        def wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return fn(*args, **kwargs)
+            except Exception as exc:
+                return handle(exc)
+
+        return wrapper  # type: ignore[return-value]
+
+    return wrap

@@ -1,0 +1,112 @@
+"""``textDocument/codeLens``: one lens per kernel with what is known of its resources.
+
+Text: ``32 regs · 1024 B smem · no spills · occupancy 75% @256 (registers)``,
+each part present only when known (a kernel with nothing known gets no lens).
+Clicking runs ``kernelLsp.kernelReport``, which shows the kernel's full report
+(the hover's content as plain text) in a message: a lens never does nothing.
+Modules add parts through ``state.lens_parts``.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from lsprotocol import types
+
+from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
+from kernel_lsp.server.convert import to_range
+from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.services.kernel_report import KernelFacts, kernel_facts, report
+
+log = logging.getLogger(__name__)
+
+REPORT_COMMAND = "kernelLsp.kernelReport"
+
+
+def lens_text(facts: KernelFacts) -> str | None:
+    parts: list[str] = []
+    usage = facts.resources
+    if usage is not None:
+        if usage.registers is not None:
+            parts.append(f"{usage.registers} regs")
+        if usage.shared_bytes:
+            parts.append(f"{usage.shared_bytes} B smem")
+        spilled = (usage.spill_stores_bytes or 0) + (usage.spill_loads_bytes or 0)
+        if usage.spill_stores_bytes is not None:
+            parts.append(f"spills {usage.spill_stores_bytes} B st / {usage.spill_loads_bytes} B ld" if spilled else "no spills")
+    first = facts.first_occupancy
+    if first is not None and first.occupancy is not None:
+        parts.append(
+            f"occupancy {first.occupancy.occupancy_pct:.0f}% @{first.block_threads} ({first.occupancy.limiter})"
+        )
+    return " · ".join(parts) if parts else None
+
+
+def kernel_report_text(facts: KernelFacts) -> str:
+    lines = [facts.function.signature]
+    text = lens_text(facts)
+    lines.append(text or "no resource data yet (the file has not compiled)")
+    for lf in facts.launches:
+        where = f"launch at line {lf.launch.span.start.line + 1}"
+        if lf.occupancy is not None:
+            lines.append(f"{where}: block {lf.block_threads} -> occupancy {lf.occupancy.occupancy_pct:.0f}% "
+                         f"(limiter: {lf.occupancy.limiter})")
+        else:
+            lines.append(f"{where}: block {lf.launch.block}" + ("" if lf.block_threads is None else f" = {lf.block_threads}"))
+    return "\n".join(lines)
+
+
+def code_lenses(state: ServerState, doc: DocumentState) -> list[types.CodeLens]:
+    index = doc.index()
+    lenses: list[types.CodeLens] = []
+    for facts in report(index, doc.compile, state.settings.arch):
+        fn = facts.function
+        parts = [lens_text(facts)]
+        for extra in state.lens_parts:
+            try:
+                parts.append(extra(state, doc, fn))
+            except Exception:
+                if os.environ.get(RAISE_ENV) == "1":
+                    raise
+                log.exception("lens part %s failed", getattr(extra, "__name__", extra))
+        title = " · ".join(p for p in parts if p)
+        if not title:
+            continue
+        lenses.append(types.CodeLens(
+            range=to_range(doc.parsed, fn.name_span),
+            command=types.Command(title=title, command=REPORT_COMMAND, arguments=[doc.uri, fn.name]),
+        ))
+    return lenses
+
+
+def register(server: KernelLspServer) -> None:
+    state = server.state
+
+    @server.feature(types.TEXT_DOCUMENT_CODE_LENS, types.CodeLensOptions(resolve_provider=False))
+    @guarded(state, empty=list, what="codeLens")
+    async def code_lens(params: types.CodeLensParams) -> list[types.CodeLens]:
+        doc = state.documents.get(params.text_document.uri)
+        if doc is None:
+            return []
+        async with doc.lock:
+            await doc.index_async()
+            return await doc.off_loop(lambda: code_lenses(state, doc))
+
+    @server.command(REPORT_COMMAND)
+    @guarded(state, what=REPORT_COMMAND)
+    async def kernel_report(uri: str, kernel: str) -> str | None:
+        doc = state.documents.get(uri)
+        if doc is None:
+            state.show(f"kernel-lsp: {uri} is not open", types.MessageType.Warning)
+            return None
+        async with doc.lock:
+            index = await doc.index_async()
+            fn = index.function(kernel)
+            if fn is None:
+                state.show(f"kernel-lsp: no kernel named {kernel} in this file", types.MessageType.Warning)
+                return None
+            text = kernel_report_text(kernel_facts(index, fn, doc.compile, state.settings.arch))
+        state.show(text, types.MessageType.Info)
+        return text
+

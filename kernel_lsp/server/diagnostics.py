@@ -1,0 +1,150 @@
+"""Compiler diagnostics: nvcc on open and save (debounced), published as ``publishDiagnostics``.
+
+The compile runs as a ``compile`` job (see :mod:`kernel_lsp.services.jobs`) on
+the document's text at that moment; its result is attached to the document and
+published only if the document is still at that version. Messages about the
+document get its own ranges; messages about an included file are shown on the
+document's first line with the file named, so they are not lost. Syntax errors
+found by tree-sitter are added at hint severity (tree-sitter-cuda misreads some
+macro-heavy code, so they must not look like compiler errors).
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+
+from lsprotocol import types
+
+from kernel_lsp.server.base import KernelLspServer, ServerState
+from kernel_lsp.server.convert import line_range, to_range
+from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.services import toolchain
+from kernel_lsp.services.jobs import JobKey
+
+log = logging.getLogger(__name__)
+
+SOURCE = "nvcc"
+
+_SEVERITY = {
+    "fatal": types.DiagnosticSeverity.Error,
+    "error": types.DiagnosticSeverity.Error,
+    "warning": types.DiagnosticSeverity.Warning,
+    "remark": types.DiagnosticSeverity.Information,
+    "note": types.DiagnosticSeverity.Information,
+}
+
+
+def _same_file(a: str | None, b: str | None) -> bool:
+    if a is None or b is None:
+        return False
+    return os.path.realpath(a) == os.path.realpath(b)
+
+
+def compiler_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Diagnostic]:
+    result = doc.compile
+    if result is None:
+        return []
+    out: list[types.Diagnostic] = []
+    for message in result.messages:
+        severity = _SEVERITY.get(message.severity, types.DiagnosticSeverity.Warning)
+        code = message.code if message.code else None
+        if _same_file(message.file, doc.path) and message.line is not None:
+            rng = line_range(doc.parsed, message.line - 1, message.column_byte)
+            text = message.message
+        else:
+            where = f"{message.file}:{message.line}" if message.line is not None else (message.file or "nvcc")
+            rng = line_range(doc.parsed, 0)
+            text = f"{where}: {message.message}"
+        out.append(types.Diagnostic(range=rng, message=text, severity=severity, source=SOURCE, code=code))
+    return out
+
+
+def syntax_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Diagnostic]:
+    # Only from an index that already exists or is cheap: publishing runs on the event loop.
+    index = doc.cached("index")
+    if index is None and not doc.big and not doc.lock.locked():
+        index = doc.index()
+    if index is None:
+        return []
+    return [
+        types.Diagnostic(
+            range=to_range(doc.parsed, error.span),
+            message=error.message,
+            severity=types.DiagnosticSeverity.Hint,
+            source="kernel-lsp (tree-sitter)",
+        )
+        for error in index.syntax_errors[:50]
+    ]
+
+
+def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float | None = None) -> None:
+    """Queue a compile of ``doc`` at its current version (a newer request replaces an older one)."""
+    if doc.path is None:
+        return
+    settings = state.settings
+    source = doc.source_bytes
+    version = doc.version
+    path = doc.path
+    uri = doc.uri
+
+    def work(ctx):
+        return toolchain.compile_source(
+            source, path, settings, workspace_root=state.workspace_root, compile_db=state.compile_db, cancel=ctx.cancel
+        )
+
+    def current_version() -> int | None:
+        current = state.documents.get(uri)
+        return current.version if current is not None else None
+
+    def publish(result: toolchain.CompileResult) -> None:
+        current = state.documents.get(uri)
+        if current is None:
+            return
+        current.compile = result
+        current.compile_version = version
+        if result.tool_missing:
+            state.show(f"kernel-lsp: {result.tool_missing}", types.MessageType.Warning, once_key="nvcc-missing")
+        for problem in result.problems:
+            state.show(f"kernel-lsp: {problem}", types.MessageType.Warning,
+                       once_key=None if result.timed_out else f"compile:{problem}")
+        state.publish_diagnostics(current)
+        state.refresh_views()
+
+    state.jobs.submit(
+        JobKey(uri, "compile"),
+        work,
+        publish=publish,
+        version=version,
+        current_version=current_version,
+        delay_s=settings.compile_debounce_ms / 1000.0 if delay_s is None else delay_s,
+        title="nvcc",
+        progress=state.progress_factory(),
+    )
+
+
+def _on_open(state: ServerState, doc: DocumentState) -> None:
+    schedule_compile(state, doc, delay_s=0.0)
+
+
+def _on_save(state: ServerState, doc: DocumentState) -> None:
+    schedule_compile(state, doc)
+
+
+def _on_change(state: ServerState, doc: DocumentState) -> None:
+    if state.settings.compile_on_change:
+        schedule_compile(state, doc)
+
+
+def _on_settings(state: ServerState) -> None:
+    for doc in state.documents.all():
+        schedule_compile(state, doc)
+
+
+def register(server: KernelLspServer) -> None:
+    state = server.state
+    state.diagnostic_sources[:0] = [compiler_diagnostics, syntax_diagnostics]
+    state.on_open.append(_on_open)
+    state.on_save.append(_on_save)
+    state.on_change.append(_on_change)
+    state.on_settings.append(_on_settings)

@@ -1,0 +1,137 @@
+"""Per-document state: source, version, parse tree, cached index, last compile.
+
+Ownership: a :class:`DocumentState` is mutated only on the event loop, under
+its ``lock`` (an :class:`asyncio.Lock`, taken in message order, so edits apply in
+the order the client sent them). Work that runs on other threads (the index
+builder, the compiler) reads immutable snapshots: ``source_bytes`` is a
+``bytes`` object that edits replace rather than change.
+
+Everything derived from the text is cached per version through :meth:`memo`, so
+a second ``documentSymbol`` or a hover at the same version costs a dict look-up.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+import threading
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from typing import Any, TypeVar
+
+from pygls.uris import to_fs_path
+
+from kernel_lsp.core.index import IncrementalIndexer, KernelIndex
+from kernel_lsp.core.parse import ParsedDocument
+
+log = logging.getLogger(__name__)
+
+T = TypeVar("T")
+
+#: Source size above which parsing and indexing run on a worker thread, in bytes.
+#: Below it, the thread hop costs more than the work.
+OFFLOAD_BYTES = 256 * 1024
+
+
+@dataclass
+class DocumentState:
+    uri: str
+    version: int | None
+    parsed: ParsedDocument
+    path: str | None
+    """Filesystem path of the document (None for non-file URIs)."""
+    language_id: str = "cuda"
+    lock: asyncio.Lock = field(default_factory=asyncio.Lock)
+    compile: Any = None
+    """The last published :class:`~kernel_lsp.services.toolchain.CompileResult`, or None."""
+    compile_version: int | None = None
+    """The document version ``compile`` was made from."""
+    indexer: IncrementalIndexer = field(default_factory=IncrementalIndexer)
+    """Reuses the analysis of functions an edit did not touch."""
+    extra: dict[str, Any] = field(default_factory=dict)
+    """Free slot for feature modules (profiling results, …), keyed by module name."""
+    _memo: dict[str, tuple[int | None, Any]] = field(default_factory=dict)
+    _memo_lock: threading.Lock = field(default_factory=threading.Lock)
+
+    @property
+    def source_bytes(self) -> bytes:
+        return self.parsed.source_bytes
+
+    @property
+    def big(self) -> bool:
+        return len(self.parsed.source_bytes) > OFFLOAD_BYTES
+
+    def text(self) -> str:
+        return self.memo("text", lambda: self.parsed.text)
+
+    def memo(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()`` once per document version under ``key``."""
+        version = self.version
+        hit = self._memo.get(key)
+        if hit is not None and hit[0] == version:
+            return hit[1]
+        value = compute()
+        with self._memo_lock:
+            self._memo[key] = (version, value)
+        return value
+
+    def cached(self, key: str) -> Any | None:
+        """The memoised value for the current version, or None."""
+        hit = self._memo.get(key)
+        return hit[1] if hit is not None and hit[0] == self.version else None
+
+    def index(self) -> KernelIndex:
+        """The kernel index of the current version (built at most once per version)."""
+        return self.memo("index", lambda: self.indexer.index(self.parsed))
+
+    async def off_loop(self, fn: Callable[[], T]) -> T:
+        """``fn()`` inline for a small document, on a worker thread for a big one."""
+        if not self.big:
+            return fn()
+        return await asyncio.get_running_loop().run_in_executor(None, fn)
+
+    async def index_async(self) -> KernelIndex:
+        """The index, built on a worker thread when the document is big."""
+        hit = self.cached("index")
+        if hit is not None:
+            return hit
+        if not self.big:
+            return self.index()
+        return await asyncio.get_running_loop().run_in_executor(None, self.index)
+
+
+def uri_to_path(uri: str) -> str | None:
+    try:
+        return to_fs_path(uri)
+    except Exception:  # pygls raises on malformed URIs; such documents just get no compile
+        return None
+
+
+class DocumentStore:
+    """Open documents by URI."""
+
+    def __init__(self) -> None:
+        self._docs: dict[str, DocumentState] = {}
+
+    def get(self, uri: str) -> DocumentState | None:
+        return self._docs.get(uri)
+
+    def all(self) -> tuple[DocumentState, ...]:
+        return tuple(self._docs.values())
+
+    async def open(self, uri: str, text: str, version: int | None, language_id: str = "cuda") -> DocumentState:
+        existing = self._docs.get(uri)
+        placeholder = existing or DocumentState(uri, version, ParsedDocument(b""), uri_to_path(uri), language_id)
+        self._docs[uri] = placeholder
+        async with placeholder.lock:
+            if len(text) > OFFLOAD_BYTES:
+                parsed = await asyncio.get_running_loop().run_in_executor(None, ParsedDocument, text)
+            else:
+                parsed = ParsedDocument(text)
+            placeholder.parsed = parsed
+            placeholder.version = version
+            placeholder.language_id = language_id
+        return placeholder
+
+    def close(self, uri: str) -> DocumentState | None:
+        return self._docs.pop(uri, None)

@@ -1,0 +1,190 @@
+"""``textDocument/hover`` on a kernel name or a launch site: signature, resources, occupancy.
+
+The Markdown is built from :mod:`kernel_lsp.services.kernel_report` (the same
+facts as ``kernel-lsp check``). Other modules add sections through
+``state.hover_sections``: each ``fn(ctx: HoverContext) -> str | None`` gets the
+function and/or launch under the cursor and returns Markdown (or None to add
+nothing); sections are appended in list order after a horizontal rule.
+"""
+
+from __future__ import annotations
+
+import bisect
+import logging
+import os
+from collections.abc import Callable
+from dataclasses import dataclass
+from typing import Any
+
+from lsprotocol import types
+
+from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Point
+from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
+from kernel_lsp.server.convert import to_point, to_range
+from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.services.kernel_report import KernelFacts, LaunchFacts, group_launches, kernel_facts, launch_facts
+
+log = logging.getLogger(__name__)
+
+
+@dataclass(frozen=True)
+class HoverContext:
+    """What a hover section gets."""
+
+    state: ServerState
+    doc: DocumentState
+    index: KernelIndex
+    point: Point
+    function: Function | None
+    """The function whose *name* is under the cursor, or the launched kernel at a launch site."""
+    launch: LaunchSite | None
+    """The launch expression under the cursor, if any."""
+    facts: KernelFacts | None
+
+
+HoverSection = Callable[[HoverContext], "str | None"]
+
+
+def _bytes(value: int | None) -> str:
+    return "?" if value is None else f"{value} B"
+
+
+def resources_markdown(facts: KernelFacts, compile: Any, arch: str) -> str:
+    usage = facts.resources
+    if usage is None:
+        if compile is None:
+            return "_Resources: not compiled yet._"
+        if compile.tool_missing:
+            return "_Resources unknown: nvcc is not available._"
+        if compile.errors:
+            return "_Resources unknown: the last compile failed._"
+        return "_Resources unknown: ptxas reported nothing for this kernel (not instantiated?)._"
+    rows = [
+        ("Registers", "?" if usage.registers is None else f"{usage.registers} per thread"),
+        ("Spills", f"{_bytes(usage.spill_stores_bytes)} stores, {_bytes(usage.spill_loads_bytes)} loads"),
+        ("Shared memory", f"{_bytes(usage.shared_bytes)} static"),
+        ("Stack", _bytes(usage.stack_bytes)),
+    ]
+    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
+    return f"**Resources** ({arch}, ptxas)\n\n| | |\n|---|---|\n{table}"
+
+
+def occupancy_line(lf: LaunchFacts) -> str:
+    where = f"line {lf.launch.span.start.line + 1}"
+    if lf.block_threads is None:
+        return f"- {where}: block `{lf.launch.block}` — size not a constant, occupancy unknown"
+    if lf.occupancy is None:
+        return f"- {where}: block {lf.block_threads} threads — occupancy needs register counts"
+    occ = lf.occupancy
+    smem = f", {lf.dynamic_shared_bytes} B dynamic smem" if lf.dynamic_shared_bytes else ""
+    return f"- {where}: block {lf.block_threads}{smem} → **{occ.occupancy_pct:.0f}%** occupancy (limiter: {occ.limiter})"
+
+
+def hover_markdown(ctx: HoverContext) -> str:
+    parts: list[str] = []
+    fn = ctx.function
+    compile = ctx.doc.compile
+    arch = ctx.state.settings.arch
+    if fn is not None:
+        parts.append(f"```cuda\n{fn.signature}\n```")
+    elif ctx.launch is not None:
+        parts.append(f"```cuda\n{ctx.launch.kernel}<<<{ctx.launch.grid}, {ctx.launch.block}>>>\n```")
+        parts.append("_The launched kernel is not defined in this file._")
+    facts = ctx.facts
+    if facts is not None and fn is not None and fn.is_kernel:
+        parts.append(resources_markdown(facts, compile, arch))
+        launches = facts.launches
+        if ctx.launch is not None:
+            launches = tuple(lf for lf in launches if lf.launch == ctx.launch) or (
+                launch_facts(ctx.index, ctx.launch, facts.resources, arch),
+            )
+        if launches:
+            parts.append("**Occupancy** (theoretical)\n\n" + "\n".join(occupancy_line(lf) for lf in launches))
+    elif fn is not None and fn.qualifier:
+        parts.append(f"_{fn.qualifier} function: resources are counted in the kernels that call it._")
+    return "\n\n".join(parts)
+
+
+class Lookup:
+    """Position -> function name or launch, by bisection over byte offsets (built once per version)."""
+
+    def __init__(self, index: KernelIndex) -> None:
+        names = sorted(index.functions, key=lambda f: f.name_span.start_byte)
+        self._name_starts = [f.name_span.start_byte for f in names]
+        self._names = names
+        launches = sorted(index.launches, key=lambda launch: launch.span.start_byte)
+        self._launch_starts = [launch.span.start_byte for launch in launches]
+        self._launches = launches
+        self.launches_by_kernel = group_launches(index)
+        self.by_name: dict[str, Function] = {}
+        for fn in index.functions:
+            # The first definition wins, as in KernelIndex.function.
+            self.by_name.setdefault(fn.name, fn)
+
+    def function_name_at(self, offset: int) -> Function | None:
+        i = bisect.bisect_right(self._name_starts, offset) - 1
+        if i >= 0 and offset <= self._names[i].name_span.end_byte:
+            return self._names[i]
+        return None
+
+    def launch_at(self, offset: int) -> LaunchSite | None:
+        i = bisect.bisect_right(self._launch_starts, offset) - 1
+        # Launches do not nest in practice, but a launch argument may hold a lambda: look back a little.
+        for j in range(i, max(i - 4, -1), -1):
+            if offset <= self._launches[j].span.end_byte:
+                return self._launches[j]
+        return None
+
+
+def context_at(state: ServerState, doc: DocumentState, index: KernelIndex, point: Point) -> HoverContext | None:
+    lookup = doc.memo("hover-lookup", lambda: Lookup(index))
+    offset = doc.parsed.byte_offset(point.line, point.column_byte)
+    launch = lookup.launch_at(offset)
+    if launch is not None:
+        fn = lookup.by_name.get(launch.kernel.rsplit("::", 1)[-1])
+    else:
+        fn = lookup.function_name_at(offset)
+        if fn is None:
+            return None
+    facts = None
+    if fn is not None and fn.is_kernel:
+        launches = lookup.launches_by_kernel.get(fn.name, ())
+        facts = kernel_facts(index, fn, doc.compile, state.settings.arch, launches=launches)
+    return HoverContext(state, doc, index, point, fn, launch, facts)
+
+
+def hover_at(state: ServerState, doc: DocumentState, index: KernelIndex, position: types.Position) -> types.Hover | None:
+    point = to_point(doc.parsed, position)
+    ctx = context_at(state, doc, index, point)
+    if ctx is None:
+        return None
+    sections = [hover_markdown(ctx)]
+    for section in state.hover_sections:
+        try:
+            text = section(ctx)
+        except Exception:
+            if os.environ.get(RAISE_ENV) == "1":
+                raise
+            log.exception("hover section %s failed", getattr(section, "__name__", section))
+            continue
+        if text:
+            sections.append(text)
+    span = ctx.launch.kernel_span if ctx.launch is not None else ctx.function.name_span  # type: ignore[union-attr]
+    return types.Hover(
+        contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(sections)),
+        range=to_range(doc.parsed, span),
+    )
+
+
+def register(server: KernelLspServer) -> None:
+    state = server.state
+
+    @server.feature(types.TEXT_DOCUMENT_HOVER)
+    @guarded(state, what="hover")
+    async def hover(params: types.HoverParams) -> types.Hover | None:
+        doc = state.documents.get(params.text_document.uri)
+        if doc is None:
+            return None
+        async with doc.lock:
+            index = await doc.index_async()
+            return hover_at(state, doc, index, params.position)

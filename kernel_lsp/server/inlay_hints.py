@@ -1,0 +1,64 @@
+"""``textDocument/inlayHint``: resource usage after each kernel's name, occupancy after each launch.
+
+``__global__ void saxpy(…)`` gets ``32 regs · 1 KiB smem`` (and spills when there
+are any) right after its name; ``saxpy<<<g, 256>>>(…)`` gets ``occ 75% (registers)``
+after the launch. Only known values are shown; before a compile there are no
+hints (the code lens says the same more visibly).
+"""
+
+from __future__ import annotations
+
+from lsprotocol import types
+
+from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
+from kernel_lsp.server.convert import to_position
+from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.services.kernel_report import report
+
+
+def _in_range(position: types.Position, rng: types.Range) -> bool:
+    return (rng.start.line, rng.start.character) <= (position.line, position.character) <= (rng.end.line, rng.end.character)
+
+
+def inlay_hints(state: ServerState, doc: DocumentState, rng: types.Range) -> list[types.InlayHint]:
+    index = doc.index()
+    hints: list[types.InlayHint] = []
+    for facts in report(index, doc.compile, state.settings.arch):
+        fn = facts.function
+        usage = facts.resources
+        if usage is not None and usage.registers is not None:
+            label = f"{usage.registers} regs"
+            if usage.shared_bytes:
+                label += f" · {usage.shared_bytes} B smem"
+            if usage.spill_stores_bytes or usage.spill_loads_bytes:
+                label += f" · spills {usage.spill_stores_bytes or 0}/{usage.spill_loads_bytes or 0} B"
+            position = to_position(doc.parsed, fn.name_span.end)
+            if _in_range(position, rng):
+                hints.append(types.InlayHint(position=position, label=label, padding_left=True,
+                                             kind=types.InlayHintKind.Type))
+        for lf in facts.launches:
+            if lf.occupancy is None:
+                continue
+            position = to_position(doc.parsed, lf.launch.span.end)
+            if _in_range(position, rng):
+                hints.append(types.InlayHint(
+                    position=position,
+                    label=f"occ {lf.occupancy.occupancy_pct:.0f}% ({lf.occupancy.limiter})",
+                    padding_left=True,
+                    kind=types.InlayHintKind.Parameter,
+                ))
+    return hints
+
+
+def register(server: KernelLspServer) -> None:
+    state = server.state
+
+    @server.feature(types.TEXT_DOCUMENT_INLAY_HINT)
+    @guarded(state, empty=list, what="inlayHint")
+    async def inlay_hint(params: types.InlayHintParams) -> list[types.InlayHint]:
+        doc = state.documents.get(params.text_document.uri)
+        if doc is None:
+            return []
+        async with doc.lock:
+            await doc.index_async()
+            return await doc.off_loop(lambda: inlay_hints(state, doc, params.range))

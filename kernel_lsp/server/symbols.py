@@ -1,0 +1,146 @@
+"""``textDocument/documentSymbol``: kernels and device functions, hierarchical.
+
+Each ``__global__``/``__device__`` function is a symbol (kernels as Function,
+device functions as Method so outlines tell them apart); its ``__shared__``
+declarations and the launches inside it (dynamic parallelism) are its
+children. Host-side launch sites are not symbols: hover and code lens cover
+them, and listing every launch would double the outline of a big file. Clients
+without hierarchical support get a flat ``SymbolInformation`` list.
+
+Speed: the answer is built as plain JSON values (no lsprotocol objects, no
+cattrs) and cached per document version as :class:`RawJson`, so a repeated
+request costs one write. On an all-ASCII document UTF-8 byte columns are UTF-16
+columns and spans convert without looking at the text.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from lsprotocol import types
+
+from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Span
+from kernel_lsp.core.parse import ParsedDocument
+from kernel_lsp.server.base import KernelLspServer, RawJson, guarded
+from kernel_lsp.server.convert import to_range
+from kernel_lsp.server.documents import DocumentState
+
+_FUNCTION = int(types.SymbolKind.Function)
+_METHOD = int(types.SymbolKind.Method)
+_VARIABLE = int(types.SymbolKind.Variable)
+_EVENT = int(types.SymbolKind.Event)
+
+
+class _Ranges:
+    """Span -> LSP range JSON for one document version."""
+
+    def __init__(self, doc: ParsedDocument) -> None:
+        self._doc = doc
+        self._ascii = doc.source_bytes.isascii()
+
+    def __call__(self, span: Span) -> dict[str, Any]:
+        if self._ascii:
+            return {
+                "start": {"line": span.start.line, "character": span.start.column_byte},
+                "end": {"line": span.end.line, "character": span.end.column_byte},
+            }
+        rng = to_range(self._doc, span)
+        return {
+            "start": {"line": rng.start.line, "character": rng.start.character},
+            "end": {"line": rng.end.line, "character": rng.end.character},
+        }
+
+
+def _launch_symbol(ranges: _Ranges, launch: LaunchSite) -> dict[str, Any]:
+    return {
+        "name": f"{launch.kernel}<<<{launch.grid}, {launch.block}>>>",
+        "detail": "launch",
+        "kind": _EVENT,
+        "range": ranges(launch.span),
+        "selectionRange": ranges(launch.kernel_span),
+    }
+
+
+def _function_symbol(ranges: _Ranges, fn: Function, launches: list[LaunchSite]) -> dict[str, Any]:
+    children = [
+        {
+            "name": shared.name,
+            "detail": f"__shared__ {shared.type_text}" + "".join(f"[{d}]" for d in shared.dims),
+            "kind": _VARIABLE,
+            "range": ranges(shared.span),
+            "selectionRange": ranges(shared.span),
+        }
+        for shared in fn.shared
+    ]
+    if launches:
+        children += [_launch_symbol(ranges, launch) for launch in launches]
+        children.sort(key=lambda s: (s["range"]["start"]["line"], s["range"]["start"]["character"]))
+    symbol: dict[str, Any] = {
+        "name": fn.name,
+        "detail": fn.signature,
+        "kind": _FUNCTION if fn.is_kernel else _METHOD,
+        "range": ranges(fn.span),
+        "selectionRange": ranges(fn.name_span),
+    }
+    if children:
+        symbol["children"] = children
+    return symbol
+
+
+def document_symbols(doc: ParsedDocument, index: KernelIndex) -> list[dict[str, Any]]:
+    """Hierarchical ``DocumentSymbol`` JSON, in source order."""
+    ranges = _Ranges(doc)
+    inner: dict[str, list[LaunchSite]] = {}
+    known = {fn.name for fn in index.functions}
+    for launch in index.launches:
+        if launch.enclosing_function in known:
+            inner.setdefault(launch.enclosing_function, []).append(launch)
+    symbols = []
+    for fn in index.functions:
+        # Overloads share a name: a launch belongs to the overload whose span holds it.
+        mine = [
+            launch for launch in inner.get(fn.name, ())
+            if fn.span.start_byte <= launch.span.start_byte < fn.span.end_byte
+        ]
+        symbols.append(_function_symbol(ranges, fn, mine))
+    symbols.sort(key=lambda s: (s["range"]["start"]["line"], s["range"]["start"]["character"]))
+    return symbols
+
+
+def flat_symbols(uri: str, symbols: list[dict[str, Any]], container: str | None = None) -> list[dict[str, Any]]:
+    """``SymbolInformation`` JSON for clients without hierarchical symbols."""
+    flat: list[dict[str, Any]] = []
+    for symbol in symbols:
+        info: dict[str, Any] = {"name": symbol["name"], "kind": symbol["kind"],
+                                "location": {"uri": uri, "range": symbol["range"]}}
+        if container is not None:
+            info["containerName"] = container
+        flat.append(info)
+        flat += flat_symbols(uri, symbol.get("children", []), symbol["name"])
+    return flat
+
+
+def symbols_answer(doc: DocumentState, index: KernelIndex, hierarchical: bool) -> RawJson:
+    """The encoded answer, computed once per document version."""
+
+    def compute() -> RawJson:
+        symbols = document_symbols(doc.parsed, index)
+        return RawJson(symbols if hierarchical else flat_symbols(doc.uri, symbols))
+
+    return doc.memo("symbols-hierarchical" if hierarchical else "symbols-flat", compute)
+
+
+def register(server: KernelLspServer) -> None:
+    state = server.state
+
+    @server.feature(types.TEXT_DOCUMENT_DOCUMENT_SYMBOL)
+    @guarded(state, empty=list, what="documentSymbol")
+    async def document_symbol(params: types.DocumentSymbolParams) -> RawJson | list[Any]:
+        doc = state.documents.get(params.text_document.uri)
+        if doc is None:
+            return []
+        caps = server.client_capabilities.text_document
+        hierarchical = bool(caps and caps.document_symbol and caps.document_symbol.hierarchical_document_symbol_support)
+        async with doc.lock:
+            index = await doc.index_async()
+            return await doc.off_loop(lambda: symbols_answer(doc, index, hierarchical))

@@ -1,0 +1,79 @@
+"""Text synchronisation: open, incremental change, save, close.
+
+Incremental changes arrive in UTF-16 positions; each is converted with the
+*current* line's bytes (LSP applies a notification's changes in order) and fed
+to :meth:`ParsedDocument.apply_edit`, which reparses incrementally. Big
+documents are edited on a worker thread so the event loop keeps answering.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import logging
+from collections.abc import Sequence
+
+from lsprotocol import types
+
+from kernel_lsp.core.parse import ParsedDocument
+from kernel_lsp.server.base import KernelLspServer, guarded
+from kernel_lsp.server.convert import line_bytes, utf16_to_byte
+
+log = logging.getLogger(__name__)
+
+
+def apply_changes(parsed: ParsedDocument, changes: Sequence[types.TextDocumentContentChangeEvent]) -> None:
+    for change in changes:
+        if isinstance(change, types.TextDocumentContentChangePartial):
+            start, end = change.range.start, change.range.end
+            parsed.apply_edit(
+                start.line,
+                utf16_to_byte(line_bytes(parsed, start.line), start.character),
+                end.line,
+                utf16_to_byte(line_bytes(parsed, end.line), end.character),
+                change.text,
+            )
+        else:
+            parsed.replace_all(change.text)
+
+
+def register(server: KernelLspServer) -> None:
+    state = server.state
+
+    @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
+    @guarded(state, what="didOpen")
+    async def did_open(params: types.DidOpenTextDocumentParams) -> None:
+        item = params.text_document
+        doc = await state.documents.open(item.uri, item.text, item.version, item.language_id)
+        state.run_hooks(state.on_open, doc)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
+    @guarded(state, what="didChange")
+    async def did_change(params: types.DidChangeTextDocumentParams) -> None:
+        doc = state.documents.get(params.text_document.uri)
+        if doc is None:
+            log.warning("didChange for a document that is not open: %s", params.text_document.uri)
+            return
+        async with doc.lock:
+            if doc.big:
+                await asyncio.get_running_loop().run_in_executor(None, apply_changes, doc.parsed, params.content_changes)
+            else:
+                apply_changes(doc.parsed, params.content_changes)
+            doc.version = params.text_document.version
+        state.run_hooks(state.on_change, doc)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
+    @guarded(state, what="didSave")
+    def did_save(params: types.DidSaveTextDocumentParams) -> None:
+        doc = state.documents.get(params.text_document.uri)
+        if doc is not None:
+            state.run_hooks(state.on_save, doc)
+
+    @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
+    @guarded(state, what="didClose")
+    def did_close(params: types.DidCloseTextDocumentParams) -> None:
+        uri = params.text_document.uri
+        state.jobs.cancel_uri(uri)
+        doc = state.documents.close(uri)
+        if doc is not None:
+            state.run_hooks(state.on_close, doc)
+        server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))

@@ -1,0 +1,100 @@
+"""The verification child: ``python -m kernel_lsp.services.harness.child JOB.json RESULT.json``.
+
+Started by :func:`kernel_lsp.services.harness.verify.verify` through ``proc.run``
+with a timeout; one child per verification, so a fault poisons only this
+process's CUDA context and a hang is ended by killing it.
+
+JOB.json: ``{"spec": <v1 JSON>, "base_dir": str|null, "kernels": {"original":
+[cubin, entry], "candidate": [cubin, entry]}, "seeds": [int], "timing": {...}
+(TimingOptions fields), "skip_timing": bool}``.
+
+RESULT.json: ``{"status": "done"|"no_gpu"|"error", "message": str, "outcome":
+{reason, errors, warnings, max_abs_error, max_rel_error, samples_ms}, "gpu":
+{...}}``. Timing runs only when correctness passed.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import os
+import sys
+import traceback
+
+import numpy as np
+
+from kernel_lsp.core.inputs import file_names
+from kernel_lsp.core.spec import Spec, parse_spec
+from kernel_lsp.services.harness.protocol import LaunchFailed, Outcome, TimingOptions, check_correctness, measure
+from kernel_lsp.services.proc import ToolMissing, run
+
+
+def load_files(spec: Spec) -> dict[str, np.ndarray]:
+    """The ``file(NAME.npy)`` arrays, relative to the spec's folder."""
+    base = spec.base_dir or "."
+    return {name: np.load(os.path.join(base, name), allow_pickle=False) for name in file_names(spec)}
+
+
+def smi_clocks() -> dict:
+    """Driver version and the clocks nvidia-smi sees now (right after timing); empty when unavailable."""
+    query = "driver_version,clocks.sm,clocks.mem,clocks.max.sm"
+    try:
+        result = run(["nvidia-smi", f"--query-gpu={query}", "--format=csv,noheader,nounits", "-i", "0"], timeout_s=15)
+    except ToolMissing:
+        return {}
+    if not result.ok or not result.stdout.strip():
+        return {}
+    fields = [f.strip() for f in result.stdout.strip().splitlines()[0].split(",")]
+
+    def number(text: str) -> int | None:
+        return int(float(text)) if text.replace(".", "", 1).isdigit() else None
+
+    return {"driver": fields[0], "sm_clock_mhz": number(fields[1]), "mem_clock_mhz": number(fields[2]), "max_sm_clock_mhz": number(fields[3])}
+
+
+def execute(job: dict) -> dict:
+    spec = parse_spec(job["spec"], job.get("base_dir"))
+    files = load_files(spec)
+    kernels = {which: tuple(pair) for which, pair in job["kernels"].items()}
+    from kernel_lsp.services.harness.backend_pycuda import GpuMissing, PycudaBackend
+
+    try:
+        backend = PycudaBackend(kernels)
+    except GpuMissing as exc:
+        return {"status": "no_gpu", "message": str(exc)}
+    except LaunchFailed as exc:
+        return {"status": "done", "outcome": dataclasses.asdict(Outcome().fail("launch_error", str(exc)))}
+    gpu = backend.info()
+    try:
+        outcome = check_correctness(backend, spec, list(job["seeds"]), files)
+        if outcome.reason is None and not job.get("skip_timing"):
+            try:
+                outcome.samples_ms = measure(backend, spec, job["seeds"][0], TimingOptions(**job.get("timing", {})), files)
+            except LaunchFailed as exc:
+                outcome.fail("launch_error", f"while timing: {exc}")
+            gpu.update({k: v for k, v in smi_clocks().items() if v is not None})
+    finally:
+        try:
+            backend.close()
+        except Exception:  # noqa: BLE001 - a context broken by a fault cannot always be popped; the process ends anyway
+            pass
+    return {"status": "done", "outcome": dataclasses.asdict(outcome), "gpu": gpu}
+
+
+def main(argv: list[str]) -> int:
+    job_path, result_path = argv
+    with open(job_path, encoding="utf-8") as f:
+        job = json.load(f)
+    try:
+        result = execute(job)
+    except ImportError as exc:
+        result = {"status": "no_gpu", "message": f"no CUDA GPU available: pycuda cannot be imported ({exc})"}
+    except Exception as exc:  # noqa: BLE001 - the parent turns this into a verdict with the traceback
+        result = {"status": "error", "message": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
+    with open(result_path, "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main(sys.argv[1:]))

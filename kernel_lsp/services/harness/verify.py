@@ -1,0 +1,259 @@
+"""``verify``: the gate every rewrite passes before it reaches a user's file.
+
+Order (cheapest first, GPU last):
+  1. compile both files to cubins (nvcc, in parallel)          -> ``compile_error``
+  2. kernel name and parameter list vs the original and spec   -> ``signature_changed``
+  3. static pre-check (:mod:`kernel_lsp.core.static_check`)     -> ``static_check``
+  4. child process: correctness over seeds and variants, then
+     interleaved timing (:mod:`.protocol`, :mod:`.child`)       -> ``launch_error``, ``timeout``,
+                                                                  ``mismatch``, ``nan_or_inf``,
+                                                                  ``input_modified``, ``nondeterministic``
+  5. optional compute-sanitizer on the candidate at the smallest size -> ``sanitizer``
+  6. bootstrap CI on median(original)/median(candidate); accepted iff its lower
+     bound >= ``min_speedup``                                    -> ``ok`` / ``not_faster``
+
+A bad spec (or a spec that does not describe the original) raises
+:class:`~kernel_lsp.core.spec.SpecError`; no usable GPU raises
+:class:`GpuUnavailable`; every other failure is a :class:`Verdict`.
+"""
+
+from __future__ import annotations
+
+import functools
+import json
+import os
+import re
+import sys
+import tempfile
+import threading
+import time
+from concurrent.futures import ThreadPoolExecutor
+from dataclasses import dataclass, field
+
+import kernel_lsp
+from kernel_lsp.core import stats
+from kernel_lsp.core.spec import Spec, SpecError
+from kernel_lsp.core.static_check import check, check_signature
+from kernel_lsp.core.verdict import GpuInfo, KernelTiming, Reason, Verdict
+from kernel_lsp.services.harness.compile import CompileResult, compile_cubin, find_entry
+from kernel_lsp.services.harness.protocol import CANDIDATE, ORIGINAL, TimingOptions
+from kernel_lsp.services.proc import ToolMissing, run, which
+
+#: Where the default seeds start; the seeds used are always reported in the verdict.
+BASE_SEED = 1
+_SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
+_SANITIZER_ERROR_EXIT = 86
+
+
+class GpuUnavailable(RuntimeError):
+    """No CUDA GPU (or no pycuda) where the harness runs: nothing was measured."""
+
+
+class VerifyCancelled(RuntimeError):
+    """The caller's cancel event was set; the child was killed."""
+
+
+@dataclass(frozen=True)
+class VerifyOptions:
+    seeds: int = 3
+    """Random input seeds for correctness (each gives fresh inputs)."""
+    base_seed: int = BASE_SEED
+    min_speedup: float = 1.05
+    """Accept only when the speedup interval's lower bound is at least this."""
+    sanitize: bool = False
+    """Run compute-sanitizer memcheck, racecheck and initcheck on the candidate at the smallest size."""
+    arch: str | None = None
+    """``sm_90``; None: detected with nvidia-smi (``sm_90`` when that fails)."""
+    nvcc: str = "nvcc"
+    include_dirs: tuple[str, ...] = ()
+    extra_flags: tuple[str, ...] = ()
+    compile_timeout_s: float = 120.0
+    timeout_s: float = 120.0
+    """Longest the child (correctness + timing) may run before it is killed: reason ``timeout``."""
+    timing: TimingOptions = field(default_factory=TimingOptions)
+    skip_timing: bool = False
+    """Correctness only (the verdict is then ``not_faster`` at best)."""
+    ci_level: float = 0.95
+    bootstrap_seed: int = 0
+    python: str = sys.executable
+    sanitizer: str = "compute-sanitizer"
+    sanitizer_timeout_s: float = 300.0
+
+
+@functools.lru_cache(maxsize=4)
+def detect_arch(default: str = "sm_90") -> str:
+    """``sm_XY`` of GPU 0 from nvidia-smi, or ``default`` when it cannot be asked (asked once per process)."""
+    try:
+        result = run(["nvidia-smi", "--query-gpu=compute_cap", "--format=csv,noheader", "-i", "0"], timeout_s=15)
+    except ToolMissing:
+        return default
+    match = re.match(r"\s*(\d+)\.(\d+)", result.stdout)
+    return f"sm_{match.group(1)}{match.group(2)}" if result.ok and match else default
+
+
+def cuda_tool(name: str) -> str:
+    """``name`` itself when it is on PATH (or a path); else the CUDA toolkit's copy when one exists.
+
+    GPU machines often have the toolkit in /usr/local/cuda/bin without it on PATH.
+    """
+    if which(name) is not None:
+        return name
+    for home in (os.environ.get("CUDA_HOME"), os.environ.get("CUDA_PATH"), "/usr/local/cuda"):
+        candidate = os.path.join(home, "bin", name) if home else None
+        if candidate and os.access(candidate, os.X_OK):
+            return candidate
+    return name
+
+
+def _child_env() -> dict[str, str]:
+    # The child imports kernel_lsp from the same tree as the parent, installed or not.
+    root = os.path.dirname(os.path.dirname(os.path.abspath(kernel_lsp.__file__)))
+    return {"PYTHONPATH": os.pathsep.join(p for p in (root, os.environ.get("PYTHONPATH", "")) if p)}
+
+
+def _tail(text: str, lines: int = 30) -> str:
+    return "\n".join(text.strip().splitlines()[-lines:])
+
+
+def verify(original_source: str, candidate_source: str, spec: Spec, options: VerifyOptions | None = None, cancel: threading.Event | None = None) -> Verdict:
+    """Decide whether ``candidate_source`` may replace ``original_source`` (see the module docstring)."""
+    options = options or VerifyOptions()
+    start = time.monotonic()
+    seeds = tuple(options.base_seed + i for i in range(max(options.seeds, 1)))
+
+    def verdict(reason: Reason, errors=(), **kw) -> Verdict:
+        return Verdict(accepted=reason is Reason.OK, reason=reason, errors=tuple(errors), seeds=seeds, min_speedup=options.min_speedup, wall_s=time.monotonic() - start, **kw)
+
+    signature = check_signature(original_source, candidate_source, spec)
+    if signature.spec_errors:
+        raise SpecError(signature.spec_errors)
+    warnings = list(signature.warnings)
+
+    with tempfile.TemporaryDirectory(prefix="kernel-lsp-verify-") as workdir:
+        arch = options.arch or detect_arch()
+
+        def build(stem: str, source: str) -> CompileResult:
+            return compile_cubin(source, workdir, stem, arch=arch, nvcc=cuda_tool(options.nvcc), include_dirs=options.include_dirs, extra_flags=options.extra_flags, timeout_s=options.compile_timeout_s, cancel=cancel)
+
+        with ThreadPoolExecutor(max_workers=2) as pool:
+            original_build, candidate_build = pool.map(build, (ORIGINAL, CANDIDATE), (original_source, candidate_source))
+        if cancel is not None and cancel.is_set():
+            raise VerifyCancelled("verification cancelled while compiling")
+        if not original_build.ok:
+            return verdict(Reason.COMPILE_ERROR, [f"the original does not compile for {arch}:\n{_tail(original_build.log)}"])
+        if not candidate_build.ok:
+            return verdict(Reason.COMPILE_ERROR, [f"the candidate does not compile for {arch}:\n{_tail(candidate_build.log)}"])
+        if signature.changed:
+            return verdict(Reason.SIGNATURE_CHANGED, signature.changed, warnings=tuple(warnings))
+
+        report = check(original_source, candidate_source, spec)
+        findings = report.errors + report.warnings
+        warnings += [f"line {w.line}: {w.rule}: {w.message}" for w in report.warnings]
+        if report.errors:
+            errors = [f"line {e.line}: {e.rule}: {e.message}" for e in report.errors]
+            return verdict(Reason.STATIC_CHECK, errors, warnings=tuple(warnings), static_findings=findings)
+
+        original_entry, problem = find_entry(original_build.entries, spec.kernel)
+        if original_entry is None:
+            raise SpecError([f"kernel: {problem} (original)"])
+        candidate_entry, problem = find_entry(candidate_build.entries, spec.kernel)
+        if candidate_entry is None:
+            return verdict(Reason.SIGNATURE_CHANGED, [f"candidate: {problem}"], warnings=tuple(warnings), static_findings=findings)
+
+        job = {
+            "spec": spec.to_json(),
+            "base_dir": spec.base_dir,
+            "kernels": {ORIGINAL: [original_build.cubin_path, original_entry], CANDIDATE: [candidate_build.cubin_path, candidate_entry]},
+            "seeds": list(seeds),
+            "timing": vars(options.timing),
+            "skip_timing": options.skip_timing,
+        }
+        job_path, result_path = os.path.join(workdir, "job.json"), os.path.join(workdir, "result.json")
+        with open(job_path, "w", encoding="utf-8") as f:
+            json.dump(job, f)
+        child = run([options.python, "-m", "kernel_lsp.services.harness.child", job_path, result_path], timeout_s=options.timeout_s, cancel=cancel, env=_child_env())
+        if child.cancelled:
+            raise VerifyCancelled("verification cancelled")
+        if child.timed_out:
+            return verdict(Reason.TIMEOUT, [f"the GPU child did not finish in {options.timeout_s:.0f} s (a hung kernel?); it was killed"], warnings=tuple(warnings), static_findings=findings)
+        if not os.path.exists(result_path):
+            return verdict(Reason.LAUNCH_ERROR, [f"the GPU child died (exit {child.returncode}) without a result:\n{_tail(child.stderr)}"], warnings=tuple(warnings), static_findings=findings)
+        with open(result_path, encoding="utf-8") as f:
+            result = json.load(f)
+        if result["status"] == "no_gpu":
+            raise GpuUnavailable(result["message"])
+        if result["status"] != "done":
+            return verdict(Reason.LAUNCH_ERROR, [f"the GPU child failed: {result.get('message', '')}"], warnings=tuple(warnings), static_findings=findings)
+
+        outcome = result["outcome"]
+        gpu = _gpu_info(result.get("gpu"))
+        warnings += outcome["warnings"]
+        common = dict(warnings=tuple(warnings), static_findings=findings, gpu=gpu, max_abs_error=outcome["max_abs_error"], max_rel_error=outcome["max_rel_error"])
+        if outcome["reason"] is not None:
+            return verdict(Reason(outcome["reason"]), outcome["errors"], **common)
+
+        if options.sanitize:
+            text = _sanitize(spec, workdir, candidate_build.cubin_path, candidate_entry, options, cancel)
+            if text:
+                return verdict(Reason.SANITIZER, ["compute-sanitizer reported errors on the candidate"], sanitizer=text, **common)
+
+        samples = outcome["samples_ms"]
+        if not samples or not samples.get(ORIGINAL) or not samples.get(CANDIDATE):
+            return verdict(Reason.NOT_FASTER, ["timing was skipped; correctness passed"], **common)
+        timings = {which: KernelTiming(**vars(stats.distribution(samples[which]))) for which in (ORIGINAL, CANDIDATE)}
+        ci = stats.ratio_of_medians_ci(samples[ORIGINAL], samples[CANDIDATE], seed=options.bootstrap_seed, level=options.ci_level)
+        timing = dict(timings=timings, speedup=ci.ratio, speedup_ci_low=ci.low, speedup_ci_high=ci.high, ci_level=ci.level)
+        if ci.low >= options.min_speedup:
+            return verdict(Reason.OK, **timing, **common)
+        message = f"speedup {ci.ratio:.3f}x, {ci.level:.0%} interval [{ci.low:.3f}, {ci.high:.3f}]: the lower bound is below {options.min_speedup}"
+        return verdict(Reason.NOT_FASTER, [message], **timing, **common)
+
+
+def _gpu_info(data: dict | None) -> GpuInfo | None:
+    if not data:
+        return None
+    fields = ("name", "driver", "compute_capability", "sm_clock_mhz", "mem_clock_mhz", "max_sm_clock_mhz", "l2_bytes")
+    return GpuInfo(**{k: data.get(k) for k in fields})
+
+
+def smallest_variant(spec: Spec) -> int | None:
+    """The variant with the fewest array bytes (None: the main size is the smallest)."""
+    from kernel_lsp.core.inputs import NUMPY_DTYPES
+
+    def total(variant: int | None) -> int:
+        sizes = spec.resolve(variant).sizes
+        return sum(sizes[a.name] * NUMPY_DTYPES[a.type].itemsize for a in spec.arrays)
+
+    return min([None, *range(len(spec.variants))], key=lambda v: (total(v), -1 if v is None else v))
+
+
+def _sanitize(spec: Spec, workdir: str, cubin: str, entry: str, options: VerifyOptions, cancel: threading.Event | None) -> str | None:
+    """compute-sanitizer's report when any tool finds an error in the candidate, else None."""
+    spec_path = os.path.join(workdir, "sanitize_spec.json")
+    with open(spec_path, "w", encoding="utf-8") as f:
+        json.dump(spec.to_json(), f)
+    variant = smallest_variant(spec)
+    launch_argv = [options.python, "-m", "kernel_lsp.services.harness.launch", "--cubin", cubin, "--kernel", entry, "--spec", spec_path, "--candidate-launch", "--seed", str(options.base_seed)]
+    if spec.base_dir:
+        launch_argv += ["--base-dir", spec.base_dir]
+    if variant is not None:
+        launch_argv += ["--variant", str(variant)]
+    reports = []
+    for tool in _SANITIZER_TOOLS:
+        argv = [cuda_tool(options.sanitizer), "--tool", tool, "--error-exitcode", str(_SANITIZER_ERROR_EXIT), *launch_argv]
+        if tool == "initcheck":
+            argv.append("--no-init-out")
+        try:
+            result = run(argv, timeout_s=options.sanitizer_timeout_s, cancel=cancel, env=_child_env())
+        except ToolMissing as exc:
+            raise GpuUnavailable(f"--sanitize needs compute-sanitizer: {exc}") from exc
+        if result.cancelled:
+            raise VerifyCancelled("verification cancelled during compute-sanitizer")
+        output = (result.stdout + "\n" + result.stderr).strip()
+        if result.timed_out:
+            reports.append(f"== {tool}: did not finish in {options.sanitizer_timeout_s:.0f} s")
+        elif result.returncode == 3:
+            raise GpuUnavailable(_tail(output, 5))
+        elif result.returncode != 0:
+            reports.append(f"== {tool} (exit {result.returncode}):\n{_tail(output, 60)}")
+    return "\n".join(reports) or None

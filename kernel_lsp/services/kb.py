@@ -1,0 +1,800 @@
+"""The per-user knowledge base: SQLite storage around :mod:`kernel_lsp.core.kb_logic`.
+
+Where: ``path`` argument (``Settings.kb_path`` / ``--db``) > ``$KERNEL_LSP_KB`` >
+``platformdirs.user_data_dir("kernel-lsp")/kb.sqlite3``.
+
+How it stays safe:
+
+* WAL mode and a busy timeout, so readers never block a writer; every write is one
+  ``BEGIN IMMEDIATE`` transaction (the write lock is taken up front, so two servers
+  cannot interleave read-modify-write of an entry), retried a bounded number of times
+  when SQLite still reports the database busy.
+* Versioned migrations: ``schema_version`` holds the version; ``MIGRATIONS[i]`` takes
+  the schema from version ``i`` to ``i + 1``.  A file from a *newer* kernel-lsp is left
+  alone and refused with a message.
+* A file SQLite cannot read (random bytes, truncated, failing ``quick_check``) is moved
+  aside to ``<name>.corrupt-<UTC timestamp>`` (with its ``-wal``/``-shm``), a fresh
+  database is created, and the notice is logged and kept in :attr:`KnowledgeBase.messages`
+  for the server to show.
+* Entries (state x technique) are a cache of ``priors`` (the catalogue's seed entries,
+  or what a derived state inherited) replayed with the attempt log in insertion order;
+  import merges attempts by their stable id and recomputes, so importing twice changes
+  nothing.
+* SQL uses ``?`` parameters only.
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import sqlite3
+import threading
+import time
+from collections.abc import Callable, Iterator, Mapping
+from dataclasses import asdict, dataclass, field, replace
+from datetime import datetime, timezone
+from importlib import resources
+from pathlib import Path
+from typing import Any, TypeVar
+
+import platformdirs
+
+from kernel_lsp.core import kb_logic
+from kernel_lsp.core.candidates import TechniqueHint
+from kernel_lsp.core.kb_logic import Attempt, Entry, Example, KeySpec, State, StateMatch, TechniqueChoice
+
+log = logging.getLogger(__name__)
+
+ENV_VAR = "KERNEL_LSP_KB"
+DB_NAME = "kb.sqlite3"
+BUSY_TIMEOUT_MS = 5000
+"""How long SQLite itself waits for a lock before reporting busy."""
+WRITE_RETRIES = 5
+"""Write transactions retried this many times after SQLITE_BUSY (on top of the busy timeout)."""
+EXPORT_FORMAT = "kernel-lsp-kb"
+EXPORT_FORMAT_VERSION = 1
+DEFAULT_EXAMPLE_CHARS = 6000
+"""Default prompt budget for :meth:`KnowledgeBase.examples_for`, characters of code (before + after)."""
+
+T = TypeVar("T")
+
+
+class KbError(RuntimeError):
+    """The knowledge base cannot be used (unwritable, newer schema, locked too long, bad argument)."""
+
+
+@dataclass(frozen=True)
+class Technique:
+    name: str
+    title: str
+    description: str
+    preconditions: tuple[str, ...]
+    tags: tuple[str, ...]
+    example_before: str
+    example_after: str
+
+
+@dataclass(frozen=True)
+class ExportStats:
+    path: str
+    states: int
+    """Derived states written (catalogue states come with every kernel-lsp)."""
+    attempts: int
+
+
+@dataclass(frozen=True)
+class ImportStats:
+    attempts_added: int
+    attempts_duplicate: int
+    states_added: int
+    problems: tuple[str, ...] = ()
+    """Lines that were skipped, with line numbers and why."""
+
+
+@dataclass(frozen=True)
+class TechniqueStats:
+    technique: str
+    attempts: int
+    accepted: int
+    mean_speedup: float | None
+    """Mean measured speedup over attempts that were timed; None when none was."""
+
+
+@dataclass(frozen=True)
+class KbStats:
+    path: str
+    schema_version: int
+    size_bytes: int
+    states: int
+    derived_states: int
+    techniques: int
+    entries: int
+    attempts: int
+    accepted_attempts: int
+    worked_examples: int
+    by_technique: tuple[TechniqueStats, ...] = field(default=())
+    """User attempts per technique, most attempted first."""
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def _run_script(conn: sqlite3.Connection, script: str) -> None:
+    # Statement by statement: sqlite3's executescript() commits a pending transaction
+    # first, which would break the one-transaction-per-migration guarantee.
+    for statement in script.split(";"):
+        if statement.strip():
+            conn.execute(statement)
+
+
+def _migrate_1(conn: sqlite3.Connection) -> None:
+    """States, techniques, priors, entries, the attempt log and a key/value meta table."""
+    _run_script(conn, 
+        """
+        CREATE TABLE meta (key TEXT PRIMARY KEY, value TEXT NOT NULL);
+        CREATE TABLE states (
+            name TEXT PRIMARY KEY, description TEXT NOT NULL, signature_json TEXT NOT NULL,
+            parent TEXT, origin TEXT NOT NULL, created_at TEXT NOT NULL);
+        CREATE TABLE techniques (
+            name TEXT PRIMARY KEY, description TEXT NOT NULL, preconditions_json TEXT NOT NULL,
+            example_before TEXT NOT NULL, example_after TEXT NOT NULL);
+        CREATE TABLE priors (
+            state TEXT NOT NULL, technique TEXT NOT NULL, predicted_speedup REAL NOT NULL,
+            confidence REAL NOT NULL, attempts INTEGER NOT NULL, successes INTEGER NOT NULL,
+            PRIMARY KEY (state, technique));
+        CREATE TABLE entries (
+            state TEXT NOT NULL, technique TEXT NOT NULL, predicted_speedup REAL NOT NULL,
+            confidence REAL NOT NULL, attempts INTEGER NOT NULL, successes INTEGER NOT NULL,
+            PRIMARY KEY (state, technique));
+        CREATE TABLE attempts (
+            seq INTEGER PRIMARY KEY AUTOINCREMENT, id TEXT NOT NULL UNIQUE,
+            kernel_hash TEXT NOT NULL, file TEXT NOT NULL, kernel TEXT NOT NULL,
+            state TEXT NOT NULL, technique TEXT NOT NULL, candidate_hash TEXT NOT NULL,
+            verdict TEXT NOT NULL, reason TEXT NOT NULL, accepted INTEGER NOT NULL, speedup REAL,
+            metrics_before_json TEXT NOT NULL, metrics_after_json TEXT NOT NULL,
+            model TEXT, created_at TEXT NOT NULL, original_source TEXT, candidate_source TEXT);
+        """
+    )
+
+
+def _migrate_2(conn: sqlite3.Connection) -> None:
+    """Worked examples need the original kernel's features and the generator; techniques get a title and tags."""
+    _run_script(conn, 
+        """
+        ALTER TABLE attempts ADD COLUMN features_json TEXT NOT NULL DEFAULT '{}';
+        ALTER TABLE attempts ADD COLUMN generator TEXT NOT NULL DEFAULT '';
+        ALTER TABLE techniques ADD COLUMN title TEXT NOT NULL DEFAULT '';
+        ALTER TABLE techniques ADD COLUMN tags_json TEXT NOT NULL DEFAULT '[]';
+        """
+    )
+
+
+def _migrate_3(conn: sqlite3.Connection) -> None:
+    """Indexes for the two hot queries: entries by state (implicit) and worked examples by technique."""
+    _run_script(conn, 
+        """
+        CREATE INDEX attempts_by_state_technique ON attempts (state, technique);
+        CREATE INDEX attempts_examples ON attempts (technique, accepted);
+        """
+    )
+
+
+#: MIGRATIONS[i] moves the schema from version i to i + 1.
+MIGRATIONS: tuple[Callable[[sqlite3.Connection], None], ...] = (_migrate_1, _migrate_2, _migrate_3)
+SCHEMA_VERSION = len(MIGRATIONS)
+
+
+def _schema_version(conn: sqlite3.Connection) -> int:
+    conn.execute("CREATE TABLE IF NOT EXISTS schema_version (version INTEGER NOT NULL)")
+    row = conn.execute("SELECT MAX(version) FROM schema_version").fetchone()
+    return int(row[0] or 0)
+
+
+# ---------------------------------------------------------------- paths and files
+
+
+def default_db_path() -> Path:
+    return Path(platformdirs.user_data_dir("kernel-lsp")) / DB_NAME
+
+
+def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
+    """``path`` if given, else ``$KERNEL_LSP_KB``, else the user data directory."""
+    if path:
+        return Path(path).expanduser()
+    if os.environ.get(ENV_VAR):
+        return Path(os.environ[ENV_VAR]).expanduser()
+    return default_db_path()
+
+
+def _now() -> str:
+    return datetime.now(timezone.utc).isoformat(timespec="microseconds")
+
+
+def _catalogue_text() -> tuple[str, str]:
+    data = resources.files("kernel_lsp") / "data"
+    return (data / "techniques.json").read_text(encoding="utf-8"), (data / "states.json").read_text(encoding="utf-8")
+
+
+def _is_busy(exc: sqlite3.OperationalError) -> bool:
+    text = str(exc).lower()
+    return "locked" in text or "busy" in text
+
+
+def _state_from_json(name: str, description: str, signature: Mapping[str, Any], parent: str | None) -> State:
+    return State(
+        name=name,
+        description=description,
+        signature={
+            key: KeySpec(value=float(spec["value"]), weight=float(spec.get("weight", 1.0)),
+                         scale=float(spec["scale"]) if spec.get("scale") else None, bound=_bound(spec.get("bound")))
+            for key, spec in signature.items()
+        },
+        parent=parent,
+    )
+
+
+def _bound(value: Any) -> str | None:
+    if value in (None, "min", "max"):
+        return value
+    raise ValueError(f"signature bound must be 'min' or 'max', not {value!r}")
+
+
+def _signature_json(state: State) -> str:
+    return json.dumps(
+        {k: {"value": s.value, "weight": s.weight, **({"scale": s.scale} if s.scale else {}),
+             **({"bound": s.bound} if s.bound else {})}
+         for k, s in sorted(state.signature.items())},
+        sort_keys=True,
+    )
+
+
+_ATTEMPT_COLUMNS = (
+    "id", "kernel_hash", "file", "kernel", "state", "technique", "candidate_hash", "verdict", "reason",
+    "accepted", "speedup", "metrics_before_json", "metrics_after_json", "features_json", "model",
+    "generator", "created_at", "original_source", "candidate_source",
+)
+
+
+def _attempt_row(attempt: Attempt, attempt_id: str) -> tuple[Any, ...]:
+    keep_code = attempt.accepted
+    return (
+        attempt_id, attempt.kernel_hash, attempt.file, attempt.kernel, attempt.state, attempt.technique,
+        attempt.candidate_hash, attempt.verdict, attempt.reason, int(attempt.accepted), attempt.speedup,
+        json.dumps(dict(attempt.metrics_before), sort_keys=True), json.dumps(dict(attempt.metrics_after), sort_keys=True),
+        json.dumps(dict(attempt.features), sort_keys=True, default=str), attempt.model, attempt.generator,
+        attempt.created_at, attempt.original_source if keep_code else None, attempt.candidate_source if keep_code else None,
+    )
+
+
+def _attempt_from_row(row: sqlite3.Row) -> Attempt:
+    return Attempt(
+        kernel_hash=row["kernel_hash"], file=row["file"], kernel=row["kernel"], state=row["state"],
+        technique=row["technique"], candidate_hash=row["candidate_hash"], verdict=row["verdict"],
+        accepted=bool(row["accepted"]), speedup=row["speedup"], reason=row["reason"],
+        metrics_before=json.loads(row["metrics_before_json"]), metrics_after=json.loads(row["metrics_after_json"]),
+        features=json.loads(row["features_json"]), model=row["model"], generator=row["generator"],
+        original_source=row["original_source"], candidate_source=row["candidate_source"], created_at=row["created_at"],
+    )
+
+
+def _entry_from_row(row: sqlite3.Row) -> Entry:
+    return Entry(row["state"], row["technique"], row["predicted_speedup"], row["confidence"], row["attempts"], row["successes"])
+
+
+class KnowledgeBase:
+    """One open knowledge base.  Thread-safe (one connection behind a lock); many processes may open the same file."""
+
+    def __init__(self, conn: sqlite3.Connection, path: Path, messages: tuple[str, ...]):
+        self._conn = conn
+        self._lock = threading.RLock()
+        self.path = path
+        self.messages = messages
+        """Notices for the user from opening (a corrupt file moved aside)."""
+
+    # ------------------------------------------------------------ opening
+
+    @classmethod
+    def open(cls, path: str | os.PathLike[str] | None = None) -> KnowledgeBase:
+        """Open (creating, migrating, seeding, or recovering) the knowledge base; raises :class:`KbError` if unusable."""
+        db_path = resolve_db_path(path)
+        try:
+            db_path.parent.mkdir(parents=True, exist_ok=True)
+        except OSError as exc:
+            raise KbError(f"cannot create the knowledge-base folder {db_path.parent}: {exc}") from exc
+        messages: list[str] = []
+        try:
+            conn = cls._connect_checked(db_path)
+        except sqlite3.OperationalError as exc:
+            if _is_busy(exc):
+                raise KbError(f"knowledge base {db_path} is locked by another process: {exc}") from exc
+            raise KbError(f"cannot open knowledge base {db_path}: {exc}") from exc
+        except sqlite3.DatabaseError as exc:
+            messages.append(cls._move_aside(db_path, exc))
+            try:
+                conn = cls._connect_checked(db_path)
+            except sqlite3.DatabaseError as again:
+                raise KbError(f"cannot create a fresh knowledge base at {db_path}: {again}") from again
+        kb = cls(conn, db_path, tuple(messages))
+        kb._migrate()
+        kb._sync_catalogue()
+        return kb
+
+    @staticmethod
+    def _connect_checked(db_path: Path) -> sqlite3.Connection:
+        conn = sqlite3.connect(db_path, timeout=BUSY_TIMEOUT_MS / 1000, isolation_level=None, check_same_thread=False)
+        try:
+            conn.row_factory = sqlite3.Row
+            conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
+            conn.execute("PRAGMA journal_mode = WAL")
+            conn.execute("PRAGMA synchronous = NORMAL")
+            problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
+            if problems != ["ok"]:
+                raise sqlite3.DatabaseError("quick_check: " + "; ".join(problems[:3]))
+        except BaseException:
+            conn.close()
+            raise
+        return conn
+
+    @staticmethod
+    def _move_aside(db_path: Path, exc: Exception) -> str:
+        stamp = datetime.now(timezone.utc).strftime("%Y%m%dT%H%M%SZ")
+        target = db_path.with_name(f"{db_path.name}.corrupt-{stamp}")
+        counter = 1
+        while target.exists():
+            target = db_path.with_name(f"{db_path.name}.corrupt-{stamp}-{counter}")
+            counter += 1
+        try:
+            db_path.rename(target)
+        except FileNotFoundError:
+            # Another process recovering the same file moved it first.
+            pass
+        for suffix in ("-wal", "-shm"):
+            side = db_path.with_name(db_path.name + suffix)
+            if side.exists():
+                side.rename(target.with_name(target.name + suffix))
+        message = (
+            f"The knowledge base {db_path} could not be read ({exc}); it was moved to {target} "
+            "and a fresh one was created. Nothing was deleted."
+        )
+        log.warning(message)
+        return message
+
+    def close(self) -> None:
+        with self._lock:
+            self._conn.close()
+
+    def __enter__(self) -> KnowledgeBase:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.close()
+
+    # ------------------------------------------------------------ transactions
+
+    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
+        """Run ``fn`` in one BEGIN IMMEDIATE transaction, retrying the whole of it on SQLITE_BUSY."""
+        with self._lock:
+            retries = 0
+            while True:
+                try:
+                    self._conn.execute("BEGIN IMMEDIATE")
+                    try:
+                        result = fn(self._conn)
+                        self._conn.execute("COMMIT")
+                    except BaseException:
+                        if self._conn.in_transaction:
+                            self._conn.execute("ROLLBACK")
+                        raise
+                    return result
+                except sqlite3.OperationalError as exc:
+                    if not _is_busy(exc) or retries >= WRITE_RETRIES:
+                        raise KbError(f"knowledge base {self.path}: {exc}") from exc
+                    retries += 1
+                    time.sleep(0.05 * 2**retries)
+
+    def _read(self, sql: str, params: tuple[Any, ...] = ()) -> list[sqlite3.Row]:
+        with self._lock:
+            return self._conn.execute(sql, params).fetchall()
+
+    def _migrate(self) -> None:
+        def step(conn: sqlite3.Connection) -> None:
+            version = _schema_version(conn)
+            if version > SCHEMA_VERSION:
+                raise KbError(
+                    f"knowledge base {self.path} has schema version {version}, newer than this kernel-lsp "
+                    f"understands ({SCHEMA_VERSION}); it was left unchanged"
+                )
+            for target in range(version, SCHEMA_VERSION):
+                MIGRATIONS[target](conn)
+                conn.execute("DELETE FROM schema_version")
+                conn.execute("INSERT INTO schema_version (version) VALUES (?)", (target + 1,))
+
+        self._write(step)
+
+    # ------------------------------------------------------------ catalogue
+
+    def _sync_catalogue(self, force: bool = False) -> None:
+        """Load the shipped techniques and seed states when they changed since the last open."""
+        techniques_text, states_text = _catalogue_text()
+        digest = hashlib.sha256((techniques_text + "\0" + states_text).encode()).hexdigest()
+
+        def step(conn: sqlite3.Connection) -> None:
+            row = conn.execute("SELECT value FROM meta WHERE key = ?", ("catalogue_sha256",)).fetchone()
+            if row is not None and row[0] == digest and not force:
+                return
+            for t in json.loads(techniques_text)["techniques"]:
+                conn.execute(
+                    "INSERT INTO techniques (name, title, description, preconditions_json, tags_json, example_before, example_after)"
+                    " VALUES (?, ?, ?, ?, ?, ?, ?) ON CONFLICT (name) DO UPDATE SET title = excluded.title,"
+                    " description = excluded.description, preconditions_json = excluded.preconditions_json,"
+                    " tags_json = excluded.tags_json, example_before = excluded.example_before,"
+                    " example_after = excluded.example_after",
+                    (t["name"], t["title"], t["description"], json.dumps(t["preconditions"]), json.dumps(t["tags"]),
+                     t["example"]["before"], t["example"]["after"]),
+                )
+            seeds = json.loads(states_text)["states"]
+            for s in seeds:
+                state = _state_from_json(s["name"], s["description"], s["signature"], None)
+                conn.execute(
+                    "INSERT INTO states (name, description, signature_json, parent, origin, created_at)"
+                    " VALUES (?, ?, ?, NULL, 'seed', ?) ON CONFLICT (name) DO UPDATE SET"
+                    " description = excluded.description, signature_json = excluded.signature_json, origin = 'seed'",
+                    (state.name, state.description, _signature_json(state), _now()),
+                )
+                conn.execute("DELETE FROM priors WHERE state = ?", (state.name,))
+                conn.executemany(
+                    "INSERT INTO priors (state, technique, predicted_speedup, confidence, attempts, successes)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    [(state.name, e["technique"], e["predicted_speedup"], e["confidence"], e["attempts"], e["successes"])
+                     for e in s["entries"]],
+                )
+            self._recompute(conn, [s["name"] for s in seeds])
+            conn.execute(
+                "INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                ("catalogue_sha256", digest),
+            )
+
+        self._write(step)
+
+    @staticmethod
+    def _recompute(conn: sqlite3.Connection, states: list[str]) -> None:
+        """Rebuild the entries of ``states`` from their priors and the attempt log (in insertion order)."""
+        for name in states:
+            priors = [_entry_from_row(r) for r in conn.execute("SELECT * FROM priors WHERE state = ?", (name,))]
+            log_rows = conn.execute(
+                "SELECT state, technique, speedup, accepted FROM attempts WHERE state = ? ORDER BY seq", (name,)
+            ).fetchall()
+            entries = kb_logic.replay(priors, ((r[0], r[1], r[2], bool(r[3])) for r in log_rows))
+            conn.execute("DELETE FROM entries WHERE state = ?", (name,))
+            conn.executemany(
+                "INSERT INTO entries (state, technique, predicted_speedup, confidence, attempts, successes)"
+                " VALUES (?, ?, ?, ?, ?, ?)",
+                [(e.state, e.technique, e.predicted_speedup, e.confidence, e.attempts, e.successes) for e in entries.values()],
+            )
+
+    # ------------------------------------------------------------ reading
+
+    def techniques(self) -> list[Technique]:
+        return [
+            Technique(r["name"], r["title"], r["description"], tuple(json.loads(r["preconditions_json"])),
+                      tuple(json.loads(r["tags_json"])), r["example_before"], r["example_after"])
+            for r in self._read("SELECT * FROM techniques ORDER BY name")
+        ]
+
+    def states(self) -> list[State]:
+        return [
+            _state_from_json(r["name"], r["description"], json.loads(r["signature_json"]), r["parent"])
+            for r in self._read("SELECT * FROM states ORDER BY name")
+        ]
+
+    def entries(self, state: str | None = None) -> list[Entry]:
+        if state is None:
+            rows = self._read("SELECT * FROM entries ORDER BY state, technique")
+        else:
+            rows = self._read("SELECT * FROM entries WHERE state = ? ORDER BY technique", (state,))
+        return [_entry_from_row(r) for r in rows]
+
+    def attempts(self, state: str | None = None, technique: str | None = None) -> list[Attempt]:
+        """The attempt log in insertion order, optionally filtered."""
+        rows = self._read(
+            "SELECT * FROM attempts WHERE (? IS NULL OR state = ?) AND (? IS NULL OR technique = ?) ORDER BY seq",
+            (state, state, technique, technique),
+        )
+        return [_attempt_from_row(r) for r in rows]
+
+    # ------------------------------------------------------------ matching and selection
+
+    def match_state(self, signature: Mapping[str, float], *, threshold: float = kb_logic.MATCH_THRESHOLD,
+                    create: bool = True) -> StateMatch:
+        """Nearest state, or a new derived one (stored with inherited entries when ``create``)."""
+        match = kb_logic.match_state(signature, self.states(), threshold)
+        if match.is_new and create and match.derived is not None:
+            derived = match.derived
+
+            def step(conn: sqlite3.Connection) -> None:
+                inserted = conn.execute(
+                    "INSERT OR IGNORE INTO states (name, description, signature_json, parent, origin, created_at)"
+                    " VALUES (?, ?, ?, ?, 'derived', ?)",
+                    (derived.name, derived.description, _signature_json(derived), derived.parent, _now()),
+                ).rowcount
+                if not inserted:
+                    return  # another server derived the same state first
+                parent_entries = [_entry_from_row(r) for r in conn.execute(
+                    "SELECT * FROM entries WHERE state = ? ORDER BY technique", (derived.parent,))]
+                conn.executemany(
+                    "INSERT INTO priors (state, technique, predicted_speedup, confidence, attempts, successes)"
+                    " VALUES (?, ?, ?, ?, ?, ?)",
+                    [(e.state, e.technique, e.predicted_speedup, e.confidence, e.attempts, e.successes)
+                     for e in kb_logic.inherit_entries(parent_entries, derived.name)],
+                )
+                self._recompute(conn, [derived.name])
+
+            self._write(step)
+        return match
+
+    def select(self, state: str, k: int, rng_seed: int | None = None) -> list[TechniqueChoice]:
+        """Up to ``k`` techniques for ``state`` (weighted random top-k, see core/kb_logic.py)."""
+        descriptions = {r["name"]: r["description"] for r in self._read("SELECT name, description FROM techniques")}
+        return kb_logic.select(self.entries(state), k, seed=rng_seed, descriptions=descriptions)
+
+    def hints(self, state: str, k: int, kernel_features: Mapping[str, Any] | None = None,
+              rng_seed: int | None = None, max_chars: int = DEFAULT_EXAMPLE_CHARS) -> list[TechniqueHint]:
+        """:meth:`select` plus the closest example of each choice, as the optimizer's ``TechniqueHint``s."""
+        hints = []
+        budget = max_chars // max(k, 1)
+        for choice in self.select(state, k, rng_seed):
+            examples = self.examples_for(state, choice.technique, kernel_features or {}, 1, budget)
+            example = examples[0] if examples else None
+            hints.append(TechniqueHint(
+                name=choice.technique, description=choice.description, predicted_speedup=choice.predicted_speedup,
+                confidence=choice.confidence, example_before=example.before if example else None,
+                example_after=example.after if example else None,
+            ))
+        return hints
+
+    # ------------------------------------------------------------ recording
+
+    def record_attempt(self, attempt: Attempt) -> None:
+        """Append a verified attempt and update its entry; a repeated attempt (same stable id) is ignored.
+
+        Raises :class:`KbError` when ``attempt.state`` is not a known state.
+        """
+        if attempt.created_at is None:
+            attempt = replace(attempt, created_at=_now())
+        attempt_id = attempt.stable_id()
+
+        def step(conn: sqlite3.Connection) -> None:
+            if conn.execute("SELECT 1 FROM states WHERE name = ?", (attempt.state,)).fetchone() is None:
+                raise KbError(f"unknown knowledge-base state '{attempt.state}' (use match_state first)")
+            inserted = conn.execute(
+                f"INSERT OR IGNORE INTO attempts ({', '.join(_ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))})",
+                _attempt_row(attempt, attempt_id),
+            ).rowcount
+            if not inserted:
+                return
+            row = conn.execute("SELECT * FROM entries WHERE state = ? AND technique = ?",
+                               (attempt.state, attempt.technique)).fetchone()
+            entry = _entry_from_row(row) if row else kb_logic.default_entry(attempt.state, attempt.technique)
+            updated = kb_logic.update_entry(entry, attempt.speedup, attempt.accepted)
+            conn.execute(
+                "INSERT INTO entries (state, technique, predicted_speedup, confidence, attempts, successes)"
+                " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT (state, technique) DO UPDATE SET"
+                " predicted_speedup = excluded.predicted_speedup, confidence = excluded.confidence,"
+                " attempts = excluded.attempts, successes = excluded.successes",
+                (updated.state, updated.technique, updated.predicted_speedup, updated.confidence,
+                 updated.attempts, updated.successes),
+            )
+
+        self._write(step)
+
+    # ------------------------------------------------------------ examples
+
+    def examples_for(self, state: str, technique: str, kernel_features: Mapping[str, Any], k: int = 2,
+                     max_chars: int = DEFAULT_EXAMPLE_CHARS) -> list[Example]:
+        """The ``k`` closest verified before/after pairs for ``technique``, within ``max_chars`` of code.
+
+        Order: same state first, then feature distance to ``kernel_features``, then higher
+        speedup, then newer.  Only the kernel's own definition is shown, not the whole file.
+        Until the user has a verified success for the technique, the catalogue's example is used.
+        """
+        rows = self._read(
+            "SELECT seq, state, kernel, features_json, original_source, candidate_source, speedup FROM attempts"
+            " WHERE technique = ? AND accepted = 1 AND original_source IS NOT NULL AND candidate_source IS NOT NULL",
+            (technique,),
+        )
+        ranked = []
+        seen = set()
+        for r in rows:
+            before = kb_logic.kernel_excerpt(r["original_source"], r["kernel"])
+            after = kb_logic.kernel_excerpt(r["candidate_source"], r["kernel"])
+            if (before, after) in seen:
+                continue
+            seen.add((before, after))
+            distance = kb_logic.feature_distance(kernel_features, json.loads(r["features_json"]))
+            example = Example(technique, before, after, "user", r["state"], r["speedup"], distance)
+            ranked.append(((r["state"] != state, distance, -(r["speedup"] or 0.0), -r["seq"]), example))
+        candidates = [example for _, example in sorted(ranked, key=lambda item: item[0])]
+        if not candidates:
+            row = self._read("SELECT example_before, example_after FROM techniques WHERE name = ?", (technique,))
+            if row:
+                candidates = [Example(technique, row[0]["example_before"], row[0]["example_after"], "catalogue")]
+        return kb_logic.fit_examples(candidates, k, max_chars)
+
+    # ------------------------------------------------------------ export / import
+
+    def export_jsonl(self, path: str | os.PathLike[str]) -> ExportStats:
+        """Write derived states (with their priors) and the whole attempt log as JSON lines."""
+        target = Path(path)
+        lines = [json.dumps({"type": "header", "format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION,
+                             "schema_version": SCHEMA_VERSION})]
+        state_rows = self._read("SELECT * FROM states WHERE origin != 'seed' ORDER BY created_at, name")
+        for r in state_rows:
+            priors = [asdict(_entry_from_row(p)) for p in self._read(
+                "SELECT * FROM priors WHERE state = ? ORDER BY technique", (r["name"],))]
+            for p in priors:
+                del p["state"]
+            lines.append(json.dumps({
+                "type": "state", "name": r["name"], "description": r["description"],
+                "signature": json.loads(r["signature_json"]), "parent": r["parent"], "origin": r["origin"],
+                "created_at": r["created_at"], "priors": priors,
+            }, sort_keys=True))
+        attempt_rows = self._read("SELECT * FROM attempts ORDER BY seq")
+        for r in attempt_rows:
+            record = asdict(_attempt_from_row(r))
+            record.update(type="attempt", id=r["id"])
+            lines.append(json.dumps(record, sort_keys=True))
+        partial = target.with_name(target.name + ".partial")
+        partial.write_text("\n".join(lines) + "\n", encoding="utf-8")
+        partial.replace(target)
+        return ExportStats(str(target), len(state_rows), len(attempt_rows))
+
+    def import_jsonl(self, path: str | os.PathLike[str]) -> ImportStats:
+        """Merge an export: new derived states and attempts are added (attempts de-duplicated by id), entries recomputed.
+
+        A state already present here keeps its local definition; imported attempts are
+        appended after the local ones, so the merged entries are the local ones updated
+        with the imported attempts in the file's order.  Bad lines are skipped and listed
+        in ``problems``.
+        """
+        try:
+            text = Path(path).read_text(encoding="utf-8")
+        except (OSError, UnicodeDecodeError) as exc:
+            return ImportStats(0, 0, 0, (f"cannot read {path}: {exc}",))
+        problems: list[str] = []
+        records: list[tuple[int, dict[str, Any]]] = []
+        for number, line in enumerate(text.splitlines(), start=1):
+            if not line.strip():
+                continue
+            try:
+                record = json.loads(line)
+            except json.JSONDecodeError as exc:
+                problems.append(f"line {number}: not JSON ({exc.msg})")
+                continue
+            if not isinstance(record, dict):
+                problems.append(f"line {number}: not an object")
+                continue
+            records.append((number, record))
+        headers = [r for _, r in records if r.get("type") == "header"]
+        if not headers or headers[0].get("format") != EXPORT_FORMAT:
+            return ImportStats(0, 0, 0, tuple(problems) + (f"{path} is not a kernel-lsp knowledge-base export",))
+        if int(headers[0].get("format_version", 0)) > EXPORT_FORMAT_VERSION:
+            return ImportStats(0, 0, 0, tuple(problems) + (
+                f"{path} uses export format {headers[0].get('format_version')}, newer than this kernel-lsp reads",))
+
+        def step(conn: sqlite3.Connection) -> tuple[int, int, int]:
+            states_added = attempts_added = duplicates = 0
+            touched: set[str] = set()
+            for number, record in records:
+                kind = record.get("type")
+                try:
+                    if kind == "state":
+                        state = _state_from_json(record["name"], record["description"], record["signature"], record.get("parent"))
+                        inserted = conn.execute(
+                            "INSERT OR IGNORE INTO states (name, description, signature_json, parent, origin, created_at)"
+                            " VALUES (?, ?, ?, ?, ?, ?)",
+                            (state.name, state.description, _signature_json(state), state.parent,
+                             "derived" if record.get("origin") == "seed" else record.get("origin", "derived"),
+                             record["created_at"]),
+                        ).rowcount
+                        if inserted:
+                            states_added += 1
+                            touched.add(state.name)
+                            conn.executemany(
+                                "INSERT INTO priors (state, technique, predicted_speedup, confidence, attempts, successes)"
+                                " VALUES (?, ?, ?, ?, ?, ?)",
+                                [(state.name, p["technique"], float(p["predicted_speedup"]), float(p["confidence"]),
+                                  int(p["attempts"]), int(p["successes"])) for p in record.get("priors", [])],
+                            )
+                    elif kind == "attempt":
+                        attempt = _attempt_from_record(record)
+                        if conn.execute("SELECT 1 FROM states WHERE name = ?", (attempt.state,)).fetchone() is None:
+                            problems.append(f"line {number}: attempt for unknown state '{attempt.state}' skipped")
+                            continue
+                        inserted = conn.execute(
+                            f"INSERT OR IGNORE INTO attempts ({', '.join(_ATTEMPT_COLUMNS)})"
+                            f" VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))})",
+                            _attempt_row(attempt, str(record.get("id") or attempt.stable_id())),
+                        ).rowcount
+                        if inserted:
+                            attempts_added += 1
+                            touched.add(attempt.state)
+                        else:
+                            duplicates += 1
+                    elif kind != "header":
+                        problems.append(f"line {number}: unknown record type {kind!r} skipped")
+                except (KeyError, TypeError, ValueError) as exc:
+                    problems.append(f"line {number}: bad {kind} record ({type(exc).__name__}: {exc}) skipped")
+            self._recompute(conn, sorted(touched))
+            return states_added, attempts_added, duplicates
+
+        states_added, attempts_added, duplicates = self._write(step)
+        return ImportStats(attempts_added, duplicates, states_added, tuple(problems))
+
+    # ------------------------------------------------------------ maintenance
+
+    def reset(self) -> None:
+        """Forget everything learned: attempts, derived states, entries; the catalogue is re-seeded."""
+
+        def step(conn: sqlite3.Connection) -> None:
+            for table in ("attempts", "entries", "priors", "states", "techniques"):
+                conn.execute(f"DELETE FROM {table}")  # table names are constants, not input
+            conn.execute("DELETE FROM meta WHERE key = ?", ("catalogue_sha256",))
+
+        self._write(step)
+        self._sync_catalogue(force=True)
+
+    def stats(self) -> KbStats:
+        def count(sql: str, params: tuple[Any, ...] = ()) -> int:
+            return int(self._read(sql, params)[0][0])
+
+        by_technique = tuple(
+            TechniqueStats(r["technique"], r["n"], r["ok"], r["mean"])
+            for r in self._read(
+                "SELECT technique, COUNT(*) AS n, SUM(accepted) AS ok, AVG(speedup) AS mean FROM attempts"
+                " GROUP BY technique ORDER BY n DESC, technique"
+            )
+        )
+        try:
+            size = self.path.stat().st_size
+        except OSError:
+            size = 0
+        with self._lock:
+            version = _schema_version(self._conn)
+        return KbStats(
+            path=str(self.path),
+            schema_version=version,
+            size_bytes=size,
+            states=count("SELECT COUNT(*) FROM states"),
+            derived_states=count("SELECT COUNT(*) FROM states WHERE origin != 'seed'"),
+            techniques=count("SELECT COUNT(*) FROM techniques"),
+            entries=count("SELECT COUNT(*) FROM entries"),
+            attempts=count("SELECT COUNT(*) FROM attempts"),
+            accepted_attempts=count("SELECT COUNT(*) FROM attempts WHERE accepted = 1"),
+            worked_examples=count("SELECT COUNT(*) FROM attempts WHERE accepted = 1 AND original_source IS NOT NULL"),
+            by_technique=by_technique,
+        )
+
+
+def _attempt_from_record(record: Mapping[str, Any]) -> Attempt:
+    speedup = record.get("speedup")
+    return Attempt(
+        kernel_hash=str(record["kernel_hash"]), file=str(record["file"]), kernel=str(record["kernel"]),
+        state=str(record["state"]), technique=str(record["technique"]), candidate_hash=str(record["candidate_hash"]),
+        verdict=str(record["verdict"]), accepted=bool(record["accepted"]),
+        speedup=float(speedup) if speedup is not None else None, reason=str(record.get("reason", "")),
+        metrics_before=dict(record.get("metrics_before") or {}), metrics_after=dict(record.get("metrics_after") or {}),
+        features=dict(record.get("features") or {}), model=record.get("model"), generator=str(record.get("generator", "")),
+        original_source=record.get("original_source"), candidate_source=record.get("candidate_source"),
+        created_at=str(record["created_at"]),
+    )
+
+
+def iter_entries_by_state(kb: KnowledgeBase) -> Iterator[tuple[State, list[Entry]]]:
+    """Every state with its entries, best predicted first (for ``kb show``)."""
+    entries: dict[str, list[Entry]] = {}
+    for entry in kb.entries():
+        entries.setdefault(entry.state, []).append(entry)
+    for state in kb.states():
+        yield state, sorted(entries.get(state.name, []), key=lambda e: (-e.predicted_speedup * e.confidence, e.technique))

@@ -1,0 +1,88 @@
+"""What is known about each kernel: ptxas resources joined with occupancy per launch.
+
+Shared by the server (hover, code lens, inlay hints) and ``kernel-lsp check``,
+so both say the same thing. Pure apart from its inputs: no IO here, it only
+combines the index, a :class:`~kernel_lsp.services.toolchain.CompileResult` and
+the core's occupancy model. Unknown values stay None; nothing is guessed.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from kernel_lsp.core.consteval import evaluate_int
+from kernel_lsp.core.index import Function, KernelIndex, LaunchSite
+from kernel_lsp.core.launch_dims import block_threads
+from kernel_lsp.core.nvcc_output import ResourceUsage
+from kernel_lsp.core.occupancy import Occupancy, theoretical_occupancy
+from kernel_lsp.services.toolchain import CompileResult
+
+
+@dataclass(frozen=True)
+class LaunchFacts:
+    launch: LaunchSite
+    block_threads: int | None
+    """Threads per block when the block expression evaluates to a constant."""
+    dynamic_shared_bytes: int | None
+    """The launch's dynamic shared memory (0 when not given), None when not a constant."""
+    occupancy: Occupancy | None
+    """Theoretical occupancy; None unless block size and registers are known."""
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    function: Function
+    resources: ResourceUsage | None
+    """From the last compile; None before one succeeded."""
+    launches: tuple[LaunchFacts, ...]
+
+    @property
+    def first_occupancy(self) -> LaunchFacts | None:
+        return next((f for f in self.launches if f.occupancy is not None), None)
+
+
+def launch_facts(
+    index: KernelIndex, launch: LaunchSite, resources: ResourceUsage | None, arch: str
+) -> LaunchFacts:
+    threads = block_threads(launch, index)
+    if launch.shared_mem is None:
+        dynamic = 0
+    else:
+        dynamic = evaluate_int(launch.shared_mem, dict(index.constants))
+    occupancy = None
+    if threads is not None and resources is not None and resources.registers is not None and dynamic is not None:
+        occupancy = theoretical_occupancy(arch, threads, resources.registers, (resources.shared_bytes or 0) + dynamic)
+    return LaunchFacts(launch, threads, dynamic, occupancy)
+
+
+def kernel_facts(
+    index: KernelIndex,
+    function: Function,
+    compile: CompileResult | None,
+    arch: str,
+    launches: tuple[LaunchSite, ...] | None = None,
+) -> KernelFacts:
+    """Facts of one kernel; ``launches`` (its launch sites) may be passed when the caller has them indexed."""
+    resources = compile.resources_for(function.name) if compile is not None else None
+    sites = index.launches_of(function.name) if launches is None else launches
+    launches_facts = tuple(launch_facts(index, launch, resources, arch) for launch in sites)
+    return KernelFacts(function, resources, launches_facts)
+
+
+def group_launches(index: KernelIndex) -> dict[str, tuple[LaunchSite, ...]]:
+    """Launch sites by unqualified kernel name (what :meth:`KernelIndex.launches_of` matches), in one pass."""
+    groups: dict[str, list[LaunchSite]] = {}
+    for launch in index.launches:
+        groups.setdefault(launch.kernel.rsplit("::", 1)[-1], []).append(launch)
+    return {name: tuple(sites) for name, sites in groups.items()}
+
+
+def report(
+    index: KernelIndex,
+    compile: CompileResult | None,
+    arch: str,
+    groups: dict[str, tuple[LaunchSite, ...]] | None = None,
+) -> tuple[KernelFacts, ...]:
+    """Facts for every kernel of the file, in source order."""
+    groups = group_launches(index) if groups is None else groups
+    return tuple(kernel_facts(index, fn, compile, arch, groups.get(fn.name, ())) for fn in index.kernels)

@@ -1,0 +1,514 @@
+"""Read Nsight Compute results into :class:`~kernel_lsp.core.profile.KernelProfile` objects.
+
+Two readers, one result:
+
+* NVIDIA's ``ncu_report`` Python module, found beside ``ncu``
+  (``<install>/extras/python``) or installed from PyPI (``ncu-report``): reads the
+  ``.ncu-rep`` file directly, metrics, rule results and per-PC source counters.
+* The ``--csv`` exports of ``ncu -i REPORT``: ``--page raw`` (every metric),
+  ``--page details --print-details all`` (rule results), ``--page source
+  --print-source cuda`` (per-line counters). Used when the module is missing or
+  cannot read the report.
+
+The parsing functions take text and are pure; only :func:`read_report` runs
+ncu (through :func:`kernel_lsp.services.proc.run`). Column and key names differ
+between ncu versions, so every lookup goes through the small tables below.
+"""
+
+from __future__ import annotations
+
+import csv
+import glob
+import importlib
+import io
+import logging
+import os
+import re
+import sys
+from collections.abc import Callable, Iterable, Mapping
+from dataclasses import dataclass, field, replace
+
+from kernel_lsp.core.profile import KernelProfile, LineCounters, RuleAdvice
+from kernel_lsp.services import proc
+
+log = logging.getLogger(__name__)
+
+#: Identity columns of the raw and details pages (not metrics).
+_ID_COLUMNS = frozenset(
+    {"ID", "Process ID", "Process Name", "Host Name", "Kernel Name", "Context", "Stream", "Block Size",
+     "Grid Size", "Device", "CC", "Section Name", "Metric Name", "Metric Unit", "Metric Value", "Function Name",
+     "Demangled Name", "Kernel Name (demangled)", "Rule Name", "Rule Type", "Rule Description",
+     "Estimated Speedup Type", "Estimated Speedup", "Id", "Rule Identifier"}
+)
+_NUMBER = re.compile(r"^[-+]?(?:\d{1,3}(?:,\d{3})+|\d+)?(?:\.\d+)?(?:[eE][-+]?\d+)?$")
+_VERSION = re.compile(r"Version\s+(\d{4}\.\d+(?:\.\d+)*)")
+
+
+class NcuReadError(RuntimeError):
+    """A report or export that cannot be read; the message says why, for the user."""
+
+
+@dataclass(frozen=True)
+class KernelRecord:
+    """One profiled kernel launch as read from an export, before it becomes a profile."""
+
+    id: int
+    name: str
+    """Function name without parameters (``stream_triad``)."""
+    full_name: str
+    """Kernel name as ncu printed it (demangled, with parameters)."""
+    metrics: dict[str, float] = field(default_factory=dict)
+    strings: dict[str, str] = field(default_factory=dict)
+    rules: tuple[RuleAdvice, ...] = ()
+    sections: tuple[str, ...] = ()
+
+
+def parse_number(text: str) -> float | None:
+    """ncu's number formats (``1,234.5``, ``12``, ``n/a``) -> float or None."""
+    t = text.strip().strip('"')
+    if not t or not _NUMBER.match(t) or t in {"+", "-", "."}:
+        return None
+    try:
+        return float(t.replace(",", ""))
+    except ValueError:
+        return None
+
+
+def short_name(kernel_name: str) -> str:
+    """``void ns::saxpy<float>(float *, int)`` -> ``saxpy``."""
+    name = kernel_name.strip()
+    depth, cut = 0, len(name)
+    for i, ch in enumerate(name):
+        if ch == "<":
+            depth += 1
+        elif ch == ">":
+            depth -= 1
+        elif ch == "(" and depth == 0:
+            cut = i
+            break
+    head = name[:cut].strip()
+    head = re.sub(r"<.*>$", "", head).strip()
+    head = head.split()[-1] if head.split() else head
+    return head.rsplit("::", 1)[-1]
+
+
+def _csv_rows(text: str) -> list[list[str]]:
+    """The CSV rows of ``text``, skipping ncu's ``==PROF==`` log lines and the program's own output."""
+    lines = [line for line in text.splitlines() if line.startswith('"')]
+    return list(csv.reader(io.StringIO("\n".join(lines))))
+
+
+def parse_raw_csv(text: str) -> list[KernelRecord]:
+    """``--page raw --csv`` (with or without ``--print-units base``): one record per kernel launch."""
+    rows = _csv_rows(text)
+    header_at = next((i for i, row in enumerate(rows) if row and row[0] == "ID"), None)
+    if header_at is None:
+        raise NcuReadError("no raw-page CSV header (a row starting with \"ID\") in the ncu output")
+    header = rows[header_at]
+    records: list[KernelRecord] = []
+    for row in rows[header_at + 1 :]:
+        if not row or len(row) < len(header) or not row[0].strip():
+            continue  # the units row has an empty ID
+        if row[0] == "ID":
+            continue  # a repeated header (several processes)
+        cells = dict(zip(header, row))
+        metrics: dict[str, float] = {}
+        strings: dict[str, str] = {}
+        for name, value in cells.items():
+            if name in _ID_COLUMNS:
+                continue
+            number = parse_number(value)
+            if number is None:
+                if value.strip():
+                    strings[name] = value
+            else:
+                metrics[name] = number
+        full = cells.get("Kernel Name", "")
+        records.append(KernelRecord(int(parse_number(cells["ID"]) or 0), short_name(full), full, metrics, strings))
+    if not records:
+        raise NcuReadError("the raw-page CSV holds no kernel (no kernel was profiled?)")
+    return records
+
+
+def _speedup(text: str | None) -> float | None:
+    return None if text is None else parse_number(text)
+
+
+def parse_details_csv(text: str) -> dict[int, tuple[tuple[str, ...], tuple[RuleAdvice, ...], dict[str, float]]]:
+    """``--page details --print-details all --csv`` -> kernel id -> (sections, rule results, metrics shown)."""
+    rows = _csv_rows(text)
+    header_at = next((i for i, row in enumerate(rows) if row and row[0] == "ID"), None)
+    if header_at is None:
+        raise NcuReadError("no details-page CSV header in the ncu output")
+    header = rows[header_at]
+    out: dict[int, tuple[list[str], list[RuleAdvice], dict[str, float]]] = {}
+    for row in rows[header_at + 1 :]:
+        if not row or row[0] == "ID":
+            continue
+        cells = dict(zip(header, row))
+        kid = int(parse_number(cells.get("ID", "")) or 0)
+        sections, rules, metrics = out.setdefault(kid, ([], [], {}))
+        section = cells.get("Section Name", "").strip()
+        if section and section not in sections:
+            sections.append(section)
+        rule_name = (cells.get("Rule Name") or "").strip()
+        if rule_name:
+            kind = (cells.get("Rule Type") or "").strip().upper()
+            message = " ".join((cells.get("Rule Description") or "").split())
+            speedup = _speedup(cells.get("Estimated Speedup"))
+            rules.append(RuleAdvice(rule_name, rule_name, message, kind or "INF", speedup))
+            continue
+        metric_name = (cells.get("Metric Name") or "").strip()
+        value = parse_number(cells.get("Metric Value", ""))
+        if metric_name and value is not None:
+            metrics[f"{section}/{metric_name}" if section else metric_name] = value
+    return {kid: (tuple(s), tuple(r), m) for kid, (s, r, m) in out.items()}
+
+
+# ------------------------------------------------------------------- source page
+
+#: Source-page column (lower case, prefix match) -> LineCounters field.
+_SOURCE_COLUMNS: tuple[tuple[str, str], ...] = (
+    ("warp stall sampling (all samples)", "samples_total"),
+    ("warp stall sampling (not-issued samples)", "samples_not_issued"),
+    ("instructions executed", "instructions_executed"),
+    ("l2 theoretical sectors global excessive", "excessive_global_sectors"),
+    ("l1 wavefronts shared excessive", "shared_excessive_wavefronts"),
+    ("divergent branches", "divergent_branches"),
+)
+_STALL_COLUMN = re.compile(r"^stall_(?P<reason>[a-z_]+?)(?:_not_issued)?$|^stall (?P<reason2>.+?)(?: \(not issued\))?$", re.I)
+
+
+def parse_source_csv(text: str) -> dict[str, dict[int, LineCounters]]:
+    """``--page source --print-source cuda --csv`` -> file -> line -> counters.
+
+    The CUDA view lists each source line with its counters summed over its SASS;
+    a file starts with a row naming it (``File Path`` / ``# File``), or the single
+    file is unnamed (key ``""``).
+    """
+    out: dict[str, dict[int, LineCounters]] = {}
+    current = ""
+    header: list[str] | None = None
+    for row in csv.reader(io.StringIO(text)):
+        if not row:
+            continue
+        first = row[0].strip()
+        if first.lower().startswith(("file", "# file")) and len(row) <= 2:
+            current = row[-1].strip() if len(row) == 2 else first.split(":", 1)[-1].strip()
+            header = None
+            continue
+        if first in ("#", "# Line", "Line", "# Address", "Address") or (header is None and "Source" in row):
+            header = [c.strip() for c in row]
+            continue
+        if header is None:
+            continue
+        cells = dict(zip(header, row))
+        line_no = parse_number(cells.get("#") or cells.get("# Line") or cells.get("Line") or "")
+        if line_no is None:
+            continue
+        counters = _line_counters(current, int(line_no), cells)
+        if counters is not None:
+            out.setdefault(current, {})[counters.line] = counters
+    return out
+
+
+def _line_counters(file: str, line: int, cells: Mapping[str, str]) -> LineCounters | None:
+    values: dict[str, float] = {}
+    stalls: dict[str, float] = {}
+    for column, raw in cells.items():
+        number = parse_number(raw)
+        if number is None:
+            continue
+        low = column.lower()
+        for prefix, field_name in _SOURCE_COLUMNS:
+            if low.startswith(prefix):
+                values.setdefault(field_name, number)
+                break
+        else:
+            m = _STALL_COLUMN.match(column.strip())
+            if m and "not issued" not in low and "not_issued" not in low:
+                reason = (m.group("reason") or m.group("reason2") or "").strip().lower().replace(" ", "_")
+                if number > 0:
+                    stalls[reason] = number
+    if not values and not stalls:
+        return None
+    return LineCounters(file=file, line=line, stall_samples=stalls, **values)
+
+
+# ------------------------------------------------------------------- ncu_report module
+
+
+def module_dirs(ncu_path: str) -> list[str]:
+    """Candidate ``extras/python`` folders of the ncu install that ``ncu_path`` resolves to."""
+    exe = proc.which(ncu_path)
+    if exe is None:
+        return []
+    folder = os.path.dirname(os.path.realpath(exe))
+    found: list[str] = []
+    for _ in range(4):
+        for candidate in [os.path.join(folder, "extras", "python"), *glob.glob(os.path.join(folder, "nsight-compute*", "extras", "python"))]:
+            if os.path.isfile(os.path.join(candidate, "ncu_report.py")) and candidate not in found:
+                found.append(candidate)
+        folder = os.path.dirname(folder)
+    return found
+
+
+def import_ncu_report(ncu_path: str = "ncu"):
+    """The ``ncu_report`` module beside ``ncu_path`` (preferred: it matches the reports), else an installed one, else None."""
+    for folder in module_dirs(ncu_path):
+        if folder not in sys.path:
+            sys.path.insert(0, folder)
+        try:
+            module = importlib.import_module("ncu_report")
+            return module
+        except ImportError as exc:
+            log.info("ncu_report in %s cannot be imported: %s", folder, exc)
+    try:
+        return importlib.import_module("ncu_report")
+    except ImportError:
+        return None
+
+
+def _metric_value(metric) -> float | None:
+    try:
+        value = metric.value()
+    except Exception:  # noqa: BLE001 - string/instanced metrics raise differently per version
+        return None
+    if isinstance(value, bool):
+        return float(value)
+    if isinstance(value, (int, float)):
+        return float(value)
+    return parse_number(str(value)) if isinstance(value, str) else None
+
+
+#: Instanced (per-PC) metrics of the SourceCounters section -> LineCounters field.
+SOURCE_METRICS: dict[str, str] = {
+    "smsp__pcsamp_sample_count": "samples_total",
+    "smsp__pcsamp_warps_issue_stalled_not_issued": "samples_not_issued",
+    "inst_executed": "instructions_executed",
+    "derived__memory_l2_theoretical_sectors_global_excessive": "excessive_global_sectors",
+    "derived__memory_l1_wavefronts_shared_excessive": "shared_excessive_wavefronts",
+    "smsp__branch_targets_threads_divergent": "divergent_branches",
+}
+_PCSAMP_STALL = re.compile(r"^smsp__pcsamp_warps_issue_stalled_(?P<reason>[a-z_]+)$")
+
+
+def records_from_module(module, path: str) -> list[KernelRecord]:
+    """Every action of the report at ``path`` as :class:`KernelRecord` (metrics, rules) via ``ncu_report``."""
+    try:
+        context = module.load_report(path)
+    except Exception as exc:  # noqa: BLE001 - the module raises plain exceptions for bad or newer files
+        raise NcuReadError(f"ncu_report cannot read {path}: {exc}") from None
+    records: list[KernelRecord] = []
+    for r in range(context.num_ranges()):
+        rng = context.range_by_idx(r)
+        for a in range(rng.num_actions()):
+            action = rng.action_by_idx(a)
+            metrics: dict[str, float] = {}
+            strings: dict[str, str] = {}
+            for name in action.metric_names():
+                metric = action.metric_by_name(name)
+                value = _metric_value(metric)
+                if value is not None:
+                    metrics[name] = value
+                else:
+                    try:
+                        strings[name] = str(metric.as_string())
+                    except Exception:  # noqa: BLE001
+                        pass
+            full = str(action.name())
+            records.append(
+                KernelRecord(len(records), short_name(full), full, metrics, strings, _module_rules(action))
+            )
+    if not records:
+        raise NcuReadError(f"{path} holds no profiled kernel")
+    return records
+
+
+def _module_rules(action) -> tuple[RuleAdvice, ...]:
+    try:
+        raw = action.rule_results_as_dicts()
+    except Exception:  # noqa: BLE001 - older modules lack it
+        return ()
+    rules: list[RuleAdvice] = []
+    for item in raw or []:
+        if not isinstance(item, Mapping):
+            continue
+        rule_id = str(item.get("rule_identifier") or item.get("name") or "")
+        title = str(item.get("name") or rule_id)
+        speedup = item.get("speedup_estimation") or {}
+        estimate = speedup.get("speedup") if isinstance(speedup, Mapping) else None
+        for message in item.get("rule_messages") or item.get("messages") or []:
+            if not isinstance(message, Mapping):
+                continue
+            kind = str(message.get("type", "")).rsplit("_", 1)[-1].upper()
+            kind = {"OPTIMIZATION": "OPT", "WARNING": "WRN", "OK": "INF", "ERR": "ERR", "ERROR": "ERR"}.get(kind, kind or "INF")
+            text = " ".join(str(message.get("message", "")).split())
+            if text:
+                rules.append(RuleAdvice(rule_id, title, text, kind, _as_float(estimate)))
+    return tuple(rules)
+
+
+def _as_float(value) -> float | None:
+    try:
+        return None if value is None else float(value)
+    except (TypeError, ValueError):
+        return None
+
+
+def lines_from_module(module, path: str, action_index: int = 0) -> dict[str, dict[int, LineCounters]]:
+    """Per-line counters of one action: per-PC source metrics summed over the PCs of each line."""
+    context = module.load_report(path)
+    rng = context.range_by_idx(0)
+    action = rng.action_by_idx(action_index)
+    per_line: dict[tuple[str, int], dict[str, float]] = {}
+    stalls: dict[tuple[str, int], dict[str, float]] = {}
+    for name in action.metric_names():
+        field_name = SOURCE_METRICS.get(name)
+        stall = _PCSAMP_STALL.match(name)
+        if field_name is None and stall is None:
+            continue
+        metric = action.metric_by_name(name)
+        try:
+            if not metric.has_correlation_ids():
+                continue
+            pcs = metric.correlation_ids()
+            count = metric.num_instances()
+        except Exception:  # noqa: BLE001
+            continue
+        for i in range(count):
+            try:
+                value = metric.as_double(i)
+                info = action.source_info(pcs.as_uint64(i))
+            except Exception:  # noqa: BLE001
+                continue
+            if info is None or not value:
+                continue
+            key = (str(info.file_name()), int(info.line()))
+            if field_name is not None:
+                per_line.setdefault(key, {})
+                per_line[key][field_name] = per_line[key].get(field_name, 0.0) + value
+            elif stall is not None and stall.group("reason") != "not_issued":
+                stalls.setdefault(key, {})
+                reason = stall.group("reason")
+                stalls[key][reason] = stalls[key].get(reason, 0.0) + value
+    out: dict[str, dict[int, LineCounters]] = {}
+    for key in set(per_line) | set(stalls):
+        file, line = key
+        out.setdefault(file, {})[line] = LineCounters(file, line, stalls.get(key, {}), **per_line.get(key, {}))
+    return out
+
+
+# ------------------------------------------------------------------- whole reports
+
+
+def ncu_version(ncu_path: str, run: Callable[..., proc.ProcResult] = proc.run) -> str | None:
+    try:
+        result = run([ncu_path, "--version"], timeout_s=30)
+    except proc.ToolMissing:
+        return None
+    m = _VERSION.search(result.stdout)
+    return m.group(1) if m else None
+
+
+def version_problem(stderr: str, report_path: str) -> str | None:
+    """A clear message when ncu refuses a report made by another version; None otherwise."""
+    low = stderr.lower()
+    if "version" in low and any(w in low for w in ("newer", "older", "unsupported", "incompatible", "not supported")):
+        return (
+            f"{report_path} was written by a different Nsight Compute version than the ncu in use; "
+            f"re-profile, or open it with the ncu that wrote it. ncu said: {stderr.strip()[:300]}"
+        )
+    return None
+
+
+def to_profiles(records: Iterable[KernelRecord], lines: Mapping[str, Mapping[int, LineCounters]] | None = None, *,
+                source_file: str | None = None, ncu_version_text: str | None = None) -> list[KernelProfile]:
+    profiles = []
+    for record in records:
+        file_lines: Mapping[int, LineCounters] = {}
+        chosen = source_file
+        if lines:
+            if source_file and source_file in lines:
+                file_lines = lines[source_file]
+            elif source_file:
+                match = next((f for f in lines if f and os.path.basename(f) == os.path.basename(source_file)), None)
+                if match:
+                    file_lines, chosen = lines[match], match
+            elif len(lines) == 1:
+                chosen, file_lines = next(iter(lines.items()))
+        profiles.append(
+            KernelProfile(
+                kernel=record.name,
+                mangled=record.strings.get("Function Name") or None,
+                metrics=dict(record.metrics),
+                rules=record.rules,
+                lines=dict(file_lines),
+                source_file=chosen,
+                sections=record.sections,
+                ncu_version=ncu_version_text,
+            )
+        )
+    return profiles
+
+
+def read_report(
+    report_path: str,
+    *,
+    ncu_path: str = "ncu",
+    source_file: str | None = None,
+    with_lines: bool = True,
+    timeout_s: float = 120.0,
+    run: Callable[..., proc.ProcResult] = proc.run,
+    prefer_module: bool = True,
+) -> list[KernelProfile]:
+    """Profiles of every kernel in ``report_path`` (``.ncu-rep``).
+
+    Tries ``ncu_report`` first; falls back to ncu's CSV exports. Raises
+    :class:`NcuReadError` with a message for the user when neither works.
+    """
+    version = None
+    module = import_ncu_report(ncu_path) if prefer_module else None
+    if module is not None:
+        try:
+            records = records_from_module(module, report_path)
+            lines = lines_from_module(module, report_path) if with_lines else None
+            return to_profiles(records, lines, source_file=source_file, ncu_version_text=version)
+        except NcuReadError as exc:
+            log.info("ncu_report failed, using CSV exports: %s", exc)
+        except Exception as exc:  # noqa: BLE001 - an API change in the module must not stop profiling
+            log.info("ncu_report API mismatch, using CSV exports: %s", exc)
+    return _read_with_exports(report_path, ncu_path, source_file, with_lines, timeout_s, run)
+
+
+def _export(report_path: str, ncu_path: str, args: list[str], timeout_s: float, run) -> str:
+    try:
+        result = run([ncu_path, "-i", report_path, "--csv", *args], timeout_s=timeout_s)
+    except proc.ToolMissing as exc:
+        raise NcuReadError(f"cannot export {report_path}: {exc}") from None
+    if not result.ok:
+        problem = version_problem(result.stderr + result.stdout, report_path)
+        raise NcuReadError(problem or f"ncu -i {report_path} failed: {(result.stderr or result.stdout).strip()[:300]}")
+    return result.stdout
+
+
+def _read_with_exports(report_path, ncu_path, source_file, with_lines, timeout_s, run) -> list[KernelProfile]:
+    raw = _export(report_path, ncu_path, ["--page", "raw", "--print-units", "base"], timeout_s, run)
+    records = parse_raw_csv(raw)
+    try:
+        details = parse_details_csv(
+            _export(report_path, ncu_path, ["--page", "details", "--print-details", "all", "--print-units", "base"], timeout_s, run)
+        )
+    except NcuReadError as exc:
+        log.info("no rule results: %s", exc)
+        details = {}
+    records = [
+        replace(r, sections=details[r.id][0], rules=details[r.id][1]) if r.id in details else r for r in records
+    ]
+    lines = None
+    if with_lines and len(records) == 1:
+        try:
+            lines = parse_source_csv(_export(report_path, ncu_path, ["--page", "source", "--print-source", "cuda"], timeout_s, run))
+        except NcuReadError as exc:
+            log.info("no source counters: %s", exc)
+    return to_profiles(records, lines, source_file=source_file, ncu_version_text=ncu_version(ncu_path, run))

@@ -1,0 +1,504 @@
+"""Profile one kernel with Nsight Compute, collecting what the profiling tree asks for.
+
+Two ways to run the kernel under ``ncu`` (always ``--clock-control none``):
+
+* **launch spec** (harness mode): the file is compiled to a cubin with
+  ``-lineinfo`` and ``python -m kernel_lsp.services.harness.launch`` launches the
+  kernel once from its spec; ncu filters on the mangled entry name;
+* **program** (``Settings.profile_program``/``profile_args``): the user's own
+  binary, filtered with ``-k`` and ``--launch-count``.
+
+The tree (:mod:`kernel_lsp.core.profiling_tree`) decides the sections: when the
+previous profile of the kernel is known, its measurements feed the tree and one
+ncu run collects the first-pass sections together with the chosen leaf's;
+otherwise a cheap first pass runs, the tree is walked on its results, and a
+second run collects the leaf's sections. ``full=True`` collects ``--set full``.
+
+Every failure (ncu missing, no permission to read counters, the program
+crashing or hanging, a report that cannot be read) becomes a message in the
+result, with the last good profile of the kernel marked stale. Results are
+cached by content hash and settings. One GPU job runs at a time (a lock).
+"""
+
+from __future__ import annotations
+
+import hashlib
+import json
+import logging
+import os
+import re
+import shutil
+import sys
+import tempfile
+import threading
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, replace
+
+from kernel_lsp.config import Settings
+from kernel_lsp.core import profiling_tree as T
+from kernel_lsp.core.classify import Bottleneck, classify
+from kernel_lsp.core.index import Function, build_index
+from kernel_lsp.core.spec import find_inline_specs
+from kernel_lsp.core.profile import KernelProfile, Regression, profile_from_json, profile_to_json, regression
+from kernel_lsp.services import ncu_reader, proc
+from kernel_lsp.services.harness.compile import compile_cubin, find_entry
+
+log = logging.getLogger(__name__)
+
+#: One GPU job at a time, whoever asks (server, CLI in-process, benchmark).
+GPU_LOCK = threading.Lock()
+
+#: Launches profiled in the run that carries SpeedOfLight (its durations give the noise).
+TIMING_LAUNCHES = 3
+_PASSES = re.compile(r"- (\d+) passes?")
+_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
+_PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
+
+ToolRunner = Callable[..., proc.ProcResult]
+
+
+@dataclass(frozen=True)
+class Target:
+    """What to profile."""
+
+    source_path: str
+    source_text: str
+    kernel: str
+    spec_path: str | None = None
+    """Launch spec v1 file (harness mode)."""
+    spec_data: dict | None = None
+    """An in-source spec's JSON object, used when there is no ``spec_path``."""
+    program: str | None = None
+    """The user's binary (program mode; used when no spec is given)."""
+    program_args: tuple[str, ...] = ()
+    cwd: str | None = None
+
+
+@dataclass(frozen=True)
+class ProfileResult:
+    profile: KernelProfile | None
+    """The new profile, or the last good one marked stale, or None."""
+    bottleneck: Bottleneck | None
+    plan: T.Plan | None
+    message: str | None = None
+    """Why profiling failed or was skipped, for the user; None on success."""
+    cached: bool = False
+    regression: Regression | None = None
+    """Set when this profile is slower than the previous one beyond the noise."""
+
+    @property
+    def ok(self) -> bool:
+        return self.message is None and self.profile is not None and not self.profile.stale
+
+
+def sidecar_path(source_path: str, kernel: str) -> str:
+    """Where a kernel's launch spec lives beside its file: ``<file>.<kernel>.spec.json``."""
+    return f"{source_path}.{kernel}.spec.json"
+
+
+def find_spec(source_path: str, source_text: str, kernel: str) -> tuple[str | None, dict | None, str | None]:
+    """(sidecar path, in-source spec object, problem) for ``kernel``; the sidecar wins when both exist."""
+    sidecar = sidecar_path(source_path, kernel)
+    if os.path.isfile(sidecar):
+        return sidecar, None, None
+    for found in find_inline_specs(source_text):
+        if found.kernel == kernel or (found.data and found.data.get("kernel") == kernel):
+            return None, found.data, found.error
+    return None, None, None
+
+
+def load_tree(settings: Settings) -> T.Tree:
+    """The tree named in settings, or the shipped default. Raises TreeError/OSError."""
+    path = settings.profile_tree or default_tree_path()
+    with open(path, encoding="utf-8") as f:
+        return T.parse_tree(f.read())
+
+
+def default_tree_path() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "profiling_tree.json")
+
+
+def default_costs_path() -> str:
+    return os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "ncu_sections.json")
+
+
+def load_costs(path: str | None = None) -> T.CostModel | None:
+    """The recorded section costs (``data/ncu_sections.json``), or None when absent."""
+    try:
+        with open(path or default_costs_path(), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+    return T.cost_model_from_json(data)
+
+
+def static_facts(function: Function | None, compile_log: str = "", entry: str | None = None) -> dict[str, float]:
+    """``static.*`` facts from the kernel index and ``ptxas.*`` facts from ptxas's verbose log."""
+    facts: dict[str, float] = {}
+    if function is not None:
+        facts.update(T.static_facts(function))
+    if compile_log and entry:
+        block = compile_log.split(f"Function properties for {entry}", 1)
+        if len(block) == 2:
+            tail = block[1].split("ptxas info    : Compiling", 1)[0]
+            used = _PTXAS_USED.search(tail)
+            if used:
+                facts["ptxas.registers"] = float(used.group(1))
+                facts["ptxas.smem_bytes"] = float(used.group(2) or 0)
+            spill = _PTXAS_SPILL.search(tail)
+            if spill:
+                facts["ptxas.spill_bytes"] = float(spill.group(1)) + float(spill.group(2))
+    return facts
+
+
+def explain_failure(result: proc.ProcResult, kernel: str, timeout_s: float) -> str | None:
+    """A message for the user when an ncu run failed; None when it worked."""
+    text = result.stdout + "\n" + result.stderr
+    if result.cancelled:
+        return "profiling was cancelled"
+    if result.timed_out:
+        return f"the program did not finish under ncu within {timeout_s:.0f} s (profileTimeoutS); it may hang"
+    if "ERR_NVGPUCTRPERM" in text:
+        return (
+            "no permission to read GPU performance counters (ERR_NVGPUCTRPERM): run as an administrator, or allow "
+            "profiling for all users (NVreg_RestrictProfilingToAdminUsers=0); see "
+            "https://developer.nvidia.com/ERR_NVGPUCTRPERM"
+        )
+    if re.search(r"No kernels were profiled", text):
+        return f"ncu profiled no kernel named '{kernel}': check that the program launches it"
+    errors = [line for line in text.splitlines() if line.startswith("==ERROR==")]
+    if result.returncode not in (0, None) or errors:
+        detail = "; ".join(e.removeprefix("==ERROR==").strip() for e in errors[:3])
+        tail = (result.stderr or result.stdout).strip().splitlines()[-3:]
+        return f"the program failed under ncu (exit {result.returncode}): {detail or ' | '.join(tail)}"
+    return None
+
+
+def passes_of(stdout: str) -> int | None:
+    found = [int(n) for n in _PASSES.findall(stdout)]
+    return sum(found) if found else None
+
+
+def ncu_argv(
+    settings: Settings,
+    *,
+    sections: tuple[str, ...],
+    metrics: tuple[str, ...] = (),
+    full: bool = False,
+    kernel_filter: tuple[str, ...],
+    launch_count: int,
+    report_base: str,
+    target_argv: list[str],
+) -> list[str]:
+    argv = [settings.ncu_path, "--clock-control", "none"]
+    if full:
+        argv += ["--set", "full", "--import-source", "yes"]
+    else:
+        for section in sections:
+            argv += ["--section", section]
+        if "SourceCounters" in sections:
+            argv += ["--import-source", "yes"]
+    if metrics:
+        argv += ["--metrics", ",".join(metrics)]
+    argv += [*kernel_filter, "--launch-count", str(launch_count), "-f", "-o", report_base]
+    return argv + target_argv
+
+
+class ProfileStore:
+    """Profiles on disk: by cache key, and the last good one per (file, kernel)."""
+
+    def __init__(self, folder: str):
+        self.folder = folder
+
+    def _path(self, kind: str, key: str) -> str:
+        return os.path.join(self.folder, kind, hashlib.sha256(key.encode()).hexdigest()[:32] + ".json")
+
+    def get(self, kind: str, key: str) -> KernelProfile | None:
+        try:
+            with open(self._path(kind, key), encoding="utf-8") as f:
+                return profile_from_json(json.load(f))
+        except (OSError, ValueError, KeyError, TypeError):
+            return None
+
+    def put(self, kind: str, key: str, profile: KernelProfile) -> None:
+        path = self._path(kind, key)
+        os.makedirs(os.path.dirname(path), exist_ok=True)
+        tmp = path + ".tmp"
+        with open(tmp, "w", encoding="utf-8") as f:
+            json.dump(profile_to_json(profile), f)
+        os.replace(tmp, path)
+
+    def last_good(self, source_path: str, kernel: str) -> KernelProfile | None:
+        return self.get("last", f"{os.path.abspath(source_path)}::{kernel}")
+
+    def set_last_good(self, source_path: str, kernel: str, profile: KernelProfile) -> None:
+        self.put("last", f"{os.path.abspath(source_path)}::{kernel}", profile)
+
+
+class Profiler:
+    def __init__(
+        self,
+        settings: Settings,
+        store: ProfileStore,
+        *,
+        tree: T.Tree | None = None,
+        costs: T.CostModel | None = None,
+        run: ToolRunner = proc.run,
+        python: str = sys.executable,
+    ):
+        self.settings = settings
+        self.store = store
+        self.tree = tree if tree is not None else load_tree(settings)
+        self.costs = costs if costs is not None else load_costs()
+        self.run = run
+        self.python = python
+
+    # -- public -----------------------------------------------------------------
+
+    def cache_key(self, target: Target, full: bool) -> str:
+        spec_text = json.dumps(target.spec_data, sort_keys=True) if target.spec_data else ""
+        if target.spec_path:
+            try:
+                with open(target.spec_path, encoding="utf-8") as f:
+                    spec_text = f.read()
+            except OSError:
+                spec_text = "<unreadable>"
+        s = self.settings
+        parts = [
+            target.source_text, target.kernel, spec_text, target.program or "", " ".join(target.program_args),
+            s.arch, s.ncu_path, s.nvcc_path, " ".join(s.extra_flags), " ".join(s.include_paths),
+            json.dumps(T.tree_to_json(self.tree), sort_keys=True), str(full), str(TIMING_LAUNCHES),
+        ]
+        return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
+
+    def profile(
+        self,
+        target: Target,
+        *,
+        full: bool = False,
+        cancel: threading.Event | None = None,
+        report: Callable[[str], None] | None = None,
+        use_cache: bool = True,
+    ) -> ProfileResult:
+        """Profile ``target``; never raises for tool or program failures (see :class:`ProfileResult`)."""
+        key = self.cache_key(target, full)
+        if use_cache:
+            cached = self.store.get("cache", key)
+            if cached is not None:
+                return ProfileResult(cached, classify(cached.metrics), None, cached=True)
+        previous = self.store.last_good(target.source_path, target.kernel)
+        try:
+            profile, plan = self._collect(target, full, previous, cancel, report or (lambda _m: None))
+        except _Failure as failure:
+            stale = previous.marked_stale(str(failure)) if previous is not None else None
+            return ProfileResult(stale, classify(stale.metrics) if stale else None, None, message=str(failure))
+        self.store.put("cache", key, profile)
+        self.store.set_last_good(target.source_path, target.kernel, profile)
+        slower = regression(previous, profile) if previous is not None else None
+        return ProfileResult(profile, classify(profile.metrics), plan, regression=slower)
+
+    # -- the work ---------------------------------------------------------------
+
+    def _collect(self, target, full, previous, cancel, report) -> tuple[KernelProfile, T.Plan | None]:
+        if proc.which(self.settings.ncu_path) is None:
+            raise _Failure(
+                f"Nsight Compute ('{self.settings.ncu_path}') was not found: install it with the CUDA toolkit or set ncuPath"
+            )
+        workdir = tempfile.mkdtemp(prefix="kernel-lsp-profile-")
+        try:
+            report("building")
+            launch = self._prepare(target, workdir, cancel)
+            function = build_index(target.source_text).function(target.kernel)
+            facts = static_facts(function, launch.compile_log, launch.entry)
+            if previous is not None:
+                facts.update(T.facts_from_metrics(previous.metrics))
+            started = time.monotonic()
+            with GPU_LOCK:
+                if full:
+                    report("ncu --set full")
+                    run = self._ncu(target, launch, workdir, "full", (), (), True, cancel)
+                    profile, plan = run.profile, None
+                    passes = run.passes
+                else:
+                    profile, plan, passes = self._tree_runs(target, launch, workdir, facts, cancel, report)
+            return (
+                replace(
+                    profile,
+                    source_file=os.path.abspath(target.source_path),
+                    tree_path=plan.path if plan else (),
+                    tree_leaf=plan.leaf if plan else None,
+                    passes=passes,
+                    collection_wall_s=time.monotonic() - started,
+                ),
+                plan,
+            )
+        finally:
+            shutil.rmtree(workdir, ignore_errors=True)
+
+    def _tree_runs(self, target, launch, workdir, facts, cancel, report):
+        tree = self.tree
+        first = T.walk(tree, facts, stop_on_pending=T.MEASURED_PREFIXES)
+        if first.leaf is not None:
+            plan = T.plan_from_walk(tree, first, first_pass_ran=False, costs=self.costs)
+            report(f"ncu: {', '.join(plan.sections)}")
+            run = self._ncu(target, launch, workdir, "plan", plan.sections, plan.metrics, False, cancel)
+            return run.profile, plan, run.passes
+        report(f"ncu first pass: {', '.join(tree.first_pass)}")
+        cheap = self._ncu(target, launch, workdir, "first", tree.first_pass, (), False, cancel)
+        facts = {**facts, **T.facts_from_metrics(cheap.profile.metrics)}
+        plan = T.plan_from_walk(tree, T.walk(tree, facts), first_pass_ran=True, costs=self.costs)
+        if not plan.sections and not plan.metrics:
+            return cheap.profile, plan, cheap.passes
+        report(f"ncu: {', '.join(plan.sections + plan.metrics)}")
+        second = self._ncu(target, launch, workdir, "second", plan.sections, plan.metrics, False, cancel)
+        merged = replace(
+            second.profile,
+            metrics={**cheap.profile.metrics, **second.profile.metrics},
+            rules=cheap.profile.rules + second.profile.rules,
+            sections=tuple(dict.fromkeys(cheap.profile.sections + second.profile.sections)),
+            duration_samples_us=cheap.profile.duration_samples_us,
+        )
+        return merged, plan, (cheap.passes or 0) + (second.passes or 0)
+
+    def _prepare(self, target: Target, workdir: str, cancel) -> _Launch:
+        spec_path = target.spec_path
+        if spec_path is None and target.spec_data is not None:
+            spec_path = os.path.join(workdir, "spec.json")
+            with open(spec_path, "w", encoding="utf-8") as f:
+                json.dump(target.spec_data, f)
+        if spec_path:
+            s = self.settings
+            folder = os.path.dirname(os.path.abspath(target.source_path))
+            compiled = compile_cubin(
+                target.source_text, workdir, "kernel", arch=s.arch, nvcc=s.nvcc_path,
+                include_dirs=(folder, *s.include_paths), extra_flags=s.extra_flags,
+                timeout_s=s.compile_timeout_s, cancel=cancel,
+            )
+            if not compiled.ok or compiled.cubin_path is None:
+                raise _Failure(f"the file does not compile: {compiled.log.strip()[:400]}")
+            entry, problem = find_entry(compiled.entries, target.kernel)
+            if entry is None:
+                raise _Failure(problem)
+            argv = [self.python, "-m", "kernel_lsp.services.harness.launch", "--cubin", compiled.cubin_path,
+                    "--kernel", entry, "--spec", os.path.abspath(spec_path), "--repeat", str(TIMING_LAUNCHES),
+                    "--base-dir", folder]
+            return _Launch(argv, ("--kernel-name-base", "mangled", "-k", entry), entry, compiled.log,
+                           os.path.join(workdir, "kernel.cu"))
+        if self.settings.profile_program or target.program:
+            program = target.program or self.settings.profile_program
+            args = target.program_args or self.settings.profile_args
+            name_filter = ("--kernel-name-base", "function", "-k", f"regex:^{re.escape(target.kernel)}(<|$)")
+            return _Launch([str(program), *args], name_filter, None, "", None)
+        raise _Failure(f"no launch spec for {target.kernel}: create one (code action \"Create launch spec for {target.kernel}\")")
+
+    def _ncu(self, target, launch, workdir, tag, sections, metrics, full, cancel) -> _RunOutput:
+        base = os.path.join(workdir, tag)
+        timing = "SpeedOfLight" in sections or full
+        argv = ncu_argv(
+            self.settings, sections=tuple(sections), metrics=tuple(metrics), full=full,
+            kernel_filter=launch.kernel_filter, launch_count=TIMING_LAUNCHES if timing else 1,
+            report_base=base, target_argv=launch.argv,
+        )
+        env = {"PYTHONPATH": _package_root() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        try:
+            result = self.run(argv, timeout_s=self.settings.profile_timeout_s, cwd=target.cwd or workdir, env=env, cancel=cancel)
+        except proc.ToolMissing as exc:
+            raise _Failure(f"{exc}: install Nsight Compute or set ncuPath") from None
+        problem = explain_failure(result, target.kernel, self.settings.profile_timeout_s)
+        if problem:
+            raise _Failure(problem)
+        path = base + ".ncu-rep"
+        if not os.path.exists(path):
+            raise _Failure(f"ncu wrote no report: {(result.stdout + result.stderr).strip()[-300:]}")
+        try:
+            profiles = ncu_reader.read_report(
+                path, ncu_path=self.settings.ncu_path, source_file=launch.source_copy,
+                with_lines="SourceCounters" in sections or full, run=self.run,
+            )
+        except ncu_reader.NcuReadError as exc:
+            raise _Failure(str(exc)) from None
+        mine = [p for p in profiles if p.kernel == target.kernel or p.mangled == launch.entry] or profiles
+        first = mine[0]
+        samples = tuple(p.duration_us for p in mine if p.duration_us is not None)
+        requested = tuple(sections) if not full else ("full",)
+        return _RunOutput(replace(first, duration_samples_us=samples, sections=first.sections or requested), passes_of(result.stdout))
+
+
+@dataclass(frozen=True)
+class _Launch:
+    argv: list[str]
+    kernel_filter: tuple[str, ...]
+    entry: str | None
+    compile_log: str
+    source_copy: str | None
+    """The copy of the source that was compiled (its path is what ncu's line info names)."""
+
+
+@dataclass(frozen=True)
+class _RunOutput:
+    profile: KernelProfile
+    passes: int | None
+
+
+class _Failure(Exception):
+    """A profiling failure with a message for the user."""
+
+
+def _package_root() -> str:
+    return os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+
+
+def summary_lines(result: ProfileResult) -> list[str]:
+    """Plain-text lines describing a result (CLI and hover share the facts, not the format)."""
+    lines: list[str] = []
+    p = result.profile
+    if result.message:
+        lines.append(f"profiling failed: {result.message}")
+    if p is None:
+        return lines
+    if p.stale:
+        lines.append("(stale: last good profile)")
+    if p.duration_us is not None:
+        lines.append(f"duration: {p.duration_us:.1f} us")
+    for label, value in (
+        ("memory throughput", p.memory_throughput_pct),
+        ("compute (SM) throughput", p.compute_throughput_pct),
+        ("achieved occupancy", p.achieved_occupancy_pct),
+    ):
+        if value is not None:
+            lines.append(f"{label}: {value:.1f} %")
+    if result.bottleneck is not None:
+        lines.append(f"bottleneck: {result.bottleneck.summary}")
+    top = p.top_rule
+    if top is not None:
+        speedup = f" (est. {top.estimated_speedup_pct:.0f} % faster)" if top.estimated_speedup_pct else ""
+        lines.append(f"ncu advice: {top.title}{speedup}: {top.message}")
+    return lines
+
+
+def as_json(result: ProfileResult) -> dict:
+    return {
+        "ok": result.ok,
+        "message": result.message,
+        "cached": result.cached,
+        "profile": profile_to_json(result.profile) if result.profile else None,
+        "bottleneck": None
+        if result.bottleneck is None
+        else {
+            "primary": result.bottleneck.primary,
+            "detail": result.bottleneck.detail,
+            "evidence": [e.text() for e in result.bottleneck.evidence],
+        },
+        "plan": None
+        if result.plan is None
+        else {"first_pass": list(result.plan.first_pass), "sections": list(result.plan.sections), "leaf": result.plan.leaf},
+        "signature": result.profile.signature() if result.profile else None,
+        "regression": None
+        if result.regression is None
+        else {
+            "previous_us": result.regression.previous_us,
+            "current_us": result.regression.current_us,
+            "noise_pct": result.regression.noise_pct,
+        },
+    }

@@ -1,0 +1,52 @@
+"""Load the profiling-tree refinement dataset: recorded full profiles as :class:`Sample` objects.
+
+A dataset folder holds raw-page CSV exports of ``--set full`` reports
+(``ncu -i R.ncu-rep --csv --page raw --print-units base > NAME.csv``) and,
+optionally, the .cu files they profiled: a kernel found in one of them gets its
+``static.*`` facts. Every full profile can emulate any cheaper collection
+(:func:`kernel_lsp.core.profiling_tree.emulate`), so one recording serves every
+candidate tree.
+"""
+
+from __future__ import annotations
+
+import glob
+import os
+
+from kernel_lsp.core.index import build_index
+from kernel_lsp.core.profile import M_MEMORY_PCT, M_SM_PCT
+from kernel_lsp.core.profiling_tree import Sample, static_facts
+from kernel_lsp.services.ncu_reader import NcuReadError, parse_raw_csv
+
+
+class DatasetError(ValueError):
+    """A dataset folder that yields no usable sample."""
+
+
+def load_dataset(folder: str) -> list[Sample]:
+    """Every kernel of every CSV in ``folder`` that has speed-of-light metrics, sorted by name."""
+    functions = {}
+    for path in sorted(glob.glob(os.path.join(folder, "*.cu"))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            for function in build_index(f.read()).kernels:
+                functions.setdefault(function.name, function)
+    samples: list[Sample] = []
+    problems: list[str] = []
+    for path in sorted(glob.glob(os.path.join(folder, "*.csv"))):
+        with open(path, encoding="utf-8", errors="replace") as f:
+            text = f.read()
+        try:
+            records = parse_raw_csv(text)
+        except NcuReadError as exc:
+            problems.append(f"{os.path.basename(path)}: {exc}")
+            continue
+        stem = os.path.splitext(os.path.basename(path))[0]
+        for record in records:
+            if M_MEMORY_PCT not in record.metrics or M_SM_PCT not in record.metrics:
+                continue
+            function = functions.get(record.name)
+            facts = static_facts(function) if function is not None else {}
+            samples.append(Sample(f"{stem}:{record.name}:{record.id}", record.metrics, facts))
+    if not samples:
+        raise DatasetError(f"no full profile with speed-of-light metrics in {folder}" + (f" ({'; '.join(problems)})" if problems else ""))
+    return sorted(samples, key=lambda s: s.name)

@@ -1,0 +1,78 @@
+"""Every entry of examples/manifest.json, verified end to end on the GPU.
+
+Skipped cleanly without pycuda or a CUDA device. Set ``HARNESS_RESULTS=FILE.json``
+to keep the verdict table (reason, speedup and interval, timings, wall time).
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+
+import pytest
+
+from kernel_lsp.core.spec import with_candidate_launch
+from kernel_lsp.services.harness import VerifyOptions, load_spec_file, verify
+from kernel_lsp.services.harness.verify import cuda_tool
+
+ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
+
+
+def _gpu_problem() -> str | None:
+    if importlib.util.find_spec("pycuda") is None:
+        return "pycuda is not installed"
+    if shutil.which(cuda_tool("nvcc")) is None:
+        return "nvcc is not on PATH"
+    import pycuda.driver as cuda
+
+    try:
+        cuda.init()
+        return None if cuda.Device.count() > 0 else "no CUDA device"
+    except cuda.Error as exc:
+        return f"no CUDA device: {exc}"
+
+
+def _manifest() -> list[dict]:
+    path = os.path.join(ROOT, "manifest.json")
+    if not os.path.exists(path):
+        return []
+    with open(path, encoding="utf-8") as f:
+        return json.load(f)
+
+
+ENTRIES = _manifest()
+_RESULTS: list[dict] = []
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu_or_skip():
+    problem = _gpu_problem()
+    if problem:
+        pytest.skip(problem)
+    yield
+    out = os.environ.get("HARNESS_RESULTS")
+    if out and _RESULTS:
+        with open(out, "w", encoding="utf-8") as f:
+            json.dump(_RESULTS, f, indent=2)
+
+
+def _read(rel: str) -> str:
+    with open(os.path.join(ROOT, rel), encoding="utf-8") as f:
+        return f.read()
+
+
+@pytest.mark.gpu
+@pytest.mark.parametrize("entry", ENTRIES, ids=[f"{i:02d}-{e['candidate']}-{os.path.basename(e['spec'])}" for i, e in enumerate(ENTRIES)])
+def test_example_verdict(entry):
+    spec = load_spec_file(os.path.join(ROOT, entry["spec"]))
+    if entry.get("candidate_launch"):
+        spec = with_candidate_launch(spec, entry["candidate_launch"])
+    options = VerifyOptions(sanitize=bool(entry.get("needs_sanitize")), include_dirs=(os.path.dirname(os.path.join(ROOT, entry["original"])),))
+    verdict = verify(_read(entry["original"]), _read(entry["candidate"]), spec, options)
+    _RESULTS.append({"entry": entry, "verdict": verdict.to_json()})
+    expected = entry["expect"]
+    print(f"{entry['candidate']} [{entry['spec']}]: {verdict.summary()} ({verdict.wall_s:.1f} s)")
+    assert verdict.reason.value in expected["reason"], f"{verdict.summary()}\n{verdict.errors}\n{verdict.sanitizer or ''}"
+    assert verdict.accepted == expected["accepted"]

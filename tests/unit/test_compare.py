@@ -1,0 +1,127 @@
+"""Comparison rules: tolerance, norm guard, NaN/Inf, poison, integers, bit-exact input checks."""
+
+import numpy as np
+import pytest
+
+from kernel_lsp.core.compare import arrays_equal, compare, poison, poison_mask
+from kernel_lsp.core.inputs import NUMPY_DTYPES, float32_to_bf16
+from kernel_lsp.core.spec import Tolerance
+
+TOL = Tolerance(1e-5, 1e-6)
+
+
+def test_equal_arrays_pass_with_zero_error():
+    r = np.linspace(-1, 1, 1000, dtype=np.float32)
+    result = compare("y", "float32", r, r.copy(), TOL)
+    assert result.ok and result.max_abs_error == 0 and result.rel_norm_error == 0
+
+
+def test_rounding_differences_pass():
+    rng = np.random.default_rng(0)
+    r = rng.uniform(-1, 1, 10000).astype(np.float32)
+    c = (r.astype(np.float64) * (1 + rng.uniform(-2e-7, 2e-7, r.size))).astype(np.float32)
+    result = compare("y", "float32", r, c, TOL)
+    assert result.ok and 0 < result.max_rel_error < 1e-6
+
+
+def test_elementwise_tolerance_rejects_and_reports_the_first_bad_index():
+    r = np.ones(100, dtype=np.float32)
+    c = r.copy()
+    c[37] = 1.001
+    result = compare("y", "float32", r, c, TOL)
+    assert not result.ok and result.reason == "mismatch" and "index 37" in result.message and result.bad_elements == 1
+    assert result.max_abs_error == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_zeros_for_tiny_values_are_rejected_by_the_norm_guard():
+    # True values ~1e-8: all-zeros is within atol=1e-6 element by element (KernelBench issue #165).
+    rng = np.random.default_rng(1)
+    r = rng.uniform(-1e-8, 1e-8, 4096).astype(np.float32)
+    c = np.zeros_like(r)
+    assert (np.abs(c - r) <= TOL.atol + TOL.rtol * np.abs(r)).all()
+    result = compare("y", "float32", r, c, TOL)
+    assert not result.ok and result.reason == "mismatch" and "relative error norm" in result.message
+    assert result.rel_norm_error == pytest.approx(1.0)
+
+
+def test_norm_guard_allows_honest_noise_in_tiny_values():
+    rng = np.random.default_rng(2)
+    r = rng.uniform(-1e-8, 1e-8, 4096).astype(np.float32)
+    c = (r * (1 + rng.uniform(-1e-6, 1e-6, r.size))).astype(np.float32)
+    assert compare("y", "float32", r, c, TOL).ok
+
+
+def test_all_zero_reference_skips_the_guard():
+    r = np.zeros(10, dtype=np.float32)
+    c = np.full(10, 5e-7, dtype=np.float32)
+    result = compare("y", "float32", r, c, TOL)
+    assert result.ok and result.rel_norm_error is None
+
+
+def test_nan_or_inf_where_the_reference_is_finite():
+    r = np.ones(10, dtype=np.float32)
+    for bad in (np.nan, np.inf, -np.inf):
+        c = r.copy()
+        c[4] = bad
+        result = compare("y", "float32", r, c, TOL)
+        assert not result.ok and result.reason == "nan_or_inf" and "index 4" in result.message
+
+
+def test_nan_in_the_reference_must_be_matched():
+    r = np.array([1, np.nan, np.inf], dtype=np.float32)
+    assert compare("y", "float32", r, r.copy(), TOL).ok
+    c = np.array([1, 0, np.inf], dtype=np.float32)
+    assert compare("y", "float32", r, c, TOL).reason == "mismatch"
+    c = np.array([1, np.nan, -np.inf], dtype=np.float32)
+    assert compare("y", "float32", r, c, TOL).reason == "mismatch"
+
+
+@pytest.mark.parametrize("dtype", ["float16", "bfloat16", "float32", "float64", "int8", "uint8", "int32", "uint32", "int64", "uint64"])
+def test_unwritten_poison_is_a_mismatch_not_a_nan(dtype):
+    values = np.arange(50) % 7
+    reference = float32_to_bf16(values.astype(np.float32)) if dtype == "bfloat16" else values.astype(NUMPY_DTYPES[dtype])
+    candidate = reference.copy()
+    candidate[40:] = poison(dtype, 10)
+    assert poison_mask(candidate, dtype)[40:].all() and not poison_mask(candidate, dtype)[:40].any()
+    result = compare("y", dtype, reference, candidate, Tolerance(1e-2, 1e-3), poisoned=True)
+    assert not result.ok and result.reason == "mismatch" and "10 of 50 elements never written" in result.message
+
+
+def test_poison_floats_are_nan_and_ints_are_sentinels():
+    assert np.isnan(poison("float32", 3)).all() and np.isnan(poison("float16", 3)).all() and np.isnan(poison("float64", 3)).all()
+    assert poison("int32", 2).tolist() == [np.uint32(0xA5A5A5A5).view(np.int32)] * 2
+
+
+def test_integers_compare_exactly():
+    r = np.arange(10, dtype=np.int32)
+    c = r.copy()
+    assert compare("h", "int32", r, c, Tolerance(1, 1)).ok
+    c[3] += 1
+    result = compare("h", "int32", r, c, Tolerance(1, 1))  # a float tolerance does not apply to integers
+    assert not result.ok and "index 3" in result.message and result.max_abs_error == 1
+
+
+def test_float16_uses_its_own_tolerance():
+    r = np.linspace(1, 2, 100).astype(np.float16)
+    c = (r.astype(np.float32) * 1.004).astype(np.float16)
+    assert compare("y", "float16", r, c, Tolerance(1e-2, 1e-3)).ok
+    assert not compare("y", "float16", r, c, Tolerance(1e-5, 1e-6)).ok
+
+
+def test_bfloat16_compares_as_numbers():
+    r = float32_to_bf16(np.linspace(1, 2, 64, dtype=np.float32))
+    c = float32_to_bf16(np.linspace(1, 2, 64, dtype=np.float32) * 1.5)
+    assert compare("y", "bfloat16", r, r.copy(), Tolerance(1e-2, 1e-3)).ok
+    assert compare("y", "bfloat16", r, c, Tolerance(1e-2, 1e-3)).reason == "mismatch"
+
+
+def test_shape_mismatch():
+    assert compare("y", "float32", np.zeros(3, np.float32), np.zeros(4, np.float32), TOL).reason == "mismatch"
+
+
+def test_arrays_equal_is_bit_exact():
+    a = np.array([1.0, np.nan, -0.0], dtype=np.float32)
+    assert arrays_equal(a, a.copy())
+    b = a.copy()
+    b[2] = 0.0  # -0.0 == 0.0 numerically, but the bits changed
+    assert not arrays_equal(a, b)

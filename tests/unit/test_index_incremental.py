@@ -1,0 +1,99 @@
+"""Incremental parsing and indexing must agree exactly with a fresh parse and index."""
+
+from __future__ import annotations
+
+import random
+
+import pytest
+
+from kernel_lsp.core.index import IncrementalIndexer, build_index
+from kernel_lsp.core.parse import ParsedDocument
+
+KERNEL = """\
+__global__ void kernel_{i}(const float* __restrict__ in, float* out, int n) {{
+    __shared__ float tile[32][33];
+    for (int k = 0; k < 4; ++k) {{ out[k] += in[threadIdx.x * 4 + k]; }}
+    __syncthreads();
+}}
+
+void launch_{i}(const float* in, float* out, int n) {{
+    kernel_{i}<<<(n + 255) / 256, 256>>>(in, out, n);
+}}
+"""
+SOURCE = "#define B 256\n" + "".join(KERNEL.format(i=i) for i in range(12))
+SNIPPETS = ["x", "\n", "", "}", "{", "/*", "*/", "__global__ void z() {", "é", "\n\n  int q = 3;\n", "k<<<1,2>>>();"]
+
+
+def _apply_reference(text: bytes, line: int, col: int, end_line: int, end_col: int, new: bytes) -> bytes:
+    lines = text.split(b"\n")
+
+    def offset(ln: int, c: int) -> int:
+        if ln >= len(lines):
+            return len(text)
+        return sum(len(x) + 1 for x in lines[:ln]) + min(c, len(lines[ln]))
+
+    start, end = offset(line, col), offset(end_line, end_col)
+    end = max(start, end)
+    return text[:start] + new + text[end:]
+
+
+@pytest.mark.parametrize("seed", range(6))
+def test_random_edits_match_fresh_build(seed: int) -> None:
+    rng = random.Random(seed)
+    doc = ParsedDocument(SOURCE)
+    indexer = IncrementalIndexer()
+    indexer.index(doc)
+    expected_text = doc.source_bytes
+    for _ in range(25):
+        line_count = expected_text.count(b"\n") + 1
+        line = rng.randrange(line_count)
+        col = rng.randrange(6)
+        end_line = min(line + rng.choice([0, 0, 0, 1, 2]), line_count)
+        end_col = rng.randrange(6)
+        new = rng.choice(SNIPPETS)
+        if end_line == line:
+            end_col = max(end_col, col)
+        doc.apply_edit(line, col, end_line, end_col, new)
+        expected_text = _apply_reference(expected_text, line, col, end_line, end_col, new.encode())
+        assert doc.source_bytes == expected_text
+        incremental = indexer.index(doc)
+        fresh = build_index(expected_text)
+        assert incremental == fresh
+        assert str(doc.tree.root_node) == str(ParsedDocument(expected_text).tree.root_node)
+
+
+def test_edit_only_reanalyses_the_changed_unit() -> None:
+    doc = ParsedDocument(SOURCE)
+    indexer = IncrementalIndexer()
+    before = indexer.index(doc)
+    # Type one character inside kernel_3's body.
+    target = before.function("kernel_3")
+    assert target is not None and target.body_span is not None
+    line = target.body_span.start.line + 1
+    doc.apply_edit(line, 4, line, 4, "\n")
+    after = indexer.index(doc)
+    # Functions before the edit are the very same objects; those after moved one line down.
+    assert after.function("kernel_0") is before.function("kernel_0")
+    moved_before, moved_after = before.function("kernel_9"), after.function("kernel_9")
+    assert moved_before is not None and moved_after is not None
+    assert moved_after.name_span.start.line == moved_before.name_span.start.line + 1
+    assert moved_after.span.start_byte == moved_before.span.start_byte + 1
+    assert after == build_index(doc.source_bytes)
+
+
+def test_edit_positions_past_end_are_clamped() -> None:
+    doc = ParsedDocument("int a;\nint b;\n")
+    doc.apply_edit(99, 99, 120, 0, "int c;")
+    assert doc.source_bytes == b"int a;\nint b;\nint c;"
+    doc.apply_edit(0, 50, 0, 60, "X")
+    assert doc.source_bytes == b"int a;X\nint b;\nint c;"
+
+
+def test_changing_a_define_reanalyses_sizes() -> None:
+    doc = ParsedDocument("#define N 8\n__global__ void k() { __shared__ float s[N]; }\n")
+    indexer = IncrementalIndexer()
+    k = indexer.index(doc).function("k")
+    assert k is not None and k.shared[0].size_bytes == 32
+    doc.apply_edit(0, 10, 0, 11, "16")
+    k = indexer.index(doc).function("k")
+    assert k is not None and k.shared[0].size_bytes == 64

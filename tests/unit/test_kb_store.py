@@ -1,0 +1,392 @@
+"""The SQLite knowledge base: paths, migrations, concurrency, corruption, export/import, examples."""
+
+from __future__ import annotations
+
+import json
+import multiprocessing
+import os
+import sqlite3
+from dataclasses import replace
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.core import kb_logic
+from kernel_lsp.core.kb_logic import Attempt
+from kernel_lsp.services import kb as kb_service
+from kernel_lsp.services.kb import KbError, KnowledgeBase
+
+ORIGINAL = """#include <cuda_runtime.h>
+__global__ void scale(const float* in, float* out, float a, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) out[i] = a * in[i];
+}
+int main() { return 0; }
+"""
+CANDIDATE = ORIGINAL.replace("if (i < n) out[i] = a * in[i];", "for (; i < n; i += gridDim.x * blockDim.x) out[i] = a * in[i];")
+
+
+#: A profile no seed state is within the threshold of (caches hit well, DRAM idle).
+FAR = {"l2_hit_rate_pct": 95.0, "l1_hit_rate_pct": 90.0, "dram_throughput_pct": 5.0}
+
+
+def make_attempt(n: int = 0, **changes) -> Attempt:
+    base = Attempt(
+        kernel_hash=f"k{n}", file="/src/scale.cu", kernel="scale", state="latency-bound",
+        technique="grid-stride-loop", candidate_hash=f"c{n}", verdict="accepted", accepted=True, speedup=1.2,
+        reason="faster", metrics_before={"dram_throughput_pct": 20.0}, metrics_after={"dram_throughput_pct": 30.0},
+        features={"loops": 0, "uses_shared": False}, model=None, generator="rule:grid-stride",
+        original_source=ORIGINAL, candidate_source=CANDIDATE, created_at=f"2026-01-01T00:00:{n % 60:02d}.{n:06d}+00:00",
+    )
+    return replace(base, **changes)
+
+
+@pytest.fixture
+def db(tmp_path) -> Path:
+    return tmp_path / "kb.sqlite3"
+
+
+# ---------------------------------------------------------------- paths and seeding
+
+
+def test_path_resolution(tmp_path, monkeypatch):
+    monkeypatch.delenv(kb_service.ENV_VAR, raising=False)
+    assert kb_service.resolve_db_path(None) == kb_service.default_db_path()
+    assert kb_service.default_db_path().name == kb_service.DB_NAME
+    monkeypatch.setenv(kb_service.ENV_VAR, str(tmp_path / "env.db"))
+    assert kb_service.resolve_db_path(None) == tmp_path / "env.db"
+    assert kb_service.resolve_db_path(tmp_path / "explicit.db") == tmp_path / "explicit.db"
+
+
+def test_fresh_database_is_seeded_in_wal_mode(db):
+    with KnowledgeBase.open(db) as kb:
+        stats = kb.stats()
+        assert stats.schema_version == kb_service.SCHEMA_VERSION
+        assert stats.techniques >= 25 and stats.states >= 10 and stats.entries > 0
+        assert kb.messages == ()
+        assert kb._read("PRAGMA journal_mode")[0][0] == "wal"
+        assert kb._read("PRAGMA busy_timeout")[0][0] == kb_service.BUSY_TIMEOUT_MS
+    # Opening again does not duplicate anything (the file size changes with WAL checkpoints).
+    with KnowledgeBase.open(db) as kb:
+        assert replace(kb.stats(), size_bytes=0) == replace(stats, size_bytes=0)
+
+
+def test_creates_missing_folders(tmp_path):
+    with KnowledgeBase.open(tmp_path / "a" / "b" / "kb.db") as kb:
+        assert kb.path.exists()
+
+
+# ---------------------------------------------------------------- recording
+
+
+def test_record_attempt_updates_entry_and_keeps_code_only_for_successes(db):
+    with KnowledgeBase.open(db) as kb:
+        before = {e.technique: e for e in kb.entries("latency-bound")}["grid-stride-loop"]
+        kb.record_attempt(make_attempt(1, speedup=1.05))
+        kb.record_attempt(make_attempt(2, accepted=False, verdict="incorrect", speedup=None))
+        after = {e.technique: e for e in kb.entries("latency-bound")}["grid-stride-loop"]
+        expected = kb_logic.update_entry(kb_logic.update_entry(before, 1.05, True), None, False)
+        assert after == expected
+        log = kb.attempts("latency-bound", "grid-stride-loop")
+        assert [a.accepted for a in log] == [True, False]
+        assert log[0].original_source == ORIGINAL and log[0].candidate_source == CANDIDATE
+        assert log[1].original_source is None and log[1].candidate_source is None
+        # The same attempt twice is one attempt.
+        kb.record_attempt(make_attempt(1, speedup=1.05))
+        assert len(kb.attempts()) == 2
+
+
+def test_record_attempt_fills_time_and_rejects_unknown_state(db):
+    with KnowledgeBase.open(db) as kb:
+        kb.record_attempt(make_attempt(1, created_at=None))
+        assert kb.attempts()[0].created_at is not None
+        with pytest.raises(KbError, match="unknown knowledge-base state"):
+            kb.record_attempt(make_attempt(2, state="no-such-state"))
+        assert len(kb.attempts()) == 1
+
+
+def test_unknown_technique_gets_a_default_prior(db):
+    with KnowledgeBase.open(db) as kb:
+        kb.record_attempt(make_attempt(1, technique="brand-new-trick", speedup=1.5))
+        entry = {e.technique: e for e in kb.entries("latency-bound")}["brand-new-trick"]
+        assert entry == kb_logic.update_entry(kb_logic.default_entry("latency-bound", "brand-new-trick"), 1.5, True)
+
+
+def test_failed_technique_loses_selection_share(db):
+    with KnowledgeBase.open(db) as kb:
+        def share(technique: str) -> int:
+            return sum(any(c.technique == technique for c in kb.select("latency-bound", 2, rng_seed=s)) for s in range(400))
+
+        before = share("multiple-accumulators")
+        for n in range(4):
+            kb.record_attempt(make_attempt(n, technique="multiple-accumulators", accepted=False, verdict="incorrect", speedup=None))
+        assert share("multiple-accumulators") < before / 2
+
+
+# ---------------------------------------------------------------- matching
+
+
+def test_match_state_stores_derived_state_with_inherited_entries(db):
+    with KnowledgeBase.open(db) as kb:
+        assert kb.match_state({"dram_throughput_pct": 92, "memory_throughput_pct": 93, "sm_throughput_pct": 20}).state == "memory-bandwidth-saturated"
+        far = FAR
+        match = kb.match_state(far)
+        assert match.is_new and match.parent
+        states = {s.name: s for s in kb.states()}
+        assert states[match.state].parent == match.parent
+        parent_entries = {e.technique: e for e in kb.entries(match.parent)}
+        child_entries = {e.technique: e for e in kb.entries(match.state)}
+        assert set(child_entries) == set(parent_entries)
+        for name, entry in child_entries.items():
+            assert entry.confidence == pytest.approx(max(0.1, parent_entries[name].confidence * 0.8))
+            assert entry.predicted_speedup == parent_entries[name].predicted_speedup
+        again = kb.match_state(far)
+        assert (again.state, again.is_new) == (match.state, False)
+        assert kb.stats().derived_states == 1
+        kb.record_attempt(make_attempt(1, state=match.state))
+        assert kb.select(match.state, 3, rng_seed=1)
+
+
+# ---------------------------------------------------------------- examples
+
+
+def test_examples_fall_back_to_catalogue_then_prefer_closest_user_pairs(db):
+    with KnowledgeBase.open(db) as kb:
+        catalogue = kb.examples_for("latency-bound", "grid-stride-loop", {}, k=2)
+        assert len(catalogue) == 1 and catalogue[0].origin == "catalogue"
+        assert "__global__" in catalogue[0].before and "gridDim" in catalogue[0].after
+
+        kb.record_attempt(make_attempt(1, features={"loops": 4, "uses_shared": True}, speedup=1.3))
+        kb.record_attempt(make_attempt(2, features={"loops": 0, "uses_shared": False}, speedup=1.1,
+                                       original_source=ORIGINAL.replace("a * in[i]", "a * in[i] + 1.0f"),
+                                       candidate_source=CANDIDATE.replace("a * in[i]", "a * in[i] + 1.0f")))
+        kb.record_attempt(make_attempt(3, accepted=False, verdict="slower", speedup=0.9))  # never an example
+        examples = kb.examples_for("latency-bound", "grid-stride-loop", {"loops": 0, "uses_shared": False}, k=3)
+        assert [e.origin for e in examples] == ["user", "user"]
+        assert examples[0].distance == 0.0 and "+ 1.0f" in examples[0].before
+        assert examples[1].distance > 0
+        # Only the kernel, not the whole file.
+        assert "int main" not in examples[0].before and examples[0].before.startswith("__global__ void scale")
+        one = kb.examples_for("latency-bound", "grid-stride-loop", {"loops": 4, "uses_shared": True}, k=1, max_chars=10_000)
+        assert len(one) == 1 and one[0].speedup == 1.3
+        tiny = kb.examples_for("latency-bound", "grid-stride-loop", {}, k=2, max_chars=200)
+        assert len(tiny) == 1 and tiny[0].truncated and tiny[0].chars <= 200
+
+
+def test_hints_for_the_optimizer(db):
+    with KnowledgeBase.open(db) as kb:
+        hints = kb.hints("shared-bank-conflicts", 2, rng_seed=3)
+        assert len(hints) == 2 and len({h.name for h in hints}) == 2
+        assert all(h.example_before and h.example_after and h.description for h in hints)
+        assert hints == kb.hints("shared-bank-conflicts", 2, rng_seed=3)
+
+
+# ---------------------------------------------------------------- migrations
+
+
+def test_migrates_v1_database_keeping_data(db):
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
+    kb_service.MIGRATIONS[0](conn)  # exactly the tables a v1 kernel-lsp created
+    conn.execute("INSERT INTO schema_version (version) VALUES (1)")
+    conn.execute("INSERT INTO states VALUES ('latency-bound', 'old text', '{}', NULL, 'seed', '2025-01-01')")
+    conn.execute(
+        "INSERT INTO attempts (id, kernel_hash, file, kernel, state, technique, candidate_hash, verdict, reason, accepted,"
+        " speedup, metrics_before_json, metrics_after_json, model, created_at, original_source, candidate_source)"
+        " VALUES ('old1', 'kh', 'f.cu', 'scale', 'latency-bound', 'grid-stride-loop', 'ch', 'accepted', '', 1, 1.4,"
+        " '{}', '{}', NULL, '2025-01-01T00:00:00+00:00', ?, ?)",
+        (ORIGINAL, CANDIDATE),
+    )
+    conn.close()
+    with KnowledgeBase.open(db) as kb:
+        assert kb.stats().schema_version == kb_service.SCHEMA_VERSION
+        [old] = kb.attempts()
+        assert old.speedup == 1.4 and old.features == {} and old.generator == ""
+        indexes = {r[0] for r in kb._read("SELECT name FROM sqlite_master WHERE type = 'index'")}
+        assert {"attempts_by_state_technique", "attempts_examples"} <= indexes
+        # The old attempt is folded into the recomputed entry on top of the seed prior.
+        seed = next(e for e in json.loads((Path(kb_service.__file__).parent.parent / "data" / "states.json").read_text())["states"]
+                    if e["name"] == "latency-bound")
+        prior = next(e for e in seed["entries"] if e["technique"] == "grid-stride-loop")
+        entry = {e.technique: e for e in kb.entries("latency-bound")}["grid-stride-loop"]
+        assert entry.attempts == prior["attempts"] + 1
+        assert {s.name: s for s in kb.states()}["latency-bound"].description != "old text"  # catalogue refreshed
+        assert kb.examples_for("latency-bound", "grid-stride-loop", {}, 1)[0].origin == "user"
+
+
+def test_newer_schema_is_refused_and_left_alone(db):
+    with KnowledgeBase.open(db):
+        pass
+    conn = sqlite3.connect(db, isolation_level=None)
+    conn.execute("UPDATE schema_version SET version = ?", (kb_service.SCHEMA_VERSION + 1,))
+    conn.close()
+    with pytest.raises(KbError, match="newer"):
+        KnowledgeBase.open(db)
+    assert not list(db.parent.glob("*.corrupt-*"))
+
+
+# ---------------------------------------------------------------- concurrency
+
+
+def _writer(path: str, worker: int, count: int, start: multiprocessing.synchronize.Event) -> None:
+    kb = KnowledgeBase.open(path)
+    start.wait(10)
+    for n in range(count):
+        kb.record_attempt(make_attempt(worker * 1000 + n, kernel_hash=f"w{worker}-{n}"))
+    kb.close()
+
+
+def test_two_writer_processes_lose_nothing(db):
+    count = 60
+    with KnowledgeBase.open(db) as kb:
+        prior = {e.technique: e for e in kb.entries("latency-bound")}["grid-stride-loop"]
+    ctx = multiprocessing.get_context("fork")
+    start = ctx.Event()
+    workers = [ctx.Process(target=_writer, args=(str(db), w, count, start)) for w in (1, 2)]
+    for p in workers:
+        p.start()
+    start.set()
+    for p in workers:
+        p.join(120)
+        assert p.exitcode == 0
+    with KnowledgeBase.open(db) as kb:
+        log = kb.attempts()
+        assert len(log) == 2 * count
+        assert {a.kernel_hash for a in log} == {f"w{w}-{n}" for w in (1, 2) for n in range(count)}
+        entry = {e.technique: e for e in kb.entries("latency-bound")}["grid-stride-loop"]
+        # Every update landed: the entry counts all attempts, and equals a replay of the log.
+        assert entry.attempts == prior.attempts + 2 * count
+        assert entry.successes == prior.successes + 2 * count
+        replayed = kb_logic.replay([prior], [(a.state, a.technique, a.speedup, a.accepted) for a in log])
+        assert replayed[("latency-bound", "grid-stride-loop")] == entry
+
+
+# ---------------------------------------------------------------- corruption
+
+
+@pytest.mark.parametrize("damage", ["garbage", "truncated"])
+def test_corrupt_file_is_moved_aside(db, damage):
+    if damage == "garbage":
+        db.write_bytes(os.urandom(8192))
+    else:
+        with KnowledgeBase.open(db) as kb:
+            for n in range(40):
+                kb.record_attempt(make_attempt(n, original_source=ORIGINAL * 20))
+            kb._read("PRAGMA wal_checkpoint(TRUNCATE)")
+        data = db.read_bytes()
+        db.write_bytes(data[: len(data) // 2])
+    damaged = db.read_bytes()
+    with KnowledgeBase.open(db) as kb:
+        assert len(kb.messages) == 1
+        assert "moved to" in kb.messages[0] and str(db) in kb.messages[0]
+        [aside] = [p for p in db.parent.glob(db.name + ".corrupt-*") if not p.name.endswith(("-wal", "-shm"))]
+        assert aside.read_bytes() == damaged  # nothing dropped: the bytes are kept
+        assert aside.name in kb.messages[0]
+        assert kb.stats().techniques >= 25
+        kb.record_attempt(make_attempt(1))
+        assert len(kb.attempts()) == 1
+    with KnowledgeBase.open(db) as kb:
+        assert kb.messages == ()
+
+
+# ---------------------------------------------------------------- export / import
+
+
+def _content(kb: KnowledgeBase):
+    return kb.states(), kb.entries(), kb.attempts()
+
+
+def test_export_import_round_trip_and_idempotent(tmp_path):
+    source = KnowledgeBase.open(tmp_path / "a.db")
+    derived = source.match_state(FAR)
+    assert derived.is_new
+    for n in range(5):
+        source.record_attempt(make_attempt(n, speedup=1.0 + n / 10, accepted=n % 2 == 0))
+    source.record_attempt(make_attempt(9, state=derived.state, technique="kernel-fusion", speedup=None, accepted=False))
+    exported = source.export_jsonl(tmp_path / "out.jsonl")
+    assert (exported.states, exported.attempts) == (1, 6)
+
+    target = KnowledgeBase.open(tmp_path / "b.db")
+    first = target.import_jsonl(tmp_path / "out.jsonl")
+    assert (first.attempts_added, first.attempts_duplicate, first.states_added, first.problems) == (6, 0, 1, ())
+    assert _content(target) == _content(source)
+    target.export_jsonl(tmp_path / "again.jsonl")
+    assert (tmp_path / "again.jsonl").read_text() == (tmp_path / "out.jsonl").read_text()
+
+    second = target.import_jsonl(tmp_path / "out.jsonl")
+    assert (second.attempts_added, second.attempts_duplicate, second.states_added) == (0, 6, 0)
+    assert _content(target) == _content(source)
+    source.close()
+    target.close()
+
+
+def test_import_merges_with_local_attempts(tmp_path):
+    team = KnowledgeBase.open(tmp_path / "team.db")
+    team.record_attempt(make_attempt(1, speedup=1.4))
+    team.export_jsonl(tmp_path / "team.jsonl")
+    mine = KnowledgeBase.open(tmp_path / "mine.db")
+    mine.record_attempt(make_attempt(2, speedup=1.1))
+    prior = {e.technique: e for e in KnowledgeBase.open(tmp_path / "fresh.db").entries("latency-bound")}["grid-stride-loop"]
+    assert mine.import_jsonl(tmp_path / "team.jsonl").attempts_added == 1
+    entry = {e.technique: e for e in mine.entries("latency-bound")}["grid-stride-loop"]
+    assert entry == kb_logic.update_entry(kb_logic.update_entry(prior, 1.1, True), 1.4, True)
+
+
+def test_import_reports_bad_lines(tmp_path, db):
+    good = json.dumps({"type": "header", "format": "kernel-lsp-kb", "format_version": 1})
+    attempt = {**json.loads(json.dumps(make_attempt(1).__dict__)), "type": "attempt"}
+    unknown_state = {**attempt, "state": "nowhere", "candidate_hash": "zz"}
+    (tmp_path / "mixed.jsonl").write_text("\n".join([
+        good, "{not json", json.dumps(attempt), json.dumps(unknown_state), json.dumps({"type": "attempt"}), json.dumps([1]),
+    ]) + "\n")
+    with KnowledgeBase.open(db) as kb:
+        result = kb.import_jsonl(tmp_path / "mixed.jsonl")
+        assert result.attempts_added == 1
+        assert len(result.problems) == 4
+        assert any("line 2" in p for p in result.problems) and any("unknown state 'nowhere'" in p for p in result.problems)
+        (tmp_path / "other.jsonl").write_text('{"type": "something"}\n')
+        refused = kb.import_jsonl(tmp_path / "other.jsonl")
+        assert refused.attempts_added == 0 and "not a kernel-lsp knowledge-base export" in refused.problems[-1]
+        assert kb.import_jsonl(tmp_path / "missing.jsonl").problems[0].startswith("cannot read")
+
+
+# ---------------------------------------------------------------- reset and stats
+
+
+def test_reset_forgets_learning_and_reseeds(db):
+    with KnowledgeBase.open(db) as kb:
+        seeded = kb.entries()
+        kb.match_state(FAR)
+        kb.record_attempt(make_attempt(1))
+        assert kb.stats().attempts == 1 and kb.stats().derived_states == 1
+        kb.reset()
+        stats = kb.stats()
+        assert (stats.attempts, stats.derived_states) == (0, 0)
+        assert kb.entries() == seeded
+
+
+def test_stats_by_technique(db):
+    with KnowledgeBase.open(db) as kb:
+        kb.record_attempt(make_attempt(1, speedup=1.2))
+        kb.record_attempt(make_attempt(2, speedup=0.8, accepted=False, verdict="slower"))
+        kb.record_attempt(make_attempt(3, technique="kernel-fusion", speedup=None, accepted=False, verdict="incorrect"))
+        stats = kb.stats()
+        assert (stats.attempts, stats.accepted_attempts, stats.worked_examples) == (3, 1, 1)
+        by = {t.technique: t for t in stats.by_technique}
+        assert by["grid-stride-loop"].attempts == 2 and by["grid-stride-loop"].mean_speedup == pytest.approx(1.0)
+        assert by["kernel-fusion"].mean_speedup is None
+
+
+def test_busy_database_is_retried_then_reported(db, monkeypatch):
+    monkeypatch.setattr(kb_service, "BUSY_TIMEOUT_MS", 50)
+    monkeypatch.setattr(kb_service, "WRITE_RETRIES", 2)
+    kb = KnowledgeBase.open(db)
+    holder = sqlite3.connect(db, isolation_level=None)
+    holder.execute("BEGIN IMMEDIATE")  # another server holding the write lock
+    with pytest.raises(KbError, match="locked"):
+        kb.record_attempt(make_attempt(1))
+    holder.execute("COMMIT")
+    kb.record_attempt(make_attempt(1))  # the same attempt goes through once the lock is free
+    assert len(kb.attempts()) == 1
+    holder.close()
+    kb.close()

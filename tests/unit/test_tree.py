@@ -1,0 +1,178 @@
+"""Profiling tree: parsing, walking, planning within a budget, and refinement that only accepts improvements."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from kernel_lsp.core import classify as C
+from kernel_lsp.core import profile as P
+from kernel_lsp.core import profiling_tree as T
+from kernel_lsp.services.profiler import default_tree_path
+
+# A toy cost model: which metrics each section yields and how many passes it costs.
+SOL = (P.M_MEMORY_PCT, P.M_SM_PCT, P.M_DRAM_PCT, P.M_DURATION_NS)
+LAUNCH = (P.M_WAVES, P.M_REGISTERS, P.M_BLOCK_SIZE, P.M_GRID_SIZE)
+OCC = (P.M_THEORETICAL_OCC, P.M_ACHIEVED_OCC, P.M_LIMIT_REGISTERS, P.M_LIMIT_SHARED, P.M_LIMIT_WARPS, P.M_LIMIT_BLOCKS)
+TABLES = (P.M_EXCESSIVE_SECTORS, P.M_SECTORS_LD, P.M_SECTORS_ST, P.M_REQUESTS_LD, P.M_BANK_CONFLICTS_LD,
+          P.M_BANK_CONFLICTS_ST, P.M_SHARED_REQ_LD, P.M_SHARED_REQ_ST)
+WARP = tuple(P.stall_metric(r) for r in P.STALL_REASONS)
+COMPUTE = (P.M_FMA_PIPE_PCT, C.PIPE_METRICS["fp64-pipe"], C.PIPE_METRICS["xu-pipe"])
+COSTS = T.CostModel(
+    sections={
+        "SpeedOfLight": T.SectionCost(2, SOL),
+        "LaunchStats": T.SectionCost(1, LAUNCH),
+        "Occupancy": T.SectionCost(1, OCC),
+        "MemoryWorkloadAnalysis_Tables": T.SectionCost(6, TABLES),
+        "WarpStateStats": T.SectionCost(2, WARP),
+        "ComputeWorkloadAnalysis": T.SectionCost(3, COMPUTE),
+    },
+    run_s=1.0,
+    pass_s=0.1,
+    full_sections=("SpeedOfLight", "LaunchStats", "Occupancy", "MemoryWorkloadAnalysis_Tables", "WarpStateStats",
+                   "ComputeWorkloadAnalysis"),
+    full_passes=40,
+)
+
+
+def stalls(**shares: float) -> dict[str, float]:
+    return {P.stall_metric(r): v for r, v in shares.items()}
+
+
+def sample(name: str, mem: float, sm: float, **extra: float) -> T.Sample:
+    metrics = {P.M_MEMORY_PCT: mem, P.M_SM_PCT: sm, P.M_DRAM_PCT: mem, P.M_DURATION_NS: 1e5, P.M_WAVES: 4.0,
+               P.M_THEORETICAL_OCC: 100.0, P.M_ACHIEVED_OCC: 80.0, P.M_SECTORS_LD: 4e6, P.M_REQUESTS_LD: 1e6,
+               P.M_EXCESSIVE_SECTORS: 0.0, P.M_SECTORS_ST: 4e6, P.M_BANK_CONFLICTS_LD: 0.0, P.M_SHARED_REQ_LD: 0.0,
+               P.M_FMA_PIPE_PCT: 20.0}
+    metrics.update(stalls(long_scoreboard=2.0, wait=1.0, selected=1.0))
+    metrics.update(extra)
+    return T.Sample(name, metrics)
+
+
+DATASET = [
+    sample("stream", 90, 20),
+    sample("stream2", 85, 15),
+    sample("strided", 95, 10, **{P.M_SECTORS_LD: 32e6, P.M_EXCESSIVE_SECTORS: 28e6}),
+    sample("strided2", 88, 12, **{P.M_SECTORS_LD: 30e6, P.M_EXCESSIVE_SECTORS: 25e6}),
+    sample("fma", 10, 92, **{P.M_FMA_PIPE_PCT: 90.0}),
+    sample("latency", 20, 15, **stalls(long_scoreboard=10.0, wait=1.0, selected=1.0)),
+    sample("barrier", 25, 20, **stalls(barrier=8.0, wait=1.0, selected=1.0)),
+]
+
+# Starts from the first pass only: nothing more is collected anywhere.
+BARE = {
+    "format": T.FORMAT, "version": 1, "name": "bare", "first_pass": ["SpeedOfLight", "LaunchStats", "Occupancy"],
+    "root": "all", "nodes": {"all": {"collect": []}},
+}
+
+
+def test_shipped_tree_parses_and_every_leaf_names_known_sections():
+    with open(default_tree_path(), encoding="utf-8") as f:
+        tree = T.parse_tree(f.read())
+    assert tree.version == T.VERSION and tree.first_pass == ("SpeedOfLight", "LaunchStats", "Occupancy")
+    known = {"MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables", "MemoryWorkloadAnalysis_Chart",
+             "ComputeWorkloadAnalysis", "InstructionStats", "WarpStateStats", "SourceCounters", "SchedulerStats"}
+    for leaf in tree.leaves():
+        assert set(leaf.collect) <= known, leaf.id
+    assert json.loads(json.dumps(T.tree_to_json(tree))) == T.tree_to_json(T.parse_tree(T.tree_to_json(tree)))
+
+
+@pytest.mark.parametrize(
+    ("change", "message"),
+    [
+        ({"version": 2}, "version"),
+        ({"root": "nowhere"}, "root"),
+        ({"nodes": {"a": {"feature": "sig.x", "op": ">", "threshold": 1, "then": "b", "else": "b"}, "b": {"collect": []}}}, "op"),
+        ({"nodes": {"a": {"feature": "x", "op": "<", "threshold": 1, "then": "b", "else": "b"}, "b": {"collect": []}}}, "feature"),
+        ({"nodes": {"a": {"feature": "sig.x", "op": "<", "threshold": 1, "then": "a", "else": "b"}, "b": {"collect": []}}}, "loops"),
+        ({"nodes": {"a": {"collect": []}, "orphan": {"collect": []}}}, "unreachable"),
+    ],
+)
+def test_bad_trees_are_refused_with_the_field(change, message):
+    data = {**BARE, "root": "a", "nodes": {"a": {"collect": []}}}
+    data.update(change)
+    with pytest.raises(T.TreeError, match=message):
+        T.parse_tree(data)
+
+
+def test_walk_records_path_and_missing_branch():
+    with open(default_tree_path(), encoding="utf-8") as f:
+        tree = T.parse_tree(f.read())
+    facts = T.facts_from_metrics({P.M_MEMORY_PCT: 91.0, P.M_SM_PCT: 30.0})
+    result = T.walk(tree, facts)
+    assert result.leaf is not None and result.leaf.id == "memory_tables"
+    assert [(s.node, s.branch) for s in result.path] == [("busy", "then"), ("memory_side", "then")]
+    assert result.path[0].value == 91.0
+    missing = T.walk(tree, {})
+    assert missing.path[0].branch == "missing" and missing.leaf.id == "fallback"
+    pending = T.walk(tree, {}, stop_on_pending=T.MEASURED_PREFIXES)
+    assert pending.leaf is None and pending.waiting_on.id == "busy"
+
+
+def test_plan_respects_pass_budget_in_priority_order():
+    tree = T.parse_tree({**BARE, "budget": {"max_passes": 7},
+                         "nodes": {"all": {"collect": ["MemoryWorkloadAnalysis_Tables", "WarpStateStats", "ComputeWorkloadAnalysis"]}}})
+    plan = T.plan_from_walk(tree, T.walk(tree, {}), first_pass_ran=True, costs=COSTS)
+    assert plan.sections == ("MemoryWorkloadAnalysis_Tables", "WarpStateStats")
+    assert plan.dropped == ("ComputeWorkloadAnalysis",)
+    assert plan.runs == (tree.first_pass, plan.sections)
+
+
+def test_static_only_walk_gives_one_merged_run():
+    tree = T.parse_tree({**BARE, "root": "t", "nodes": {
+        "t": {"feature": "static.syncs", "op": ">=", "threshold": 1, "then": "w", "else": "none"},
+        "w": {"collect": ["WarpStateStats"]}, "none": {"collect": []}}})
+    s = T.Sample("k", DATASET[6].metrics, {"static.syncs": 2.0})
+    plan, collected, seconds = T.emulate(tree, s, COSTS)
+    assert plan.first_pass == () and plan.runs == (("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats"),)
+    assert P.stall_metric("barrier") in collected and P.M_EXCESSIVE_SECTORS not in collected
+    assert seconds == pytest.approx(COSTS.seconds(1, plan.sections))
+
+
+def test_emulation_sees_only_collected_metrics():
+    tree = T.parse_tree(BARE)
+    plan, collected, _ = T.emulate(tree, DATASET[2], COSTS)
+    assert set(collected) <= set(SOL + LAUNCH + OCC)
+    # without the memory tables the strided kernel is only "memory-bound"
+    assert C.classify(collected).label == "memory-bound"
+    assert C.classify(DATASET[2].metrics).label == "uncoalesced-access"
+
+
+def test_refine_accepts_only_improving_edits_and_reaches_agreement():
+    tree = T.parse_tree(BARE)
+    before = T.score(tree, DATASET, COSTS)
+    refined, log = T.refine(tree, DATASET, COSTS, max_rounds=10)
+    after = T.score(refined, DATASET, COSTS)
+    assert before.agreement < 0.5
+    assert after.value > before.value and after.agreement == 1.0
+    accepted = [e for e in log if e.accepted]
+    assert accepted and all(e.score_after > e.score_before for e in accepted)
+    # scores of accepted edits rise monotonically, and the loop stops on the first rejection
+    assert all(a.score_after <= b.score_before + 1e-12 for a, b in zip(accepted, accepted[1:]))
+    assert all(e.accepted for e in log[:-1])
+    # a split was needed: memory kernels want the tables, latency kernels the warp states
+    assert any(e.kind == "SPLIT" for e in accepted)
+    # cheaper than collecting every section for every kernel
+    assert after.cost_ratio < T.score(T.parse_tree({**BARE, "nodes": {"all": {"collect": list(COSTS.full_sections[3:])}}}),
+                                      DATASET, COSTS).cost_ratio
+
+
+def test_refine_rejects_an_edit_that_does_not_improve():
+    tree = T.parse_tree({**BARE, "nodes": {"all": {"collect": ["MemoryWorkloadAnalysis_Tables", "WarpStateStats",
+                                                                  "ComputeWorkloadAnalysis"]}}})
+
+    def worse(t, samples, costs):
+        leaf = t.node("all")
+        return [T.Edit("REWRITE", "all", "drop everything", {"all": T.Leaf("all", ())})]
+
+    refined, log = T.refine(tree, DATASET, COSTS, proposer=worse)
+    assert refined == tree
+    assert len(log) == 1 and not log[0].accepted and log[0].score_after < log[0].score_before
+
+
+def test_cost_model_passes_and_seconds():
+    assert COSTS.passes([]) == 0
+    assert COSTS.passes(["SpeedOfLight"]) == 2
+    assert COSTS.passes(["SpeedOfLight", "LaunchStats", "Occupancy"]) == 4
+    assert COSTS.full_seconds() == pytest.approx(1.0 + 40 * 0.1)
