@@ -12,9 +12,14 @@ then drives each server over stdio with the same small stdlib JSON-RPC client
   ``documentSymbol`` — the time until the symbols of the *new* version arrive.
 
 clangd is started with a ``compile_commands.json`` that makes it parse the file
-as CUDA for sm_90 without the CUDA installation (``-nocudainc -nocudalib``);
-timing starts only after clangd published diagnostics for the file (its sign
-that the AST is built) and answered one warm-up request of each kind.
+as CUDA (``-x cuda -nocudainc -nocudalib``) for sm_86 — clangd 14 rejects sm_90
+and cannot read CUDA 13's headers, so a small ``cuda_runtime.h`` (CUDA's
+attribute macros, ``dim3``, the built-in index variables and the launch
+configuration hook; :data:`CLANGD_CUDA_SHIM`) stands in for the toolkit's. The
+file parses without errors under it (``clangd --check`` reports 0 errors), so
+clangd builds a full AST. Timing starts only after clangd published
+diagnostics for the file (its sign that the AST is built) and answered one
+warm-up request of each kind.
 kernel-lsp gets ``compileOnChange: false`` and the default nvcc compile on open;
 its timing starts after the first documentSymbol answered.
 
@@ -103,6 +108,33 @@ def generate_cuda(lines_target: int) -> tuple[str, list[tuple[int, int]], list[t
     while len(out) < lines_target:
         out.append("")
     return "\n".join(out) + "\n", names, launches, body_lines
+
+
+#: Stand-in for CUDA's headers when clangd parses the file (see the module docstring).
+CLANGD_CUDA_SHIM = """\
+#pragma once
+#include <stddef.h>
+#define __host__ __attribute__((host))
+#define __device__ __attribute__((device))
+#define __global__ __attribute__((global))
+#define __shared__ __attribute__((shared))
+#define __constant__ __attribute__((constant))
+#define __forceinline__ __inline__ __attribute__((always_inline))
+#define __launch_bounds__(...) __attribute__((launch_bounds(__VA_ARGS__)))
+struct uint3 { unsigned x, y, z; };
+struct dim3 {
+  unsigned x, y, z;
+  __host__ __device__ constexpr dim3(unsigned vx = 1, unsigned vy = 1, unsigned vz = 1) : x(vx), y(vy), z(vz) {}
+};
+typedef struct CUstream_st *cudaStream_t;
+extern __device__ const uint3 threadIdx;
+extern __device__ const uint3 blockIdx;
+extern __device__ const dim3 blockDim;
+extern __device__ const dim3 gridDim;
+__device__ void __syncthreads();
+__device__ float atomicAdd(float *address, float val);
+extern "C" unsigned __cudaPushCallConfiguration(dim3 gridDim, dim3 blockDim, size_t sharedMem = 0, void *stream = 0);
+"""
 
 
 # --------------------------------------------------------------------------- the client
@@ -327,11 +359,14 @@ def main(argv: list[str] | None = None) -> int:
         source = folder / "big.cu"
         source.write_text(text)
         uri = source.as_uri()
+        shim = folder / "clangd-cuda-shim"
+        shim.mkdir()
+        (shim / "cuda_runtime.h").write_text(CLANGD_CUDA_SHIM)
         (folder / "compile_commands.json").write_text(json.dumps([{
             "directory": str(folder),
             "file": str(source),
-            "arguments": ["clang++", "-x", "cuda", "--cuda-gpu-arch=sm_90", "-nocudainc", "-nocudalib",
-                          "-std=c++17", "-fsyntax-only", str(source)],
+            "arguments": ["clang++", "-x", "cuda", "--cuda-gpu-arch=sm_86", "-nocudainc", "-nocudalib",
+                          f"-I{shim}", "-std=c++17", "-fsyntax-only", str(source)],
         }]))
         # The database is for clangd; kernel-lsp would otherwise take clang's flags for nvcc.
         kl_folder = folder / "kl"

@@ -46,6 +46,8 @@ class Settings:
     """Longest one profiling run may take."""
     profile_tree: str | None = None
     """Path of a profiling-tree JSON file replacing the shipped default."""
+    profile_store: str | None = None
+    """Folder of stored profiles (cache and last good profile per kernel); None: the user cache dir."""
     watch_files: bool = True
     """Re-profile when a watched .cu/.cuh file changes outside the editor."""
     kb_path: str | None = None

@@ -57,11 +57,11 @@ def _kernel_json(facts: KernelFacts) -> dict[str, Any]:
 
 
 def _message_line(m: Any) -> str:
-    where = m.file or "nvcc"
+    where = m.path or m.tool
     if m.line is not None:
         where += f":{m.line}"
-        if m.column_byte is not None:
-            where += f":{m.column_byte + 1}"
+        if m.column is not None:
+            where += f":{m.column}"
     code = f" [{m.code}]" if m.code else ""
     return f"{where}: {m.severity}{code}: {m.message}"
 
@@ -76,8 +76,9 @@ def _print_text(path: str, kernels: tuple[KernelFacts, ...], compile: CompileRes
         usage = facts.resources
         print(f"\n{facts.function.signature}  (line {facts.function.name_span.start.line + 1})")
         if usage is not None:
-            print(f"  registers {usage.registers}, spills {usage.spill_stores_bytes} B stores / "
-                  f"{usage.spill_loads_bytes} B loads, shared {usage.shared_bytes} B, stack {usage.stack_bytes} B")
+            print(f"  registers {usage.registers_per_thread}, spills {usage.spill_store_bytes} B stores / "
+                  f"{usage.spill_load_bytes} B loads, shared {usage.shared_bytes_static} B, "
+                  f"stack {usage.stack_frame_bytes} B")
         else:
             print("  resources unknown (not compiled)")
         for lf in facts.launches:
@@ -115,7 +116,7 @@ def run(args: argparse.Namespace) -> int:
             print(f"kernel-lsp check: {compile.tool_missing}", file=sys.stderr)
         for problem in compile.problems:
             print(f"kernel-lsp check: {problem}", file=sys.stderr)
-    kernels = report(index, compile, settings.arch)
+    kernels = report(index, data, compile, settings.arch)
     if args.json:
         print(json.dumps({
             "file": str(path),

@@ -26,6 +26,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     show.set_defaults(func=run_show)
     refine = sub.add_parser("refine", help="refine a tree on recorded full profiles")
     refine.add_argument("--dataset", required=True, help="folder of raw-page CSV exports of full profiles (+ .cu files)")
+    refine.add_argument("--sources", action="append", default=[], help="folder of the profiled .cu files (repeatable)")
     refine.add_argument("--tree", help="starting tree JSON (default: the shipped tree)")
     refine.add_argument("--costs", help="section cost table JSON (default: the shipped data/ncu_sections.json)")
     refine.add_argument("--cost-weight", type=float, default=0.25, help="weight of the cost ratio in the score (default 0.25)")
@@ -63,7 +64,7 @@ def run_refine(args: argparse.Namespace) -> int:
 
     try:
         tree = _tree(args.tree)
-        samples = load_dataset(args.dataset)
+        samples = load_dataset(args.dataset, tuple(args.sources))
     except (OSError, T.TreeError, DatasetError) as exc:
         print(f"tree refine: {exc}", file=sys.stderr)
         return EXIT_USAGE

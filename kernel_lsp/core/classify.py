@@ -26,7 +26,8 @@ LATENCY_BOUND = "latency-bound"
 OCCUPANCY_LIMITED = "occupancy-limited"
 UNKNOWN = "unknown"
 
-#: Finer classes, each with the coarse class it refines and what it means.
+#: Finer classes, each with the coarse class it usually refines and what it means
+#: (bank conflicts and divergence also appear under latency-bound kernels).
 DETAILS: dict[str, tuple[str, str]] = {
     "uncoalesced-access": (MEMORY_BOUND, "global accesses move many more sectors than they use"),
     "shared-bank-conflicts": (MEMORY_BOUND, "shared-memory accesses serialise on bank conflicts"),
@@ -60,9 +61,11 @@ class Thresholds:
     low_theoretical_occupancy_pct: float = 40.0
     """Theoretical occupancy below which a kernel that is not throughput-bound is occupancy-limited."""
     excessive_sectors_pct: float = 25.0
-    sectors_per_request: float = 8.0
-    """Global load sectors per request above which accesses count as uncoalesced (ideal: 4)."""
+    """Share of global sectors beyond what coalesced accesses need (SourceCounters) that counts as uncoalesced."""
+    shared_excessive_pct: float = 50.0
+    """Share of shared-memory wavefronts beyond the ideal (SourceCounters) that counts as bank conflicts."""
     bank_conflicts_per_request: float = 1.0
+    """Bank conflicts per shared instruction (MemoryWorkloadAnalysis_Tables), the other bank-conflict test."""
     divergence_pct: float = 20.0
     dram_pct: float = 60.0
     pipe_pct: float = 50.0
@@ -178,24 +181,35 @@ def classify_profile(profile: P.KernelProfile, thresholds: Thresholds = DEFAULT_
     return classify(profile.metrics, thresholds)
 
 
+def _bank_conflicts(probe: _Probe, view: P.KernelProfile, t: Thresholds) -> bool | None:
+    """True/False when a bank-conflict metric was collected, None when none was."""
+    by_wavefronts = probe.test(
+        "shared_excessive_wavefronts_pct", view.shared_excessive_wavefronts_pct, ">=", t.shared_excessive_pct,
+        "shared wavefronts are mostly excessive (bank conflicts)",
+    )
+    if by_wavefronts:
+        return True
+    by_requests = probe.test(
+        "shared_bank_conflicts_per_request", view.shared_bank_conflicts_per_request, ">=", t.bank_conflicts_per_request,
+        "shared accesses conflict",
+    )
+    if by_requests:
+        return True
+    return None if by_wavefronts is None and by_requests is None else False
+
+
 def _memory_detail(probe: _Probe, t: Thresholds) -> str | None:
     view = P.KernelProfile(kernel="", metrics=probe.metrics)
-    if probe.test("excessive_sectors_pct", view.excessive_sectors_pct, ">=", t.excessive_sectors_pct, "global accesses are uncoalesced"):
+    uncoalesced = probe.test(
+        "excessive_sectors_pct", view.excessive_sectors_pct, ">=", t.excessive_sectors_pct, "global accesses are uncoalesced"
+    )
+    if uncoalesced:
         return "uncoalesced-access"
-    if probe.test(
-        "global_sectors_per_request", view.global_sectors_per_request, ">=", t.sectors_per_request, "global loads touch many sectors"
-    ):
-        return "uncoalesced-access"
-    if probe.test(
-        "shared_bank_conflicts_per_request",
-        view.shared_bank_conflicts_per_request,
-        ">=",
-        t.bank_conflicts_per_request,
-        "shared accesses conflict",
-    ):
+    conflicts = _bank_conflicts(probe, view, t)
+    if conflicts:
         return "shared-bank-conflicts"
-    if view.excessive_sectors_pct is None and view.shared_bank_conflicts_per_request is None:
-        # Without the memory tables, DRAM saturation alone cannot rule out the two causes above.
+    if uncoalesced is None or conflicts is None:
+        # Without the source counters, a busy DRAM cannot rule out the two causes above.
         return None
     if probe.test(P.M_DRAM_PCT, view.dram_throughput_pct, ">=", t.dram_pct, "DRAM is busy"):
         return "dram-bandwidth"
@@ -254,4 +268,6 @@ def _latency_detail(probe: _Probe, t: Thresholds) -> str | None:
         return None
     if not probe.test(f"stall share: {reason}", shares[reason], ">=", t.stall_share_pct, f"most stalls are {reason}"):
         return None
+    if detail == "shared-memory-latency" and _bank_conflicts(probe, P.KernelProfile(kernel="", metrics=probe.metrics), t):
+        return "shared-bank-conflicts"
     return detail

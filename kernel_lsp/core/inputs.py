@@ -53,17 +53,10 @@ def bf16_to_float32(bits: np.ndarray) -> np.ndarray:
     return (np.asarray(bits, dtype=np.uint16).astype(np.uint32) << 16).view(np.float32)
 
 
-def as_float64(values: np.ndarray, array_type: str) -> np.ndarray:
-    """An array of the spec's ``array_type`` as float64 numbers (for comparison)."""
-    if array_type == "bfloat16":
-        return bf16_to_float32(values).astype(np.float64)
-    return np.asarray(values).astype(np.float64)
-
-
 def _cast(values: np.ndarray, array_type: str) -> np.ndarray:
     if array_type == "bfloat16":
         return float32_to_bf16(values.astype(np.float32))
-    return values.astype(NUMPY_DTYPES[array_type])
+    return values.astype(NUMPY_DTYPES[array_type], copy=False)
 
 
 def _draw_dtype(array_type: str) -> type:
@@ -110,9 +103,13 @@ def make_array(param: ArrayParam, size: int, env: Mapping[str, int], rng: np.ran
         case "uniform":
             # Draw in the narrowest float that holds the target: float32 halves the cost for 64M-element arrays.
             low, high = float(args[0]), float(args[1])
-            values = low + (high - low) * rng.random(size, dtype=_draw_dtype(param.type))
+            values = rng.random(size, dtype=_draw_dtype(param.type))
+            values *= high - low
+            values += low
         case "normal":
-            values = float(args[0]) + float(args[1]) * rng.standard_normal(size, dtype=_draw_dtype(param.type))
+            values = rng.standard_normal(size, dtype=_draw_dtype(param.type))
+            values *= float(args[1])
+            values += float(args[0])
         case "randint":
             low, high = (expr.evaluate(a, env) for a in args)
             values = rng.integers(low, high, size, endpoint=True, dtype=np.int64 if param.type != "uint64" else np.uint64)

@@ -23,7 +23,9 @@ from kernel_lsp.core.signature import SIGNATURE_KEYS
 M_DURATION_NS = "gpu__time_duration.sum"
 M_MEMORY_PCT = "gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed"
 M_SM_PCT = "sm__throughput.avg.pct_of_peak_sustained_elapsed"
-M_DRAM_PCT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
+M_DRAM_PCT = "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed"
+#: Older ncu versions and other chips name DRAM throughput this way.
+M_DRAM_PCT_ALT = "dram__throughput.avg.pct_of_peak_sustained_elapsed"
 M_L1_PCT = "l1tex__throughput.avg.pct_of_peak_sustained_active"
 M_L2_PCT = "lts__throughput.avg.pct_of_peak_sustained_elapsed"
 M_ACHIEVED_OCC = "sm__warps_active.avg.pct_of_peak_sustained_active"
@@ -42,12 +44,17 @@ M_REQUESTS_LD = "l1tex__t_requests_pipe_lsu_mem_global_op_ld.sum"
 M_SECTORS_ST = "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"
 M_REQUESTS_ST = "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
 M_EXCESSIVE_SECTORS = "derived__memory_l2_theoretical_sectors_global_excessive"
+M_GLOBAL_SECTORS_THEORETICAL = "memory_l2_theoretical_sectors_global"
 M_GLOBAL_SECTORS_L2 = "lts__t_sectors_srcunit_tex_op_read.sum"
 M_BANK_CONFLICTS_LD = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
 M_BANK_CONFLICTS_ST = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
 M_SHARED_REQ_LD = "smsp__sass_inst_executed_op_shared_ld.sum"
 M_SHARED_REQ_ST = "smsp__sass_inst_executed_op_shared_st.sum"
 M_BRANCH_UNIFORM_PCT = "smsp__sass_average_branch_targets_threads_uniform.pct"
+M_DIVERGENT_TARGETS = "smsp__sass_branch_targets_threads_divergent.sum"
+M_SHARED_WAVEFRONTS = "memory_l1_wavefronts_shared"
+M_SHARED_WAVEFRONTS_IDEAL = "memory_l1_wavefronts_shared_ideal"
+M_SHARED_EXCESSIVE = "derived__memory_l1_wavefronts_shared_excessive"
 M_FMA_PIPE_PCT = "sm__pipe_fma_cycles_active.avg.pct_of_peak_sustained_active"
 M_TENSOR_PIPE_PCT = "sm__pipe_tensor_op_hmma_cycles_active.avg.pct_of_peak_sustained_active"
 M_LIMIT_REGISTERS = "launch__occupancy_limit_registers"
@@ -97,7 +104,9 @@ class RuleAdvice:
     kind: str
     """``OPT`` (an optimization), ``WRN``, ``INF`` or ``ERR``."""
     estimated_speedup_pct: float | None
-    """ncu's estimate of the kernel-level speedup if the issue were fixed, %."""
+    """ncu's estimate of the speedup if the issue were fixed, %."""
+    speedup_scope: str | None = None
+    """``global`` (the whole kernel's time) or ``local`` (only the part this rule looks at)."""
 
 
 @dataclass(frozen=True)
@@ -185,7 +194,8 @@ class KernelProfile:
 
     @property
     def dram_throughput_pct(self) -> float | None:
-        return self.metrics.get(M_DRAM_PCT)
+        value = self.metrics.get(M_DRAM_PCT)
+        return self.metrics.get(M_DRAM_PCT_ALT) if value is None else value
 
     @property
     def achieved_occupancy_pct(self) -> float | None:
@@ -226,12 +236,15 @@ class KernelProfile:
 
     @property
     def excessive_sectors_pct(self) -> float | None:
+        """Global-access L2 sectors beyond what coalesced accesses need, % of all (SourceCounters)."""
         excessive = self.metrics.get(M_EXCESSIVE_SECTORS)
         if excessive is None:
             return None
-        total = sum(v for v in (self.metrics.get(M_SECTORS_LD), self.metrics.get(M_SECTORS_ST)) if v is not None)
+        total = self.metrics.get(M_GLOBAL_SECTORS_THEORETICAL)
+        if total is None:
+            total = sum(v for v in (self.metrics.get(M_SECTORS_LD), self.metrics.get(M_SECTORS_ST)) if v is not None)
         if total <= 0:
-            return None
+            return 0.0 if excessive == 0 else None
         return min(100.0, 100.0 * excessive / total)
 
     @property
@@ -247,15 +260,38 @@ class KernelProfile:
 
     @property
     def branch_divergence_pct(self) -> float | None:
+        """Share of branch targets not taken by all active threads alike, %.
+
+        ncu reports 0 % uniform for kernels whose branches it did not sample, so a
+        zero count of divergent targets wins over the uniform percentage.
+        """
+        divergent = self.metrics.get(M_DIVERGENT_TARGETS)
+        if divergent is not None and divergent == 0:
+            return 0.0
         uniform = self.metrics.get(M_BRANCH_UNIFORM_PCT)
         return None if uniform is None else max(0.0, 100.0 - uniform)
 
     @property
+    def shared_excessive_wavefronts_pct(self) -> float | None:
+        """Shared-memory wavefronts beyond the ideal (bank conflicts), % of all shared wavefronts."""
+        excessive = self.metrics.get(M_SHARED_EXCESSIVE)
+        total = self.metrics.get(M_SHARED_WAVEFRONTS)
+        if excessive is None or total is None:
+            return None
+        return 0.0 if total <= 0 else min(100.0, 100.0 * excessive / total)
+
+    @property
     def top_rule(self) -> RuleAdvice | None:
-        """The optimization rule with the largest estimated speedup (OPT rules first)."""
+        """The optimization rule with the largest estimated kernel-level speedup.
+
+        OPT rules come first, then rules whose estimate is global (kernel time),
+        since a local estimate only covers the part of the kernel the rule studies.
+        """
         if not self.rules:
             return None
-        return max(self.rules, key=lambda r: (r.kind == "OPT", r.estimated_speedup_pct or 0.0))
+        return max(
+            self.rules, key=lambda r: (r.kind == "OPT", r.speedup_scope != "local", r.estimated_speedup_pct or 0.0)
+        )
 
     def hottest_lines(self, count: int = 3) -> tuple[LineCounters, ...]:
         """Lines with the most warp-state samples, most first."""

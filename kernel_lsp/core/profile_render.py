@@ -31,7 +31,7 @@ def kernel_markdown(profile: KernelProfile, bottleneck: Bottleneck | None, messa
             out.append(f"- {evidence.text()}")
     top = profile.top_rule
     if top is not None:
-        speedup = f" (ncu estimates up to {top.estimated_speedup_pct:.0f} % faster)" if top.estimated_speedup_pct else ""
+        speedup = f" (estimated speedup {top.estimated_speedup_pct:.0f} %)" if top.estimated_speedup_pct else ""
         out.append(f"**ncu advice — {top.title}**{speedup}: {top.message}")
     hot = profile.hottest_lines(3)
     if hot:

@@ -151,10 +151,6 @@ def _params(fn: Node) -> list[_ParamInfo]:
     return out
 
 
-def _identifiers(node: Node) -> set[str]:
-    return {_text(n) for n in _walk(node) if n.type == "identifier"}
-
-
 def _aliases(body: Node, pointers: set[str]) -> dict[str, set[str]]:
     """name -> the pointer parameters it may point into (params map to themselves)."""
     alias = {p: {p} for p in pointers}
@@ -174,7 +170,7 @@ def _aliases(body: Node, pointers: set[str]) -> dict[str, set[str]]:
     while changed:
         changed = False
         for name, value in pairs:
-            sources = set().union(*(alias[i] for i in _identifiers(value) if i in alias)) if _identifiers(value) else set()
+            sources = _address_bases(value, alias)
             if sources - alias.get(name, set()):
                 alias.setdefault(name, set()).update(sources)
                 changed = True
@@ -182,7 +178,31 @@ def _aliases(body: Node, pointers: set[str]) -> dict[str, set[str]]:
 
 
 def _address_bases(node: Node, alias: dict[str, set[str]]) -> set[str]:
-    return set().union(*(alias[i] for i in _identifiers(node) if i in alias)) if _identifiers(node) else set()
+    """The pointer parameters an address expression points into.
+
+    ``y + idx[i]`` points into ``y`` only: a subscript or a dereference inside an
+    address is a loaded value (an offset), not a base; ``&x[i]`` points into ``x``;
+    casts (C style or ``reinterpret_cast``) keep the base.
+    """
+    kind = node.type
+    if kind == "identifier":
+        return set(alias.get(_text(node), ()))
+    if kind in ("subscript_expression", "field_expression"):
+        return set()
+    if kind == "pointer_expression":
+        operand = node.child_by_field_name("argument")
+        if operand is None or _text(node.children[0]) != "&":
+            return set()
+        if operand.type == "subscript_expression":
+            operand = operand.child_by_field_name("argument") or operand.children[0]
+        return _address_bases(operand, alias)
+    if kind == "call_expression":
+        callee = node.child_by_field_name("function")
+        args = node.child_by_field_name("arguments")
+        if callee is None or args is None or "cast" not in _text(callee):
+            return set()
+        node = args
+    return set().union(*(_address_bases(c, alias) for c in node.named_children))
 
 
 def _writes(body: Node, alias: dict[str, set[str]]) -> dict[str, Node]:

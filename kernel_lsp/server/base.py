@@ -18,6 +18,8 @@ process do not share them); a module appends to them in ``register``:
   Markdown sections appended to a kernel or launch hover.
 * ``state.lens_parts`` — ``fn(state, doc, function) -> str | None``: extra text
   appended to a kernel's code lens (e.g. a measured time).
+* ``state.line_hovers`` — ``fn(state, doc, index, line) -> str | None``: a hover on a
+  line that is not a kernel name or launch (e.g. a profiled line's counters).
 """
 
 from __future__ import annotations
@@ -66,6 +68,10 @@ class ServerState:
         self.jobs = JobManager(post=self.post, on_error=self._job_failed)
         """Background work: see :mod:`kernel_lsp.services.jobs`."""
         self.workspace_root: str | None = None
+        self.background_tasks: set[asyncio.Task[Any]] = set()
+        """Strong references to fire-and-forget tasks (asyncio keeps only weak ones)."""
+        self.settings_loaded = asyncio.Event()
+        """Set once ``initialized`` has fetched the workspace settings (compiles wait for it)."""
         self.init_options: dict[str, Any] = {}
         self.workspace_settings: dict[str, Any] | None = None
         self.supports_progress = False
@@ -81,6 +87,9 @@ class ServerState:
         self.on_close: list[DocumentHook] = []
         self.on_settings: list[Callable[[ServerState], None]] = []
         self.hover_sections: list[Callable[[Any], str | None]] = []
+        self.line_hovers: list[Callable[[ServerState, DocumentState, Any, int], str | None]] = []
+        """``fn(state, doc, index, line) -> str | None``: Markdown for a hover on a line that is
+        not a kernel name or launch (0-based line); the first non-empty answer is shown."""
         self.lens_parts: list[Callable[[ServerState, DocumentState, Any], str | None]] = []
         self._shown_once: set[str] = set()
         self._progress_ids = itertools.count(1)
@@ -113,7 +122,8 @@ class ServerState:
             if once_key in self._shown_once:
                 return
             self._shown_once.add(once_key)
-        log.log(logging.ERROR if kind == types.MessageType.Error else logging.WARNING, "%s", message)
+        level = {types.MessageType.Error: logging.ERROR, types.MessageType.Warning: logging.WARNING}.get(kind, logging.INFO)
+        log.log(level, "%s", message)
         self.server.window_show_message(types.ShowMessageParams(type=kind, message=message))
 
     # --- diagnostics ---------------------------------------------------

@@ -17,6 +17,7 @@ from lsprotocol import types
 from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import to_range
 from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.hover import limiter_text
 from kernel_lsp.services.kernel_report import KernelFacts, kernel_facts, report
 
 log = logging.getLogger(__name__)
@@ -28,17 +29,17 @@ def lens_text(facts: KernelFacts) -> str | None:
     parts: list[str] = []
     usage = facts.resources
     if usage is not None:
-        if usage.registers is not None:
-            parts.append(f"{usage.registers} regs")
-        if usage.shared_bytes:
-            parts.append(f"{usage.shared_bytes} B smem")
-        spilled = (usage.spill_stores_bytes or 0) + (usage.spill_loads_bytes or 0)
-        if usage.spill_stores_bytes is not None:
-            parts.append(f"spills {usage.spill_stores_bytes} B st / {usage.spill_loads_bytes} B ld" if spilled else "no spills")
+        if usage.registers_per_thread is not None:
+            parts.append(f"{usage.registers_per_thread} regs")
+        if usage.shared_bytes_static:
+            parts.append(f"{usage.shared_bytes_static} B smem")
+        if usage.spill_store_bytes is not None:
+            parts.append(f"spills {usage.spill_store_bytes} B st / {usage.spill_load_bytes} B ld"
+                         if usage.has_spills else "no spills")
     first = facts.first_occupancy
     if first is not None and first.occupancy is not None:
         parts.append(
-            f"occupancy {first.occupancy.occupancy_pct:.0f}% @{first.block_threads} ({first.occupancy.limiter})"
+            f"occupancy {first.occupancy.occupancy_pct:.0f}% @{first.block_threads} ({limiter_text(first.occupancy.limiter)})"
         )
     return " · ".join(parts) if parts else None
 
@@ -51,7 +52,7 @@ def kernel_report_text(facts: KernelFacts) -> str:
         where = f"launch at line {lf.launch.span.start.line + 1}"
         if lf.occupancy is not None:
             lines.append(f"{where}: block {lf.block_threads} -> occupancy {lf.occupancy.occupancy_pct:.0f}% "
-                         f"(limiter: {lf.occupancy.limiter})")
+                         f"(limiter: {limiter_text(lf.occupancy.limiter)})")
         else:
             lines.append(f"{where}: block {lf.launch.block}" + ("" if lf.block_threads is None else f" = {lf.block_threads}"))
     return "\n".join(lines)
@@ -60,7 +61,7 @@ def kernel_report_text(facts: KernelFacts) -> str:
 def code_lenses(state: ServerState, doc: DocumentState) -> list[types.CodeLens]:
     index = doc.index()
     lenses: list[types.CodeLens] = []
-    for facts in report(index, doc.compile, state.settings.arch):
+    for facts in report(index, doc.source_bytes, doc.compile, state.settings.arch):
         fn = facts.function
         parts = [lens_text(facts)]
         for extra in state.lens_parts:
@@ -106,7 +107,7 @@ def register(server: KernelLspServer) -> None:
             if fn is None:
                 state.show(f"kernel-lsp: no kernel named {kernel} in this file", types.MessageType.Warning)
                 return None
-            text = kernel_report_text(kernel_facts(index, fn, doc.compile, state.settings.arch))
+            text = kernel_report_text(kernel_facts(index, doc.source_bytes, fn, doc.compile, state.settings.arch))
         state.show(text, types.MessageType.Info)
         return text
 

@@ -11,11 +11,14 @@ macro-heavy code, so they must not look like compiler errors).
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
 from lsprotocol import types
 
+from kernel_lsp.core.demangle import base_name
+from kernel_lsp.core.nvcc_output import CompilerMessage
 from kernel_lsp.server.base import KernelLspServer, ServerState
 from kernel_lsp.server.convert import line_range, to_range
 from kernel_lsp.server.documents import DocumentState
@@ -27,11 +30,9 @@ log = logging.getLogger(__name__)
 SOURCE = "nvcc"
 
 _SEVERITY = {
-    "fatal": types.DiagnosticSeverity.Error,
     "error": types.DiagnosticSeverity.Error,
     "warning": types.DiagnosticSeverity.Warning,
-    "remark": types.DiagnosticSeverity.Information,
-    "note": types.DiagnosticSeverity.Information,
+    "info": types.DiagnosticSeverity.Information,
 }
 
 
@@ -41,22 +42,38 @@ def _same_file(a: str | None, b: str | None) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def _message_range(doc: DocumentState, message: CompilerMessage) -> tuple[types.Range, str]:
+    """Where a message goes in ``doc`` and its text (prefixed with its origin when it is not about ``doc``)."""
+    if _same_file(message.path, doc.path) and message.line is not None:
+        column = message.column - 1 if message.column is not None else None
+        return line_range(doc.parsed, message.line - 1, column), message.message
+    if message.path is None and message.mangled_name is not None:
+        # ptxas names the entry function ("uses too much shared data"): point at the kernel.
+        index = doc.cached("index")
+        fn = index.function(base_name(message.mangled_name)) if index is not None else None
+        if fn is not None:
+            return to_range(doc.parsed, fn.name_span), f"{message.tool}: {message.message}"
+    if message.path is not None:
+        where = f"{message.path}:{message.line}" if message.line is not None else message.path
+    else:
+        where = message.tool
+    return line_range(doc.parsed, 0), f"{where}: {message.message}"
+
+
 def compiler_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Diagnostic]:
     result = doc.compile
     if result is None:
         return []
     out: list[types.Diagnostic] = []
     for message in result.messages:
-        severity = _SEVERITY.get(message.severity, types.DiagnosticSeverity.Warning)
-        code = message.code if message.code else None
-        if _same_file(message.file, doc.path) and message.line is not None:
-            rng = line_range(doc.parsed, message.line - 1, message.column_byte)
-            text = message.message
-        else:
-            where = f"{message.file}:{message.line}" if message.line is not None else (message.file or "nvcc")
-            rng = line_range(doc.parsed, 0)
-            text = f"{where}: {message.message}"
-        out.append(types.Diagnostic(range=rng, message=text, severity=severity, source=SOURCE, code=code))
+        rng, text = _message_range(doc, message)
+        out.append(types.Diagnostic(
+            range=rng,
+            message=text,
+            severity=_SEVERITY.get(message.severity, types.DiagnosticSeverity.Warning),
+            source=SOURCE if message.tool in ("nvcc", "host") else message.tool,
+            code=message.code,
+        ))
     return out
 
 
@@ -123,8 +140,28 @@ def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float |
     )
 
 
+#: Longest a compile on open waits for the workspace settings, in seconds (a client that never
+#: sends ``initialized`` still gets diagnostics).
+SETTINGS_WAIT_S = 5.0
+
+
+async def _compile_when_settings_loaded(state: ServerState, doc: DocumentState) -> None:
+    try:
+        await asyncio.wait_for(state.settings_loaded.wait(), SETTINGS_WAIT_S)
+    except asyncio.TimeoutError:
+        log.warning("no workspace settings after %.0f s; compiling with what is known", SETTINGS_WAIT_S)
+    if state.documents.get(doc.uri) is doc:
+        schedule_compile(state, doc, delay_s=0.0)
+
+
 def _on_open(state: ServerState, doc: DocumentState) -> None:
-    schedule_compile(state, doc, delay_s=0.0)
+    # Compiling before the workspace settings arrived would show errors the user's flags prevent.
+    if state.settings_loaded.is_set():
+        schedule_compile(state, doc, delay_s=0.0)
+    else:
+        task = asyncio.ensure_future(_compile_when_settings_loaded(state, doc))
+        state.background_tasks.add(task)
+        task.add_done_callback(state.background_tasks.discard)
 
 
 def _on_save(state: ServerState, doc: DocumentState) -> None:

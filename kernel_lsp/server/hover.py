@@ -60,13 +60,18 @@ def resources_markdown(facts: KernelFacts, compile: Any, arch: str) -> str:
             return "_Resources unknown: the last compile failed._"
         return "_Resources unknown: ptxas reported nothing for this kernel (not instantiated?)._"
     rows = [
-        ("Registers", "?" if usage.registers is None else f"{usage.registers} per thread"),
-        ("Spills", f"{_bytes(usage.spill_stores_bytes)} stores, {_bytes(usage.spill_loads_bytes)} loads"),
-        ("Shared memory", f"{_bytes(usage.shared_bytes)} static"),
-        ("Stack", _bytes(usage.stack_bytes)),
+        ("Registers", "?" if usage.registers_per_thread is None else f"{usage.registers_per_thread} per thread"),
+        ("Spills", f"{_bytes(usage.spill_store_bytes)} stores, {_bytes(usage.spill_load_bytes)} loads"),
+        ("Shared memory", f"{_bytes(usage.shared_bytes_static)} static"),
+        ("Stack", _bytes(usage.stack_frame_bytes)),
     ]
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
     return f"**Resources** ({arch}, ptxas)\n\n| | |\n|---|---|\n{table}"
+
+
+def limiter_text(limiter: str) -> str:
+    """``shared_memory`` -> ``shared memory``."""
+    return limiter.replace("_", " ")
 
 
 def occupancy_line(lf: LaunchFacts) -> str:
@@ -77,7 +82,8 @@ def occupancy_line(lf: LaunchFacts) -> str:
         return f"- {where}: block {lf.block_threads} threads — occupancy needs register counts"
     occ = lf.occupancy
     smem = f", {lf.dynamic_shared_bytes} B dynamic smem" if lf.dynamic_shared_bytes else ""
-    return f"- {where}: block {lf.block_threads}{smem} → **{occ.occupancy_pct:.0f}%** occupancy (limiter: {occ.limiter})"
+    return (f"- {where}: block {lf.block_threads}{smem} → **{occ.occupancy_pct:.0f}%** occupancy "
+            f"(limiter: {limiter_text(occ.limiter)}, {occ.active_blocks_per_sm} blocks/SM)")
 
 
 def hover_markdown(ctx: HoverContext) -> str:
@@ -96,7 +102,7 @@ def hover_markdown(ctx: HoverContext) -> str:
         launches = facts.launches
         if ctx.launch is not None:
             launches = tuple(lf for lf in launches if lf.launch == ctx.launch) or (
-                launch_facts(ctx.index, ctx.launch, facts.resources, arch),
+                launch_facts(ctx.index, ctx.doc.source_bytes, ctx.launch, facts.resources, arch),
             )
         if launches:
             parts.append("**Occupancy** (theoretical)\n\n" + "\n".join(occupancy_line(lf) for lf in launches))
@@ -149,7 +155,7 @@ def context_at(state: ServerState, doc: DocumentState, index: KernelIndex, point
     facts = None
     if fn is not None and fn.is_kernel:
         launches = lookup.launches_by_kernel.get(fn.name, ())
-        facts = kernel_facts(index, fn, doc.compile, state.settings.arch, launches=launches)
+        facts = kernel_facts(index, doc.source_bytes, fn, doc.compile, state.settings.arch, launches=launches)
     return HoverContext(state, doc, index, point, fn, launch, facts)
 
 
@@ -157,7 +163,7 @@ def hover_at(state: ServerState, doc: DocumentState, index: KernelIndex, positio
     point = to_point(doc.parsed, position)
     ctx = context_at(state, doc, index, point)
     if ctx is None:
-        return None
+        return line_hover_at(state, doc, index, point.line)
     sections = [hover_markdown(ctx)]
     for section in state.hover_sections:
         try:
@@ -174,6 +180,21 @@ def hover_at(state: ServerState, doc: DocumentState, index: KernelIndex, positio
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(sections)),
         range=to_range(doc.parsed, span),
     )
+
+
+def line_hover_at(state: ServerState, doc: DocumentState, index: KernelIndex, line: int) -> types.Hover | None:
+    """A hover from ``state.line_hovers`` (e.g. a profiled line's counters), or None."""
+    for provider in state.line_hovers:
+        try:
+            text = provider(state, doc, index, line)
+        except Exception:
+            if os.environ.get(RAISE_ENV) == "1":
+                raise
+            log.exception("line hover %s failed", getattr(provider, "__name__", provider))
+            continue
+        if text:
+            return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=text))
+    return None
 
 
 def register(server: KernelLspServer) -> None:

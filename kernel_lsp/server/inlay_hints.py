@@ -13,6 +13,7 @@ from lsprotocol import types
 from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import to_position
 from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.hover import limiter_text
 from kernel_lsp.services.kernel_report import report
 
 
@@ -23,15 +24,15 @@ def _in_range(position: types.Position, rng: types.Range) -> bool:
 def inlay_hints(state: ServerState, doc: DocumentState, rng: types.Range) -> list[types.InlayHint]:
     index = doc.index()
     hints: list[types.InlayHint] = []
-    for facts in report(index, doc.compile, state.settings.arch):
+    for facts in report(index, doc.source_bytes, doc.compile, state.settings.arch):
         fn = facts.function
         usage = facts.resources
-        if usage is not None and usage.registers is not None:
-            label = f"{usage.registers} regs"
-            if usage.shared_bytes:
-                label += f" · {usage.shared_bytes} B smem"
-            if usage.spill_stores_bytes or usage.spill_loads_bytes:
-                label += f" · spills {usage.spill_stores_bytes or 0}/{usage.spill_loads_bytes or 0} B"
+        if usage is not None and usage.registers_per_thread is not None:
+            label = f"{usage.registers_per_thread} regs"
+            if usage.shared_bytes_static:
+                label += f" · {usage.shared_bytes_static} B smem"
+            if usage.has_spills:
+                label += f" · spills {usage.spill_store_bytes or 0}/{usage.spill_load_bytes or 0} B"
             position = to_position(doc.parsed, fn.name_span.end)
             if _in_range(position, rng):
                 hints.append(types.InlayHint(position=position, label=label, padding_left=True,
@@ -43,7 +44,7 @@ def inlay_hints(state: ServerState, doc: DocumentState, rng: types.Range) -> lis
             if _in_range(position, rng):
                 hints.append(types.InlayHint(
                     position=position,
-                    label=f"occ {lf.occupancy.occupancy_pct:.0f}% ({lf.occupancy.limiter})",
+                    label=f"occ {lf.occupancy.occupancy_pct:.0f}% ({limiter_text(lf.occupancy.limiter)})",
                     padding_left=True,
                     kind=types.InlayHintKind.Parameter,
                 ))

@@ -93,8 +93,11 @@ def register(server: KernelLspServer) -> None:
     @server.feature(types.INITIALIZED)
     @guarded(state, what="initialized")
     async def initialized(params: types.InitializedParams) -> None:
-        await fetch_workspace_settings(state)
-        apply_settings(state)
+        try:
+            await fetch_workspace_settings(state)
+            apply_settings(state)
+        finally:
+            state.settings_loaded.set()
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     @guarded(state, what="didChangeConfiguration")

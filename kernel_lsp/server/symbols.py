@@ -127,7 +127,11 @@ def symbols_answer(doc: DocumentState, index: KernelIndex, hierarchical: bool) -
         symbols = document_symbols(doc.parsed, index)
         return RawJson(symbols if hierarchical else flat_symbols(doc.uri, symbols))
 
-    return doc.memo("symbols-hierarchical" if hierarchical else "symbols-flat", compute)
+    return doc.memo(_memo_key(hierarchical), compute)
+
+
+def _memo_key(hierarchical: bool) -> str:
+    return "symbols-hierarchical" if hierarchical else "symbols-flat"
 
 
 def register(server: KernelLspServer) -> None:
@@ -142,5 +146,8 @@ def register(server: KernelLspServer) -> None:
         caps = server.client_capabilities.text_document
         hierarchical = bool(caps and caps.document_symbol and caps.document_symbol.hierarchical_document_symbol_support)
         async with doc.lock:
+            cached = doc.cached(_memo_key(hierarchical))
+            if cached is not None:
+                return cached
             index = await doc.index_async()
             return await doc.off_loop(lambda: symbols_answer(doc, index, hierarchical))

@@ -68,6 +68,12 @@ def register(server: KernelLspServer) -> None:
         if doc is not None:
             state.run_hooks(state.on_save, doc)
 
+    @server.feature(types.SHUTDOWN)
+    @guarded(state, what="shutdown")
+    def shutdown(params: None) -> None:
+        # Stop background work (and its child processes) before the client sends exit.
+        state.jobs.shutdown()
+
     @server.feature(types.TEXT_DOCUMENT_DID_CLOSE)
     @guarded(state, what="didClose")
     def did_close(params: types.DidCloseTextDocumentParams) -> None:

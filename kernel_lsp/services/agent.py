@@ -471,7 +471,7 @@ def system_prompt(kernel: str, tools: Sequence[str]) -> str:
 def user_prompt(request: OptimizeRequest, hint: TechniqueHint, kernel_text: str) -> str:
     parts = [f"File {request.path}, kernel {request.kernel}:\n```cuda\n{kernel_text}\n```"]
     if request.spec:
-        parts.append(f"Launch spec: {json.dumps(request.spec, sort_keys=True)[:800]}")
+        parts.append(f"Launch spec: {json.dumps(request.spec, sort_keys=True, default=str)[:800]}")
     if request.profile_summary:
         parts.append(f"Profile: {request.profile_summary}")
     if request.state:

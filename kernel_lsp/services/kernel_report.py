@@ -10,9 +10,8 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from kernel_lsp.core.consteval import evaluate_int
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite
-from kernel_lsp.core.launch_dims import block_threads
+from kernel_lsp.core.launch_dims import evaluate_launch
 from kernel_lsp.core.nvcc_output import ResourceUsage
 from kernel_lsp.core.occupancy import Occupancy, theoretical_occupancy
 from kernel_lsp.services.toolchain import CompileResult
@@ -26,7 +25,7 @@ class LaunchFacts:
     dynamic_shared_bytes: int | None
     """The launch's dynamic shared memory (0 when not given), None when not a constant."""
     occupancy: Occupancy | None
-    """Theoretical occupancy; None unless block size and registers are known."""
+    """Theoretical occupancy; None unless block size and registers are known (and the arch is)."""
 
 
 @dataclass(frozen=True)
@@ -42,21 +41,20 @@ class KernelFacts:
 
 
 def launch_facts(
-    index: KernelIndex, launch: LaunchSite, resources: ResourceUsage | None, arch: str
+    index: KernelIndex, source: bytes, launch: LaunchSite, resources: ResourceUsage | None, arch: str
 ) -> LaunchFacts:
-    threads = block_threads(launch, index)
-    if launch.shared_mem is None:
-        dynamic = 0
-    else:
-        dynamic = evaluate_int(launch.shared_mem, dict(index.constants))
+    dims = evaluate_launch(launch, source, index)
+    threads, dynamic = dims.block_threads, dims.dynamic_shared_bytes
     occupancy = None
-    if threads is not None and resources is not None and resources.registers is not None and dynamic is not None:
-        occupancy = theoretical_occupancy(arch, threads, resources.registers, (resources.shared_bytes or 0) + dynamic)
+    if threads is not None and resources is not None and resources.registers_per_thread is not None and dynamic is not None:
+        static = resources.shared_bytes_static or 0
+        occupancy = theoretical_occupancy(arch, threads, resources.registers_per_thread, static + dynamic)
     return LaunchFacts(launch, threads, dynamic, occupancy)
 
 
 def kernel_facts(
     index: KernelIndex,
+    source: bytes,
     function: Function,
     compile: CompileResult | None,
     arch: str,
@@ -65,7 +63,7 @@ def kernel_facts(
     """Facts of one kernel; ``launches`` (its launch sites) may be passed when the caller has them indexed."""
     resources = compile.resources_for(function.name) if compile is not None else None
     sites = index.launches_of(function.name) if launches is None else launches
-    launches_facts = tuple(launch_facts(index, launch, resources, arch) for launch in sites)
+    launches_facts = tuple(launch_facts(index, source, launch, resources, arch) for launch in sites)
     return KernelFacts(function, resources, launches_facts)
 
 
@@ -79,10 +77,11 @@ def group_launches(index: KernelIndex) -> dict[str, tuple[LaunchSite, ...]]:
 
 def report(
     index: KernelIndex,
+    source: bytes,
     compile: CompileResult | None,
     arch: str,
     groups: dict[str, tuple[LaunchSite, ...]] | None = None,
 ) -> tuple[KernelFacts, ...]:
     """Facts for every kernel of the file, in source order."""
     groups = group_launches(index) if groups is None else groups
-    return tuple(kernel_facts(index, fn, compile, arch, groups.get(fn.name, ())) for fn in index.kernels)
+    return tuple(kernel_facts(index, source, fn, compile, arch, groups.get(fn.name, ())) for fn in index.kernels)

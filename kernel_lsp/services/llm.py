@@ -219,7 +219,8 @@ def model_from_settings(settings: Any) -> LlamaModel | None:
     options = LoadOptions(
         n_gpu_layers=settings.model_n_gpu_layers, n_ctx=settings.model_n_ctx, threads=settings.model_threads
     )
-    name = settings.model if path.name != settings.model else path.stem
+    given_a_path = path == Path(settings.model).expanduser()
+    name = path.stem if given_a_path else settings.model
     return LlamaModel(path, options, name=name)
 
 

@@ -418,6 +418,8 @@ def _assemble(spec: ModelSpec, located: Sequence[_Located], dest: Path, say: Cal
                 f"assembled {spec.name} does not match the manifest: {total} bytes sha256 {whole.hexdigest()}, "
                 f"expected {spec.size_bytes} bytes sha256 {spec.sha256}; the temporary file was deleted"
             )
+        # mkstemp creates the file private (0600); a model is ordinary data.
+        os.chmod(tmp, 0o644)
         os.replace(tmp, dest)
     except BaseException:
         tmp.unlink(missing_ok=True)

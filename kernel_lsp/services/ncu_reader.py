@@ -156,7 +156,8 @@ def parse_details_csv(text: str) -> dict[int, tuple[tuple[str, ...], tuple[RuleA
             kind = (cells.get("Rule Type") or "").strip().upper()
             message = " ".join((cells.get("Rule Description") or "").split())
             speedup = _speedup(cells.get("Estimated Speedup"))
-            rules.append(RuleAdvice(rule_name, rule_name, message, kind or "INF", speedup))
+            scope = (cells.get("Estimated Speedup Type") or "").strip().lower() or None
+            rules.append(RuleAdvice(rule_name, rule_name, message, kind or "INF", speedup, scope))
             continue
         metric_name = (cells.get("Metric Name") or "").strip()
         value = parse_number(cells.get("Metric Value", ""))
@@ -167,24 +168,35 @@ def parse_details_csv(text: str) -> dict[int, tuple[tuple[str, ...], tuple[RuleA
 
 # ------------------------------------------------------------------- source page
 
-#: Source-page column (lower case, prefix match) -> LineCounters field.
-_SOURCE_COLUMNS: tuple[tuple[str, str], ...] = (
-    ("warp stall sampling (all samples)", "samples_total"),
-    ("warp stall sampling (not-issued samples)", "samples_not_issued"),
-    ("instructions executed", "instructions_executed"),
-    ("l2 theoretical sectors global excessive", "excessive_global_sectors"),
-    ("l1 wavefronts shared excessive", "shared_excessive_wavefronts"),
-    ("divergent branches", "divergent_branches"),
-)
-_STALL_COLUMN = re.compile(r"^stall_(?P<reason>[a-z_]+?)(?:_not_issued)?$|^stall (?P<reason2>.+?)(?: \(not issued\))?$", re.I)
+#: Source-page column -> LineCounters field (ncu 2025: ``--page source --print-source cuda,sass``).
+_SOURCE_COLUMNS: dict[str, str] = {
+    "Warp Stall Sampling (All Samples)": "samples_total",
+    "Warp Stall Sampling (Not-issued Samples)": "samples_not_issued",
+    "Instructions Executed": "instructions_executed",
+    "L2 Theoretical Sectors Global Excessive": "excessive_global_sectors",
+    "L1 Wavefronts Shared Excessive": "shared_excessive_wavefronts",
+    "Divergent Branches": "divergent_branches",
+}
+#: Short stall names of the source page and of ``smsp__pcsamp_warps_issue_stalled_*`` -> our reason names.
+STALL_ALIASES: dict[str, str] = {
+    "long_sb": "long_scoreboard", "short_sb": "short_scoreboard", "lg": "lg_throttle", "mio": "mio_throttle",
+    "math": "math_pipe_throttle", "no_inst": "no_instruction", "no_instructions": "no_instruction",
+    "imc": "imc_miss", "dispatch": "dispatch_stall", "sleep": "sleeping", "tex": "tex_throttle",
+}
+_LINE_HEADERS = ("Line No", "# Line", "Line", "#")
+
+
+def stall_reason(short: str) -> str:
+    return STALL_ALIASES.get(short, short)
 
 
 def parse_source_csv(text: str) -> dict[str, dict[int, LineCounters]]:
-    """``--page source --print-source cuda --csv`` -> file -> line -> counters.
+    """``--page source --print-source cuda,sass --csv`` -> file -> line -> counters.
 
-    The CUDA view lists each source line with its counters summed over its SASS;
-    a file starts with a row naming it (``File Path`` / ``# File``), or the single
-    file is unnamed (key ``""``).
+    Each file starts with a ``"File Path","..."`` row (and a ``"Function Name"`` row
+    per kernel); the header row starts with ``Line No``. Rows with a line number
+    carry the counters summed over that line's SASS; SASS rows (empty line number)
+    are skipped. ``--print-source cuda`` alone prints no counters.
     """
     out: dict[str, dict[int, LineCounters]] = {}
     current = ""
@@ -193,43 +205,59 @@ def parse_source_csv(text: str) -> dict[str, dict[int, LineCounters]]:
         if not row:
             continue
         first = row[0].strip()
-        if first.lower().startswith(("file", "# file")) and len(row) <= 2:
-            current = row[-1].strip() if len(row) == 2 else first.split(":", 1)[-1].strip()
-            header = None
+        if first in ("File Path", "File Name") and len(row) >= 2:
+            current, header = row[1].strip(), None
             continue
-        if first in ("#", "# Line", "Line", "# Address", "Address") or (header is None and "Source" in row):
+        if first in _LINE_HEADERS and len(row) > 2:
             header = [c.strip() for c in row]
             continue
-        if header is None:
+        if header is None or not first:
             continue
-        cells = dict(zip(header, row))
-        line_no = parse_number(cells.get("#") or cells.get("# Line") or cells.get("Line") or "")
+        line_no = parse_number(first)
         if line_no is None:
             continue
-        counters = _line_counters(current, int(line_no), cells)
+        counters = _line_counters(current, int(line_no), header, row)
         if counters is not None:
-            out.setdefault(current, {})[counters.line] = counters
+            merged = out.setdefault(current, {})
+            merged[counters.line] = _merge_lines(merged.get(counters.line), counters)
     return out
 
 
-def _line_counters(file: str, line: int, cells: Mapping[str, str]) -> LineCounters | None:
+def _merge_lines(old: LineCounters | None, new: LineCounters) -> LineCounters:
+    """One line listed under two kernels (an inlined device function): add the counters."""
+    if old is None:
+        return new
+
+    def add(a: float | None, b: float | None) -> float | None:
+        return b if a is None else a if b is None else a + b
+
+    stalls = dict(old.stall_samples)
+    for reason, n in new.stall_samples.items():
+        stalls[reason] = stalls.get(reason, 0.0) + n
+    return LineCounters(
+        old.file, old.line, stalls,
+        add(old.samples_total, new.samples_total), add(old.samples_not_issued, new.samples_not_issued),
+        add(old.instructions_executed, new.instructions_executed),
+        add(old.excessive_global_sectors, new.excessive_global_sectors),
+        add(old.shared_excessive_wavefronts, new.shared_excessive_wavefronts),
+        add(old.divergent_branches, new.divergent_branches),
+    )
+
+
+def _line_counters(file: str, line: int, header: list[str], row: list[str]) -> LineCounters | None:
     values: dict[str, float] = {}
     stalls: dict[str, float] = {}
-    for column, raw in cells.items():
+    for column, raw in zip(header, row):
+        field_name = _SOURCE_COLUMNS.get(column)
+        if field_name is None and not column.startswith("stall_"):
+            continue
         number = parse_number(raw)
         if number is None:
             continue
-        low = column.lower()
-        for prefix, field_name in _SOURCE_COLUMNS:
-            if low.startswith(prefix):
-                values.setdefault(field_name, number)
-                break
-        else:
-            m = _STALL_COLUMN.match(column.strip())
-            if m and "not issued" not in low and "not_issued" not in low:
-                reason = (m.group("reason") or m.group("reason2") or "").strip().lower().replace(" ", "_")
-                if number > 0:
-                    stalls[reason] = number
+        if field_name is not None:
+            values[field_name] = number
+        elif "(not issued)" not in column.lower() and number > 0:
+            stalls[stall_reason(column.removeprefix("stall_"))] = number
     if not values and not stalls:
         return None
     return LineCounters(file=file, line=line, stall_samples=stalls, **values)
@@ -284,7 +312,6 @@ def _metric_value(metric) -> float | None:
 #: Instanced (per-PC) metrics of the SourceCounters section -> LineCounters field.
 SOURCE_METRICS: dict[str, str] = {
     "smsp__pcsamp_sample_count": "samples_total",
-    "smsp__pcsamp_warps_issue_stalled_not_issued": "samples_not_issued",
     "inst_executed": "instructions_executed",
     "derived__memory_l2_theoretical_sectors_global_excessive": "excessive_global_sectors",
     "derived__memory_l1_wavefronts_shared_excessive": "shared_excessive_wavefronts",
@@ -325,7 +352,14 @@ def records_from_module(module, path: str) -> list[KernelRecord]:
     return records
 
 
+#: ``ncu_report`` message types (``MsgType_*``) -> the kinds the details page prints.
+_MSG_KINDS = {0: "INF", 1: "INF", 2: "OPT", 3: "WRN", 4: "ERR"}
+#: ``SpeedupType_*`` -> scope.
+_SPEEDUP_SCOPES = {1: "local", 2: "global"}
+
+
 def _module_rules(action) -> tuple[RuleAdvice, ...]:
+    """Rule results via ``rule_results_as_dicts()`` (ncu 2024+); () when the module lacks it."""
     try:
         raw = action.rule_results_as_dicts()
     except Exception:  # noqa: BLE001 - older modules lack it
@@ -336,16 +370,17 @@ def _module_rules(action) -> tuple[RuleAdvice, ...]:
             continue
         rule_id = str(item.get("rule_identifier") or item.get("name") or "")
         title = str(item.get("name") or rule_id)
-        speedup = item.get("speedup_estimation") or {}
+        speedup = item.get("speedup_estimation")
         estimate = speedup.get("speedup") if isinstance(speedup, Mapping) else None
-        for message in item.get("rule_messages") or item.get("messages") or []:
+        scope = _SPEEDUP_SCOPES.get(speedup.get("type")) if isinstance(speedup, Mapping) else None
+        messages = item.get("rule_message")
+        for message in messages if isinstance(messages, list) else [messages]:
             if not isinstance(message, Mapping):
                 continue
-            kind = str(message.get("type", "")).rsplit("_", 1)[-1].upper()
-            kind = {"OPTIMIZATION": "OPT", "WARNING": "WRN", "OK": "INF", "ERR": "ERR", "ERROR": "ERR"}.get(kind, kind or "INF")
             text = " ".join(str(message.get("message", "")).split())
             if text:
-                rules.append(RuleAdvice(rule_id, title, text, kind, _as_float(estimate)))
+                kind = _MSG_KINDS.get(int(message.get("type", 0) or 0), "INF")
+                rules.append(RuleAdvice(rule_id, title, text, kind, _as_float(estimate), scope))
     return tuple(rules)
 
 
@@ -388,9 +423,9 @@ def lines_from_module(module, path: str, action_index: int = 0) -> dict[str, dic
             if field_name is not None:
                 per_line.setdefault(key, {})
                 per_line[key][field_name] = per_line[key].get(field_name, 0.0) + value
-            elif stall is not None and stall.group("reason") != "not_issued":
+            elif stall is not None and not stall.group("reason").endswith("not_issued"):
                 stalls.setdefault(key, {})
-                reason = stall.group("reason")
+                reason = stall_reason(stall.group("reason"))
                 stalls[key][reason] = stalls[key].get(reason, 0.0) + value
     out: dict[str, dict[int, LineCounters]] = {}
     for key in set(per_line) | set(stalls):
@@ -502,13 +537,13 @@ def _read_with_exports(report_path, ncu_path, source_file, with_lines, timeout_s
     except NcuReadError as exc:
         log.info("no rule results: %s", exc)
         details = {}
-    records = [
-        replace(r, sections=details[r.id][0], rules=details[r.id][1]) if r.id in details else r for r in records
-    ]
+    records = [replace(r, rules=details[r.id][1]) if r.id in details else r for r in records]
     lines = None
     if with_lines and len(records) == 1:
         try:
-            lines = parse_source_csv(_export(report_path, ncu_path, ["--page", "source", "--print-source", "cuda"], timeout_s, run))
+            lines = parse_source_csv(
+                _export(report_path, ncu_path, ["--page", "source", "--print-source", "cuda,sass"], timeout_s, run)
+            )
         except NcuReadError as exc:
             log.info("no source counters: %s", exc)
     return to_profiles(records, lines, source_file=source_file, ncu_version_text=ncu_version(ncu_path, run))

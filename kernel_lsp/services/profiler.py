@@ -311,8 +311,7 @@ class Profiler:
             launch = self._prepare(target, workdir, cancel)
             function = build_index(target.source_text).function(target.kernel)
             facts = static_facts(function, launch.compile_log, launch.entry)
-            if previous is not None:
-                facts.update(T.facts_from_metrics(previous.metrics))
+            measured = T.facts_from_metrics(previous.metrics) if previous is not None else None
             started = time.monotonic()
             with GPU_LOCK:
                 if full:
@@ -321,7 +320,7 @@ class Profiler:
                     profile, plan = run.profile, None
                     passes = run.passes
                 else:
-                    profile, plan, passes = self._tree_runs(target, launch, workdir, facts, cancel, report)
+                    profile, plan, passes = self._tree_runs(target, launch, workdir, facts, measured, cancel, report)
             return (
                 replace(
                     profile,
@@ -336,14 +335,14 @@ class Profiler:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _tree_runs(self, target, launch, workdir, facts, cancel, report):
+    def _tree_runs(self, target, launch, workdir, facts, measured, cancel, report):
+        """One run when the tree decides before measuring (see :func:`T.plan_for`), else first pass + leaf."""
         tree = self.tree
-        first = T.walk(tree, facts, stop_on_pending=T.MEASURED_PREFIXES)
-        if first.leaf is not None:
-            plan = T.plan_from_walk(tree, first, first_pass_ran=False, costs=self.costs)
-            report(f"ncu: {', '.join(plan.sections)}")
-            run = self._ncu(target, launch, workdir, "plan", plan.sections, plan.metrics, False, cancel)
-            return run.profile, plan, run.passes
+        planned = T.plan_for(tree, facts, measured, self.costs)
+        if isinstance(planned, T.Plan):
+            report(f"ncu: {', '.join(planned.sections)}")
+            run = self._ncu(target, launch, workdir, "plan", planned.sections, planned.metrics, False, cancel)
+            return run.profile, planned, run.passes
         report(f"ncu first pass: {', '.join(tree.first_pass)}")
         cheap = self._ncu(target, launch, workdir, "first", tree.first_pass, (), False, cancel)
         facts = {**facts, **T.facts_from_metrics(cheap.profile.metrics)}

@@ -27,7 +27,7 @@ from pathlib import Path
 from types import MappingProxyType
 
 from kernel_lsp.config import Settings
-from kernel_lsp.core.nvcc_output import CompilerMessage, ResourceUsage, demangle, parse_messages, parse_resource_usage
+from kernel_lsp.core.nvcc_output import CompilerMessage, ResourceUsage, parse_diagnostics, parse_resource_usage
 from kernel_lsp.services import proc
 from kernel_lsp.services.compile_db import CompileDb
 
@@ -37,9 +37,12 @@ log = logging.getLogger(__name__)
 @dataclass(frozen=True)
 class CompileResult:
     messages: tuple[CompilerMessage, ...]
-    """Errors, warnings and notes; ``file`` is the document's path for messages about it."""
+    """Errors, warnings and notes; ``path`` is the document's path for messages about it."""
     resources: Mapping[str, ResourceUsage] = field(default_factory=lambda: MappingProxyType({}))
-    """ptxas resource usage by demangled kernel name (``ns::kern(float*, int)``)."""
+    """ptxas resource usage by demangled qualified kernel name (``ns::kern<float>``; ``extern "C"`` names as is),
+    for the target architecture (the first one ptxas reported when the flags name several)."""
+    by_base_name: Mapping[str, ResourceUsage] = field(default_factory=lambda: MappingProxyType({}))
+    """The same records by base name (``kern``), first instance wins; what the kernel index matches on."""
     wall_s: float = 0.0
     """Wall time of the nvcc run, in seconds."""
     tool_missing: str | None = None
@@ -59,49 +62,17 @@ class CompileResult:
 
     @property
     def errors(self) -> tuple[CompilerMessage, ...]:
-        return tuple(m for m in self.messages if m.severity in ("error", "fatal"))
+        return tuple(m for m in self.messages if m.severity == "error")
 
     def resources_for(self, name: str) -> ResourceUsage | None:
-        """Resource usage of the kernel called ``name`` as written in the source.
+        """Resource usage of the kernel called ``name`` in the source (``saxpy``, ``ns::saxpy`` or ``scale<4>``).
 
-        Matches the demangled name exactly, then the unqualified name without
-        parameters and template arguments (``ns::k<4>(float*)`` matches ``k``);
-        with several instantiations the first one ptxas reported wins.
+        Matches the qualified demangled name first, then the base name; with
+        several template instances of one kernel the first one ptxas reported wins.
         """
         if name in self.resources:
             return self.resources[name]
-        for full, usage in self.resources.items():
-            if base_name(full) == name:
-                return usage
-        return None
-
-
-def base_name(demangled: str) -> str:
-    """``ns::kern<4>(float*, int)`` -> ``kern``; ``void scale<4>(float*)`` -> ``scale``."""
-    depth = 0
-    cut = len(demangled)
-    for i, ch in enumerate(demangled):
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif ch == "(" and depth == 0:
-            cut = i
-            break
-    head = demangled[:cut]
-    # Drop template arguments of the last component, then qualifiers.
-    depth = 0
-    out = []
-    for ch in head:
-        if ch == "<":
-            depth += 1
-        elif ch == ">":
-            depth -= 1
-        elif depth == 0:
-            out.append(ch)
-    # A template instance carries its return type ("void scale<4>(float*)"): keep the last word.
-    words = "".join(out).split()
-    return words[-1].rsplit("::", 1)[-1] if words else ""
+        return self.by_base_name.get(name.rsplit("::", 1)[-1].split("<", 1)[0].strip())
 
 
 def build_argv(settings: Settings, file_name: str, folder: str, db_flags: tuple[str, ...] | None) -> list[str]:
@@ -109,6 +80,9 @@ def build_argv(settings: Settings, file_name: str, folder: str, db_flags: tuple[
     if not db_flags or not any(f.startswith(("-arch", "--gpu-architecture", "-gencode", "--generate-code")) for f in db_flags):
         argv.append(f"-arch={settings.arch}")
     argv += ["-cubin", "-Xptxas", "-v", "-lineinfo"]
+    if not file_name.endswith(".cu"):
+        # nvcc picks the language from the suffix and rejects .cuh; headers and scratch buffers are CUDA.
+        argv += ["-x", "cu"]
     if db_flags:
         argv += db_flags
     argv += ["-I", folder]
@@ -121,8 +95,8 @@ def build_argv(settings: Settings, file_name: str, folder: str, db_flags: tuple[
 
 
 def _map_file(message: CompilerMessage, temp_names: set[str], document_path: str) -> CompilerMessage:
-    if message.file is not None and message.file in temp_names:
-        return dataclasses.replace(message, file=document_path)
+    if message.path is not None and message.path in temp_names:
+        return dataclasses.replace(message, path=document_path)
     return message
 
 
@@ -138,9 +112,6 @@ def compile_source(
     """Compile ``source`` as if it were the file at ``document_path``."""
     folder = os.path.dirname(os.path.abspath(document_path)) or os.getcwd()
     file_name = os.path.basename(document_path) or "buffer.cu"
-    if not file_name.endswith((".cu", ".cuh")):
-        # nvcc decides the language from the suffix; a scratch buffer is CUDA.
-        file_name += ".cu"
     db = (compile_db or CompileDb()).flags_for(document_path, workspace_root)
     problems = (db.problem,) if db.problem else ()
     argv = build_argv(settings, file_name, folder, db.flags)
@@ -172,11 +143,17 @@ def compile_source(
         )
     text = result.stderr + "\n" + result.stdout
     temp_names = {file_name, temp_path, os.path.realpath(temp_path), "./" + file_name}
-    messages = tuple(_map_file(m, temp_names, document_path) for m in parse_messages(text))
-    resources = {demangle(usage.mangled_name): usage for usage in parse_resource_usage(text)}
+    messages = tuple(_map_file(m, temp_names, document_path) for m in parse_diagnostics(text))
+    resources: dict[str, ResourceUsage] = {}
+    usages = parse_resource_usage(text)
+    by_base: dict[str, ResourceUsage] = {}
+    for usage in sorted(usages, key=lambda u: u.arch != settings.arch):  # the target arch first, order kept
+        resources.setdefault(usage.qualified_name, usage)
+        by_base.setdefault(usage.base_name, usage)
     return CompileResult(
         messages=messages,
         resources=MappingProxyType(resources),
+        by_base_name=MappingProxyType(by_base),
         wall_s=result.wall_s,
         timed_out=result.timed_out,
         cancelled=result.cancelled,

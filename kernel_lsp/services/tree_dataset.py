@@ -1,7 +1,7 @@
 """Load the profiling-tree refinement dataset: recorded full profiles as :class:`Sample` objects.
 
 A dataset folder holds raw-page CSV exports of ``--set full`` reports
-(``ncu -i R.ncu-rep --csv --page raw --print-units base > NAME.csv``) and,
+(``ncu -i R.ncu-rep --csv --page raw --print-units base > NAME.csv``, optionally gzipped) and,
 optionally, the .cu files they profiled: a kernel found in one of them gets its
 ``static.*`` facts. Every full profile can emulate any cheaper collection
 (:func:`kernel_lsp.core.profiling_tree.emulate`), so one recording serves every
@@ -11,6 +11,7 @@ candidate tree.
 from __future__ import annotations
 
 import glob
+import gzip
 import os
 
 from kernel_lsp.core.index import build_index
@@ -23,24 +24,28 @@ class DatasetError(ValueError):
     """A dataset folder that yields no usable sample."""
 
 
-def load_dataset(folder: str) -> list[Sample]:
-    """Every kernel of every CSV in ``folder`` that has speed-of-light metrics, sorted by name."""
+def load_dataset(folder: str, source_dirs: tuple[str, ...] = ()) -> list[Sample]:
+    """Every kernel of every CSV in ``folder`` that has speed-of-light metrics, sorted by name.
+
+    Kernels are looked up by name in the .cu files of ``folder`` and ``source_dirs``.
+    """
     functions = {}
-    for path in sorted(glob.glob(os.path.join(folder, "*.cu"))):
+    for path in sorted(p for d in (folder, *source_dirs) for p in glob.glob(os.path.join(d, "*.cu"))):
         with open(path, encoding="utf-8", errors="replace") as f:
             for function in build_index(f.read()).kernels:
                 functions.setdefault(function.name, function)
     samples: list[Sample] = []
     problems: list[str] = []
-    for path in sorted(glob.glob(os.path.join(folder, "*.csv"))):
-        with open(path, encoding="utf-8", errors="replace") as f:
+    for path in sorted(glob.glob(os.path.join(folder, "*.csv")) + glob.glob(os.path.join(folder, "*.csv.gz"))):
+        opener = gzip.open if path.endswith(".gz") else open
+        with opener(path, "rt", encoding="utf-8", errors="replace") as f:
             text = f.read()
         try:
             records = parse_raw_csv(text)
         except NcuReadError as exc:
             problems.append(f"{os.path.basename(path)}: {exc}")
             continue
-        stem = os.path.splitext(os.path.basename(path))[0]
+        stem = os.path.basename(path).split(".")[0]
         for record in records:
             if M_MEMORY_PCT not in record.metrics or M_SM_PCT not in record.metrics:
                 continue

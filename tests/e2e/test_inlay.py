@@ -40,4 +40,4 @@ async def test_no_inlay_hints_without_compiler(workspace: Path) -> None:
         uri = open_doc(client, workspace / "saxpy.cu")
         await wait_diagnostics(client, uri)
         hints = await client.text_document_inlay_hint_async(_params(uri, 100))
-    assert hints == []
+    assert hints is not None and list(hints) == []

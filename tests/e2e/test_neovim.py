@@ -40,7 +40,7 @@ pytestmark = [pytest.mark.skipif(NVIM is None, reason="nvim is not installed"), 
 # the result file and Neovim still quits instead of hanging the test.
 INIT_LUA = r"""
 local params = vim.json.decode(io.open(os.getenv("KERNEL_LSP_TEST_PARAMS")):read("*a"))
-local result = { steps = {} }
+local result = {}
 
 local function finish()
   local out = io.open(params.out, "w")
@@ -216,10 +216,10 @@ def run_nvim(tmp_path: Path, **params: object) -> dict:
     )
     assert out.exists(), f"Neovim wrote no result (rc {proc.returncode}):\n{proc.stdout}\n{proc.stderr}"
     result = json.loads(out.read_text(encoding="utf-8"))
+    # Neovim keeps the server's stderr in lsp.log (cache dir on 0.7, state dir later).
+    result["lsp_log"] = "".join(log.read_text(errors="replace")[-4000:] for log in home.rglob("lsp.log"))
     if "error" in result:
-        # Neovim keeps the server's stderr in lsp.log (cache dir on 0.7, state dir later).
-        logs = "".join(log.read_text(errors="replace")[-4000:] for log in home.rglob("lsp.log"))
-        pytest.fail(f"{result['error']}\n{proc.stderr}\nlsp.log:\n{logs}")
+        pytest.fail(f"{result['error']}\n{proc.stderr}\nlsp.log:\n{result['lsp_log']}")
     return result
 
 
@@ -249,8 +249,9 @@ def test_hover_from_real_server(tmp_path: Path) -> None:
     )
 
     assert result["filetype"] == "cuda"
-    assert result["hover"], f"empty hover from the server: {result}"
-    assert "__global__ void saxpy(int n, float a," in result["hover"]
+    hover = result.get("hover")
+    assert hover, f"no hover from the server; lsp.log:\n{result['lsp_log']}"
+    assert "__global__ void saxpy(int n, float a," in hover
 
 
 def test_plugin_plumbing(tmp_path: Path) -> None:

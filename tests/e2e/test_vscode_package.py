@@ -1,17 +1,23 @@
-"""Checks of the VS Code extension's manifest and the settings docs; no Node or VS Code needed.
+"""Checks of the VS Code extension: its manifest, the settings docs, and its Node tests.
 
 The build itself (``npm ci && npm run compile && npm run package``) runs in CI;
 these catch the mistakes that build would not: settings drifting from
 ``kernel_lsp.config.Settings``, a lock file out of step with package.json
-(``npm ci`` refuses it), contributed files that are missing or not JSON.
+(``npm ci`` refuses it), contributed files that are missing or not JSON. The
+extension's own tests (``npm test``: settings logic and client wiring against a
+fake ``vscode`` module) run here too once ``npm ci`` has installed its packages.
 """
 
 from __future__ import annotations
 
 import json
+import re
+import shutil
 import subprocess
 import sys
 from pathlib import Path
+
+import pytest
 
 from kernel_lsp import config
 
@@ -71,3 +77,16 @@ def test_contributions_exist_and_parse() -> None:
     source = (EXTENSION / "src" / "extension.ts").read_text(encoding="utf-8")
     for command in commands:
         assert f"registerCommand('{command}'" in source, f"{command} is contributed but never registered"
+
+
+@pytest.mark.skipif(
+    shutil.which("npm") is None or not (EXTENSION / "node_modules" / "typescript").is_dir(),
+    reason="needs npm and `npm ci` in editors/vscode",
+)
+def test_extension_node_tests() -> None:
+    proc = subprocess.run(["npm", "test"], cwd=EXTENSION, capture_output=True, text=True, timeout=180)
+    assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-2000:]
+    # The summary is "# pass N" (TAP reporter) or "ℹ pass N" (spec reporter), by Node version.
+    passed = re.search(r"^(?:#|ℹ) pass (\d+)$", proc.stdout, re.MULTILINE)
+    assert passed and int(passed.group(1)) > 0, proc.stdout[-4000:]
+    assert re.search(r"^(?:#|ℹ) fail 0$", proc.stdout, re.MULTILINE), proc.stdout[-4000:]

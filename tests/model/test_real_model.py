@@ -114,8 +114,11 @@ def test_real_model_answers_under_the_grammar_and_its_candidate_compiles_or_is_r
         llm.close()
     elapsed = time.monotonic() - start
     print(f"real model: load {llm.load_s:.1f} s, total {elapsed:.1f} s, tokens {gen.prompt_tokens}+{gen.completion_tokens}")
-
     [attempt] = gen.attempts
+    print(f"outcome {attempt.outcome}: {attempt.reason}")
+    for step in attempt.steps:
+        print(" ", {key: str(value)[:300] for key, value in step.items()})
+
     turns = [s for s in attempt.steps if s["kind"] == "model"]
     assert turns, attempt.reason
     # Under the grammar every complete reply is a well-formed tool call or final answer.

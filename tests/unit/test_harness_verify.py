@@ -147,3 +147,11 @@ def test_cli_rejection_exits_1_with_json(tmp_path, capsys):
     assert _cli([original, candidate, "--json", "--arch", "sm_90"]) == 1
     verdict = json.loads(capsys.readouterr().out)
     assert verdict["reason"] == "signature_changed" and verdict["accepted"] is False and verdict["seeds"] == [1, 2, 3]
+
+
+def test_options_from_settings():
+    from kernel_lsp.config import Settings
+
+    options = VerifyOptions.from_settings(Settings(verify_seeds=5, min_speedup=1.2, verify_timeout_s=30.0, extra_flags=("-O3",)), sanitize=True)
+    assert (options.seeds, options.min_speedup, options.timeout_s, options.extra_flags, options.sanitize) == (5, 1.2, 30.0, ("-O3",), True)
+    assert options.arch is None

@@ -200,3 +200,36 @@ def test_device_launch_and_method_calls() -> None:
     assert parent is not None
     assert [c.name for c in parent.syncs] == ["cg::this_thread_block().sync"]
     assert all(c.name != "child" for c in parent.calls)
+
+
+def test_members_static_and_linkage_forms() -> None:
+    source = """
+static __global__ void s1(int* p) {}
+extern "C" __global__ void c1(float* x) {}
+template <> __global__ void tk<float>(float* x) {}
+__forceinline__ __device__ float fi(float x) { return x; }
+struct Runner {
+  __device__ float m(float x) { return x; }
+  static void go(float* x) { c1<<<1, 128>>>(x); }
+};
+template <typename T> struct TS { __device__ void f() {} };
+auto lam = [](float* x) { c1<<<3, 32>>>(x); };
+__global__ void
+__launch_bounds__(128)
+multi_line(const int* __restrict__ a,
+           int* b) {}
+"""
+    index = build_index(source)
+    got = [(f.qualified_name, f.qualifier, f.is_extern_c, f.is_template) for f in index.functions]
+    assert got == [
+        ("s1", "__global__", False, False),
+        ("c1", "__global__", True, False),
+        ("tk", "__global__", False, True),
+        ("fi", "__device__", False, False),
+        ("Runner::m", "__device__", False, False),
+        ("TS::f", "__device__", False, True),
+        ("multi_line", "__global__", False, False),
+    ]
+    assert [(launch.grid, launch.enclosing_function) for launch in index.launches] == [("1", "go"), ("3", None)]
+    multi = index.function("multi_line")
+    assert multi is not None and multi.launch_bounds == ("128",) and multi.name_span.start.line == 13

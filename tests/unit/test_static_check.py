@@ -152,3 +152,28 @@ def test_spec_that_does_not_describe_the_original():
     wrong = ORIGINAL.replace("int n, const float* x, float* y", "const float* x, float* y, int n")
     report = check_signature(wrong, wrong, SPEC)
     assert report.spec_errors and "params[0]" in report.spec_errors[0]
+
+
+def test_index_arrays_inside_an_address_are_not_written():
+    # idx is read to compute where y is written; it is not written itself.
+    gather = """
+extern "C" __global__ void scale(int n, const int* __restrict__ idx, float* y)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { *(y + __ldg(&idx[i])) = 1.0f; float* p = y + idx[i]; p[0] += 1.0f; }
+}
+"""
+    assert check(gather, gather, SPEC).ok and not check(gather, gather, SPEC).warnings
+
+
+def test_reinterpret_cast_keeps_the_base():
+    cheat = """
+extern "C" __global__ void scale(int n, const float* __restrict__ x, float* y)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n / 4) { reinterpret_cast<float4*>(const_cast<float*>(x))[i] = make_float4(0, 0, 0, 0); }
+    if (i < n) y[i] = x[i];
+}
+"""
+    report = check(ORIGINAL, cheat, SPEC)
+    assert rules(report) == ["noncoherent-read-of-written-memory"] and report.errors[0].line == 5

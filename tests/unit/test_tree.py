@@ -126,6 +126,7 @@ def test_static_only_walk_gives_one_merged_run():
     s = T.Sample("k", DATASET[6].metrics, {"static.syncs": 2.0})
     plan, collected, seconds = T.emulate(tree, s, COSTS)
     assert plan.first_pass == () and plan.runs == (("SpeedOfLight", "LaunchStats", "Occupancy", "WarpStateStats"),)
+    assert T.emulate(tree, s, COSTS, warm=False)[0] == plan
     assert P.stall_metric("barrier") in collected and P.M_EXCESSIVE_SECTORS not in collected
     assert seconds == pytest.approx(COSTS.seconds(1, plan.sections))
 
@@ -153,9 +154,11 @@ def test_refine_accepts_only_improving_edits_and_reaches_agreement():
     assert all(e.accepted for e in log[:-1])
     # a split was needed: memory kernels want the tables, latency kernels the warp states
     assert any(e.kind == "SPLIT" for e in accepted)
-    # cheaper than collecting every section for every kernel
-    assert after.cost_ratio < T.score(T.parse_tree({**BARE, "nodes": {"all": {"collect": list(COSTS.full_sections[3:])}}}),
-                                      DATASET, COSTS).cost_ratio
+    # cheaper than a first pass followed by every other section for every kernel
+    everything = T.parse_tree({**BARE, "root": "t", "nodes": {
+        "t": {"feature": "derived.max_throughput_pct", "op": ">=", "threshold": -1, "then": "all", "else": "all"},
+        "all": {"collect": list(COSTS.full_sections[3:])}}})
+    assert after.cost_ratio < T.score(everything, DATASET, COSTS).cost_ratio
 
 
 def test_refine_rejects_an_edit_that_does_not_improve():
@@ -174,5 +177,49 @@ def test_refine_rejects_an_edit_that_does_not_improve():
 def test_cost_model_passes_and_seconds():
     assert COSTS.passes([]) == 0
     assert COSTS.passes(["SpeedOfLight"]) == 2
-    assert COSTS.passes(["SpeedOfLight", "LaunchStats", "Occupancy"]) == 4
-    assert COSTS.full_seconds() == pytest.approx(1.0 + 40 * 0.1)
+    # one-pass sections ride along; other sections add half their passes (shared passes)
+    assert COSTS.passes(["SpeedOfLight", "LaunchStats", "Occupancy"]) == 2
+    assert COSTS.passes(["SpeedOfLight", "MemoryWorkloadAnalysis_Tables", "WarpStateStats"]) == 8
+    assert COSTS.seconds(2, ["SpeedOfLight"]) == pytest.approx(2 * 1.0 + 1 * 0.1)
+    assert COSTS.full_seconds() == pytest.approx(1.0 + 39 * 0.1)
+
+
+# --- on the recorded dataset (27 kernels, full profiles from an H200) ---------------------
+
+def _recorded():
+    import os
+
+    from kernel_lsp.services.profiler import load_costs
+    from kernel_lsp.services.tree_dataset import load_dataset
+
+    fix = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ncu")
+    samples = load_dataset(os.path.join(fix, "dataset"), (os.path.join(fix, "programs"),))
+    return samples, load_costs()
+
+
+def test_shipped_tree_on_recorded_profiles():
+    samples, costs = _recorded()
+    assert len(samples) == 27 and sum(1 for s in samples if s.static_facts) == 24  # zoo.cu + the programs
+    with open(default_tree_path(), encoding="utf-8") as f:
+        tree = T.parse_tree(f.read())
+    result = T.score(tree, samples, costs)
+    assert result.agreement >= 0.9
+    assert result.cost_ratio < 0.6  # estimated seconds against --set full's
+    # a repeat profile of the STREAM triad: one run, first pass plus the source counters
+    stream = next(s for s in samples if "stream_triad" in s.name)
+    plan, collected, _ = T.emulate(tree, stream, costs, warm=True)
+    assert plan.leaf == "memory_tables" and plan.runs == (tuple(tree.first_pass) + ("SourceCounters", "MemoryWorkloadAnalysis"),)
+    assert C.classify(collected).label == "dram-bandwidth"
+
+
+def test_refine_on_recorded_profiles_accepts_only_improvements():
+    samples, costs = _recorded()
+    with open(default_tree_path(), encoding="utf-8") as f:
+        tree = T.parse_tree(f.read())
+    before = T.score(tree, samples, costs)
+    refined, log = T.refine(tree, samples, costs, max_rounds=2)
+    after = T.score(refined, samples, costs)
+    assert after.value >= before.value
+    for entry in log:
+        assert entry.accepted == (entry.score_after > entry.score_before + 1e-3)
+    assert after.agreement >= before.agreement - 0.05

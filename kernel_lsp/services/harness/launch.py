@@ -73,7 +73,11 @@ def main(argv: list[str] | None = None) -> int:
         print(f"launch: no CUDA GPU available: {exc}", file=sys.stderr)
         return 3
     try:
-        function = cuda.module_from_file(args.cubin).get_function(args.kernel)
+        try:
+            function = cuda.module_from_file(args.cubin).get_function(args.kernel)
+        except cuda.Error as exc:
+            print(f"launch: cannot load kernel '{args.kernel}' from {args.cubin}: {exc}", file=sys.stderr)
+            return 4
         if launch.dynamic_smem_bytes > 48 * 1024:
             function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.dynamic_smem_bytes)
         device_args = []

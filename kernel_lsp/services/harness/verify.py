@@ -31,6 +31,7 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import kernel_lsp
+from kernel_lsp.config import Settings
 from kernel_lsp.core import stats
 from kernel_lsp.core.spec import Spec, SpecError
 from kernel_lsp.core.static_check import check, check_signature
@@ -79,6 +80,25 @@ class VerifyOptions:
     sanitizer: str = "compute-sanitizer"
     sanitizer_timeout_s: float = 300.0
 
+    @classmethod
+    def from_settings(cls, settings: Settings, **overrides) -> VerifyOptions:
+        """Options from the user's settings (seeds, min speedup, timeouts, nvcc and its flags).
+
+        ``arch`` is left to detection: the verification runs on the GPU that is
+        there, whatever the editor's occupancy estimate targets.
+        """
+        fields = dict(
+            seeds=settings.verify_seeds,
+            min_speedup=settings.min_speedup,
+            nvcc=settings.nvcc_path,
+            include_dirs=settings.include_paths,
+            extra_flags=settings.extra_flags,
+            compile_timeout_s=settings.compile_timeout_s,
+            timeout_s=settings.verify_timeout_s,
+        )
+        fields.update(overrides)
+        return cls(**fields)
+
 
 @functools.lru_cache(maxsize=4)
 def detect_arch(default: str = "sm_90") -> str:
@@ -115,98 +135,121 @@ def _tail(text: str, lines: int = 30) -> str:
     return "\n".join(text.strip().splitlines()[-lines:])
 
 
+class _Rejected(Exception):
+    """Internal: a stage decided the verdict; carries it out of the stage."""
+
+    def __init__(self, reason: Reason, errors, **fields):
+        super().__init__(reason.value)
+        self.reason, self.errors, self.fields = reason, tuple(errors), fields
+
+
 def verify(original_source: str, candidate_source: str, spec: Spec, options: VerifyOptions | None = None, cancel: threading.Event | None = None) -> Verdict:
     """Decide whether ``candidate_source`` may replace ``original_source`` (see the module docstring)."""
     options = options or VerifyOptions()
     start = time.monotonic()
     seeds = tuple(options.base_seed + i for i in range(max(options.seeds, 1)))
 
-    def verdict(reason: Reason, errors=(), **kw) -> Verdict:
-        return Verdict(accepted=reason is Reason.OK, reason=reason, errors=tuple(errors), seeds=seeds, min_speedup=options.min_speedup, wall_s=time.monotonic() - start, **kw)
+    def verdict(reason: Reason, errors=(), **fields) -> Verdict:
+        return Verdict(accepted=reason is Reason.OK, reason=reason, errors=tuple(errors), seeds=seeds, min_speedup=options.min_speedup, wall_s=time.monotonic() - start, **fields)
 
     signature = check_signature(original_source, candidate_source, spec)
     if signature.spec_errors:
         raise SpecError(signature.spec_errors)
-    warnings = list(signature.warnings)
-
     with tempfile.TemporaryDirectory(prefix="kernel-lsp-verify-") as workdir:
-        arch = options.arch or detect_arch()
+        try:
+            return _verify_in(workdir, original_source, candidate_source, spec, options, cancel, seeds, list(signature.warnings), signature.changed, verdict)
+        except _Rejected as rejected:
+            return verdict(rejected.reason, rejected.errors, **rejected.fields)
 
-        def build(stem: str, source: str) -> CompileResult:
-            return compile_cubin(source, workdir, stem, arch=arch, nvcc=cuda_tool(options.nvcc), include_dirs=options.include_dirs, extra_flags=options.extra_flags, timeout_s=options.compile_timeout_s, cancel=cancel)
 
-        with ThreadPoolExecutor(max_workers=2) as pool:
-            original_build, candidate_build = pool.map(build, (ORIGINAL, CANDIDATE), (original_source, candidate_source))
-        if cancel is not None and cancel.is_set():
-            raise VerifyCancelled("verification cancelled while compiling")
-        if not original_build.ok:
-            return verdict(Reason.COMPILE_ERROR, [f"the original does not compile for {arch}:\n{_tail(original_build.log)}"])
-        if not candidate_build.ok:
-            return verdict(Reason.COMPILE_ERROR, [f"the candidate does not compile for {arch}:\n{_tail(candidate_build.log)}"])
-        if signature.changed:
-            return verdict(Reason.SIGNATURE_CHANGED, signature.changed, warnings=tuple(warnings))
+def _verify_in(workdir, original_source, candidate_source, spec, options, cancel, seeds, warnings, signature_changes, verdict) -> Verdict:
+    original_build, candidate_build, arch = _compile_both(workdir, original_source, candidate_source, options, cancel)
+    if not original_build.ok:
+        raise _Rejected(Reason.COMPILE_ERROR, [f"the original does not compile for {arch}:\n{_tail(original_build.log)}"])
+    if not candidate_build.ok:
+        raise _Rejected(Reason.COMPILE_ERROR, [f"the candidate does not compile for {arch}:\n{_tail(candidate_build.log)}"])
+    if signature_changes:
+        raise _Rejected(Reason.SIGNATURE_CHANGED, signature_changes, warnings=tuple(warnings))
 
-        report = check(original_source, candidate_source, spec)
-        findings = report.errors + report.warnings
-        warnings += [f"line {w.line}: {w.rule}: {w.message}" for w in report.warnings]
-        if report.errors:
-            errors = [f"line {e.line}: {e.rule}: {e.message}" for e in report.errors]
-            return verdict(Reason.STATIC_CHECK, errors, warnings=tuple(warnings), static_findings=findings)
+    report = check(original_source, candidate_source, spec)
+    findings = report.errors + report.warnings
+    warnings += [f"line {w.line}: {w.rule}: {w.message}" for w in report.warnings]
+    context = dict(warnings=tuple(warnings), static_findings=findings)
+    if report.errors:
+        raise _Rejected(Reason.STATIC_CHECK, [f"line {e.line}: {e.rule}: {e.message}" for e in report.errors], **context)
 
-        original_entry, problem = find_entry(original_build.entries, spec.kernel)
-        if original_entry is None:
-            raise SpecError([f"kernel: {problem} (original)"])
-        candidate_entry, problem = find_entry(candidate_build.entries, spec.kernel)
-        if candidate_entry is None:
-            return verdict(Reason.SIGNATURE_CHANGED, [f"candidate: {problem}"], warnings=tuple(warnings), static_findings=findings)
+    original_entry, problem = find_entry(original_build.entries, spec.kernel)
+    if original_entry is None:
+        raise SpecError([f"kernel: {problem} (original)"])
+    candidate_entry, problem = find_entry(candidate_build.entries, spec.kernel)
+    if candidate_entry is None:
+        raise _Rejected(Reason.SIGNATURE_CHANGED, [f"candidate: {problem}"], **context)
 
-        job = {
-            "spec": spec.to_json(),
-            "base_dir": spec.base_dir,
-            "kernels": {ORIGINAL: [original_build.cubin_path, original_entry], CANDIDATE: [candidate_build.cubin_path, candidate_entry]},
-            "seeds": list(seeds),
-            "timing": vars(options.timing),
-            "skip_timing": options.skip_timing,
-        }
-        job_path, result_path = os.path.join(workdir, "job.json"), os.path.join(workdir, "result.json")
-        with open(job_path, "w", encoding="utf-8") as f:
-            json.dump(job, f)
-        child = run([options.python, "-m", "kernel_lsp.services.harness.child", job_path, result_path], timeout_s=options.timeout_s, cancel=cancel, env=_child_env())
-        if child.cancelled:
-            raise VerifyCancelled("verification cancelled")
-        if child.timed_out:
-            return verdict(Reason.TIMEOUT, [f"the GPU child did not finish in {options.timeout_s:.0f} s (a hung kernel?); it was killed"], warnings=tuple(warnings), static_findings=findings)
-        if not os.path.exists(result_path):
-            return verdict(Reason.LAUNCH_ERROR, [f"the GPU child died (exit {child.returncode}) without a result:\n{_tail(child.stderr)}"], warnings=tuple(warnings), static_findings=findings)
-        with open(result_path, encoding="utf-8") as f:
-            result = json.load(f)
-        if result["status"] == "no_gpu":
-            raise GpuUnavailable(result["message"])
-        if result["status"] != "done":
-            return verdict(Reason.LAUNCH_ERROR, [f"the GPU child failed: {result.get('message', '')}"], warnings=tuple(warnings), static_findings=findings)
+    job = {
+        "spec": spec.to_json(),
+        "base_dir": spec.base_dir,
+        "kernels": {ORIGINAL: [original_build.cubin_path, original_entry], CANDIDATE: [candidate_build.cubin_path, candidate_entry]},
+        "seeds": list(seeds),
+        "timing": vars(options.timing),
+        "skip_timing": options.skip_timing,
+    }
+    outcome, gpu = _run_child(workdir, job, options, cancel, context)
+    warnings += outcome["warnings"]
+    common = dict(warnings=tuple(warnings), static_findings=findings, gpu=gpu, max_abs_error=outcome["max_abs_error"], max_rel_error=outcome["max_rel_error"])
+    if outcome["reason"] is not None:
+        raise _Rejected(Reason(outcome["reason"]), outcome["errors"], **common)
+    if options.sanitize:
+        text = _sanitize(spec, workdir, candidate_build.cubin_path, candidate_entry, options, cancel)
+        if text:
+            raise _Rejected(Reason.SANITIZER, ["compute-sanitizer reported errors on the candidate"], sanitizer=text, **common)
+    return _speed_verdict(outcome["samples_ms"], options, verdict, common)
 
-        outcome = result["outcome"]
-        gpu = _gpu_info(result.get("gpu"))
-        warnings += outcome["warnings"]
-        common = dict(warnings=tuple(warnings), static_findings=findings, gpu=gpu, max_abs_error=outcome["max_abs_error"], max_rel_error=outcome["max_rel_error"])
-        if outcome["reason"] is not None:
-            return verdict(Reason(outcome["reason"]), outcome["errors"], **common)
 
-        if options.sanitize:
-            text = _sanitize(spec, workdir, candidate_build.cubin_path, candidate_entry, options, cancel)
-            if text:
-                return verdict(Reason.SANITIZER, ["compute-sanitizer reported errors on the candidate"], sanitizer=text, **common)
+def _compile_both(workdir: str, original_source: str, candidate_source: str, options: VerifyOptions, cancel: threading.Event | None) -> tuple[CompileResult, CompileResult, str]:
+    arch = options.arch or detect_arch()
 
-        samples = outcome["samples_ms"]
-        if not samples or not samples.get(ORIGINAL) or not samples.get(CANDIDATE):
-            return verdict(Reason.NOT_FASTER, ["timing was skipped; correctness passed"], **common)
-        timings = {which: KernelTiming(**vars(stats.distribution(samples[which]))) for which in (ORIGINAL, CANDIDATE)}
-        ci = stats.ratio_of_medians_ci(samples[ORIGINAL], samples[CANDIDATE], seed=options.bootstrap_seed, level=options.ci_level)
-        timing = dict(timings=timings, speedup=ci.ratio, speedup_ci_low=ci.low, speedup_ci_high=ci.high, ci_level=ci.level)
-        if ci.low >= options.min_speedup:
-            return verdict(Reason.OK, **timing, **common)
-        message = f"speedup {ci.ratio:.3f}x, {ci.level:.0%} interval [{ci.low:.3f}, {ci.high:.3f}]: the lower bound is below {options.min_speedup}"
-        return verdict(Reason.NOT_FASTER, [message], **timing, **common)
+    def build(stem: str, source: str) -> CompileResult:
+        return compile_cubin(source, workdir, stem, arch=arch, nvcc=cuda_tool(options.nvcc), include_dirs=options.include_dirs, extra_flags=options.extra_flags, timeout_s=options.compile_timeout_s, cancel=cancel)
+
+    with ThreadPoolExecutor(max_workers=2) as pool:
+        original_build, candidate_build = pool.map(build, (ORIGINAL, CANDIDATE), (original_source, candidate_source))
+    if cancel is not None and cancel.is_set():
+        raise VerifyCancelled("verification cancelled while compiling")
+    return original_build, candidate_build, arch
+
+
+def _run_child(workdir: str, job: dict, options: VerifyOptions, cancel: threading.Event | None, context: dict) -> tuple[dict, GpuInfo | None]:
+    """Run correctness and timing in a child process; its outcome dict and the GPU it saw."""
+    job_path, result_path = os.path.join(workdir, "job.json"), os.path.join(workdir, "result.json")
+    with open(job_path, "w", encoding="utf-8") as f:
+        json.dump(job, f)
+    child = run([options.python, "-m", "kernel_lsp.services.harness.child", job_path, result_path], timeout_s=options.timeout_s, cancel=cancel, env=_child_env())
+    if child.cancelled:
+        raise VerifyCancelled("verification cancelled")
+    if child.timed_out:
+        raise _Rejected(Reason.TIMEOUT, [f"the GPU child did not finish in {options.timeout_s:.0f} s (a hung kernel?); it was killed"], **context)
+    if not os.path.exists(result_path):
+        raise _Rejected(Reason.LAUNCH_ERROR, [f"the GPU child died (exit {child.returncode}) without a result:\n{_tail(child.stderr)}"], **context)
+    with open(result_path, encoding="utf-8") as f:
+        result = json.load(f)
+    if result["status"] == "no_gpu":
+        raise GpuUnavailable(result["message"])
+    if result["status"] != "done":
+        raise _Rejected(Reason.LAUNCH_ERROR, [f"the GPU child failed: {result.get('message', '')}"], **context)
+    return result["outcome"], _gpu_info(result.get("gpu"))
+
+
+def _speed_verdict(samples: dict, options: VerifyOptions, verdict, common: dict) -> Verdict:
+    """Accept iff the bootstrap interval on median(original)/median(candidate) starts at or above min_speedup."""
+    if not samples or not samples.get(ORIGINAL) or not samples.get(CANDIDATE):
+        return verdict(Reason.NOT_FASTER, ["timing was skipped; correctness passed"], **common)
+    timings = {which: KernelTiming(**vars(stats.distribution(samples[which]))) for which in (ORIGINAL, CANDIDATE)}
+    ci = stats.ratio_of_medians_ci(samples[ORIGINAL], samples[CANDIDATE], seed=options.bootstrap_seed, level=options.ci_level)
+    timing = dict(timings=timings, speedup=ci.ratio, speedup_ci_low=ci.low, speedup_ci_high=ci.high, ci_level=ci.level)
+    if ci.low >= options.min_speedup:
+        return verdict(Reason.OK, **timing, **common)
+    message = f"speedup {ci.ratio:.3f}x, {ci.level:.0%} interval [{ci.low:.3f}, {ci.high:.3f}]: the lower bound is below {options.min_speedup}"
+    return verdict(Reason.NOT_FASTER, [message], **timing, **common)
 
 
 def _gpu_info(data: dict | None) -> GpuInfo | None:

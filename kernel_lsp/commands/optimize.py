@@ -1,0 +1,218 @@
+"""``kernel-lsp optimize FILE.cu --spec SPEC.json``: search for a faster verified rewrite of a kernel.
+
+Prints every candidate's verdict and writes the best verified one to
+``FILE.optimized.cu`` (or ``--out``); the input changes only with ``--apply``.
+When the best rewrite needs another launch (grid/block), that launch is printed
+and written beside it as ``<out>.launch.json`` (the spec's ``candidate`` field).
+
+``--dry-run`` (alias ``--no-verify``) lists the candidates without a GPU, clearly
+marked unverified; nothing is written or applied then, except with
+``--save-candidates DIR`` (one file per candidate plus ``candidates.json``).
+
+Exit status: 0 a verified faster rewrite was found (or, with --dry-run,
+candidates were listed), 1 none was, 2 bad usage, spec or no GPU.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import sys
+from typing import Any
+
+from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from kernel_lsp.core.spec import Spec, SpecError, find_inline_specs, parse_spec
+
+
+def add_parser(subparsers: argparse._SubParsersAction) -> None:
+    parser = subparsers.add_parser("optimize", help="search for a faster, verified rewrite of a kernel")
+    parser.add_argument("file", help="the .cu file")
+    parser.add_argument("--spec", help="launch spec v1 JSON (default: <file>.<kernel>.spec.json or the in-source spec)")
+    parser.add_argument("--kernel", help="the kernel (default: the spec's)")
+    parser.add_argument("--model", help="a local model: manifest name or GGUF path (default: rules only)")
+    parser.add_argument("--budget", type=int, default=8, help="most candidates verified (default 8)")
+    parser.add_argument("--seconds", type=float, default=600.0, help="wall-time budget of the search (default 600)")
+    parser.add_argument("--tokens", type=int, default=60_000, help="model token budget (default 60000)")
+    parser.add_argument("--json", action="store_true", help="print the result as JSON")
+    parser.add_argument("--apply", action="store_true", help="write the best verified rewrite into FILE itself")
+    parser.add_argument("--out", help="where the best rewrite goes (default FILE.optimized.cu)")
+    parser.add_argument("--dry-run", "--no-verify", dest="dry_run", action="store_true",
+                        help="list candidates without verifying them (no GPU needed; nothing is applied)")
+    parser.add_argument("--save-candidates", metavar="DIR", help="write every candidate and candidates.json to DIR")
+    parser.add_argument("--explain", action="store_true", help="also list each rule's precondition verdict")
+    parser.add_argument("--kb", help="knowledge-base file (default: the per-user one)")
+    parser.add_argument("--no-kb", action="store_true", help="neither consult nor update the knowledge base")
+    parser.add_argument("--traces", help="trace store file (default: the per-user one)")
+    parser.add_argument("--seeds", type=int, default=3, help="random input seeds per candidate (default 3)")
+    parser.add_argument("--min-speedup", type=float, default=1.05, help="lower bound the speedup interval must reach (default 1.05)")
+    parser.add_argument("--arch", help="sm_XX (default: detected with nvidia-smi)")
+    parser.add_argument("--time-budget", type=float, default=2.0, help="seconds of timed trials per candidate (default 2)")
+    parser.add_argument("--timeout", type=float, default=120.0, help="seconds before a candidate's GPU run is killed (default 120)")
+    parser.set_defaults(func=run)
+
+
+def load_spec(path: str, source: str, spec_path: str | None, kernel: str | None) -> Spec:
+    """The kernel's spec: ``--spec``, else the sidecar ``<file>.<kernel>.spec.json``, else the in-source one."""
+    from kernel_lsp.services.harness import load_spec_file
+
+    if spec_path:
+        return load_spec_file(spec_path)
+    if kernel and os.path.isfile(f"{path}.{kernel}.spec.json"):
+        return load_spec_file(f"{path}.{kernel}.spec.json")
+    found = [s for s in find_inline_specs(source) if kernel in (None, s.kernel)]
+    if len(found) != 1:
+        raise SpecError(["--spec: not given, and no single sidecar or in-source spec found" + (f" for '{kernel}'" if kernel else "")])
+    if found[0].error:
+        raise SpecError([found[0].error])
+    return parse_spec(found[0].data, os.path.dirname(os.path.abspath(path)))
+
+
+def _generators(args: argparse.Namespace, spec: Spec, source: str, verifier: Any, budget: Any, traces: Any) -> list[Any]:
+    from kernel_lsp.core.rules import RuleGenerator
+
+    generators: list[Any] = [RuleGenerator()]
+    if args.model:
+        from kernel_lsp.services.llm import LlamaModel, LoadOptions
+        from kernel_lsp.services.models import resolve_model
+        from kernel_lsp.services.optimizer import model_generator
+
+        model = LlamaModel(resolve_model(args.model), LoadOptions(), name=os.path.basename(args.model))
+        generators.append(model_generator(model, spec, source, verifier=None if args.dry_run else verifier, budget=budget,
+                                          traces=traces, workspace_root=os.path.dirname(os.path.abspath(args.file)),
+                                          arch=args.arch or "sm_90"))
+    return generators
+
+
+def _print(result: Any, explain: list[Any] | None) -> None:
+    print(f"kernel {result.kernel}: state {result.state or 'unknown'}; techniques {', '.join(result.techniques) or '(rule order)'}")
+    for i, r in enumerate(result.results, 1):
+        c = r.candidate
+        v = r.verdict
+        if v is None:
+            line = f"UNVERIFIED: {r.note}"
+        elif v.accepted:
+            line = f"ACCEPTED {v.speedup:.2f}x [{v.speedup_ci_low:.2f}, {v.speedup_ci_high:.2f}], max rel err {v.max_rel_error or 0:.1e}"
+        else:
+            line = v.summary()
+        launch = f" launch {json.dumps(dict(c.launch_override))}" if c.launch_override else ""
+        print(f"{i:2d}. {c.technique} ({c.generator}): {c.description}{launch}\n    {line}")
+    for outcome in explain or ():
+        print(f"    rule {outcome.rule}: {'applies' if outcome.applicable else 'refused'}: {outcome.why}")
+    if result.stopped:
+        print(f"stopped: {result.stopped}")
+    if result.gpu_error:
+        print(f"nothing verified: {result.gpu_error}")
+    for message in result.messages:
+        print(f"note: {message}")
+    print(f"{len(result.results)} candidates, {result.wall_s:.1f} s, {result.tokens} model tokens")
+
+
+def _save_candidates(folder: str, result: Any) -> None:
+    os.makedirs(folder, exist_ok=True)
+    items = []
+    for i, r in enumerate(result.results):
+        name = f"{i:02d}_{r.candidate.technique}.cu"
+        with open(os.path.join(folder, name), "w", encoding="utf-8") as f:
+            f.write(r.candidate.source)
+        items.append({"file": name, **r.to_json()})
+    with open(os.path.join(folder, "candidates.json"), "w", encoding="utf-8") as f:
+        json.dump({"kernel": result.kernel, "path": result.path, "candidates": items}, f, indent=2)
+
+
+def run(args: argparse.Namespace) -> int:
+    import dataclasses
+
+    from kernel_lsp.core.rules import evaluate
+    from kernel_lsp.services.harness import VerifyOptions
+    from kernel_lsp.services.harness.protocol import TimingOptions
+    from kernel_lsp.services.optimizer import Budget, harness_verifier, optimize
+
+    try:
+        with open(args.file, encoding="utf-8") as f:
+            source = f.read()
+    except OSError as exc:
+        print(f"kernel-lsp optimize: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    if args.budget < 1 or args.seeds < 1:
+        print("kernel-lsp optimize: --budget and --seeds must be at least 1", file=sys.stderr)
+        return EXIT_USAGE
+    try:
+        spec = load_spec(args.file, source, args.spec, args.kernel)
+    except SpecError as exc:
+        print(f"kernel-lsp optimize: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    kernel = args.kernel or spec.kernel
+    if kernel != spec.kernel:
+        print(f"kernel-lsp optimize: --kernel {kernel} but the spec describes {spec.kernel}", file=sys.stderr)
+        return EXIT_USAGE
+
+    options = VerifyOptions(seeds=args.seeds, min_speedup=args.min_speedup, arch=args.arch, timeout_s=args.timeout,
+                            include_dirs=(os.path.dirname(os.path.abspath(args.file)),),
+                            timing=dataclasses.replace(TimingOptions(), budget_s=args.time_budget))
+    verifier = harness_verifier(options)
+    budget = Budget(max_candidates=args.budget, max_seconds=args.seconds, max_tokens=args.tokens)
+    kb = traces = None
+    try:
+        if not args.no_kb:
+            from kernel_lsp.services.kb import KbError, KnowledgeBase
+
+            try:
+                kb = KnowledgeBase.open(args.kb)
+            except KbError as exc:
+                print(f"kernel-lsp optimize: knowledge base unavailable, continuing without it: {exc}", file=sys.stderr)
+        if args.traces or args.model:
+            from kernel_lsp.services.traces import TraceStore
+
+            traces = TraceStore(args.traces)
+        try:
+            generators = _generators(args, spec, source, verifier, budget, traces)
+        except Exception as exc:  # a missing or broken model: say so, do not crash
+            print(f"kernel-lsp optimize: cannot use model {args.model}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
+        def progress(message: str, pct: int | None) -> None:
+            if not args.json:
+                print(f"... {message}", file=sys.stderr)
+
+        result = optimize(source, os.path.abspath(args.file), kernel, spec, generators=generators, verifier=verifier,
+                          kb=kb, budget=budget, traces=traces, verify=not args.dry_run,
+                          progress=progress)
+    finally:
+        if kb is not None:
+            kb.close()
+        if traces is not None:
+            traces.close()
+
+    explain = evaluate(source, kernel, spec) if args.explain else None
+    if args.save_candidates:
+        _save_candidates(args.save_candidates, result)
+    written = None
+    best = result.best
+    if best is not None and not args.dry_run:
+        written = args.file if args.apply else (args.out or _default_out(args.file))
+        with open(written, "w", encoding="utf-8") as f:
+            f.write(best.candidate.source)
+        if best.candidate.launch_override:
+            with open(written + ".launch.json", "w", encoding="utf-8") as f:
+                json.dump({"candidate": dict(best.candidate.launch_override)}, f, indent=2)
+    if args.json:
+        print(json.dumps({**result.to_json(), "written": written, "dry_run": args.dry_run,
+                          "rules": [dataclasses.asdict(o) | {"rewrites": len(o.rewrites)} for o in explain or ()]}, indent=2))
+    else:
+        _print(result, explain)
+        if args.dry_run:
+            print("dry run: candidates are UNVERIFIED; nothing was written or applied")
+        elif written:
+            print(f"best: {best.candidate.technique} ({best.verdict.speedup:.2f}x) written to {written}")  # type: ignore[union-attr]
+            if best.candidate.launch_override:
+                print(f"      it needs the launch {json.dumps(dict(best.candidate.launch_override))} (also in {written}.launch.json)")
+    if args.dry_run:
+        return EXIT_OK if result.results else EXIT_REJECTED
+    if result.gpu_error and not result.accepted:
+        return EXIT_USAGE
+    return EXIT_OK if best is not None else EXIT_REJECTED
+
+
+def _default_out(path: str) -> str:
+    root, ext = os.path.splitext(path)
+    return f"{root}.optimized{ext or '.cu'}"

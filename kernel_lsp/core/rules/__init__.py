@@ -1,0 +1,128 @@
+"""Deterministic rewrite rules: the embedded candidate generator.
+
+Public API::
+
+    RULES                                   # every rule, in default order (structural templates first)
+    evaluate(source, kernel, spec) -> list[RuleOutcome]   # each rule's preconditions and rewrites
+    RuleGenerator(rules=RULES)              # a CandidateGenerator (kernel_lsp.core.candidates)
+
+Pure: rules read the source, the kernel index and the launch spec; they never
+compile or run anything. Each rule's ``technique`` is a name from
+``kernel_lsp/data/techniques.json`` so the knowledge base learns from rule outcomes.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterator, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from kernel_lsp.core.candidates import Candidate, OptimizeRequest
+from kernel_lsp.core.index import KernelIndex, build_index
+from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
+from kernel_lsp.core.rules.simple import (
+    BlockSizeSweep, GridStride, IndexSwap, LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst,
+)
+from kernel_lsp.core.rules.structural import (
+    AtomicPerBlock, PrivatizedHistogram, RowParallel, TiledTranspose, TreeReductionToShuffle, VectorCsr,
+    VectorizeElementwise,
+)
+from kernel_lsp.core.spec import Spec, SpecError, parse_spec
+
+#: Default order: structural templates (large, pattern-proven wins) first, then local edits.
+RULES: tuple[Rule, ...] = (
+    TiledTranspose(),
+    TreeReductionToShuffle(),
+    AtomicPerBlock(),
+    PrivatizedHistogram(),
+    RowParallel(),
+    VectorCsr(),
+    VectorizeElementwise(),
+    IndexSwap(),
+    GridStride(),
+    BlockSizeSweep(),
+    RestrictConst(),
+    ReadOnlyLoads(),
+    LaunchBounds(),
+    PragmaUnroll(),
+)
+
+__all__ = ["RULES", "Rewrite", "Rule", "RuleContext", "RuleGenerator", "RuleOutcome", "evaluate", "rule_by_name"]
+
+
+@dataclass(frozen=True)
+class RuleOutcome:
+    rule: str
+    technique: str
+    applicable: bool
+    why: str
+    """The precondition's reason: what was proven, or what was not."""
+    rewrites: tuple[Rewrite, ...] = ()
+
+
+def rule_by_name(name: str) -> Rule | None:
+    return next((r for r in RULES if r.name == name), None)
+
+
+def _spec_of(spec: Spec | Mapping[str, Any] | None) -> Spec | None:
+    if spec is None or isinstance(spec, Spec):
+        return spec
+    try:
+        return parse_spec(spec)
+    except SpecError:
+        return None
+
+
+def evaluate(
+    source: str,
+    kernel: str,
+    spec: Spec | Mapping[str, Any] | None,
+    rules: Sequence[Rule] = RULES,
+    index: KernelIndex | None = None,
+) -> list[RuleOutcome]:
+    """Every rule's verdict on ``kernel`` in ``source``: refused with a reason, or its rewrites."""
+    index = index if index is not None else build_index(source)
+    fn = next((f for f in index.kernels if f.name == kernel), None)
+    if fn is None:
+        return [RuleOutcome(r.name, r.technique, False, f"no __global__ function named {kernel}") for r in rules]
+    ctx = RuleContext(source, index, fn, _spec_of(spec))
+    out = []
+    for rule in rules:
+        ok, why = rule.preconditions(ctx)
+        rewrites = rule.apply(ctx) if ok else ()
+        if ok and not rewrites:
+            ok, why = False, f"{why}; but no rewrite could be formed (the new launch does not evaluate at every size)"
+        out.append(RuleOutcome(rule.name, rule.technique, ok, why, rewrites))
+    return out
+
+
+class RuleGenerator:
+    """Candidates from the applicable rules, in the knowledge base's technique order.
+
+    Rules whose technique the request's hints name come first, in the hints'
+    order; the others follow in :data:`RULES` order. ``outcomes`` keeps the
+    last request's per-rule reasons (for ``--dry-run`` listings).
+    """
+
+    name = "rules"
+
+    def __init__(self, rules: Sequence[Rule] = RULES):
+        self.rules = tuple(rules)
+        self.outcomes: list[RuleOutcome] = []
+
+    def ordered(self, request: OptimizeRequest) -> list[Rule]:
+        rank = {hint.name: i for i, hint in enumerate(request.techniques)}
+        default = {rule.name: i for i, rule in enumerate(self.rules)}
+        return sorted(self.rules, key=lambda r: (rank.get(r.technique, len(rank)), default[r.name]))
+
+    def generate(self, request: OptimizeRequest) -> Iterator[Candidate]:
+        self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request))
+        seen: set[tuple[str, str]] = set()
+        for outcome in self.outcomes:
+            for rw in outcome.rewrites:
+                key = (rw.source, repr(sorted((rw.launch_override or {}).items())))
+                if key in seen:
+                    continue
+                seen.add(key)
+                name = f"rule:{outcome.rule}" + (f"[{rw.variant}]" if rw.variant else "")
+                yield Candidate(request.kernel, rw.source, outcome.technique, name, rw.description, rw.launch_override)

@@ -1,0 +1,155 @@
+"""What a rewrite rule is: a context in, preconditions checked, rewrites out.
+
+A rule is a pure function of (source, index, kernel, spec): it never compiles,
+runs or reads files. ``preconditions`` says whether the pattern is *proven* in
+the code (and, where the rewrite's correctness depends on sizes or launch
+shapes, in the launch spec), with a reason either way; ``apply`` is only called
+when it holds and returns one or more :class:`Rewrite`\\ s. The harness still
+verifies every rewrite: a precondition is what keeps a rule from proposing
+something it cannot justify, not a substitute for verification.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass
+from functools import cached_property
+from typing import Any
+
+from kernel_lsp.core.index import Function, KernelIndex
+from kernel_lsp.core.rules import text as T
+from kernel_lsp.core.spec import ArrayParam, Launch, Spec, SpecError
+
+#: Most threads per block on every CUDA GPU since compute capability 2.0.
+MAX_THREADS_PER_BLOCK = 1024
+#: Largest gridDim.y / gridDim.z.
+MAX_GRID_YZ = 65535
+
+
+@dataclass(frozen=True)
+class Rewrite:
+    source: str
+    """The whole rewritten file."""
+    description: str
+    launch_override: Mapping[str, Any] | None = None
+    """The spec's ``candidate`` field (grid/block/dynamic_smem expressions) for this rewrite, or None: original launch."""
+    variant: str = ""
+    """Tells several rewrites of one rule apart (``block=512``)."""
+
+
+class RuleContext:
+    """Everything a rule may look at, with the derived views computed once."""
+
+    def __init__(self, source: str, index: KernelIndex, kernel: Function, spec: Spec | None):
+        self.source = source
+        self.source_bytes = source.encode("utf-8")
+        self.index = index
+        self.kernel = kernel
+        self.spec = spec
+
+    @cached_property
+    def body(self) -> tuple[int, int, str]:
+        return T.body_text(self.source_bytes, self.kernel)
+
+    @property
+    def body_text(self) -> str:
+        return self.body[2]
+
+    @cached_property
+    def body_masked(self) -> str:
+        return T.mask(self.body_text)
+
+    @cached_property
+    def read_only(self) -> set[str]:
+        return T.read_only_pointers(self.kernel, self.body_masked)
+
+    @property
+    def param_names(self) -> set[str]:
+        return {p.name for p in self.kernel.params}
+
+    @property
+    def scalar_params(self) -> set[str]:
+        return {p.name for p in self.kernel.params if p.pointer_depth == 0}
+
+    def spec_scalar(self, name: str) -> bool:
+        """``name`` is an integer scalar of the spec (so launch expressions may use it)."""
+        return self.spec is not None and any(p.name == name and p.type.startswith(("int", "uint")) for p in self.spec.scalars)
+
+    def launches(self) -> list[Launch]:
+        """The original launch at the main size and at every variant (empty without a spec)."""
+        if self.spec is None:
+            return []
+        try:
+            return [self.spec.resolve(v).original for v in [None, *range(len(self.spec.variants))]]
+        except (SpecError, ValueError, ZeroDivisionError):
+            return []
+
+    def constant_block(self) -> tuple[int, int, int] | None:
+        """The original block shape when the spec fixes it at every size."""
+        shapes = {launch.block for launch in self.launches()}
+        return next(iter(shapes)) if len(shapes) == 1 else None
+
+    def distinct_arrays(self) -> bool:
+        """Every pointer parameter is its own array in the spec (separate allocations: no aliasing)."""
+        if self.spec is None:
+            return False
+        arrays = {p.name for p in self.spec.params if isinstance(p, ArrayParam)}
+        pointers = [i for i, p in enumerate(self.kernel.params) if p.pointer_depth > 0]
+        if len(self.spec.params) != len(self.kernel.params):
+            return False
+        return all(self.spec.params[i].name in arrays for i in pointers)
+
+    def uses(self, field: str) -> bool:
+        return field in self.kernel.thread_index_uses
+
+    def uses_any(self, *fields: str) -> bool:
+        return any(self.uses(f) for f in fields)
+
+    def original_launch_json(self) -> dict[str, Any]:
+        assert self.spec is not None
+        launch = self.spec.launch
+        return {"grid": list(launch.grid), "block": list(launch.block), "dynamic_smem": launch.dynamic_smem}
+
+    def replace_body(self, new_body: str) -> str:
+        start, end, _ = self.body
+        return T.splice(self.source_bytes, start, end, new_body)
+
+    def with_helpers(self, new_source_body: str, helpers: str) -> str:
+        """The file with the kernel's body replaced and ``helpers`` inserted before the kernel's first line."""
+        start, end, _ = self.body
+        at = T.line_start(self.source_bytes, self.kernel.span.start_byte)
+        # Include an ``extern "C"`` or ``template<...>`` on the lines just above the kernel's own line.
+        b = self.source_bytes
+        new = b[:at] + helpers.encode() + b[at:start] + new_source_body.encode() + b[end:]
+        return new.decode("utf-8")
+
+
+class Rule:
+    """Base class: subclasses set ``name``, ``technique`` and implement ``check`` and ``rewrite``."""
+
+    name: str = ""
+    technique: str = ""
+    """The knowledge base's technique name (kernel_lsp/data/techniques.json)."""
+    summary: str = ""
+
+    def preconditions(self, ctx: RuleContext) -> tuple[bool, str]:
+        if ctx.kernel.body_span is None:
+            return False, "the kernel has no body in this file"
+        if ctx.index.syntax_errors:
+            return False, "the file has syntax errors"
+        try:
+            return self.check(ctx)
+        except (ValueError, KeyError, IndexError) as exc:
+            return False, f"could not analyse the kernel: {exc}"
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        raise NotImplementedError
+
+    def apply(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        ok, why = self.preconditions(ctx)
+        if not ok:
+            raise ValueError(f"{self.name}: preconditions not met: {why}")
+        return tuple(r for r in self.rewrite(ctx) if r.source != ctx.source or r.launch_override)
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        raise NotImplementedError

@@ -1,0 +1,349 @@
+"""Background profiling in the editor: hover, hot-line hints, regression warnings, launch-spec drafts.
+
+* On save (``profileOnSave``) and when a watched file changes outside the editor
+  (``watchFiles``), every kernel with a launch spec (sidecar
+  ``<file>.<kernel>.spec.json`` or in-source) — or every kernel, when
+  ``profileProgram`` names the project's binary — gets a ``profile`` job: keyed
+  by document and kernel, debounced, cancelled by a newer save, with
+  ``$/progress``; the profiler service holds one GPU lock, so one profile runs at
+  a time.
+* Hover on a kernel: the profile summary, bottleneck with evidence, ncu's top
+  advice. Hover on a line inside a profiled kernel: that line's counters.
+* Diagnostics: hints on the three hottest lines of each kernel; a warning when a
+  save made a kernel slower than its previous profile beyond the measured noise;
+  a hint on kernels without a launch spec; a warning on an unfinished spec.
+* Code action "Create launch spec for <kernel>" writes the sidecar drafted by
+  :mod:`kernel_lsp.core.spec_draft` beside the file (visible, easy to commit,
+  found again by name).
+* Without ncu (or a GPU), the first failure is shown once; the last good
+  profile stays visible, marked stale.
+"""
+
+from __future__ import annotations
+
+import json
+import logging
+import os
+import threading
+import weakref
+from dataclasses import dataclass, field
+
+from lsprotocol import types
+
+from kernel_lsp.core.classify import classify
+from kernel_lsp.core.index import Function, KernelIndex
+from kernel_lsp.core.profile import KernelProfile
+from kernel_lsp.core.profile_render import hot_line_message, kernel_markdown, line_markdown, regression_message
+from kernel_lsp.core.spec_draft import PLACEHOLDER, draft_spec
+from kernel_lsp.server.base import KernelLspServer, ServerState
+from kernel_lsp.server.convert import line_range, to_range
+from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.services import profiler as prof
+from kernel_lsp.services.jobs import JobKey
+
+log = logging.getLogger(__name__)
+
+SOURCE = "kernel-lsp profile"
+#: Quiet time after a save (or a burst of file events) before profiling starts, seconds.
+PROFILE_DEBOUNCE_S = 1.0
+#: Hot lines marked per kernel.
+HOT_LINES = 3
+
+
+@dataclass
+class ProfilingState:
+    store: prof.ProfileStore
+    results: dict[tuple[str, str], prof.ProfileResult] = field(default_factory=dict)
+    """(absolute file path, kernel) -> latest result (or the stored last good profile)."""
+    profiler: prof.Profiler | None = None
+    profiler_settings: object = None
+    watcher: object = None
+    lock: threading.Lock = field(default_factory=threading.Lock)
+
+
+_STATES: "weakref.WeakKeyDictionary[ServerState, ProfilingState]" = weakref.WeakKeyDictionary()
+
+
+def store_folder(state: ServerState) -> str:
+    if state.settings.profile_store:
+        return state.settings.profile_store
+    import platformdirs
+
+    return os.path.join(platformdirs.user_cache_dir("kernel-lsp"), "profiles")
+
+
+def pstate(state: ServerState) -> ProfilingState:
+    ps = _STATES.get(state)
+    folder = store_folder(state)
+    if ps is None or ps.store.folder != folder:
+        ps = ProfilingState(prof.ProfileStore(folder))
+        _STATES[state] = ps
+    return ps
+
+
+def profiler_for(state: ServerState) -> prof.Profiler:
+    """The profiler for the current settings (rebuilt when they change). Raises TreeError/OSError."""
+    ps = pstate(state)
+    with ps.lock:
+        if ps.profiler is None or ps.profiler_settings != state.settings:
+            ps.profiler = prof.Profiler(state.settings, ps.store)
+            ps.profiler_settings = state.settings
+        return ps.profiler
+
+
+def result_for(state: ServerState, path: str, kernel: str) -> prof.ProfileResult | None:
+    """The latest result, or the last good profile from the store (shown stale-free until a run fails)."""
+    ps = pstate(state)
+    key = (os.path.abspath(path), kernel)
+    if key not in ps.results:
+        stored = ps.store.last_good(path, kernel)
+        if stored is None:
+            return None
+        ps.results[key] = prof.ProfileResult(stored, classify(stored.metrics), None, cached=True)
+    return ps.results[key]
+
+
+# --------------------------------------------------------------------------- jobs
+
+
+def has_launch(state: ServerState, path: str, text: str, kernel: str) -> bool:
+    spec_path, spec_data, _ = prof.find_spec(path, text, kernel)
+    return spec_path is not None or spec_data is not None or bool(state.settings.profile_program)
+
+
+def schedule_profiles(state: ServerState, uri: str, path: str, text: str, index: KernelIndex, version: int | None) -> int:
+    """Queue a profile job for every kernel of the file that can be launched; returns how many."""
+    count = 0
+    for function in index.kernels:
+        spec_path, spec_data, problem = prof.find_spec(path, text, function.name)
+        if problem or (spec_path is None and spec_data is None and not state.settings.profile_program):
+            continue
+        if spec_path is not None and PLACEHOLDER in _read(spec_path):
+            continue
+        target = prof.Target(
+            source_path=path, source_text=text, kernel=function.name, spec_path=spec_path, spec_data=spec_data,
+            program=state.settings.profile_program, program_args=state.settings.profile_args,
+            cwd=state.workspace_root,
+        )
+        _submit(state, uri, target, version)
+        count += 1
+    return count
+
+
+def _submit(state: ServerState, uri: str, target: prof.Target, version: int | None) -> None:
+    def work(ctx) -> prof.ProfileResult:
+        try:
+            profiler = profiler_for(state)
+        except (OSError, ValueError) as exc:
+            return prof.ProfileResult(None, None, None, message=f"profiling tree unusable: {exc}")
+        return profiler.profile(target, cancel=ctx.cancel, report=lambda message: ctx.report(message))
+
+    def current_version() -> int | None:
+        doc = state.documents.get(uri)
+        return doc.version if doc is not None else version
+
+    def publish(result: prof.ProfileResult) -> None:
+        ps = pstate(state)
+        ps.results[(os.path.abspath(target.source_path), target.kernel)] = result
+        if result.message:
+            kind = "ncu" if "was not found" in result.message else result.message[:60]
+            state.show(f"kernel-lsp: profiling {target.kernel}: {result.message}", types.MessageType.Warning,
+                       once_key=f"profile:{kind}")
+        doc = state.documents.get(uri)
+        if doc is not None:
+            state.publish_diagnostics(doc)
+        state.refresh_views()
+
+    state.jobs.submit(
+        JobKey(uri, "profile", target.kernel),
+        work,
+        publish=publish,
+        version=version,
+        current_version=current_version,
+        delay_s=PROFILE_DEBOUNCE_S,
+        title=f"Profiling {target.kernel}",
+        progress=state.progress_factory(),
+    )
+
+
+def _read(path: str) -> str:
+    try:
+        with open(path, encoding="utf-8") as f:
+            return f.read()
+    except OSError:
+        return ""
+
+
+def on_save(state: ServerState, doc: DocumentState) -> None:
+    if not state.settings.profile_on_save or doc.path is None:
+        return
+    schedule_profiles(state, doc.uri, doc.path, doc.text(), doc.index(), doc.version)
+
+
+def on_file_changed(state: ServerState, path: str) -> None:
+    """A watched file changed on disk (event loop)."""
+    from kernel_lsp.core.index import build_index
+    from pathlib import Path
+
+    uri = Path(path).as_uri()
+    doc = state.documents.get(uri)
+    if doc is not None:
+        return  # open in the editor: its saves drive profiling
+    text = _read(path)
+    if text:
+        schedule_profiles(state, uri, path, text, build_index(text), None)
+
+
+def on_settings(state: ServerState) -> None:
+    ps = pstate(state)
+    wanted = state.settings.watch_files and state.settings.profile_on_save and state.workspace_root
+    if wanted and ps.watcher is None:
+        from kernel_lsp.services.watch import SourceWatcher
+
+        def changed(path: str) -> None:
+            try:
+                state.post(lambda: on_file_changed(state, path))
+            except RuntimeError:
+                pass  # the loop is gone: shutting down
+
+        ps.watcher = SourceWatcher.start(state.workspace_root, changed)
+    elif not wanted and ps.watcher is not None:
+        ps.watcher.stop()
+        ps.watcher = None
+
+
+# --------------------------------------------------------------------------- views
+
+
+def _profile_lines(profile: KernelProfile, doc: DocumentState, function: Function):
+    if profile.source_file and doc.path and os.path.basename(profile.source_file) != os.path.basename(doc.path):
+        return []
+    first, last = function.span.start.line + 1, function.span.end.line + 1
+    return [c for c in profile.hottest_lines(len(profile.lines)) if first <= c.line <= last]
+
+
+def profile_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Diagnostic]:
+    if doc.path is None:
+        return []
+    # Only from an index that already exists or is cheap: publishing runs on the event loop.
+    index = doc.cached("index")
+    if index is None and not doc.big and not doc.lock.locked():
+        index = doc.index()
+    if index is None:
+        return []
+    out: list[types.Diagnostic] = []
+    text = None
+    for function in index.kernels:
+        name_range = to_range(doc.parsed, function.name_span)
+        result = result_for(state, doc.path, function.name)
+        if result is not None and result.profile is not None:
+            profile = result.profile
+            if result.regression is not None:
+                out.append(types.Diagnostic(range=name_range, message=regression_message(function.name, result.regression),
+                                            severity=types.DiagnosticSeverity.Warning, source=SOURCE, code="slower"))
+            for counters in _profile_lines(profile, doc, function)[:HOT_LINES]:
+                out.append(types.Diagnostic(range=line_range(doc.parsed, counters.line - 1),
+                                            message=hot_line_message(counters, profile),
+                                            severity=types.DiagnosticSeverity.Hint, source=SOURCE, code="hot-line"))
+            continue
+        text = text if text is not None else doc.text()
+        sidecar = prof.sidecar_path(doc.path, function.name)
+        if os.path.isfile(sidecar) and PLACEHOLDER in _read(sidecar):
+            out.append(types.Diagnostic(
+                range=name_range, severity=types.DiagnosticSeverity.Warning, source=SOURCE, code="spec-incomplete",
+                message=f"launch spec {os.path.basename(sidecar)} is unfinished: replace every {PLACEHOLDER} "
+                        f"({_todo(sidecar)})"))
+        elif not has_launch(state, doc.path, text, function.name):
+            out.append(types.Diagnostic(
+                range=name_range, severity=types.DiagnosticSeverity.Hint, source=SOURCE, code="no-spec",
+                message=f"Create a launch spec to enable profiling (code action \"Create launch spec for {function.name}\")"))
+    return out
+
+
+def _todo(sidecar: str) -> str:
+    try:
+        data = json.loads(_read(sidecar))
+    except json.JSONDecodeError:
+        return "the file is not valid JSON"
+    comment = data.get("comment") if isinstance(data, dict) else None
+    return comment if isinstance(comment, str) else "see the file"
+
+
+def kernel_hover(ctx) -> str | None:
+    fn = ctx.function
+    if fn is None or not fn.is_kernel or ctx.doc.path is None:
+        return None
+    result = result_for(ctx.state, ctx.doc.path, fn.name)
+    if result is None or result.profile is None:
+        return None
+    return kernel_markdown(result.profile, result.bottleneck, result.message)
+
+
+def line_hover(state: ServerState, doc: DocumentState, index: KernelIndex, line: int) -> str | None:
+    """Markdown for a 0-based line inside a profiled kernel, or None."""
+    if doc.path is None:
+        return None
+    function = index.function_at(line, 0)
+    if function is None or not function.is_kernel:
+        return None
+    result = result_for(state, doc.path, function.name)
+    if result is None or result.profile is None:
+        return None
+    counters = result.profile.lines.get(line + 1)
+    if counters is None or not counters.samples_total and not counters.stall_samples:
+        return None
+    return line_markdown(counters, result.profile)
+
+
+# --------------------------------------------------------------------------- code action
+
+
+def spec_actions(ctx) -> list[types.CodeAction]:
+    doc = ctx.doc
+    if doc.path is None:
+        return []
+    kernels = [ctx.function] if ctx.function is not None and ctx.function.is_kernel else []
+    launch = ctx.index.launch_at(ctx.start.line, ctx.start.column_byte)
+    if launch is not None:
+        kernels += [f for f in ctx.index.kernels if f.name == launch.kernel.rsplit("::", 1)[-1] and f not in kernels]
+    actions = []
+    for function in kernels:
+        sidecar = prof.sidecar_path(doc.path, function.name)
+        if os.path.exists(sidecar):
+            continue
+        actions.append(create_spec_action(doc, ctx.index, function.name, sidecar))
+    return actions
+
+
+def create_spec_action(doc: DocumentState, index: KernelIndex, kernel: str, sidecar: str) -> types.CodeAction:
+    draft = draft_spec(index, doc.text(), kernel)
+    data = dict(draft.spec)
+    if draft.todo:
+        data["comment"] = "Fill in: " + " | ".join(draft.todo)
+    from pathlib import Path
+
+    uri = Path(sidecar).as_uri()
+    body = json.dumps(data, indent=2) + "\n"
+    edit = types.WorkspaceEdit(document_changes=[
+        types.CreateFile(uri=uri, options=types.CreateFileOptions(overwrite=False, ignore_if_exists=True)),
+        types.TextDocumentEdit(
+            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=None),
+            edits=[types.TextEdit(range=types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), new_text=body)],
+        ),
+    ])
+    title = f"Create launch spec for {kernel}"
+    if draft.todo:
+        title += f" ({len(draft.todo)} value{'s' if len(draft.todo) > 1 else ''} to fill in)"
+    return types.CodeAction(title=title, kind=types.CodeActionKind.Source, edit=edit)
+
+
+def register(server: KernelLspServer) -> None:
+    state = server.state
+    state.on_save.append(on_save)
+    state.on_settings.append(on_settings)
+    state.diagnostic_sources.append(profile_diagnostics)
+    state.hover_sections.append(kernel_hover)
+    state.line_hovers.append(line_hover)
+    from kernel_lsp.server import code_actions
+
+    code_actions.providers(state).append(spec_actions)

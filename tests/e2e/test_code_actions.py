@@ -1,0 +1,100 @@
+"""The optimizer's code actions through the real server: "Optimize <kernel>" starts a job that says
+why nothing is applicable without a GPU; a verified result's "Apply" edits exactly the verified
+document version and is not offered once the document changed."""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from pathlib import Path
+
+import pytest
+from lsp_helpers import lsp_session, needs_nvcc, open_doc, position_of, wait_message
+from lsprotocol import types
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+HAS_GPU_STACK = importlib.util.find_spec("pycuda") is not None
+INJECT = "kernelLsp.test.injectOptimizeResult"
+
+
+@pytest.fixture
+def transpose(tmp_path: Path) -> Path:
+    path = tmp_path / "t.cu"
+    shutil.copy(EXAMPLES / "transpose" / "original.cu", path)
+    shutil.copy(EXAMPLES / "transpose" / "spec.json", tmp_path / "t.cu.transpose.spec.json")
+    return path
+
+
+def _params(uri: str, text: str, needle: str) -> types.CodeActionParams:
+    at = position_of(text, needle)
+    return types.CodeActionParams(text_document=types.TextDocumentIdentifier(uri=uri), range=types.Range(start=at, end=at),
+                                  context=types.CodeActionContext(diagnostics=[]))
+
+
+def _titles(actions) -> list[str]:
+    return [a.title for a in actions or [] if isinstance(a, types.CodeAction)]
+
+
+def _apply(text: str, edit: types.TextEdit) -> str:
+    lines = text.split("\n")
+
+    def offset(p: types.Position) -> int:
+        return sum(len(line) + 1 for line in lines[: p.line]) + p.character
+
+    return text[: offset(edit.range.start)] + edit.new_text + text[offset(edit.range.end):]
+
+
+async def test_optimize_offered_on_kernels_only(transpose: Path) -> None:
+    text = transpose.read_text()
+    async with lsp_session(transpose.parent, init_options={"kbPath": str(transpose.parent / "kb.sqlite3")}) as client:
+        uri = open_doc(client, transpose)
+        on_kernel = await client.text_document_code_action_async(_params(uri, text, "transpose(float"))
+        in_comment = await client.text_document_code_action_async(_params(uri, text, "Naive out-of-place"))
+    assert "Optimize transpose" in _titles(on_kernel)
+    assert not any(t.startswith(("Optimize", "Apply")) for t in _titles(in_comment))
+
+
+@needs_nvcc
+@pytest.mark.skipif(HAS_GPU_STACK, reason="checks the no-GPU path")
+async def test_without_a_gpu_the_optimize_job_says_why_and_nothing_applies(transpose: Path) -> None:
+    text = transpose.read_text()
+    options = {"kbPath": str(transpose.parent / "kb.sqlite3"), "optimizeBudgetCandidates": 2}
+    async with lsp_session(transpose.parent, init_options=options) as client:
+        uri = open_doc(client, transpose)
+        actions = await client.text_document_code_action_async(_params(uri, text, "transpose(float"))
+        optimize = next(a for a in actions if isinstance(a, types.CodeAction) and a.title == "Optimize transpose")
+        await client.workspace_execute_command_async(types.ExecuteCommandParams(
+            command=optimize.command.command, arguments=optimize.command.arguments))
+        message = await wait_message(client, "Optimize transpose:")
+        after = await client.text_document_code_action_async(_params(uri, text, "transpose(float"))
+    assert "none verified" in message.message and "GPU" in message.message
+    applies = [a for a in after if isinstance(a, types.CodeAction) and a.title.startswith("Apply")]
+    assert len(applies) == 1 and applies[0].edit is None
+    assert applies[0].disabled is not None and "GPU" in applies[0].disabled.reason
+
+
+async def test_verified_result_edits_the_verified_version_only(transpose: Path) -> None:
+    text = transpose.read_text()
+    candidate = (EXAMPLES / "transpose" / "honest_tiled.cu").read_text()
+    async with lsp_session(transpose.parent, env={"KERNEL_LSP_TEST_HOOKS": "1"},
+                           init_options={"kbPath": str(transpose.parent / "kb.sqlite3")}) as client:
+        uri = open_doc(client, transpose, version=1)
+        injected = await client.workspace_execute_command_async(types.ExecuteCommandParams(command=INJECT, arguments=[{
+            "uri": uri, "kernel": "transpose", "version": 1, "original": text, "source": candidate,
+            "technique": "transpose-via-shared-memory", "speedup": 2.31, "max_rel_error": 3e-7}]))
+        assert injected is True
+        actions = await client.text_document_code_action_async(_params(uri, text, "transpose(float"))
+        apply = next(a for a in actions if isinstance(a, types.CodeAction) and a.title.startswith("Apply"))
+        assert apply.title == "Apply transpose-via-shared-memory: 2.31x faster (verified, max rel err 3e-07)"
+        change = apply.edit.document_changes[0]
+        assert change.text_document.version == 1
+        assert _apply(text, change.edits[0]) == candidate
+
+        # Any edit makes the verified result stale: the action stays visible but disabled, without an edit.
+        client.text_document_did_change(types.DidChangeTextDocumentParams(
+            text_document=types.VersionedTextDocumentIdentifier(uri=uri, version=2),
+            content_changes=[types.TextDocumentContentChangeWholeDocument(text=text + "// edited\n")]))
+        stale = await client.text_document_code_action_async(_params(uri, text, "transpose(float"))
+    applies = [a for a in stale if isinstance(a, types.CodeAction) and a.title.startswith("Apply")]
+    assert len(applies) == 1 and applies[0].edit is None
+    assert applies[0].title.endswith(": stale") and "changed since version 1" in applies[0].disabled.reason

@@ -1,0 +1,125 @@
+"""Profiling in the editor through the real server, backed by a recorded profile (no GPU needed).
+
+The profile of ``transpose_smem_conflict`` recorded on an H200 (tests/fixtures/ncu) is put in
+a profile store that the server is pointed at (``profileStore``), as the last good profile of
+the workspace's copy of the file.
+"""
+
+from __future__ import annotations
+
+import gzip
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+from lsp_helpers import SAXPY, hover_text, lsp_session, open_doc, position_of, wait_diagnostics
+from lsprotocol import types
+
+from kernel_lsp.core.profile import KernelProfile
+from kernel_lsp.services import ncu_reader
+from kernel_lsp.services.profiler import ProfileStore, sidecar_path
+
+FIX = Path(__file__).resolve().parent.parent / "fixtures" / "ncu"
+KERNEL = "transpose_smem_conflict"
+
+
+def recorded_profile(source_file: Path) -> KernelProfile:
+    with gzip.open(FIX / "dataset" / "bank_conflict_full.csv.gz", "rt") as f:
+        record = ncu_reader.parse_raw_csv(f.read())[0]
+    with gzip.open(FIX / "recorded" / "logs" / "bank_conflict_full_export_details.out.gz", "rt") as f:
+        _, rules, _ = ncu_reader.parse_details_csv(f.read())[0]
+    lines = ncu_reader.parse_source_csv((FIX / "recorded" / "logs" / "bank_conflict_full_export_source.out").read_text())
+    (_, per_line), = lines.items()
+    return KernelProfile(KERNEL, metrics=record.metrics, rules=rules, lines=per_line, source_file=str(source_file),
+                         sections=("full",), duration_samples_us=(125.5,))
+
+
+@pytest.fixture
+def profiled(tmp_path: Path) -> tuple[Path, Path]:
+    for name in ("bank_conflict.cu", "common.cuh"):
+        shutil.copy(FIX / "programs" / name, tmp_path / name)
+    (tmp_path / "saxpy.cu").write_text(SAXPY)
+    store = tmp_path / ".store"
+    source = tmp_path / "bank_conflict.cu"
+    ProfileStore(str(store)).set_last_good(str(source), KERNEL, recorded_profile(source))
+    return tmp_path, store
+
+
+def options(store: Path, **extra) -> dict:
+    return {"profileStore": str(store), "nvccPath": "/nonexistent/nvcc", "ncuPath": "/nonexistent/ncu",
+            "watchFiles": False, **extra}
+
+
+def _hover(uri: str, position: types.Position) -> types.HoverParams:
+    return types.HoverParams(text_document=types.TextDocumentIdentifier(uri=uri), position=position)
+
+
+async def test_kernel_and_line_hover_from_a_stored_profile(profiled) -> None:
+    root, store = profiled
+    text = (root / "bank_conflict.cu").read_text()
+    async with lsp_session(root, init_options=options(store)) as client:
+        uri = open_doc(client, root / "bank_conflict.cu")
+        on_kernel = await client.text_document_hover_async(_hover(uri, position_of(text, KERNEL, 3)))
+        line16 = await client.text_document_hover_async(_hover(uri, types.Position(line=15, character=4)))
+        outside = await client.text_document_hover_async(_hover(uri, types.Position(line=19, character=4)))
+        diagnostics = await wait_diagnostics(client, uri, lambda ds: any(d.code == "hot-line" for d in ds))
+    kernel_text = hover_text(on_kernel)
+    assert "**Profile** (Nsight Compute)" in kernel_text and "duration 125.5 µs" in kernel_text
+    assert "latency-bound (shared-bank-conflicts" in kernel_text
+    assert "ncu advice — UncoalescedSharedAccess** (estimated speedup 89 %)" in kernel_text
+    assert "Hottest lines: 16" in kernel_text
+    line_text = hover_text(line16)
+    assert line_text.startswith("**Line 16**") and "short_scoreboard" in line_text
+    assert "excessive shared wavefronts (bank conflicts): 16,252,928" in line_text
+    assert outside is None  # main() is not a profiled kernel
+    hot = sorted(d.range.start.line for d in diagnostics if d.code == "hot-line")
+    assert hot[0] == 11 and 15 in hot and len(hot) == 3  # lines 12, 16, 17 (1-based)
+    assert all(d.severity == types.DiagnosticSeverity.Hint for d in diagnostics if d.code == "hot-line")
+
+
+async def test_kernel_without_spec_gets_hint_and_code_action_drafts_one(profiled) -> None:
+    root, store = profiled
+    async with lsp_session(root, init_options=options(store)) as client:
+        uri = open_doc(client, root / "saxpy.cu")
+        diagnostics = await wait_diagnostics(client, uri, lambda ds: any(d.code == "no-spec" for d in ds))
+        actions = await client.text_document_code_action_async(types.CodeActionParams(
+            text_document=types.TextDocumentIdentifier(uri=uri),
+            range=types.Range(start=position_of(SAXPY, "saxpy(int", 1), end=position_of(SAXPY, "saxpy(int", 1)),
+            context=types.CodeActionContext(diagnostics=[]),
+        ))
+    hints = [d for d in diagnostics if d.code == "no-spec"]
+    assert {d.range.start.line for d in hints} == {5, 16}  # saxpy and scale
+    assert "Create a launch spec to enable profiling" in hints[0].message
+    action = next(a for a in actions if a.title.startswith("Create launch spec for saxpy"))
+    create, edit = action.edit.document_changes
+    assert create.uri == Path(sidecar_path(str(root / "saxpy.cu"), "saxpy")).as_uri()
+    spec = json.loads(edit.edits[0].new_text)
+    assert spec["kernel"] == "saxpy" and spec["block"] == [256, 1, 1]
+    assert [p["name"] for p in spec["params"]] == ["n", "a", "x", "y"]
+    assert spec["params"][2]["role"] == "in" and spec["params"][3]["role"] == "inout"
+    # run() takes n and a as parameters: their values cannot be read, so they are marked
+    assert spec["params"][0]["value"] == "FILL_ME" and "Fill in:" in spec["comment"]
+    assert "to fill in" in action.title
+
+
+async def test_failed_profile_keeps_the_last_one_marked_stale(profiled) -> None:
+    root, store = profiled
+    source = root / "bank_conflict.cu"
+    text = source.read_text()
+    spec = {"kernel": KERNEL, "params": [
+        {"name": "out", "array": "float32", "size": "width*width", "init": "zeros", "role": "out"},
+        {"name": "in", "array": "float32", "size": "width*width", "init": "uniform(-1,1)", "role": "in"},
+        {"name": "width", "scalar": "int32", "value": 4096}], "grid": ["width/32", "width/32", 1], "block": [32, 32, 1]}
+    Path(sidecar_path(str(source), KERNEL)).write_text(json.dumps(spec))
+    async with lsp_session(root, init_options=options(store)) as client:
+        uri = open_doc(client, source)
+        client.text_document_did_save(types.DidSaveTextDocumentParams(text_document=types.TextDocumentIdentifier(uri=uri)))
+        message = await client.wait_for_notification(types.WINDOW_SHOW_MESSAGE)
+        while "profiling" not in message.message:
+            message = await client.wait_for_notification(types.WINDOW_SHOW_MESSAGE)
+        hover = await client.text_document_hover_async(_hover(uri, position_of(text, KERNEL, 3)))
+    assert "/nonexistent/ncu" in message.message and "was not found" in message.message
+    hover_md = hover_text(hover)
+    assert "*stale: the last profiling attempt failed" in hover_md
+    assert "latency-bound (shared-bank-conflicts" in hover_md  # the last good profile is still shown

@@ -1,0 +1,105 @@
+"""The real profiling path on a GPU: ncu through the harness launch and on a program (skipped without one)."""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import os
+import shutil
+import subprocess
+import sys
+
+import pytest
+
+from kernel_lsp.config import Settings
+from kernel_lsp.services import profiler as prof
+
+pytestmark = pytest.mark.gpu
+
+ROOT = os.path.abspath(os.path.join(os.path.dirname(__file__), "..", ".."))
+PROGRAMS = os.path.join(ROOT, "tests", "fixtures", "ncu", "programs")
+
+
+def _problem() -> str | None:
+    if importlib.util.find_spec("pycuda") is None:
+        return "pycuda is not installed"
+    if shutil.which("ncu") is None or shutil.which("nvcc") is None:
+        return "ncu or nvcc is not on PATH"
+    import pycuda.driver as cuda
+
+    try:
+        cuda.init()
+        return None if cuda.Device.count() > 0 else "no CUDA device"
+    except cuda.Error as exc:
+        return f"no CUDA device: {exc}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu():
+    problem = _problem()
+    if problem:
+        pytest.skip(problem)
+
+
+def _profiler(tmp_path, **settings) -> prof.Profiler:
+    s = Settings(profile_store=str(tmp_path / "store"), profile_timeout_s=300.0, **settings)
+    return prof.Profiler(s, prof.ProfileStore(s.profile_store))
+
+
+def _build(tmp_path, name: str) -> str:
+    exe = str(tmp_path / name)
+    subprocess.run(["nvcc", "-arch=sm_90", "-lineinfo", "-O3", "-o", exe, os.path.join(PROGRAMS, f"{name}.cu")], check=True)
+    return exe
+
+
+def test_example_through_the_harness_launch(tmp_path):
+    folder = os.path.join(ROOT, "examples", "streaming")
+    source = os.path.join(folder, "original.cu")
+    with open(source, encoding="utf-8") as f:
+        text = f.read()
+    target = prof.Target(source, text, "scale_add", spec_path=os.path.join(folder, "spec.json"))
+    profiler = _profiler(tmp_path)
+    first = profiler.profile(target)
+    assert first.ok, first.message
+    p = first.profile
+    assert p.duration_us and p.duration_us > 0 and len(p.duration_samples_us) == prof.TIMING_LAUNCHES
+    assert first.bottleneck.primary != "unknown" and p.tree_leaf
+    assert p.lines, "SourceCounters of the first profile map to lines"
+    assert all(1 <= line <= text.count("\n") + 1 for line in p.lines)
+    again = profiler.profile(target, use_cache=False)
+    assert again.ok and again.profile.tree_path[0].branch in ("then", "else")  # measured facts now steer the tree
+    full = profiler.profile(target, full=True, use_cache=False)
+    assert full.ok and full.bottleneck.primary == first.bottleneck.primary
+    assert full.profile.collection_wall_s > again.profile.collection_wall_s
+
+
+def test_program_mode_finds_uncoalesced_access(tmp_path):
+    exe = _build(tmp_path, "strided")
+    with open(os.path.join(PROGRAMS, "strided.cu"), encoding="utf-8") as f:
+        text = f.read()
+    profiler = _profiler(tmp_path, profile_program=exe)
+    result = profiler.profile(prof.Target(os.path.join(PROGRAMS, "strided.cu"), text, "strided_gather"))
+    assert result.ok, result.message
+    assert result.bottleneck.label == "uncoalesced-access"
+    worst = max(result.profile.lines.values(), key=lambda c: c.excessive_global_sectors or 0)
+    assert worst.line == 11
+
+
+def test_crashing_program_is_a_message(tmp_path):
+    exe = _build(tmp_path, "crash")
+    with open(os.path.join(PROGRAMS, "crash.cu"), encoding="utf-8") as f:
+        text = f.read()
+    result = _profiler(tmp_path, profile_program=exe).profile(prof.Target(os.path.join(PROGRAMS, "crash.cu"), text, "crash_null_write"))
+    assert not result.ok and "failed under ncu" in result.message
+
+
+def test_cli_profile_json(tmp_path):
+    folder = os.path.join(ROOT, "examples", "streaming")
+    out = subprocess.run(
+        [sys.executable, "-m", "kernel_lsp", "profile", os.path.join(folder, "original.cu"), "--spec",
+         os.path.join(folder, "spec.json"), "--json", "--cache-dir", str(tmp_path / "c")],
+        capture_output=True, text=True, timeout=600, cwd=ROOT,
+    )
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["ok"] and data["bottleneck"]["primary"] and data["signature"]["duration_us"] > 0

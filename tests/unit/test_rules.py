@@ -1,0 +1,329 @@
+"""Rewrite rules: the templates fire on the examples, every rewrite compiles and keeps the
+kernel's signature, and each rule refuses what it cannot prove."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.core.candidates import OptimizeRequest, TechniqueHint
+from kernel_lsp.core.index import build_index
+from kernel_lsp.core.rules import RULES, RuleGenerator, evaluate, rule_by_name
+from kernel_lsp.core.spec import parse_spec, with_candidate_launch
+from kernel_lsp.core.static_check import check, check_signature
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+HAS_NVCC = shutil.which("nvcc") is not None
+TECHNIQUES = {t["name"] for t in json.loads((Path(__file__).resolve().parents[2] / "kernel_lsp/data/techniques.json").read_text())["techniques"]}
+
+#: The structural template each example's original must trigger (the honest rewrite's idea).
+EXPECTED_TEMPLATE = {
+    "transpose": "tiled-transpose",
+    "streaming": "vectorize-float4",
+    "reduction": "shuffle-reduction",
+    "matmul": "index-swap",
+    "histogram": "privatized-histogram",
+    "softmax": "row-parallel",
+    "spmv": "vector-csr",
+}
+
+
+def _example(name: str):
+    source = (EXAMPLES / name / "original.cu").read_text()
+    spec = parse_spec(json.loads((EXAMPLES / name / "spec.json").read_text()))
+    return source, spec
+
+
+def _outcomes(name: str):
+    source, spec = _example(name)
+    return source, spec, {o.rule: o for o in evaluate(source, spec.kernel, spec)}
+
+
+def _compile(tmp_path: Path, source: str) -> subprocess.CompletedProcess:
+    path = tmp_path / "candidate.cu"
+    path.write_text(source)
+    return subprocess.run(["nvcc", "-arch=sm_90", "-cubin", "-o", str(tmp_path / "c.cubin"), str(path)],
+                          capture_output=True, text=True, timeout=300)
+
+
+def test_every_rule_names_a_known_technique() -> None:
+    assert {r.technique for r in RULES} <= TECHNIQUES
+    assert len({r.name for r in RULES}) == len(RULES)
+
+
+@pytest.mark.parametrize("example", sorted(EXPECTED_TEMPLATE))
+def test_template_fires_on_example_and_keeps_the_signature(example: str) -> None:
+    source, spec, outcomes = _outcomes(example)
+    outcome = outcomes[EXPECTED_TEMPLATE[example]]
+    assert outcome.applicable, outcome.why
+    assert outcome.rewrites
+    original = build_index(source).function(spec.kernel)
+    for rewrite in outcome.rewrites:
+        assert rewrite.source != source
+        fn = build_index(rewrite.source).function(spec.kernel)
+        assert fn is not None and fn.is_kernel
+        assert [(p.name, p.base_type, p.pointer_depth) for p in fn.params] == [(p.name, p.base_type, p.pointer_depth) for p in original.params]
+        candidate_spec = with_candidate_launch(spec, rewrite.launch_override)
+        assert check_signature(source, rewrite.source, candidate_spec).changed == ()
+        assert check(source, rewrite.source, candidate_spec).errors == ()
+        # The launch override evaluates at every size of the spec.
+        for variant in [None, *range(len(spec.variants))]:
+            launch = candidate_spec.resolve(variant).candidate
+            assert all(g >= 1 for g in launch.grid) and 1 <= launch.block[0] * launch.block[1] * launch.block[2] <= 1024
+
+
+def _all_rewrites():
+    for example in sorted(EXPECTED_TEMPLATE):
+        source, spec, outcomes = _outcomes(example)
+        for outcome in outcomes.values():
+            for rewrite in outcome.rewrites:
+                if rewrite.source != source:
+                    yield pytest.param(example, outcome.rule, rewrite.variant, id=f"{example}-{outcome.rule}-{rewrite.variant}")
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+@pytest.mark.parametrize("example,rule,variant", list(_all_rewrites()))
+def test_every_rewrite_of_the_examples_compiles(tmp_path: Path, example: str, rule: str, variant: str) -> None:
+    _, _, outcomes = _outcomes(example)
+    rewrite = next(r for r in outcomes[rule].rewrites if r.variant == variant)
+    result = _compile(tmp_path, rewrite.source)
+    assert result.returncode == 0, result.stderr
+
+
+def test_streaming_float4_launch_and_tail() -> None:
+    _, _, outcomes = _outcomes("streaming")
+    rewrite = outcomes["vectorize-float4"].rewrites[0]
+    assert "reinterpret_cast<const float4*>(x)" in rewrite.source
+    assert "i < n; i += kl_stride" in rewrite.source  # the scalar tail
+    assert rewrite.launch_override["block"] == [256, 1, 1]
+
+
+def test_block_size_sweep_recomputes_the_grid_to_cover_the_same_threads() -> None:
+    source, spec, outcomes = _outcomes("spmv")
+    rewrites = outcomes["block-size"].rewrites
+    assert sorted(r.launch_override["block"][0] for r in rewrites) == [128, 512, 1024]
+    for rewrite in rewrites:
+        assert rewrite.source == source
+        for variant in [None, *range(len(spec.variants))]:
+            resolved = with_candidate_launch(spec, rewrite.launch_override).resolve(variant)
+            original_threads = resolved.original.grid[0] * resolved.original.block[0]
+            new_threads = resolved.candidate.grid[0] * resolved.candidate.block[0]
+            assert original_threads <= new_threads < original_threads + resolved.candidate.block[0]
+
+
+# ----------------------------------------------------------------------------------------- negative cases
+
+SPEC_1D = {
+    "kernel": "k",
+    "params": [
+        {"name": "n", "scalar": "int32", "value": 100000},
+        {"name": "x", "array": "float32", "size": "n", "init": "uniform(-1,1)", "role": "in"},
+        {"name": "y", "array": "float32", "size": "n", "init": "zeros", "role": "out"},
+    ],
+    "grid": ["(n+255)/256", "1", "1"],
+    "block": [256, 1, 1],
+    "variants": [{"n": 1001}],
+}
+
+
+def _rule(name: str, source: str, spec: dict | None = SPEC_1D, kernel: str = "k"):
+    return next(o for o in evaluate(source, kernel, parse_spec(spec) if spec else None) if o.rule == name)
+
+
+def _kernel(body: str, params: str = "int n, const float* x, float* y") -> str:
+    return f'extern "C" __global__ void k({params})\n{{\n{body}\n}}\n'
+
+
+ELEMENTWISE = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {\n        y[i] = 2.0f * x[i];\n    }")
+
+
+def test_elementwise_kernel_gets_float4_grid_stride_and_sweep() -> None:
+    assert _rule("vectorize-float4", ELEMENTWISE).applicable
+    assert _rule("grid-stride", ELEMENTWISE).applicable
+    assert _rule("block-size", ELEMENTWISE).applicable
+    assert _rule("ldg", ELEMENTWISE).applicable
+
+
+@pytest.mark.parametrize("source,why", [
+    (ELEMENTWISE.replace("x[i]", "x[i + 1]"), "read at an index other"),
+    (ELEMENTWISE.replace("2.0f * x[i]", "2.0f * x[i] + (float)i"), "neither a scalar parameter"),
+])
+def test_vectorize_refuses_unproven_elementwise(source: str, why: str) -> None:
+    outcome = _rule("vectorize-float4", source)
+    assert not outcome.applicable and why in outcome.why
+
+
+def test_vectorize_refuses_without_spec_or_when_launch_does_not_cover_n() -> None:
+    assert not _rule("vectorize-float4", ELEMENTWISE, spec=None).applicable
+    short = dict(SPEC_1D, grid=["n/512", "1", "1"])
+    outcome = _rule("vectorize-float4", ELEMENTWISE, spec=short)
+    assert not outcome.applicable and "covers" in outcome.why
+
+
+def test_vectorize_refuses_double_arrays() -> None:
+    source = ELEMENTWISE.replace("const float* x, float* y", "const double* x, double* y")
+    spec = json.loads(json.dumps(SPEC_1D).replace("float32", "float64"))
+    assert not _rule("vectorize-float4", source, spec).applicable
+
+
+def test_block_size_refuses_block_cooperation() -> None:
+    shared = _kernel("    __shared__ float s[256];\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                     "    s[threadIdx.x] = i < n ? x[i] : 0.0f;\n    __syncthreads();\n    if (i < n) y[i] = s[255 - threadIdx.x];")
+    outcome = _rule("block-size", shared)
+    assert not outcome.applicable
+    assert not _rule("block-size", ELEMENTWISE, dict(SPEC_1D, block=[16, 16, 1])).applicable
+
+
+def test_restrict_const_needs_proof() -> None:
+    writes_x = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) { x[i] = 1.0f; y[i] = x[i]; }",
+                       "int n, float* x, float* y")
+    # Without a spec: const only where never written, and no __restrict__ at all.
+    assert not _rule("restrict-const", writes_x, spec=None).applicable
+    reads_x = writes_x.replace("x[i] = 1.0f; ", "")
+    outcome = _rule("restrict-const", reads_x, spec=None)
+    assert outcome.applicable
+    rewritten = outcome.rewrites[0].source
+    assert "const float* x" in rewritten and "__restrict__" not in rewritten and "const float* y" not in rewritten
+    # With a spec (distinct arrays): __restrict__ everywhere, const still only on x.
+    with_spec = _rule("restrict-const", reads_x).rewrites[0].source
+    assert "const float* __restrict__ x" in with_spec and "float* __restrict__ y" in with_spec
+
+
+def test_ldg_refuses_a_written_pointer_and_pointer_arithmetic() -> None:
+    assert not _rule("ldg", _kernel("    int i = threadIdx.x;\n    if (i < n) y[i] = y[i] + 1.0f;", "int n, const float* x, float* y")).applicable
+    alias = _kernel("    const float* p = x + 1;\n    int i = threadIdx.x;\n    if (i < n) y[i] = p[i];")
+    assert not _rule("ldg", alias).applicable
+
+
+def test_unroll_only_fixed_trip_loops() -> None:
+    fixed = _kernel("    float a = 0.0f;\n    for (int k = 0; k < 8; ++k) {\n        a += x[k];\n    }\n    y[0] = a;")
+    outcome = _rule("pragma-unroll", fixed)
+    assert outcome.applicable and "#pragma unroll\n    for (int k = 0; k < 8; ++k)" in outcome.rewrites[0].source
+    assert not _rule("pragma-unroll", fixed.replace("k < 8", "k < n")).applicable
+    already = fixed.replace("    for (int k", "    #pragma unroll\n    for (int k")
+    assert not _rule("pragma-unroll", already).applicable
+
+
+def test_launch_bounds_needs_a_known_block_and_none_present() -> None:
+    outcome = _rule("launch-bounds", ELEMENTWISE)
+    assert outcome.applicable and "__launch_bounds__(256) k(" in outcome.rewrites[0].source
+    assert not _rule("launch-bounds", ELEMENTWISE, spec=None).applicable
+    with_launch = ELEMENTWISE + "void run(int n, const float* x, float* y) { k<<<(n + 127) / 128, 128>>>(n, x, y); }\n"
+    assert "__launch_bounds__(128)" in _rule("launch-bounds", with_launch, spec=None).rewrites[0].source
+    assert not _rule("launch-bounds", ELEMENTWISE.replace("__global__ void", "__global__ void __launch_bounds__(256)")).applicable
+
+
+def test_grid_stride_refuses_a_body_that_returns_or_changes_the_index() -> None:
+    returns = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {\n        if (x[i] < 0.0f) return;\n        y[i] = x[i];\n    }")
+    assert not _rule("grid-stride", returns).applicable
+    changes = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {\n        y[i] = x[i];\n        i += 1;\n    }")
+    assert not _rule("grid-stride", changes).applicable
+
+
+SPEC_2D = {
+    "kernel": "k",
+    "params": [
+        {"name": "out", "array": "float32", "size": "rows*cols", "init": "zeros", "role": "out"},
+        {"name": "in", "array": "float32", "size": "rows*cols", "init": "uniform(-1,1)", "role": "in"},
+        {"name": "rows", "scalar": "int32", "value": 512},
+        {"name": "cols", "scalar": "int32", "value": 256},
+    ],
+    "grid": ["(cols+31)/32", "(rows+7)/8", "1"],
+    "block": [32, 8, 1],
+}
+COPY_2D = _kernel("    int c = blockIdx.x * blockDim.x + threadIdx.x;\n    int r = blockIdx.y * blockDim.y + threadIdx.y;\n"
+                  "    if (r < rows && c < cols) {\n        out[r * cols + c] = in[r * cols + c];\n    }",
+                  "float* out, const float* in, int rows, int cols")
+
+
+def test_transpose_and_index_swap_refuse_a_coalesced_copy() -> None:
+    assert not _rule("tiled-transpose", COPY_2D, SPEC_2D).applicable
+    assert not _rule("index-swap", COPY_2D, SPEC_2D).applicable
+    transpose = COPY_2D.replace("out[r * cols + c]", "out[c * rows + r]")
+    assert _rule("tiled-transpose", transpose, SPEC_2D).applicable
+
+
+SPEC_SUM = {
+    "kernel": "k",
+    "params": [
+        {"name": "n", "scalar": "int32", "value": 100000},
+        {"name": "x", "array": "float32", "size": "n", "init": "uniform(0,1)", "role": "in"},
+        {"name": "y", "array": "float32", "size": "1", "init": "zeros", "role": "out"},
+    ],
+    "grid": ["(n+255)/256", "1", "1"],
+    "block": [256, 1, 1],
+    "tolerance": {"rtol": 1e-4, "atol": 1e-3},
+}
+ATOMIC_SUM = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {\n        atomicAdd(&y[0], x[i]);\n    }")
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_atomic_sum_becomes_one_atomic_per_block(tmp_path: Path) -> None:
+    outcome = _rule("atomic-per-block", ATOMIC_SUM, SPEC_SUM)
+    assert outcome.applicable, outcome.why
+    source = outcome.rewrites[0].source
+    assert source.count("atomicAdd(") == 1 and "__shfl_down_sync" in source
+    assert _compile(tmp_path, source).returncode == 0
+
+
+def test_atomic_per_block_refuses_thread_dependent_addresses_and_odd_blocks() -> None:
+    assert not _rule("atomic-per-block", ATOMIC_SUM.replace("&y[0]", "&y[i % 4]"), SPEC_SUM).applicable
+    assert not _rule("atomic-per-block", ATOMIC_SUM, dict(SPEC_SUM, block=[48, 1, 1])).applicable
+
+
+HIST = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {\n        atomicAdd(&h[d[i] & 63], 1u);\n    }",
+               "int n, const int* d, unsigned int* h")
+
+
+def test_histogram_needs_a_known_bin_count_and_no_early_return() -> None:
+    assert _rule("privatized-histogram", HIST, None).applicable
+    assert not _rule("privatized-histogram", HIST.replace("d[i] & 63", "d[i]"), None).applicable
+    assert not _rule("privatized-histogram", HIST.replace("d[i] & 63", "d[i] & 62"), None).applicable
+    early = HIST.replace("    if (i < n) {\n", "    if (i >= n) return;\n    {\n")
+    assert not _rule("privatized-histogram", early, None).applicable
+
+
+def test_row_parallel_and_vector_csr_refuse_what_they_cannot_prove() -> None:
+    source, spec = _example("softmax")
+    two_statements = source.replace("m = fmaxf(m, x[c]);", "m = fmaxf(m, x[c]);\n        s0 += 1.0f;")
+    assert not next(o for o in evaluate(two_statements, spec.kernel, spec) if o.rule == "row-parallel").applicable
+    source, spec = _example("spmv")
+    uses_row = source.replace("acc += vals[j] * x[colidx[j]];", "acc += vals[j] * x[colidx[j]] * r;")
+    outcome = next(o for o in evaluate(uses_row, spec.kernel, spec) if o.rule == "vector-csr")
+    assert not outcome.applicable and "row" in outcome.why
+
+
+def test_reduction_template_refuses_an_odd_block() -> None:
+    source, spec = _example("reduction")
+    data = spec.to_json()
+    data["block"] = [100, 1, 1]
+    outcome = next(o for o in evaluate(source, spec.kernel, parse_spec(data)) if o.rule == "shuffle-reduction")
+    assert not outcome.applicable and "multiple of 32" in outcome.why
+
+
+def test_rules_refuse_on_syntax_errors() -> None:
+    broken = ELEMENTWISE.replace("if (i < n) {", "if (i < n {")
+    assert not any(o.applicable for o in evaluate(broken, "k", parse_spec(SPEC_1D)))
+
+
+def test_generator_follows_the_knowledge_base_order() -> None:
+    source, spec = _example("streaming")
+    hints = tuple(TechniqueHint(name, "", 1.0, 0.5) for name in ("launch-bounds", "restrict-const"))
+    request = OptimizeRequest(source, "s.cu", spec.kernel, spec.to_json(), techniques=hints)
+    candidates = list(RuleGenerator().generate(request))
+    assert [c.technique for c in candidates[:2]] == ["launch-bounds", "restrict-const"]
+    assert all(c.generator.startswith("rule:") and c.kernel == spec.kernel for c in candidates)
+    assert len({(c.source, str(c.launch_override)) for c in candidates}) == len(candidates)
+
+
+def test_apply_raises_when_preconditions_fail() -> None:
+    from kernel_lsp.core.rules.base import RuleContext
+
+    index = build_index(COPY_2D)
+    ctx = RuleContext(COPY_2D, index, index.function("k"), parse_spec(SPEC_2D))
+    with pytest.raises(ValueError, match="preconditions"):
+        rule_by_name("tiled-transpose").apply(ctx)

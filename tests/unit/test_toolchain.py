@@ -1,0 +1,117 @@
+"""The compiler service: buffer text compiled in a temp folder, messages mapped back, failures as values."""
+
+from __future__ import annotations
+
+import json
+import shutil
+import stat
+import threading
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.config import Settings
+from kernel_lsp.services.compile_db import CompileDb
+from kernel_lsp.services.toolchain import build_argv, compile_source
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+SOURCE = """\
+#include "helper.cuh"
+namespace ns {
+template <int N> __global__ void scale(float* p) { p[threadIdx.x] *= N * HELPER; }
+}
+__global__ void tiles(float* out) {
+    __shared__ float t[32][33];
+    t[threadIdx.y][threadIdx.x] = out[threadIdx.x];
+    __syncthreads();
+    out[threadIdx.x] = t[threadIdx.x][threadIdx.y];
+}
+extern "C" __global__ void plain() {}
+void host(float* p) { ns::scale<3><<<1, 64>>>(p); }
+"""
+
+
+def _fake_tool(folder: Path, body: str) -> str:
+    path = folder / "fake-nvcc"
+    path.write_text("#!/bin/sh\n" + body + "\n")
+    path.chmod(path.stat().st_mode | stat.S_IXUSR)
+    return str(path)
+
+
+def test_argv_uses_settings_or_database_flags(tmp_path: Path) -> None:
+    settings = Settings(arch="sm_80", include_paths=("/inc",), extra_flags=("-O3",))
+    argv = build_argv(settings, "k.cu", "/src", None)
+    assert argv == ["nvcc", "-arch=sm_80", "-cubin", "-Xptxas", "-v", "-lineinfo", "-I", "/src", "-I", "/inc",
+                    "-O3", "-o", "k.cubin", "k.cu"]
+    with_db = build_argv(settings, "k.cu", "/src", ("-arch=sm_75", "-DX"))
+    assert "-arch=sm_80" not in with_db and with_db.count("-arch=sm_75") == 1 and "-DX" in with_db
+
+
+@needs_nvcc
+def test_resources_by_name_and_local_include(tmp_path: Path) -> None:
+    (tmp_path / "helper.cuh").write_text("#define HELPER 2\n")
+    path = tmp_path / "k.cu"
+    path.write_text("// on disk: something else entirely\n")
+    result = compile_source(SOURCE, str(path), Settings())
+    assert result.ok, result.messages
+    assert set(result.resources) == {"ns::scale<3>", "tiles", "plain"}
+    tiles = result.resources_for("tiles")
+    assert tiles is not None and tiles.shared_bytes_static == 32 * 33 * 4 and tiles.registers_per_thread
+    assert result.resources_for("scale") is result.resources["ns::scale<3>"]
+    assert result.resources_for("ns::scale") is result.resources["ns::scale<3>"]
+    assert result.resources_for("missing") is None
+    assert path.read_text() == "// on disk: something else entirely\n"  # never written
+    assert result.flags_source == "settings"
+
+
+@needs_nvcc
+def test_messages_name_the_document_not_the_temp_file(tmp_path: Path) -> None:
+    path = tmp_path / "broken.cu"
+    result = compile_source("__global__ void k() {\n  int x = nope;\n}\n", str(path), Settings())
+    assert not result.ok and result.returncode != 0
+    [error] = result.errors
+    assert error.path == str(path) and error.line == 2 and error.column == 11
+    assert "nope" in error.message
+
+
+@needs_nvcc
+def test_compile_commands_flags_are_used(tmp_path: Path) -> None:
+    path = tmp_path / "k.cu"
+    (tmp_path / "compile_commands.json").write_text(json.dumps([
+        {"directory": str(tmp_path), "file": "k.cu", "arguments": ["nvcc", "-DNEEDED=1", "-c", "k.cu"]}
+    ]))
+    text = "#ifndef NEEDED\n#error no flags\n#endif\n__global__ void k() {}\n"
+    result = compile_source(text, str(path), Settings(), workspace_root=str(tmp_path), compile_db=CompileDb())
+    assert result.ok, result.messages
+    assert result.flags_source == "compile_commands.json" and "-DNEEDED=1" in result.argv
+
+
+def test_missing_nvcc_is_a_message(tmp_path: Path) -> None:
+    result = compile_source("__global__ void k() {}\n", str(tmp_path / "k.cu"), Settings(nvcc_path="/no/such/nvcc"))
+    assert result.tool_missing is not None and "/no/such/nvcc" in result.tool_missing
+    assert "nvccPath" in result.tool_missing and not result.ok
+
+
+def test_hanging_nvcc_times_out(tmp_path: Path) -> None:
+    fake = _fake_tool(tmp_path, "exec sleep 60")
+    result = compile_source("x", str(tmp_path / "k.cu"), Settings(nvcc_path=fake, compile_timeout_s=0.5))
+    assert result.timed_out and result.wall_s < 10
+    assert any("did not finish within 0.5 s" in p for p in result.problems)
+
+
+def test_cancel_stops_the_compiler(tmp_path: Path) -> None:
+    fake = _fake_tool(tmp_path, "exec sleep 60")
+    cancel = threading.Event()
+    threading.Timer(0.3, cancel.set).start()
+    result = compile_source("x", str(tmp_path / "k.cu"), Settings(nvcc_path=fake), cancel=cancel)
+    assert result.cancelled and result.wall_s < 10
+
+
+def test_compiler_sees_the_buffer_under_the_documents_name(tmp_path: Path) -> None:
+    # A fake nvcc that reports what it was given: the file name and the text in it.
+    fake = _fake_tool(tmp_path, 'for last; do :; done; echo "$last($(wc -l < "$last")): error: seen" >&2; exit 1')
+    path = tmp_path / "mine.cuh"
+    result = compile_source("a\nb\nc\n", str(path), Settings(nvcc_path=fake))
+    [error] = result.errors
+    assert error.path == str(path) and error.line == 3 and error.message == "seen"
