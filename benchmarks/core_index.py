@@ -5,8 +5,9 @@ Run: ``.venv/bin/python benchmarks/core_index.py [--lines 10000] [--edits 100] [
 Prints a table of p50/p99 in milliseconds, wall clock (``time.perf_counter``)
 and CPU time of this process (``time.process_time``, which is what to compare
 on a shared, loaded machine), for: full parse, full index, incremental reparse after a one-character edit,
-incremental re-index after that edit, and the same for an edit that inserts a
-line (every later function moves). Writes every raw sample to the JSON file
+incremental re-index after that edit, the same for an edit that inserts a
+line (every later function moves), and the one-character edit sent as a
+full-document replacement (``replace_all``). Writes every raw sample to the JSON file
 with the machine, the date and the command.
 """
 
@@ -86,12 +87,19 @@ def main() -> int:
     indexer.index(doc)
     middle = source.count("\n") // 2
     line = next(i for i in range(middle, middle + 30) if source.splitlines()[i].startswith("    int idx"))
+    offset = sum(len(x) + 1 for x in source.split("\n")[:line]) + 4
     for _ in range(args.edits):
         for kind, (insert, remove_end) in {"char": ("x", (line, 5)), "newline": ("\n", (line + 1, 0))}.items():
             timed(f"reparse_{kind}", lambda insert=insert: doc.apply_edit(line, 4, line, 4, insert))
             timed(f"reindex_{kind}", lambda: indexer.index(doc))
             doc.apply_edit(line, 4, *remove_end, "")
             indexer.index(doc)
+        # Clients with full-document sync send the whole text: the changed region is diffed out.
+        edited = source[: offset] + "x" + source[offset:]
+        timed("fullsync_reparse_char", lambda: doc.replace_all(edited))
+        timed("fullsync_reindex_char", lambda: indexer.index(doc))
+        doc.replace_all(source)
+        indexer.index(doc)
     print(f"{args.lines} lines, {len(source)} bytes, {len(index.functions)} functions, {len(index.launches)} launches")
     print(f"{'measure':<18}{'p50 ms':>10}{'p99 ms':>10}{'n':>6}")
     for name, values in samples.items():

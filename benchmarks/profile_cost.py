@@ -2,8 +2,9 @@
 
     python benchmarks/profile_cost.py [--out benchmarks/results/profile_cost.json] [--repeat 1]
 
-For each example kernel (``examples/*/original.cu`` with its ``spec.json``) the profiler
-service runs, through the harness's launch mode:
+For each example kernel (``examples/*/original.cu`` with its ``spec.json``, through the
+harness's launch mode) and each fixture program of ``tests/fixtures/ncu/programs`` (built
+with ``nvcc -lineinfo``, profiled as the user's program) the profiler service runs:
 
 * ``full``:  ``--set full`` (one ncu run);
 * ``first``: the tree's choice for a first profile (no previous facts: one run);
@@ -23,9 +24,11 @@ import glob
 import json
 import os
 import platform
+import shutil
 import statistics
 import sys
 import tempfile
+import time
 
 HERE = os.path.dirname(os.path.abspath(__file__))
 ROOT = os.path.dirname(HERE)
@@ -47,6 +50,26 @@ def examples() -> list[tuple[str, str, str]]:
         original = os.path.join(folder, "original.cu")
         if os.path.isfile(original):
             out.append((os.path.basename(folder), original, spec))
+    return out
+
+
+#: Fixture programs profiled in program mode (``profileProgram``), program -> kernel.
+PROGRAMS = {"stream": "stream_triad", "strided": "strided_gather", "bank_conflict": "transpose_smem_conflict",
+            "fma": "fma_chains", "regs": "register_heavy", "tiny": "tiny_chase"}
+
+
+def programs(build_dir: str, arch: str) -> list[tuple[str, str, str, str]]:
+    """(name, source, kernel, binary) of every fixture program that builds."""
+    out = []
+    folder = os.path.join(ROOT, "tests", "fixtures", "ncu", "programs")
+    for name, kernel in PROGRAMS.items():
+        source = os.path.join(folder, f"{name}.cu")
+        exe = os.path.join(build_dir, name)
+        built = run(["nvcc", f"-arch={arch}", "-lineinfo", "-O3", "-o", exe, source], timeout_s=300)
+        if built.ok:
+            out.append((f"prog:{name}", source, kernel, exe))
+        else:
+            print(f"skipping {name}: nvcc failed: {built.stderr.strip()[:200]}")
     return out
 
 
@@ -73,15 +96,30 @@ def main() -> int:
     parser.add_argument("--repeat", type=int, default=1, help="profiles of each kind per kernel")
     parser.add_argument("--ncu", default="ncu")
     parser.add_argument("--arch", default="sm_90")
+    parser.add_argument("--no-programs", action="store_true", help="only the examples (no fixture programs)")
+    parser.add_argument("--budget-s", type=float, default=None,
+                        help="start no new kernel after this many seconds; the kernels left are listed as skipped")
     args = parser.parse_args()
+    started = time.monotonic()
     samples: list[dict] = []
     rows = []
+    targets: list[tuple[str, prof.Target]] = []
     for name, original, spec_path in examples():
         with open(spec_path, encoding="utf-8") as f:
             kernel = json.load(f)["kernel"]
         with open(original, encoding="utf-8") as f:
-            source = f.read()
-        target = prof.Target(original, source, kernel, spec_path=spec_path)
+            targets.append((name, prof.Target(original, f.read(), kernel, spec_path=spec_path)))
+    build_dir = tempfile.mkdtemp(prefix="profile-cost-")
+    if not args.no_programs:
+        for name, source, kernel, exe in programs(build_dir, args.arch):
+            with open(source, encoding="utf-8") as f:
+                targets.append((name, prof.Target(source, f.read(), kernel, program=exe)))
+    for position, (name, target) in enumerate(targets):
+        if args.budget_s is not None and time.monotonic() - started > args.budget_s:
+            skipped = [n for n, _ in targets[position:]]
+            print(f"budget of {args.budget_s:.0f} s spent: skipped {', '.join(skipped)}", flush=True)
+            break
+        kernel = target.kernel
         per_mode: dict[str, list[dict]] = {"full": [], "first": [], "again": []}
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory() as store:
@@ -107,19 +145,35 @@ def main() -> int:
             "leaf_first": per_mode["first"][-1]["leaf"], "leaf_again": per_mode["again"][-1]["leaf"],
             "errors": [s["message"] for mode in per_mode.values() for s in mode if s["message"]],
         })
-    print(f"{'example':12s} {'full s':>7s} {'first s':>8s} {'again s':>8s} {'first%':>7s} {'again%':>7s}  full class / first / again")
-    for r in rows:
-        pct = lambda v: f"{100 * v:6.0f}%" if v is not None else "    n/a"  # noqa: E731
-        num = lambda v: f"{v:7.2f}" if v is not None else "    n/a"  # noqa: E731
-        print(f"{r['example']:12s} {num(r['full_s'])} {num(r['first_s']):>8s} {num(r['again_s']):>8s} {pct(r['first_ratio'])} "
-              f"{pct(r['again_ratio'])}  {r['label_full']} / {r['label_first']} / {r['label_again']}")
-        for error in r["errors"][:2]:
-            print(f"    ! {error[:160]}")
-    valid = [r for r in rows if r["full_s"] and r["first_s"] and r["again_s"]]
+        # Written after every kernel so that a run stopped by a time limit still leaves its rows.
+        write_report(args, rows, samples, skipped=[n for n, _ in targets[position + 1:]])
+    shutil.rmtree(build_dir, ignore_errors=True)
+    valid = write_report(args, rows, samples, skipped=[n for n, _ in targets[len(rows):]], final=True)
+    return 0 if valid else 1
+
+
+def write_report(args: argparse.Namespace, rows: list[dict], samples: list[dict], skipped: list[str], final: bool = False) -> list[dict]:
+    """Print the table (a progress line until ``final``) and (re)write the JSON; returns the kernels that count."""
+    if not final:
+        r = rows[-1]
+        print(f"{r['example']}: full {r['full_s']} s, first {r['first_s']} s, again {r['again_s']} s; "
+              f"{r['label_full']} / {r['label_first']} / {r['label_again']}", flush=True)
+    else:
+        print(f"{'example':19s} {'full s':>7s} {'first s':>8s} {'again s':>8s} {'first%':>7s} {'again%':>7s}  full class / first / again")
+        for r in rows:
+            pct = lambda v: f"{100 * v:6.0f}%" if v is not None else "    n/a"  # noqa: E731
+            num = lambda v: f"{v:7.2f}" if v is not None else "    n/a"  # noqa: E731
+            print(f"{r['example']:19s} {num(r['full_s'])} {num(r['first_s']):>8s} {num(r['again_s']):>8s} {pct(r['first_ratio'])} "
+                  f"{pct(r['again_ratio'])}  {r['label_full']} / {r['label_first']} / {r['label_again']}")
+            for error in r["errors"][:2]:
+                print(f"    ! {error[:160]}")
+    # A kernel counts only when all three profiles worked and the full profile named a class.
+    valid = [r for r in rows if r["full_s"] and r["first_s"] and r["again_s"] and r["label_full"] not in (None, "unknown")]
     summary = {}
     if valid:
         summary = {
             "kernels": len(valid),
+            "kernels_left_out": [r["example"] for r in rows if r not in valid],
             "median_first_ratio": statistics.median(r["first_ratio"] for r in valid),
             "median_again_ratio": statistics.median(r["again_ratio"] for r in valid),
             "agreement_first": sum(r["label_first"] == r["label_full"] for r in valid) / len(valid),
@@ -128,9 +182,10 @@ def main() -> int:
             "target_ratio": TARGET_RATIO,
             "target_agreement": TARGET_AGREEMENT,
         }
-        print(f"\nmedian time vs full: first profile {summary['median_first_ratio']:.0%}, later saves "
-              f"{summary['median_again_ratio']:.0%} (target <= {TARGET_RATIO:.0%}); class agreement: first "
-              f"{summary['agreement_first']:.0%}, again {summary['agreement_again']:.0%} (target >= {TARGET_AGREEMENT:.0%})")
+        if final:
+            print(f"\nmedian time vs full: first profile {summary['median_first_ratio']:.0%}, later saves "
+                  f"{summary['median_again_ratio']:.0%} (target <= {TARGET_RATIO:.0%}); class agreement: first "
+                  f"{summary['agreement_first']:.0%}, again {summary['agreement_again']:.0%} (target >= {TARGET_AGREEMENT:.0%})")
     gpu = run(["nvidia-smi", "--query-gpu=name,driver_version", "--format=csv,noheader"], timeout_s=30).stdout.strip() \
         if prof.proc.which("nvidia-smi") else None
     ncu_version = prof.ncu_reader.ncu_version(args.ncu)
@@ -142,11 +197,13 @@ def main() -> int:
             "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
             "machine": {"host": platform.node(), "python": platform.python_version(), "gpu": gpu, "ncu": ncu_version},
             "summary": summary,
+            "skipped": skipped,
             "rows": rows,
             "samples": samples,
         }, f, indent=1)
-    print(f"wrote {args.out}")
-    return 0 if valid else 1
+    if final:
+        print(f"wrote {args.out}")
+    return valid
 
 
 if __name__ == "__main__":

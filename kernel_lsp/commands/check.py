@@ -79,6 +79,8 @@ def _print_text(path: str, kernels: tuple[KernelFacts, ...], compile: CompileRes
             print(f"  registers {usage.registers_per_thread}, spills {usage.spill_store_bytes} B stores / "
                   f"{usage.spill_load_bytes} B loads, shared {usage.shared_bytes_static} B, "
                   f"stack {usage.stack_frame_bytes} B")
+        elif compile is not None and compile.errors:
+            print("  resources unknown (the compile failed)")
         else:
             print("  resources unknown (not compiled)")
         for lf in facts.launches:

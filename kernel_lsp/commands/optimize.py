@@ -175,8 +175,8 @@ def run(args: argparse.Namespace) -> int:
                 print(f"... {message}", file=sys.stderr)
 
         result = optimize(source, os.path.abspath(args.file), kernel, spec, generators=generators, verifier=verifier,
-                          kb=kb, budget=budget, traces=traces, verify=not args.dry_run,
-                          progress=progress)
+                          kb=kb, profile=_last_profile(args.file, kernel), budget=budget, traces=traces,
+                          verify=not args.dry_run, progress=progress)
     finally:
         if kb is not None:
             kb.close()
@@ -211,6 +211,18 @@ def run(args: argparse.Namespace) -> int:
     if result.gpu_error and not result.accepted:
         return EXIT_USAGE
     return EXIT_OK if best is not None else EXIT_REJECTED
+
+
+def _last_profile(path: str, kernel: str) -> Any:
+    """The kernel's last good profile from the profiler's default store (the server's too), or None."""
+    try:
+        import platformdirs
+
+        from kernel_lsp.services.profiler import ProfileStore
+
+        return ProfileStore(os.path.join(platformdirs.user_cache_dir("kernel-lsp"), "profiles")).last_good(path, kernel)
+    except Exception:  # no profile: the knowledge base falls back to its default state
+        return None
 
 
 def _default_out(path: str) -> str:

@@ -8,6 +8,7 @@ Format (``kernel_lsp/data/profiling_tree.json``, ``"format": "kernel-lsp-profili
 
     {"format": ..., "version": 1, "name": "default", "doc": "...",
      "first_pass": ["SpeedOfLight", "LaunchStats", "Occupancy"],
+     "unmeasured": "missing",
      "budget": {"max_passes": 20},
      "root": "NODE_ID",
      "nodes": {
@@ -31,6 +32,14 @@ A leaf names the sections (in priority order) and extra metrics to collect
 next; the budget caps the replay passes of that collection (lowest-priority
 sections dropped first). Walking the tree is pure and records its path.
 
+Measured facts come from the previous profile of the kernel, so a repeat profile
+is one ncu run: the first-pass sections plus the chosen leaf's (the first pass is
+collected again, to classify and time the new code). A kernel's first profile has
+no measured facts: with ``"unmeasured": "missing"`` the tests take their
+``missing`` branches (still one run); with ``"first_pass"`` the first pass runs
+alone and the tree is walked on its results (two runs: fewer passes, but every
+ncu run costs ~1.8 s of start-up on the recorded H200, see ``data/ncu_sections.json``).
+
 :func:`refine` improves a tree on a dataset of full profiles by REWRITE edits
 (a threshold, a leaf's sections) and SPLIT edits (a leaf becomes a test with two
 leaves), each accepted only when it raises the score: agreement between the
@@ -50,6 +59,7 @@ from typing import Any
 
 from kernel_lsp.core import classify as C
 from kernel_lsp.core import profile as P
+from kernel_lsp.core.features import static_features
 from kernel_lsp.core.index import Function
 
 FORMAT = "kernel-lsp-profiling-tree"
@@ -438,20 +448,10 @@ def cost_model_from_json(data: Mapping[str, Any]) -> CostModel:
 # --------------------------------------------------------------------------- facts
 
 
-def static_facts(function: Function) -> dict[str, float]:
-    """``static.*`` facts read from the kernel's index entry (no compile, no GPU)."""
-    loops = function.loops
-    return {
-        "static.params": float(len(function.params)),
-        "static.pointer_params": float(sum(1 for p in function.params if p.pointer_depth > 0)),
-        "static.shared_decls": float(len(function.shared)),
-        "static.dynamic_shared": float(any(s.is_extern for s in function.shared)),
-        "static.syncs": float(len(function.syncs)),
-        "static.atomics": float(len(function.atomics)),
-        "static.loops": float(len(loops)),
-        "static.max_loop_depth": float(max((l.depth for l in loops), default=0)),
-        "static.uses_2d_index": float(any(f.endswith((".y", ".z")) for f in function.thread_index_uses)),
-    }
+def static_facts(function: Function, source: str | bytes, constants: Mapping[str, str] | None = None) -> dict[str, float]:
+    """``static.*`` facts: the kernel's static features (:mod:`kernel_lsp.core.features`), no compile, no GPU."""
+    features = static_features(function, source, dict(constants or {}))
+    return {f"static.{name}": value for name, value in features.as_dict().items()}
 
 
 def facts_from_metrics(metrics: Mapping[str, float]) -> dict[str, float]:

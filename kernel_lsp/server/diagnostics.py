@@ -101,7 +101,7 @@ def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float |
         return
     settings = state.settings
     source = doc.source_bytes
-    version = doc.version
+    revision = doc.revision
     path = doc.path
     uri = doc.uri
 
@@ -110,16 +110,16 @@ def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float |
             source, path, settings, workspace_root=state.workspace_root, compile_db=state.compile_db, cancel=ctx.cancel
         )
 
-    def current_version() -> int | None:
+    def current_revision() -> int | None:
         current = state.documents.get(uri)
-        return current.version if current is not None else None
+        return current.revision if current is not None else None
 
     def publish(result: toolchain.CompileResult) -> None:
         current = state.documents.get(uri)
         if current is None:
             return
         current.compile = result
-        current.compile_version = version
+        current.compile_version = current.version
         if result.tool_missing:
             state.show(f"kernel-lsp: {result.tool_missing}", types.MessageType.Warning, once_key="nvcc-missing")
         for problem in result.problems:
@@ -132,8 +132,8 @@ def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float |
         JobKey(uri, "compile"),
         work,
         publish=publish,
-        version=version,
-        current_version=current_version,
+        version=revision,
+        current_version=current_revision,
         delay_s=settings.compile_debounce_ms / 1000.0 if delay_s is None else delay_s,
         title="nvcc",
         progress=state.progress_factory(),

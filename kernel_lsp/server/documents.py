@@ -6,13 +6,15 @@ the order the client sent them). Work that runs on other threads (the index
 builder, the compiler) reads immutable snapshots: ``source_bytes`` is a
 ``bytes`` object that edits replace rather than change.
 
-Everything derived from the text is cached per version through :meth:`memo`, so
-a second ``documentSymbol`` or a hover at the same version costs a dict look-up.
+Everything derived from the text is cached per text revision (bumped on every
+change, whatever version number the client sends) through :meth:`memo`, so a
+second ``documentSymbol`` or a hover at the same revision costs a dict look-up.
 """
 
 from __future__ import annotations
 
 import asyncio
+import gc
 import logging
 import threading
 from collections.abc import Callable
@@ -50,7 +52,9 @@ class DocumentState:
     """Reuses the analysis of functions an edit did not touch."""
     extra: dict[str, Any] = field(default_factory=dict)
     """Free slot for feature modules (profiling results, …), keyed by module name."""
-    _memo: dict[str, tuple[int | None, Any]] = field(default_factory=dict)
+    revision: int = 0
+    """Bumped by every change of the text, whatever version the client sends: caches and jobs key on it."""
+    _memo: dict[str, tuple[int, Any]] = field(default_factory=dict)
     _memo_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
@@ -65,24 +69,29 @@ class DocumentState:
         return self.memo("text", lambda: self.parsed.text)
 
     def memo(self, key: str, compute: Callable[[], T]) -> T:
-        """``compute()`` once per document version under ``key``."""
-        version = self.version
+        """``compute()`` once per text revision under ``key``."""
+        revision = self.revision
         hit = self._memo.get(key)
-        if hit is not None and hit[0] == version:
+        if hit is not None and hit[0] == revision:
             return hit[1]
         value = compute()
         with self._memo_lock:
-            self._memo[key] = (version, value)
+            self._memo[key] = (revision, value)
         return value
 
     def cached(self, key: str) -> Any | None:
-        """The memoised value for the current version, or None."""
+        """The memoised value for the current revision, or None."""
         hit = self._memo.get(key)
-        return hit[1] if hit is not None and hit[0] == self.version else None
+        return hit[1] if hit is not None and hit[0] == self.revision else None
 
     def index(self) -> KernelIndex:
-        """The kernel index of the current version (built at most once per version)."""
-        return self.memo("index", lambda: self.indexer.index(self.parsed))
+        """The kernel index of the current revision (built at most once per revision)."""
+        return self.memo("index", self._build_index)
+
+    def _build_index(self) -> KernelIndex:
+        index = self.indexer.index(self.parsed)
+        freeze_long_lived()
+        return index
 
     async def off_loop(self, fn: Callable[[], T]) -> T:
         """``fn()`` inline for a small document, on a worker thread for a big one."""
@@ -98,6 +107,21 @@ class DocumentState:
         if not self.big:
             return self.index()
         return await asyncio.get_running_loop().run_in_executor(None, self.index)
+
+
+def freeze_long_lived() -> None:
+    """Move what exists now (parse trees, indexes, caches) out of the cyclic GC's sight.
+
+    A 10,000-line file's analysis is ~90k objects; each full collection would
+    rescan them all (~20-90 ms here), and those pauses were the p99 of hover and
+    documentSymbol. The objects hold no reference cycles, so reference counting
+    still frees them when a newer revision replaces them. The young generations
+    are collected first so that little cyclic garbage gets frozen; closing a
+    document unfreezes (see :meth:`DocumentStore.close`) so any that did is
+    collected eventually.
+    """
+    gc.collect(1)
+    gc.freeze()
 
 
 def uri_to_path(uri: str) -> str | None:
@@ -129,9 +153,12 @@ class DocumentStore:
             else:
                 parsed = ParsedDocument(text)
             placeholder.parsed = parsed
+            placeholder.indexer = IncrementalIndexer()
+            placeholder.revision += 1
             placeholder.version = version
             placeholder.language_id = language_id
         return placeholder
 
     def close(self, uri: str) -> DocumentState | None:
+        gc.unfreeze()
         return self._docs.pop(uri, None)

@@ -14,9 +14,11 @@ Registered from :mod:`kernel_lsp.server.code_actions` (its provider list).
 
 from __future__ import annotations
 
+import contextlib
 import logging
 import os
 import re
+import threading
 import weakref
 from dataclasses import dataclass, field
 from typing import Any
@@ -39,6 +41,7 @@ CANCEL_COMMAND = "kernelLsp.cancelOptimize"
 #: Test-only command (registered when ``KERNEL_LSP_TEST_HOOKS=1``) that stores a fake verified result.
 INJECT_COMMAND = "kernelLsp.test.injectOptimizeResult"
 TEST_HOOKS_ENV = "KERNEL_LSP_TEST_HOOKS"
+_MODEL_LOCK = threading.Lock()
 _LINES = re.compile(r"[^\n]*\n|[^\n]+$")
 #: Apply actions shown per kernel (best first).
 MAX_APPLY_ACTIONS = 3
@@ -48,6 +51,9 @@ MAX_APPLY_ACTIONS = 3
 class _OptimizerState:
     results: dict[tuple[str, str], OptimizeResult] = field(default_factory=dict)
     """(uri, kernel) -> the latest finished search."""
+    model: Any = None
+    """The loaded local model, kept between searches (loading takes seconds); see :func:`_model`."""
+    model_key: tuple[Any, ...] | None = None
 
 
 _STATES: "weakref.WeakKeyDictionary[ServerState, _OptimizerState]" = weakref.WeakKeyDictionary()
@@ -110,11 +116,12 @@ def apply_action(doc: DocumentState, result: OptimizeResult, candidate: Candidat
     return types.CodeAction(title=title, kind=types.CodeActionKind.RefactorRewrite, edit=edit)
 
 
-def kernel_actions(state: ServerState, doc: DocumentState, kernel: str) -> list[types.CodeAction]:
-    actions = [types.CodeAction(
-        title=f"Optimize {kernel}", kind=types.CodeActionKind.RefactorRewrite,
-        command=types.Command(title=f"Optimize {kernel}", command=OPTIMIZE_COMMAND, arguments=[doc.uri, kernel]),
-    )]
+def kernel_actions(state: ServerState, doc: DocumentState, kernel: str) -> list[types.CodeAction | types.Command]:
+    # A bare Command (allowed in a codeAction answer): lsprotocol-based clients parse any action that
+    # carries a "command" as a Command anyway (lsprotocol _hooks._code_action_hook), losing its fields.
+    actions: list[types.CodeAction | types.Command] = [
+        types.Command(title=f"Optimize {kernel}", command=OPTIMIZE_COMMAND, arguments=[doc.uri, kernel]),
+    ]
     result = ostate(state).results.get((doc.uri, kernel))
     if result is None:
         return actions
@@ -131,7 +138,7 @@ def kernel_actions(state: ServerState, doc: DocumentState, kernel: str) -> list[
     return actions
 
 
-def provider(ctx: Any) -> list[types.CodeAction]:
+def provider(ctx: Any) -> list[types.CodeAction | types.Command]:
     fn = ctx.function
     if fn is None or not fn.is_kernel:
         return []
@@ -173,6 +180,18 @@ def _spec_for(doc: DocumentState, kernel: str) -> tuple[Any, str | None]:
     return None, problem or f"no launch spec for {kernel}: use the code action 'Create launch spec for {kernel}' first"
 
 
+def _model(state: ServerState, load: Any) -> Any:
+    """The model for the current settings: reused while they are unchanged, the old one closed otherwise."""
+    s = state.settings
+    key = (s.model, s.model_n_gpu_layers, s.model_n_ctx, s.model_threads)
+    os_ = ostate(state)
+    if os_.model_key != key:
+        if os_.model is not None:
+            os_.model.close()
+        os_.model, os_.model_key = load(s), key
+    return os_.model
+
+
 def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, source: str, version: int | None, ctx: Any) -> OptimizeResult:
     """The job's work (a worker thread): KB, generators, verifier from the settings."""
     from kernel_lsp.core.rules import RuleGenerator
@@ -186,14 +205,19 @@ def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, s
     budget = Budget(max_candidates=s.optimize_budget_candidates, max_seconds=s.optimize_budget_s)
     generators: list[Any] = [RuleGenerator()]
     messages: list[str] = []
+    traces = None
     if s.model:
         try:
             from kernel_lsp.services.llm import model_from_settings
+            from kernel_lsp.services.traces import TraceStore
 
-            model = model_from_settings(s)
+            model = _model(state, model_from_settings)
             if model is not None:
+                # Model attempts (and every verdict of the search) become distillation data.
+                traces = TraceStore()
                 generators.append(model_generator(model, spec, source, verifier=verifier, budget=budget, cancel=ctx.cancel,
-                                                  workspace_root=state.workspace_root, arch=s.arch, nvcc=s.nvcc_path))
+                                                  traces=traces, workspace_root=state.workspace_root, arch=s.arch,
+                                                  nvcc=s.nvcc_path))
         except Exception as exc:  # a missing model degrades to rules only, visibly
             messages.append(f"model unavailable ({exc}); rules only")
     kb = None
@@ -204,12 +228,17 @@ def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, s
     except Exception as exc:
         messages.append(f"knowledge base unavailable ({exc})")
     try:
-        result = optimize(source, doc.path or doc.uri, kernel, spec, generators=generators, verifier=verifier, kb=kb,
-                          profile=_last_profile(state, doc.path, kernel), budget=budget, cancel=ctx.cancel,
-                          progress=lambda message, pct: ctx.report(message, pct), document_version=version)
+        # The local model serves one conversation at a time: searches that use it take turns.
+        with _MODEL_LOCK if len(generators) > 1 else contextlib.nullcontext():
+            result = optimize(source, doc.path or doc.uri, kernel, spec, generators=generators, verifier=verifier, kb=kb,
+                              profile=_last_profile(state, doc.path, kernel), budget=budget, cancel=ctx.cancel,
+                              progress=lambda message, pct: ctx.report(message, pct), document_version=version,
+                              traces=traces)
     finally:
         if kb is not None:
             kb.close()
+        if traces is not None:
+            traces.close()
     if messages:
         from dataclasses import replace
 

@@ -27,11 +27,12 @@ import os
 import threading
 import weakref
 from dataclasses import dataclass, field
+from pathlib import Path
 
 from lsprotocol import types
 
 from kernel_lsp.core.classify import classify
-from kernel_lsp.core.index import Function, KernelIndex
+from kernel_lsp.core.index import Function, KernelIndex, build_index
 from kernel_lsp.core.profile import KernelProfile
 from kernel_lsp.core.profile_render import hot_line_message, kernel_markdown, line_markdown, regression_message
 from kernel_lsp.core.spec_draft import PLACEHOLDER, draft_spec
@@ -136,15 +137,17 @@ def _submit(state: ServerState, uri: str, target: prof.Target, version: int | No
             profiler = profiler_for(state)
         except (OSError, ValueError) as exc:
             return prof.ProfileResult(None, None, None, message=f"profiling tree unusable: {exc}")
-        return profiler.profile(target, cancel=ctx.cancel, report=lambda message: ctx.report(message))
+        result = profiler.profile(target, cancel=ctx.cancel, report=lambda message: ctx.report(message))
+        if not ctx.cancelled:
+            # Kept even when the document changed meanwhile: the profile describes the saved file.
+            pstate(state).results[(os.path.abspath(target.source_path), target.kernel)] = result
+        return result
 
     def current_version() -> int | None:
         doc = state.documents.get(uri)
         return doc.version if doc is not None else version
 
     def publish(result: prof.ProfileResult) -> None:
-        ps = pstate(state)
-        ps.results[(os.path.abspath(target.source_path), target.kernel)] = result
         if result.message:
             kind = "ncu" if "was not found" in result.message else result.message[:60]
             state.show(f"kernel-lsp: profiling {target.kernel}: {result.message}", types.MessageType.Warning,
@@ -182,9 +185,6 @@ def on_save(state: ServerState, doc: DocumentState) -> None:
 
 def on_file_changed(state: ServerState, path: str) -> None:
     """A watched file changed on disk (event loop)."""
-    from kernel_lsp.core.index import build_index
-    from pathlib import Path
-
     uri = Path(path).as_uri()
     doc = state.documents.get(uri)
     if doc is not None:
@@ -320,8 +320,6 @@ def create_spec_action(doc: DocumentState, index: KernelIndex, kernel: str, side
     data = dict(draft.spec)
     if draft.todo:
         data["comment"] = "Fill in: " + " | ".join(draft.todo)
-    from pathlib import Path
-
     uri = Path(sidecar).as_uri()
     body = json.dumps(data, indent=2) + "\n"
     edit = types.WorkspaceEdit(document_changes=[

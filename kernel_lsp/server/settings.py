@@ -4,6 +4,10 @@ Resolution order (see :mod:`kernel_lsp.config`): defaults < user config file <
 workspace settings < initializationOptions. Settings are re-read on
 ``workspace/didChangeConfiguration``; each problem (unknown key, bad value) is
 shown to the user once.
+
+initializationOptions are the editor's settings as they were at start-up; once
+the editor reports a change, they are dropped, or the stale start-up value of
+a setting would keep hiding the one the user just changed.
 """
 
 from __future__ import annotations
@@ -103,6 +107,7 @@ def register(server: KernelLspServer) -> None:
     @guarded(state, what="didChangeConfiguration")
     async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
         pushed = params.settings
+        state.init_options = {}
         if isinstance(pushed, dict) and isinstance(pushed.get(SECTION), dict):
             state.workspace_settings = pushed[SECTION]
         else:

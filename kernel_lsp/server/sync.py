@@ -59,6 +59,7 @@ def register(server: KernelLspServer) -> None:
             else:
                 apply_changes(doc.parsed, params.content_changes)
             doc.version = params.text_document.version
+            doc.revision += 1
         state.run_hooks(state.on_change, doc)
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)

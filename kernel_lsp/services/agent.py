@@ -55,6 +55,9 @@ VIEW_FILE_MAX_BYTES = 4 * 1024 * 1024
 #: Longest explanation a final answer may carry, in characters.
 EXPLANATION_MAX_CHARS = 240
 
+#: Added to an attempt's temperature after each answer that left the kernel unchanged.
+UNCHANGED_TEMPERATURE_STEP = 0.4
+
 TOOL_NAMES = ("compile", "benchmark", "profile", "view_file", "kb_search")
 
 GENERAL_TECHNIQUE = TechniqueHint(
@@ -469,20 +472,28 @@ def system_prompt(kernel: str, tools: Sequence[str]) -> str:
 
 
 def user_prompt(request: OptimizeRequest, hint: TechniqueHint, kernel_text: str) -> str:
-    parts = [f"File {request.path}, kernel {request.kernel}:\n```cuda\n{kernel_text}\n```"]
-    if request.spec:
-        parts.append(f"Launch spec: {json.dumps(request.spec, sort_keys=True, default=str)[:800]}")
-    if request.profile_summary:
-        parts.append(f"Profile: {request.profile_summary}")
-    if request.state:
-        parts.append(f"Performance state: {request.state}")
-    parts.append(f"Technique to apply: {hint.name}: {hint.description}")
+    """The task: the technique and its worked example first, the user's kernel last.
+
+    Small models follow what they read last; with the example after the kernel,
+    Qwen2.5-Coder-0.5B tended to copy the kernel back unchanged.
+    """
+    parts = [f"Technique: {hint.name}: {hint.description}"]
     if hint.example_before and hint.example_after:
         parts.append(
             "A verified example of this technique on another kernel.\n"
             f"Before:\n```cuda\n{hint.example_before.strip()}\n```\nAfter:\n```cuda\n{hint.example_after.strip()}\n```"
         )
-    parts.append(f"Apply {hint.name} to {request.kernel}.")
+    if request.profile_summary:
+        parts.append(f"Profile of {request.kernel}: {request.profile_summary}")
+    if request.state:
+        parts.append(f"Performance state: {request.state}")
+    if request.spec:
+        parts.append(f"Launch spec: {json.dumps(request.spec, sort_keys=True, default=str)[:800]}")
+    parts.append(f"File {request.path}, kernel {request.kernel}:\n```cuda\n{kernel_text}\n```")
+    parts.append(
+        f"Rewrite {request.kernel} with {hint.name}, the way the After example changed its kernel. "
+        "The new kernel must differ from the current one."
+    )
     return "\n\n".join(parts)
 
 
@@ -513,6 +524,13 @@ class _Attempt:
     prompt_tokens: int = 0
     completion_tokens: int = 0
     benchmarks: int = 0
+    unchanged: int = 0
+    """Final answers that repeated the kernel; each raises the next turn's temperature."""
+
+    def turn_temperature(self) -> float:
+        # A model that copied the kernel tends to copy it again at the same
+        # temperature; sampling hotter is the cheapest way out of that rut.
+        return min(1.0, self.temperature + UNCHANGED_TEMPERATURE_STEP * self.unchanged)
 
 
 class ModelGenerator:
@@ -624,7 +642,7 @@ class ModelGenerator:
                     window,
                     schema=schema,
                     max_tokens=max(1, min(self.budgets.max_tokens_per_turn, tokens_left)),
-                    temperature=attempt.temperature,
+                    temperature=attempt.turn_temperature(),
                     seed=attempt.seed + turn,
                     timeout_s=max(1.0, min(self.budgets.turn_timeout_s, spend.deadline - self.clock())),
                     cancel=self.cancel,
@@ -679,6 +697,7 @@ class ModelGenerator:
             attempt.steps.append({"kind": "splice_notes", "notes": list(spliced.notes)})
         if spliced.source == request.source:
             attempt.steps.append({"kind": "unchanged"})
+            attempt.unchanged += 1
             return None, f"Your kernel is unchanged. Apply {attempt.hint.name} and send the new kernel.", False
         if self.tools.compile is not None:
             feedback = self._safe(lambda: self.tools.compile(spliced.source))

@@ -26,6 +26,7 @@ import os
 import re
 import sys
 from collections.abc import Callable, Iterable, Mapping
+from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
 from kernel_lsp.core.profile import KernelProfile, LineCounters, RuleAdvice
@@ -527,23 +528,45 @@ def _export(report_path: str, ncu_path: str, args: list[str], timeout_s: float, 
     return result.stdout
 
 
+#: The three exports of the CSV reader; they read the report only, so they run side by side.
+_EXPORTS: dict[str, list[str]] = {
+    "raw": ["--page", "raw", "--print-units", "base"],
+    "details": ["--page", "details", "--print-details", "all", "--print-units", "base"],
+    "source": ["--page", "source", "--print-source", "cuda,sass"],
+}
+
+
 def _read_with_exports(report_path, ncu_path, source_file, with_lines, timeout_s, run) -> list[KernelProfile]:
-    raw = _export(report_path, ncu_path, ["--page", "raw", "--print-units", "base"], timeout_s, run)
-    records = parse_raw_csv(raw)
-    try:
-        details = parse_details_csv(
-            _export(report_path, ncu_path, ["--page", "details", "--print-details", "all", "--print-units", "base"], timeout_s, run)
-        )
-    except NcuReadError as exc:
-        log.info("no rule results: %s", exc)
-        details = {}
-    records = [replace(r, rules=details[r.id][1]) if r.id in details else r for r in records]
-    lines = None
-    if with_lines and len(records) == 1:
+    pages = ["raw", "details"] + (["source"] if with_lines else [])
+    with ThreadPoolExecutor(max_workers=len(pages) + 1) as pool:
+        futures = {page: pool.submit(_export, report_path, ncu_path, _EXPORTS[page], timeout_s, run) for page in pages}
+        version = pool.submit(_cached_version, ncu_path, run)
+        records = parse_raw_csv(futures["raw"].result())
         try:
-            lines = parse_source_csv(
-                _export(report_path, ncu_path, ["--page", "source", "--print-source", "cuda,sass"], timeout_s, run)
-            )
+            details = parse_details_csv(futures["details"].result())
         except NcuReadError as exc:
-            log.info("no source counters: %s", exc)
-    return to_profiles(records, lines, source_file=source_file, ncu_version_text=ncu_version(ncu_path, run))
+            log.info("no rule results: %s", exc)
+            details = {}
+        lines = None
+        # Several launches of one kernel (a repeated launch for timing) list the same lines once per
+        # launch; parse_source_csv adds them up, which keeps every line's share of the samples.
+        if with_lines:
+            try:
+                lines = parse_source_csv(futures["source"].result())
+            except NcuReadError as exc:
+                log.info("no source counters: %s", exc)
+        version_text = version.result()
+    records = [replace(r, rules=details[r.id][1]) if r.id in details else r for r in records]
+    return to_profiles(records, lines, source_file=source_file, ncu_version_text=version_text)
+
+
+_VERSIONS: dict[str, str | None] = {}
+
+
+def _cached_version(ncu_path: str, run) -> str | None:
+    """``ncu --version`` once per executable path (a process start costs ~0.3 s); stand-in runners are not cached."""
+    if run is not proc.run:
+        return ncu_version(ncu_path, run)
+    if ncu_path not in _VERSIONS:
+        _VERSIONS[ncu_path] = ncu_version(ncu_path, run)
+    return _VERSIONS[ncu_path]

@@ -30,7 +30,7 @@ import threading
 import time
 import uuid
 from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass
 from typing import Any
 
 from kernel_lsp.core.candidates import Candidate, CandidateGenerator, OptimizeRequest, TechniqueHint
@@ -155,11 +155,20 @@ def candidate_hash(candidate: Candidate) -> str:
 
 
 def harness_verifier(options: Any = None) -> Verifier:
-    """The real verifier: :func:`kernel_lsp.services.harness.verify` with ``options`` (VerifyOptions)."""
-    from kernel_lsp.services.harness import verify
+    """The real verifier: :func:`kernel_lsp.services.harness.verify` with ``options`` (VerifyOptions),
+    serialized with the profiler's GPU lock."""
+    from kernel_lsp.services.harness import VerifyCancelled, verify
+    from kernel_lsp.services.profiler import GPU_LOCK
 
     def run(original: str, candidate: str, spec: Spec, cancel: threading.Event | None) -> Verdict:
-        return verify(original, candidate, spec, options, cancel=cancel)
+        # One GPU job at a time in this process (profiles and other searches): timings must not overlap.
+        while not GPU_LOCK.acquire(timeout=0.2):
+            if cancel is not None and cancel.is_set():
+                raise VerifyCancelled("cancelled while waiting for the GPU")
+        try:
+            return verify(original, candidate, spec, options, cancel=cancel)
+        finally:
+            GPU_LOCK.release()
 
     return run
 
@@ -388,7 +397,8 @@ def _record(result: CandidateResult, kb: Any, traces: Any, state: str | None, **
 
 def model_generator(model: Any, spec: Spec, source: str, *, verifier: Verifier | None, budget: Budget,
                     cancel: threading.Event | None = None, traces: Any = None, workspace_root: str | None = None,
-                    arch: str = "sm_90", nvcc: str = "nvcc") -> Any:
+                    arch: str = "sm_90", nvcc: str = "nvcc", techniques: int = 3, samples: int = 2,
+                    seconds: float | None = None) -> Any:
     """A :class:`~kernel_lsp.services.agent.ModelGenerator` wired to our tools (compile, benchmark, kb_search)."""
     from kernel_lsp.services.agent import AgentBudgets, AgentTools, CompileFeedback, ModelGenerator
     from kernel_lsp.services.harness import GpuUnavailable, VerifyCancelled
@@ -411,6 +421,7 @@ def model_generator(model: Any, spec: Spec, source: str, *, verifier: Verifier |
 
     # kb_search is left to the agent's default: the request's techniques, which the driver got from the KB.
     tools = AgentTools(compile=compile_tool, benchmark=benchmark_tool, workspace_root=workspace_root)
-    budgets = AgentBudgets(max_total_tokens=budget.max_tokens, max_seconds=budget.max_seconds)
+    budgets = AgentBudgets(max_techniques=techniques, samples_per_technique=samples, max_total_tokens=budget.max_tokens,
+                           max_seconds=seconds if seconds is not None else budget.max_seconds)
     sink = traces.record_attempt if traces is not None else None
     return ModelGenerator(model, tools, budgets, trace_sink=sink, cancel=cancel)

@@ -133,11 +133,12 @@ def load_costs(path: str | None = None) -> T.CostModel | None:
     return T.cost_model_from_json(data)
 
 
-def static_facts(function: Function | None, compile_log: str = "", entry: str | None = None) -> dict[str, float]:
-    """``static.*`` facts from the kernel index and ``ptxas.*`` facts from ptxas's verbose log."""
+def static_facts(function: Function | None, source: str = "", compile_log: str = "", entry: str | None = None,
+                 constants: dict[str, str] | None = None) -> dict[str, float]:
+    """``static.*`` facts from the kernel's source and ``ptxas.*`` facts from ptxas's verbose log."""
     facts: dict[str, float] = {}
     if function is not None:
-        facts.update(T.static_facts(function))
+        facts.update(T.static_facts(function, source, constants))
     if compile_log and entry:
         block = compile_log.split(f"Function properties for {entry}", 1)
         if len(block) == 2:
@@ -309,8 +310,9 @@ class Profiler:
         try:
             report("building")
             launch = self._prepare(target, workdir, cancel)
-            function = build_index(target.source_text).function(target.kernel)
-            facts = static_facts(function, launch.compile_log, launch.entry)
+            index = build_index(target.source_text)
+            facts = static_facts(index.function(target.kernel), target.source_text, launch.compile_log, launch.entry,
+                                 dict(index.constants))
             measured = T.facts_from_metrics(previous.metrics) if previous is not None else None
             started = time.monotonic()
             with GPU_LOCK:

@@ -29,11 +29,14 @@ def load_dataset(folder: str, source_dirs: tuple[str, ...] = ()) -> list[Sample]
 
     Kernels are looked up by name in the .cu files of ``folder`` and ``source_dirs``.
     """
-    functions = {}
+    facts_by_kernel: dict[str, dict[str, float]] = {}
     for path in sorted(p for d in (folder, *source_dirs) for p in glob.glob(os.path.join(d, "*.cu"))):
         with open(path, encoding="utf-8", errors="replace") as f:
-            for function in build_index(f.read()).kernels:
-                functions.setdefault(function.name, function)
+            source = f.read()
+        index = build_index(source)
+        for function in index.kernels:
+            if function.name not in facts_by_kernel:
+                facts_by_kernel[function.name] = static_facts(function, source, dict(index.constants))
     samples: list[Sample] = []
     problems: list[str] = []
     for path in sorted(glob.glob(os.path.join(folder, "*.csv")) + glob.glob(os.path.join(folder, "*.csv.gz"))):
@@ -49,8 +52,7 @@ def load_dataset(folder: str, source_dirs: tuple[str, ...] = ()) -> list[Sample]
         for record in records:
             if M_MEMORY_PCT not in record.metrics or M_SM_PCT not in record.metrics:
                 continue
-            function = functions.get(record.name)
-            facts = static_facts(function) if function is not None else {}
+            facts = facts_by_kernel.get(record.name, {})
             samples.append(Sample(f"{stem}:{record.name}:{record.id}", record.metrics, facts))
     if not samples:
         raise DatasetError(f"no full profile with speed-of-light metrics in {folder}" + (f" ({'; '.join(problems)})" if problems else ""))

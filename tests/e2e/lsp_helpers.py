@@ -22,7 +22,11 @@ from lsprotocol import types
 from pytest_lsp import ClientServerConfig, LanguageClient, client_capabilities
 
 HAS_NVCC = shutil.which("nvcc") is not None
-needs_nvcc = pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+
+
+def needs_nvcc(test: Any) -> Any:
+    """Mark a test ``nvcc`` (selectable with ``-m nvcc``) and skip it when nvcc is not on PATH."""
+    return pytest.mark.nvcc(pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")(test))
 
 #: A small, valid CUDA file: two kernels (one templated), a device function, launches.
 SAXPY = """\

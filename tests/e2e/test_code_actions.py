@@ -9,7 +9,7 @@ import shutil
 from pathlib import Path
 
 import pytest
-from lsp_helpers import lsp_session, needs_nvcc, open_doc, position_of, wait_message
+from lsp_helpers import lsp_session, needs_nvcc, open_doc, position_of, wait_diagnostics, wait_message
 from lsprotocol import types
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
@@ -32,7 +32,7 @@ def _params(uri: str, text: str, needle: str) -> types.CodeActionParams:
 
 
 def _titles(actions) -> list[str]:
-    return [a.title for a in actions or [] if isinstance(a, types.CodeAction)]
+    return [a.title for a in actions or []]
 
 
 def _apply(text: str, edit: types.TextEdit) -> str:
@@ -48,6 +48,7 @@ async def test_optimize_offered_on_kernels_only(transpose: Path) -> None:
     text = transpose.read_text()
     async with lsp_session(transpose.parent, init_options={"kbPath": str(transpose.parent / "kb.sqlite3")}) as client:
         uri = open_doc(client, transpose)
+        await wait_diagnostics(client, uri)  # the document is open and analysed
         on_kernel = await client.text_document_code_action_async(_params(uri, text, "transpose(float"))
         in_comment = await client.text_document_code_action_async(_params(uri, text, "Naive out-of-place"))
     assert "Optimize transpose" in _titles(on_kernel)
@@ -61,10 +62,12 @@ async def test_without_a_gpu_the_optimize_job_says_why_and_nothing_applies(trans
     options = {"kbPath": str(transpose.parent / "kb.sqlite3"), "optimizeBudgetCandidates": 2}
     async with lsp_session(transpose.parent, init_options=options) as client:
         uri = open_doc(client, transpose)
+        await wait_diagnostics(client, uri)  # the document is open and analysed
         actions = await client.text_document_code_action_async(_params(uri, text, "transpose(float"))
-        optimize = next(a for a in actions if isinstance(a, types.CodeAction) and a.title == "Optimize transpose")
+        optimize = next(a for a in actions if a.title == "Optimize transpose")
+        assert isinstance(optimize, types.Command)
         await client.workspace_execute_command_async(types.ExecuteCommandParams(
-            command=optimize.command.command, arguments=optimize.command.arguments))
+            command=optimize.command, arguments=optimize.arguments))
         message = await wait_message(client, "Optimize transpose:")
         after = await client.text_document_code_action_async(_params(uri, text, "transpose(float"))
     assert "none verified" in message.message and "GPU" in message.message
@@ -79,6 +82,7 @@ async def test_verified_result_edits_the_verified_version_only(transpose: Path) 
     async with lsp_session(transpose.parent, env={"KERNEL_LSP_TEST_HOOKS": "1"},
                            init_options={"kbPath": str(transpose.parent / "kb.sqlite3")}) as client:
         uri = open_doc(client, transpose, version=1)
+        await wait_diagnostics(client, uri)
         injected = await client.workspace_execute_command_async(types.ExecuteCommandParams(command=INJECT, arguments=[{
             "uri": uri, "kernel": "transpose", "version": 1, "original": text, "source": candidate,
             "technique": "transpose-via-shared-memory", "speedup": 2.31, "max_rel_error": 3e-7}]))

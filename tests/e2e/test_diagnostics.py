@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import stat
@@ -144,6 +145,22 @@ async def test_settings_from_workspace_configuration_are_used(tmp_path: Path) ->
     assert any("needs extraFlags" in d.message for d in diagnostics)
 
 
+@needs_nvcc
+async def test_a_changed_setting_wins_over_the_start_up_initialization_options(tmp_path: Path) -> None:
+    path = tmp_path / "k.cu"
+    path.write_text("#ifndef FROM_SETTINGS\n#error needs extraFlags\n#endif\n__global__ void k() {}\n")
+    async with lsp_session(tmp_path, init_options={"extraFlags": []}) as client:
+        uri = open_doc(client, path)
+        diagnostics = await wait_diagnostics(client, uri, lambda ds: bool(_errors(ds)))
+        assert any("needs extraFlags" in d.message for d in diagnostics)
+        # The user sets the flag in the editor: the stale start-up value must not hide it.
+        client.workspace_did_change_configuration(
+            types.DidChangeConfigurationParams(settings={"kernelLsp": {"extraFlags": ["-DFROM_SETTINGS=1"]}})
+        )
+        diagnostics = await wait_diagnostics(client, uri, lambda ds: not _errors(ds))
+    assert not _errors(diagnostics)
+
+
 async def test_bad_setting_value_is_reported_and_ignored(tmp_path: Path) -> None:
     path = tmp_path / "k.cu"
     path.write_text("__global__ void k() {}\n")
@@ -157,3 +174,34 @@ async def test_bad_setting_value_is_reported_and_ignored(tmp_path: Path) -> None
         )
     assert symbols and symbols[0].name == "k"
     assert os.path.exists(path)
+
+
+@needs_nvcc
+async def test_compile_reports_progress_begin_and_end(tmp_path: Path) -> None:
+    path = tmp_path / "k.cu"
+    path.write_text("__global__ void k() {}\n")
+    async with lsp_session(tmp_path) as client:  # VS Code's capabilities include workDoneProgress
+        uri = open_doc(client, path)
+        await wait_diagnostics(client, uri)
+
+        def kinds() -> list[list[str]]:
+            # pytest-lsp stores each $/progress value as WorkDoneProgressBegin/Report/End.
+            return [[value.kind for value in reports] for reports in client.progress_reports.values()]
+
+        async with asyncio.timeout(60):
+            while not any(k and k[-1] == "end" for k in kinds()):
+                await client.wait_for_notification(types.PROGRESS)
+    [sequence] = kinds()
+    assert sequence[0] == "begin" and sequence[-1] == "end"
+
+
+async def test_syntax_errors_are_hints_when_nvcc_is_missing(tmp_path: Path) -> None:
+    path = tmp_path / "k.cu"
+    path.write_text("__global__ void k(int* p) { p[0] = ; }\n")
+    async with lsp_session(tmp_path, init_options={"nvccPath": "/nonexistent/nvcc"}) as client:
+        uri = open_doc(client, path)
+        diagnostics = await wait_diagnostics(client, uri)
+    syntax = [d for d in diagnostics if d.source == "kernel-lsp (tree-sitter)"]
+    assert syntax and all(d.severity == types.DiagnosticSeverity.Hint for d in syntax)
+    assert syntax[0].range.start.line == 0
+    assert not [d for d in diagnostics if d.severity in (types.DiagnosticSeverity.Error, types.DiagnosticSeverity.Warning)]

@@ -120,6 +120,8 @@ def test_prompt_carries_profile_technique_and_example():
     assert HINT.example_before in user and HINT.example_after in user
     assert "if (i < n) out[i] = a * in[i];" in user
     assert '"grid": [4]' in user
+    # The worked example comes before the user's kernel: small models follow what they read last.
+    assert user.index(HINT.example_after) < user.index("if (i < n) out[i] = a * in[i];")
     assert "keep the kernel name scale" in model.calls[0].messages[0]["content"]
 
 
@@ -277,6 +279,7 @@ def test_unchanged_kernel_is_not_a_candidate():
     gen = ModelGenerator(model, AgentTools(), one_sample())
     assert len(list(gen.generate(request()))) == 1
     assert "unchanged" in model.calls[1].messages[-1]["content"]
+    assert [call.temperature for call in model.calls] == [0.2, pytest.approx(0.6)]
 
 
 def test_samples_vary_temperature_and_seed_and_duplicates_are_dropped():
@@ -289,7 +292,7 @@ def test_samples_vary_temperature_and_seed_and_duplicates_are_dropped():
     assert [c.technique for c in candidates] == ["grid_stride_loop", "vectorized_loads"]
     assert [(c.temperature, c.seed) for c in model.calls] == [(0.1, 7), (0.9, 107), (0.1, 1007), (0.9, 1107)]
     assert [a.reason for a in gen.attempts] == [None, "same file as an earlier candidate", None, "same file as an earlier candidate"]
-    assert "Apply vectorized_loads to scale." in model.calls[2].messages[1]["content"]
+    assert "Rewrite scale with vectorized_loads" in model.calls[2].messages[1]["content"]
 
 
 def test_step_budget_ends_an_attempt():

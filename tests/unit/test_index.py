@@ -233,3 +233,34 @@ multi_line(const int* __restrict__ a,
     assert [(launch.grid, launch.enclosing_function) for launch in index.launches] == [("1", "go"), ("3", None)]
     multi = index.function("multi_line")
     assert multi is not None and multi.launch_bounds == ("128",) and multi.name_span.start.line == 13
+
+
+@pytest.mark.parametrize(
+    ("decl", "name", "type_text", "pointer_depth", "is_const"),
+    [
+        ("float (*p)[4]", "p", "float (*)[4]", 2, False),
+        ("int& r", "r", "int&", 0, False),
+        ("const Foo& f", "f", "const Foo&", 0, True),
+        ("const double c[]", "c", "const double []", 1, True),
+        ("float** pp", "pp", "float**", 2, False),
+        ("int n = 5", "n", "int", 0, False),
+        ("unsigned long long count", "count", "unsigned long long", 0, False),
+    ],
+)
+def test_param_forms(decl: str, name: str, type_text: str, pointer_depth: int, is_const: bool) -> None:
+    (fn,) = build_index(f"__global__ void k({decl}) {{}}").functions
+    (param,) = fn.params
+    assert (param.name, param.type_text, param.pointer_depth, param.is_const) == (name, type_text, pointer_depth, is_const)
+
+
+def test_signature_and_return_types() -> None:
+    index = build_index(
+        "__device__ const float* ptr(const float* p) { return p; }\n"
+        "__device__ float& at(float* p, int i) { return p[i]; }\n"
+        "namespace ns { __global__ void __launch_bounds__(128, 4) k(int n) {} }\n"
+    )
+    assert [f.signature for f in index.functions] == [
+        "__device__ const float* ptr(const float* p)",
+        "__device__ float& at(float* p, int i)",
+        "__global__ __launch_bounds__(128, 4) void ns::k(int n)",
+    ]

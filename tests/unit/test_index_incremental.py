@@ -97,3 +97,23 @@ def test_changing_a_define_reanalyses_sizes() -> None:
     doc.apply_edit(0, 10, 0, 11, "16")
     k = indexer.index(doc).function("k")
     assert k is not None and k.shared[0].size_bytes == 64
+
+
+@pytest.mark.parametrize("seed", range(4))
+def test_full_text_sync_matches_fresh_parse(seed: int) -> None:
+    rng = random.Random(100 + seed)
+    doc = ParsedDocument(SOURCE)
+    indexer = IncrementalIndexer()
+    text = SOURCE
+    for _ in range(15):
+        pos = rng.randrange(len(text) + 1)
+        cut = rng.randrange(0, 8)
+        text = text[:pos] + rng.choice(SNIPPETS) + text[pos + cut :]
+        doc.replace_all(text)
+        assert doc.source_bytes == text.encode()
+        assert str(doc.tree.root_node) == str(ParsedDocument(text).tree.root_node)
+        assert indexer.index(doc) == build_index(text)
+    doc.replace_all("")
+    assert doc.source_bytes == b"" and build_index(doc).functions == ()
+    doc.replace_all(SOURCE)
+    assert len(build_index(doc).kernels) == 12

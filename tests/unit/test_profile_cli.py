@@ -5,8 +5,6 @@ from __future__ import annotations
 import json
 import os
 
-import pytest
-
 from kernel_lsp.cli import main
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ncu")

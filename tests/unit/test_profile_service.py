@@ -134,5 +134,30 @@ def test_ptxas_facts_from_the_compile_log():
         "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
         "ptxas info    : Used 168 registers, used 1 barriers, 4096 bytes smem, 360 bytes cmem[0]\n"
     )
-    facts = prof.static_facts(None, log, "_Z1kPf")
+    facts = prof.static_facts(None, "", log, "_Z1kPf")
     assert facts == {"ptxas.registers": 168.0, "ptxas.smem_bytes": 4096.0, "ptxas.spill_bytes": 8.0}
+
+
+def test_source_watcher_reports_cuda_files_only(tmp_path):
+    import threading
+
+    from kernel_lsp.services.watch import SourceWatcher, is_watched
+
+    assert is_watched("/w/src/k.cu") and is_watched("/w/k.cuh") and not is_watched("/w/build/k.cu")
+    assert not is_watched("/w/.git/k.cu") and not is_watched("/w/notes.txt")
+    seen: list[str] = []
+    changed = threading.Event()
+
+    def on_change(path: str) -> None:
+        seen.append(path)
+        changed.set()
+
+    watcher = SourceWatcher.start(str(tmp_path), on_change)
+    assert watcher is not None
+    try:
+        (tmp_path / "notes.txt").write_text("x")
+        (tmp_path / "k.cu").write_text(SOURCE)
+        assert changed.wait(10.0)
+    finally:
+        watcher.stop()
+    assert seen and all(p.endswith("k.cu") for p in seen)

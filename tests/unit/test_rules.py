@@ -25,7 +25,7 @@ EXPECTED_TEMPLATE = {
     "transpose": "tiled-transpose",
     "streaming": "vectorize-float4",
     "reduction": "shuffle-reduction",
-    "matmul": "index-swap",
+    "matmul": "tiled-matmul",
     "histogram": "privatized-histogram",
     "softmax": "row-parallel",
     "spmv": "vector-csr",
@@ -295,6 +295,15 @@ def test_row_parallel_and_vector_csr_refuse_what_they_cannot_prove() -> None:
     uses_row = source.replace("acc += vals[j] * x[colidx[j]];", "acc += vals[j] * x[colidx[j]] * r;")
     outcome = next(o for o in evaluate(uses_row, spec.kernel, spec) if o.rule == "vector-csr")
     assert not outcome.applicable and "row" in outcome.why
+
+
+def test_matmul_templates() -> None:
+    source, spec, outcomes = _outcomes("matmul")
+    assert outcomes["index-swap"].applicable  # threadIdx.x walks the rows of C
+    assert outcomes["tiled-matmul"].rewrites[0].launch_override["block"] == [32, 32, 1]
+    transposed_a = source.replace("A[row * K + k]", "A[k * M + row]")
+    outcome = next(o for o in evaluate(transposed_a, spec.kernel, spec) if o.rule == "tiled-matmul")
+    assert not outcome.applicable
 
 
 def test_reduction_template_refuses_an_odd_block() -> None:

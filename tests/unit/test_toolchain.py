@@ -14,7 +14,11 @@ from kernel_lsp.config import Settings
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.toolchain import build_argv, compile_source
 
-needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+
+def needs_nvcc(test):
+    """Mark a test ``nvcc`` and skip it when nvcc is not on PATH."""
+    return pytest.mark.nvcc(pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")(test))
 
 SOURCE = """\
 #include "helper.cuh"

@@ -166,7 +166,6 @@ def test_refine_rejects_an_edit_that_does_not_improve():
                                                                   "ComputeWorkloadAnalysis"]}}})
 
     def worse(t, samples, costs):
-        leaf = t.node("all")
         return [T.Edit("REWRITE", "all", "drop everything", {"all": T.Leaf("all", ())})]
 
     refined, log = T.refine(tree, DATASET, COSTS, proposer=worse)
@@ -223,3 +222,21 @@ def test_refine_on_recorded_profiles_accepts_only_improvements():
     for entry in log:
         assert entry.accepted == (entry.score_after > entry.score_before + 1e-3)
     assert after.agreement >= before.agreement - 0.05
+
+
+def test_unmeasured_policy_first_pass_runs_twice_on_a_first_profile():
+    data = {**BARE, "unmeasured": "first_pass", "root": "t", "nodes": {
+        "t": {"feature": "derived.max_throughput_pct", "op": ">=", "threshold": 60, "then": "tables", "else": "warp"},
+        "tables": {"collect": ["MemoryWorkloadAnalysis_Tables"]}, "warp": {"collect": ["WarpStateStats"]}}}
+    tree = T.parse_tree(data)
+    strided = DATASET[2]
+    cold, collected, cold_s = T.emulate(tree, strided, COSTS, warm=False)
+    assert cold.runs == (tree.first_pass, ("MemoryWorkloadAnalysis_Tables",)) and cold.leaf == "tables"
+    warm, _, warm_s = T.emulate(tree, strided, COSTS, warm=True)
+    assert warm.runs == (tree.first_pass + ("MemoryWorkloadAnalysis_Tables",),) and warm_s < cold_s
+    assert C.classify(collected).label == "uncoalesced-access"
+    # the default policy takes the missing branch instead: one run, the else leaf
+    missing = T.parse_tree({**data, "unmeasured": "missing"})
+    assert T.emulate(missing, strided, COSTS, warm=False)[0].runs == (tree.first_pass + ("WarpStateStats",),)
+    with pytest.raises(T.TreeError, match="unmeasured"):
+        T.parse_tree({**data, "unmeasured": "sometimes"})

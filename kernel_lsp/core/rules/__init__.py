@@ -24,7 +24,7 @@ from kernel_lsp.core.rules.simple import (
     BlockSizeSweep, GridStride, IndexSwap, LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst,
 )
 from kernel_lsp.core.rules.structural import (
-    AtomicPerBlock, PrivatizedHistogram, RowParallel, TiledTranspose, TreeReductionToShuffle, VectorCsr,
+    AtomicPerBlock, PrivatizedHistogram, RowParallel, TiledMatmul, TiledTranspose, TreeReductionToShuffle, VectorCsr,
     VectorizeElementwise,
 )
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
@@ -32,6 +32,7 @@ from kernel_lsp.core.spec import Spec, SpecError, parse_spec
 #: Default order: structural templates (large, pattern-proven wins) first, then local edits.
 RULES: tuple[Rule, ...] = (
     TiledTranspose(),
+    TiledMatmul(),
     TreeReductionToShuffle(),
     AtomicPerBlock(),
     PrivatizedHistogram(),

@@ -117,8 +117,9 @@ class RuleContext:
     def with_helpers(self, new_source_body: str, helpers: str) -> str:
         """The file with the kernel's body replaced and ``helpers`` inserted before the kernel's first line."""
         start, end, _ = self.body
+        # The kernel's span starts at ``__global__``; an ``extern "C"`` before it on the same line must stay
+        # attached to the kernel, so the helpers go at the start of that line.
         at = T.line_start(self.source_bytes, self.kernel.span.start_byte)
-        # Include an ``extern "C"`` or ``template<...>`` on the lines just above the kernel's own line.
         b = self.source_bytes
         new = b[:at] + helpers.encode() + b[at:start] + new_source_body.encode() + b[end:]
         return new.decode("utf-8")

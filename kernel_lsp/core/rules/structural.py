@@ -20,7 +20,6 @@ from kernel_lsp.core.rules.simple import DEFAULT_SM_COUNT, THREADS_PER_SM, _guar
 
 _Q = re.escape
 _ZERO = r"(?:0|0\.0?f?|0\.f|0u)"
-_GLOBAL_X = T.global_index_pattern("x")
 _ACC_TYPES = frozenset({"float", "double", "int", "unsigned int", "unsigned", "long long", "unsigned long long"})
 _FUNCS = frozenset({
     "expf", "exp", "logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "fmaxf", "fminf", "fmax", "fmin",
@@ -341,6 +340,7 @@ class TreeReductionToShuffle(Rule):
         acc_t, acc, lt, inp = f["acc_type"], f["acc"], f["loop_type"], f["inp"]
         helper, wsum = _warp_sum(ctx.kernel.name, acc_t)
         fs, fe = f["final"]
+        final = text[fs:fe].replace("\n", "\n    ")
         body = "\n    " + "\n    ".join(prelude_parts) + f"""
     // Each thread sums a strided slice in registers (4 independent accumulators), then
     // warps combine with shuffles and one shared-memory exchange between warps.
@@ -367,7 +367,7 @@ class TreeReductionToShuffle(Rule):
     if (threadIdx.x < 32) {{
         {acc} = threadIdx.x < ((blockDim.x + 31) >> 5) ? kl_warp_totals[threadIdx.x] : 0;
         {acc} = {wsum}({acc});
-        {text[fs:fe]}
+        {final}
     }}
 """
         return (Rewrite(ctx.with_helpers(body, helper), "register accumulation + warp-shuffle block sum (no tree, 1 barrier)"),)
@@ -663,32 +663,35 @@ class RowParallel(Rule):
             if form == "store":
                 continue
             t = T.declared_type(masked, v)
+            suffix = f"{form}_{t.replace(' ', '_')}_{k}"
             if per == "block":
-                pieces.append(f"{v} = kl_block_{form}_{k}<{t}>({v}, kl_scratch_{t});")
+                pieces.append(f"{v} = kl_block_{suffix}({v}, kl_scratch_{t});")
             else:
-                pieces.append(f"{v} = kl_warp_{form}_{k}<{t}>({v});")
+                pieces.append(f"{v} = kl_warp_{suffix}({v});")
         return "\n    " + "\n    ".join(pieces) + "\n"
 
     def _helpers(self, ctx: RuleContext, f: dict, per: str) -> str:
+        # Plain (non-template) functions per type: templates cannot sit inside an extern "C" block.
         k = ctx.kernel.name
-        forms = sorted({kind[0] for *_, kind in f["loops"] if kind[0] != "store"})
+        pairs = sorted({(kind[0], T.declared_type(ctx.body_masked, kind[1])) for *_, kind in f["loops"] if kind[0] != "store"})
         ops = {"sum": "a + b", "max": "a > b ? a : b", "min": "a < b ? a : b"}
         out = []
-        for form in forms:
+        for form, t in pairs:
+            suffix = f"{form}_{t.replace(' ', '_')}_{k}"
             out.append(
-                f"template <typename T>\nstatic __device__ __forceinline__ T kl_warp_{form}_{k}(T v)\n{{\n"
-                f"    for (int o = 16; o > 0; o >>= 1) {{\n        T a = v, b = __shfl_xor_sync(0xffffffffu, v, o);\n        v = {ops[form]};\n    }}\n    return v;\n}}\n\n"
+                f"static __device__ __forceinline__ {t} kl_warp_{suffix}({t} v)\n{{\n"
+                f"    for (int o = 16; o > 0; o >>= 1) {{\n        {t} a = v, b = __shfl_xor_sync(0xffffffffu, v, o);\n        v = {ops[form]};\n    }}\n    return v;\n}}\n\n"
             )
             if per == "block":
                 out.append(
                     f"// Every thread gets the block's result; the trailing barrier lets the scratch be reused.\n"
-                    f"template <typename T>\nstatic __device__ T kl_block_{form}_{k}(T v, T* scratch)\n{{\n"
-                    f"    v = kl_warp_{form}_{k}(v);\n"
+                    f"static __device__ {t} kl_block_{suffix}({t} v, {t}* scratch)\n{{\n"
+                    f"    v = kl_warp_{suffix}(v);\n"
                     f"    if ((threadIdx.x & 31) == 0) {{\n        scratch[threadIdx.x >> 5] = v;\n    }}\n"
                     f"    __syncthreads();\n"
                     f"    int nwarps = (blockDim.x + 31) >> 5;\n"
-                    f"    T w = scratch[0];\n"
-                    f"    for (int i = 1; i < nwarps; ++i) {{\n        T a = w, b = scratch[i];\n        w = {ops[form]};\n    }}\n"
+                    f"    {t} w = scratch[0];\n"
+                    f"    for (int i = 1; i < nwarps; ++i) {{\n        {t} a = w, b = scratch[i];\n        w = {ops[form]};\n    }}\n"
                     f"    __syncthreads();\n    return w;\n}}\n\n"
                 )
         return "".join(out)
@@ -800,3 +803,84 @@ class VectorCsr(Rule):
 
 
 _INDEX_RE = re.compile(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b")
+
+
+# --------------------------------------------------------------------------- dense matmul
+
+
+class TiledMatmul(Rule):
+    """``C[row*N+col] = sum_k A[row*K+k] * B[k*N+col]``, one output per thread, as 32x32 shared-memory tiles."""
+
+    name = "tiled-matmul"
+    technique = "shared-memory-tiling"
+    summary = "one output per thread, operands from global memory -> 32x32 tiles of A and B staged in shared memory"
+
+    def _match(self, ctx: RuleContext):
+        dx, dy = T.index_declaration(ctx.body_masked, "x"), T.index_declaration(ctx.body_masked, "y")
+        if dx is None or dy is None:
+            return None, "no x and y global index declarations"
+        m = T.squash(ctx.body_masked)
+        for d in (dx, dy):
+            m = m.replace(T.squash(d.group(0)), "", 1)
+        ident = r"([A-Za-z_]\w*)"
+        shape = re.fullmatch(
+            rf"if\({ident}<{ident}&&{ident}<{ident}\)\{{(float|double){ident}={_ZERO};"
+            rf"for\(int{ident}=0;\7<{ident};(?:\+\+\7|\7\+\+)\)\{{?\6\+={ident}\[\1\*\8\+\7\]\*{ident}\[\7\*\4\+\3\];\}}?"
+            rf"{ident}\[\1\*\4\+\3\]=\6;\}}", m)
+        if shape is None:
+            return None, "the body is not 'if (row < M && col < N) { acc = 0; for k < K: acc += A[row*K+k] * B[k*N+col]; C[row*N+col] = acc; }'"
+        row, rows, col, cols, t, acc, k, depth, a, b, c = shape.groups()
+        if {row, col} != {dx.group("name"), dy.group("name")}:
+            return None, "row and column are not the two thread indices"
+        for name in (a, b, c):
+            p = _pointer(ctx, name)
+            if p is None or p.base_type != t:
+                return None, f"'{name}' is not a {t} array parameter"
+        for name in (rows, cols, depth):
+            if not ctx.spec_scalar(name):
+                return None, f"'{name}' is not an integer scalar of the spec"
+        return dict(row=row, M=rows, col=col, N=cols, t=t, K=depth, A=a, B=b, C=c), ""
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        if ctx.spec is None:
+            return False, "needs a launch spec (the launch changes to 32x32 blocks)"
+        if ctx.kernel.shared or ctx.kernel.syncs or ctx.uses_any("threadIdx.z", "blockIdx.z"):
+            return False, "the kernel already uses shared memory, barriers or z indices"
+        found, why = self._match(ctx)
+        if found is None:
+            return False, why
+        for v in [None, *range(len(ctx.spec.variants))]:
+            if (int(ctx.spec.values(v)[found["M"]]) + 31) // 32 > MAX_GRID_YZ:
+                return False, f"{found['M']} needs more than {MAX_GRID_YZ} tile rows"
+        return True, f"{found['C']} = {found['A']} x {found['B']}, one output per thread, k in order"
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        f, _ = self._match(ctx)
+        t, M, N, K, A, B, C = f["t"], f["M"], f["N"], f["K"], f["A"], f["B"], f["C"]
+        body = f"""
+    // 32x32 tiles of {A} and {B} in shared memory (zero-padded at the edges); threadIdx.x walks the
+    // columns of {C}, so loads and stores are coalesced. k still runs 0..{K}-1 in order per output.
+    __shared__ {t} kl_As[32][32];
+    __shared__ {t} kl_Bs[32][33];
+    int kl_tx = threadIdx.x;
+    int kl_ty = threadIdx.y;
+    int {f['row']} = blockIdx.y * 32 + kl_ty;
+    int {f['col']} = blockIdx.x * 32 + kl_tx;
+    {t} kl_acc = 0;
+    for (int kl_k0 = 0; kl_k0 < {K}; kl_k0 += 32) {{
+        kl_As[kl_ty][kl_tx] = ({f['row']} < {M} && kl_k0 + kl_tx < {K}) ? {A}[{f['row']} * {K} + kl_k0 + kl_tx] : 0;
+        kl_Bs[kl_ty][kl_tx] = (kl_k0 + kl_ty < {K} && {f['col']} < {N}) ? {B}[(kl_k0 + kl_ty) * {N} + {f['col']}] : 0;
+        __syncthreads();
+        for (int kl_k = 0; kl_k < 32; ++kl_k) {{
+            kl_acc += kl_As[kl_ty][kl_k] * kl_Bs[kl_k][kl_tx];
+        }}
+        __syncthreads();
+    }}
+    if ({f['row']} < {M} && {f['col']} < {N}) {{
+        {C}[{f['row']} * {N} + {f['col']}] = kl_acc;
+    }}
+"""
+        override = {"grid": [f"({N}+31)/32", f"({M}+31)/32", "1"], "block": [32, 32, 1], "dynamic_smem": 0}
+        if not _launch_ok(ctx, override):
+            return ()
+        return (Rewrite(ctx.replace_body(body), "32x32 shared-memory tiles of both operands, coalesced loads and stores", override),)

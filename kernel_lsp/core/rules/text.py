@@ -69,13 +69,6 @@ def squash(text: str) -> str:
     return re.sub(r"\s+", "", text)
 
 
-def strip_parens(text: str) -> str:
-    t = text.strip()
-    while t.startswith("(") and match_close(t, 0) == len(t) - 1:
-        t = t[1:-1].strip()
-    return t
-
-
 @dataclass(frozen=True)
 class Subscript:
     name: str
@@ -130,31 +123,6 @@ def read_only_pointers(fn: Function, body_masked: str) -> set[str]:
             continue
         proven.add(p.name)
     return proven
-
-
-def pointer_read_only_via_const_alias(fn: Function, body_masked: str, name: str) -> bool:
-    """``name`` is read directly (``p[i]``) or only through ``const T* q = p + ...`` locals that are themselves only read."""
-    mentions = occurrences(body_masked, name)
-    subs = subscripts(body_masked, name)
-    direct = {s.start for s in subs}
-    if any(is_written_at(body_masked, s) for s in subs):
-        return False
-    for at in mentions:
-        if at in direct:
-            continue
-        line_start = body_masked.rfind(";", 0, at) + 1
-        brace = body_masked.rfind("{", 0, at) + 1
-        stmt_start = max(line_start, brace)
-        stmt_end = body_masked.find(";", at)
-        statement = body_masked[stmt_start:stmt_end]
-        decl = re.match(rf"\s*const\s+\w+\s*\*\s*(?:__restrict__\s*)?({IDENT})\s*=", statement)
-        if decl is None:
-            return False
-        alias = decl.group(1)
-        alias_subs = subscripts(body_masked, alias)
-        if len(occurrences(body_masked, alias)) != len(alias_subs) + 1 or any(is_written_at(body_masked, s) for s in alias_subs):
-            return False
-    return True
 
 
 def rewrite_subscripts(masked: str, text: str, names: Iterable[str], fn: Callable[[str, str], str]) -> str:

@@ -1,0 +1,65 @@
+"""The whole optimization loop on the GPU: rules -> harness -> knowledge base -> best rewrite.
+
+Skipped cleanly without pycuda, nvcc or a CUDA device.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp import cli
+from kernel_lsp.services.harness import VerifyOptions, load_spec_file
+from kernel_lsp.services.harness.verify import cuda_tool
+from kernel_lsp.services.kb import KnowledgeBase
+from kernel_lsp.services.optimizer import Budget, harness_verifier, optimize
+
+EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
+
+
+def _gpu_problem() -> str | None:
+    if importlib.util.find_spec("pycuda") is None:
+        return "pycuda is not installed"
+    if shutil.which(cuda_tool("nvcc")) is None:
+        return "nvcc is not on PATH"
+    import pycuda.driver as cuda
+
+    try:
+        cuda.init()
+        return None if cuda.Device.count() > 0 else "no CUDA device"
+    except cuda.Error as exc:
+        return f"no CUDA device: {exc}"
+
+
+pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_gpu_problem() is not None, reason=str(_gpu_problem()))]
+
+
+def test_transpose_loop_finds_the_tiled_rewrite_and_teaches_the_kb(tmp_path: Path) -> None:
+    source = (EXAMPLES / "transpose" / "original.cu").read_text()
+    spec = load_spec_file(EXAMPLES / "transpose" / "spec.json")
+    with KnowledgeBase.open(tmp_path / "kb.sqlite3") as kb:
+        result = optimize(source, "transpose.cu", spec.kernel, spec, verifier=harness_verifier(VerifyOptions()), kb=kb,
+                          budget=Budget(max_candidates=8, max_seconds=900))
+        attempts = kb.attempts()
+    assert result.gpu_error is None
+    best = result.best
+    assert best is not None, [r.to_json() for r in result.results]
+    assert best.candidate.technique == "transpose-via-shared-memory"
+    assert best.verdict.speedup_ci_low >= 1.5
+    assert len(attempts) == len(result.results)
+    assert any(a.accepted and a.technique == "transpose-via-shared-memory" for a in attempts)
+
+
+def test_cli_writes_the_best_verified_rewrite(tmp_path: Path, capsys) -> None:
+    for name in ("original.cu", "spec.json"):
+        shutil.copy(EXAMPLES / "histogram" / name, tmp_path / name)
+    code = cli.main(["optimize", str(tmp_path / "original.cu"), "--spec", str(tmp_path / "spec.json"),
+                     "--kb", str(tmp_path / "kb.sqlite3"), "--budget", "3", "--json"])
+    data = json.loads(capsys.readouterr().out)
+    assert code == 0, data
+    assert data["written"] and "kl_bins" in Path(data["written"]).read_text()
+    assert (tmp_path / "original.cu").read_text() == (EXAMPLES / "histogram" / "original.cu").read_text()
