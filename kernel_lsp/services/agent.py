@@ -428,7 +428,9 @@ def parse_reply(text: str, tools: Sequence[str]) -> ToolCall | FinalAnswer | Inv
     if start < 0:
         return InvalidReply("the reply has no JSON object")
     try:
-        obj, _ = json.JSONDecoder().raw_decode(text[start:])
+        # strict=False admits raw newlines inside strings: llama-cpp-python's JSON
+        # grammar (0.3.x) allows them in code, and small models write code that way.
+        obj, _ = json.JSONDecoder(strict=False).raw_decode(text[start:])
     except json.JSONDecodeError as exc:
         return InvalidReply(f"the reply is not valid JSON ({exc.msg} at character {exc.pos})")
     if not isinstance(obj, dict):

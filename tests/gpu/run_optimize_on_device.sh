@@ -3,7 +3,9 @@
 # tests/gpu/run_on_device.sh). Verifies the candidates generated on the CPU machine
 # (benchmarks/results/optimize_candidates*, from `optimize_suite.py --generate-only DIR`), then runs
 # the GPU tests of the whole loop. Logs and results go under $OUT (default ./gpu-out).
+#   tests/gpu/run_optimize_on_device.sh [all|bench|tests]   (bench ~6-8 min: 42 candidates; tests ~2 min)
 set -u
+MODE=${1:-all}
 OUT=${OUT:-$PWD/gpu-out}
 mkdir -p "$OUT"
 for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
@@ -11,6 +13,7 @@ for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
 done
 export PATH
 status=0
+if [ "$MODE" != tests ]; then
 # Rules only (deterministic candidates).
 python3 benchmarks/optimize_suite.py --verify-dir benchmarks/results/optimize_candidates \
   --out "$OUT/optimize_suite.json" >"$OUT/optimize_suite.log" 2>&1 || status=1
@@ -21,7 +24,8 @@ if [ -f benchmarks/results/optimize_candidates_model/generation.json ]; then
     --out "$OUT/optimize_suite_model.json" >"$OUT/optimize_suite_model.log" 2>&1 || status=1
   tail -n 14 "$OUT/optimize_suite_model.log"
 fi
-if python3 -c "import pytest" 2>/dev/null; then
+fi
+if [ "$MODE" != bench ] && python3 -c "import pytest" 2>/dev/null; then
   python3 -m pytest -v -m gpu -p no:cacheprovider -o addopts="" tests/gpu/test_optimize.py >"$OUT/optimize_tests.log" 2>&1 || status=1
   grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" "$OUT/optimize_tests.log" | tail -n 20
 fi

@@ -176,6 +176,7 @@ def test_only_offered_tools_are_in_the_schema_and_accepted():
         ('Sure!\n```json\n{"final": {"kernel_source": "k"}}\n```', FinalAnswer("k", "", "")),
         ('{"tool": "view_file", "args": {"path": "a.cu", "start_line": "3"}}', InvalidReply("tool view_file needs args.start_line (integer)")),
         ('{"tool": "compile", "args": {"kernel_source": ', None),
+        ('{"final": {"kernel_source": "__global__ void k() {\n  return;\n}"}}', FinalAnswer("__global__ void k() {\n  return;\n}", "", "")),
         ("I would tile the kernel.", InvalidReply("the reply has no JSON object")),
         ('{"final": {"kernel_source": "  "}}', InvalidReply('"kernel_source" is empty')),
         ('{"answer": 1}', InvalidReply('expected {"tool": ..., "args": ...} or {"final": ...}')),
