@@ -10,11 +10,15 @@ without hierarchical support get a flat ``SymbolInformation`` list.
 Speed: the answer is built as plain JSON values (no lsprotocol objects, no
 cattrs) and cached per document version as :class:`RawJson`, so a repeated
 request costs one write. On an all-ASCII document UTF-8 byte columns are UTF-16
-columns and spans convert without looking at the text.
+columns and spans convert without looking at the text. After an edit, the
+hierarchical answer re-encodes only the functions whose symbol can have changed:
+each function's encoded symbol is kept from one version to the next, keyed by
+everything it is made of (see :func:`_fragment_key`).
 """
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 from lsprotocol import types
@@ -61,6 +65,24 @@ def _launch_symbol(ranges: _Ranges, launch: LaunchSite) -> dict[str, Any]:
     }
 
 
+def _inner_launches(index: KernelIndex) -> dict[str, list[LaunchSite]]:
+    """Launches inside indexed functions (dynamic parallelism), by enclosing function name."""
+    inner: dict[str, list[LaunchSite]] = {}
+    known = {fn.name for fn in index.functions}
+    for launch in index.launches:
+        if launch.enclosing_function in known:
+            inner.setdefault(launch.enclosing_function, []).append(launch)
+    return inner
+
+
+def _launches_in(fn: Function, inner: dict[str, list[LaunchSite]]) -> list[LaunchSite]:
+    # Overloads share a name: a launch belongs to the overload whose span holds it.
+    return [
+        launch for launch in inner.get(fn.name, ())
+        if fn.span.start_byte <= launch.span.start_byte < fn.span.end_byte
+    ]
+
+
 def _function_symbol(ranges: _Ranges, fn: Function, launches: list[LaunchSite]) -> dict[str, Any]:
     children = [
         {
@@ -90,21 +112,55 @@ def _function_symbol(ranges: _Ranges, fn: Function, launches: list[LaunchSite]) 
 def document_symbols(doc: ParsedDocument, index: KernelIndex) -> list[dict[str, Any]]:
     """Hierarchical ``DocumentSymbol`` JSON, in source order."""
     ranges = _Ranges(doc)
-    inner: dict[str, list[LaunchSite]] = {}
-    known = {fn.name for fn in index.functions}
-    for launch in index.launches:
-        if launch.enclosing_function in known:
-            inner.setdefault(launch.enclosing_function, []).append(launch)
-    symbols = []
-    for fn in index.functions:
-        # Overloads share a name: a launch belongs to the overload whose span holds it.
-        mine = [
-            launch for launch in inner.get(fn.name, ())
-            if fn.span.start_byte <= launch.span.start_byte < fn.span.end_byte
-        ]
-        symbols.append(_function_symbol(ranges, fn, mine))
+    inner = _inner_launches(index)
+    symbols = [_function_symbol(ranges, fn, _launches_in(fn, inner)) for fn in index.functions]
     symbols.sort(key=lambda s: (s["range"]["start"]["line"], s["range"]["start"]["character"]))
     return symbols
+
+
+def _fragment_key(source: bytes, fn: Function) -> tuple[bytes, int, str]:
+    """What a function's symbol is made of: its text from the start of its first line (the bytes
+    before it on that line decide its UTF-16 columns there), that line and its qualified name
+    (from the enclosing namespaces, shown in the signature). The launches under it lie inside
+    its text."""
+    span = fn.span
+    return source[span.start_byte - span.start.column_byte : span.end_byte], span.start.line, fn.qualified_name
+
+
+class _EncodedSymbols(RawJson):
+    """The hierarchical answer joined from encoded per-function symbols."""
+
+    __slots__ = ()
+
+    def __init__(self, fragments: list[str]) -> None:
+        self.text = "[" + ",".join(fragments) + "]"
+
+
+def encoded_document_symbols(
+    doc: ParsedDocument, index: KernelIndex, previous: dict[tuple[bytes, int, str], str]
+) -> tuple[RawJson, dict[tuple[bytes, int, str], str]]:
+    """The hierarchical answer, and the encoded symbol of each function for the next call.
+
+    A function whose key is in ``previous`` (the last call's) is not encoded again: typing in one
+    function of a 10,000-line file re-encodes that function, not the 800 others.
+    """
+    source = doc.source_bytes
+    ranges = _Ranges(doc)
+    inner: dict[str, list[LaunchSite]] | None = None
+    fragments: dict[tuple[bytes, int, str], str] = {}
+    placed: list[tuple[tuple[int, int], str]] = []
+    for fn in index.functions:
+        key = _fragment_key(source, fn)
+        text = previous.get(key)
+        if text is None:
+            if inner is None:
+                inner = _inner_launches(index)
+            text = json.dumps(_function_symbol(ranges, fn, _launches_in(fn, inner)), separators=(",", ":"))
+        fragments[key] = text
+        placed.append(((fn.span.start.line, fn.span.start.column_byte), text))
+    # Byte columns order a line like UTF-16 columns do.
+    placed.sort(key=lambda item: item[0])
+    return _EncodedSymbols([text for _, text in placed]), fragments
 
 
 def flat_symbols(uri: str, symbols: list[dict[str, Any]], container: str | None = None) -> list[dict[str, Any]]:
@@ -124,10 +180,16 @@ def symbols_answer(doc: DocumentState, index: KernelIndex, hierarchical: bool) -
     """The encoded answer, computed once per document version."""
 
     def compute() -> RawJson:
-        symbols = document_symbols(doc.parsed, index)
-        return RawJson(symbols if hierarchical else flat_symbols(doc.uri, symbols))
+        if not hierarchical:
+            return RawJson(flat_symbols(doc.uri, document_symbols(doc.parsed, index)))
+        answer, doc.extra[_FRAGMENTS] = encoded_document_symbols(doc.parsed, index, doc.extra.get(_FRAGMENTS, {}))
+        return answer
 
     return doc.memo(_memo_key(hierarchical), compute)
+
+
+#: ``doc.extra`` key of the encoded per-function symbols of the last hierarchical answer.
+_FRAGMENTS = "symbols-fragments"
 
 
 def _memo_key(hierarchical: bool) -> str:

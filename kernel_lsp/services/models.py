@@ -122,8 +122,9 @@ def default_manifest_path() -> Path:
     override = os.environ.get(MANIFEST_ENV)
     if override:
         return Path(override).expanduser()
-    # models/ sits at the repository root, two levels above kernel_lsp/services/.
-    return Path(__file__).resolve().parents[2] / "models" / "manifest.toml"
+    # kernel_lsp/data/models_manifest.toml links to the repository's models/manifest.toml;
+    # building a wheel copies the file, so an installed package carries the manifest too.
+    return Path(__file__).parent.parent / "data" / "models_manifest.toml"
 
 
 def load_manifest(path: str | os.PathLike[str] | None = None) -> tuple[ModelSpec, ...]:
