@@ -159,6 +159,8 @@ def run(args: argparse.Namespace) -> int:
 
             try:
                 kb = KnowledgeBase.open(args.kb)
+                for message in kb.messages:
+                    print(f"kernel-lsp optimize: {message}", file=sys.stderr)
             except KbError as exc:
                 print(f"kernel-lsp optimize: knowledge base unavailable, continuing without it: {exc}", file=sys.stderr)
         if args.traces or args.model:

@@ -13,6 +13,8 @@ import json
 import os
 import sys
 
+import platformdirs
+
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from kernel_lsp.config import Settings
 from kernel_lsp.core.profiling_tree import TreeError
@@ -39,12 +41,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 def _cache_dir(args: argparse.Namespace) -> str:
     if args.cache_dir:
         return args.cache_dir
-    import platformdirs
-
     return os.path.join(platformdirs.user_cache_dir("kernel-lsp"), "profiles")
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported when the subcommand runs: cli.py imports every command module to build its parser.
     from kernel_lsp.services import profiler as prof
 
     try:

@@ -15,6 +15,9 @@ import json
 import sys
 
 from kernel_lsp.cli import EXIT_OK, EXIT_USAGE
+from kernel_lsp.core import profiling_tree as T
+from kernel_lsp.core.profile_render import tree_text
+from kernel_lsp.core.profiling_tree import TreeError, parse_tree, tree_to_json
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -37,7 +40,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 
 def _tree(path: str | None):
-    from kernel_lsp.core.profiling_tree import parse_tree
+    # Services are imported when the subcommand runs: cli.py imports every command module to build its parser.
     from kernel_lsp.services.profiler import default_tree_path
 
     with open(path or default_tree_path(), encoding="utf-8") as f:
@@ -45,9 +48,6 @@ def _tree(path: str | None):
 
 
 def run_show(args: argparse.Namespace) -> int:
-    from kernel_lsp.core.profile_render import tree_text
-    from kernel_lsp.core.profiling_tree import TreeError, tree_to_json
-
     try:
         tree = _tree(args.tree)
     except (OSError, TreeError) as exc:
@@ -58,7 +58,6 @@ def run_show(args: argparse.Namespace) -> int:
 
 
 def run_refine(args: argparse.Namespace) -> int:
-    from kernel_lsp.core import profiling_tree as T
     from kernel_lsp.services.profiler import load_costs
     from kernel_lsp.services.tree_dataset import DatasetError, load_dataset
 

@@ -37,6 +37,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
 
 def _load_spec(args: argparse.Namespace, original_source: str):
     if args.spec:
+        # Imported when needed, like the harness in run(): cli.py imports every command module.
         from kernel_lsp.services.harness import load_spec_file
 
         spec = load_spec_file(args.spec)
@@ -80,6 +81,7 @@ def _print(verdict: Verdict, as_json: bool) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
+    # Imported when the subcommand runs: cli.py imports every command module to build its parser.
     from kernel_lsp.services.harness import GpuUnavailable, VerifyOptions, verify
     from kernel_lsp.services.harness.protocol import TimingOptions
 

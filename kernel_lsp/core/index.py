@@ -1,8 +1,9 @@
 """The kernel index: what the rest of kernel-lsp knows about a CUDA file.
 
-These frozen dataclasses are the API boundary of the analysis core. Every
-position is a :class:`Span` of (line, UTF-8 byte column) points and byte
-offsets into the source as UTF-8; the server converts to UTF-16.
+These immutable records (frozen dataclasses; NamedTuples for the positions
+and launches, which edits rebuild most) are the API boundary of the analysis
+core. Every position is a :class:`Span` of (line, UTF-8 byte column) points and
+byte offsets into the source as UTF-8; the server converts to UTF-16.
 
 Builders: ``build_index(text_or_ParsedDocument)`` for one-off use and
 ``IncrementalIndexer().index(parsed_document)`` for a document that is edited
@@ -21,7 +22,7 @@ from __future__ import annotations
 
 import functools
 from dataclasses import dataclass, field
-from typing import NamedTuple
+from typing import Any, NamedTuple
 
 
 class Point(NamedTuple):
@@ -100,8 +101,6 @@ class Function:
     return_type: str
     span: Span
     """The whole definition."""
-    name_span: Span
-    body_span: Span | None
     is_template: bool
     is_extern_c: bool
     launch_bounds: tuple[str, ...]
@@ -111,10 +110,18 @@ class Function:
     qualified_name: str
     """The name with its namespaces and classes (``ns::kern``); equals ``name`` at file scope."""
     _layout: _Layout
-    """Where ``params``, ``shared``, ``loops`` and the calls come from (see :class:`_Layout`)."""
+    """Where the positions below come from (see :class:`_Layout`)."""
 
-    # The details below are read through the layout, once per Function: after an edit only the
-    # functions someone looks into pay for moving them (an outline reads none of them).
+    # The positions below are read through the layout, once per Function: after an edit every
+    # function below it moves, and only those someone looks into pay for it.
+    @functools.cached_property
+    def name_span(self) -> Span:
+        return self._layout.placed("name_span")
+
+    @functools.cached_property
+    def body_span(self) -> Span | None:
+        return self._layout.placed("body_span")
+
     @functools.cached_property
     def params(self) -> tuple[Param, ...]:
         return self._layout.placed("params")
@@ -155,8 +162,10 @@ class Function:
 
 
 class _Found(NamedTuple):
-    """A function's details in the coordinates of the analysis that found them."""
+    """A function's positions in the coordinates of the analysis that found them."""
 
+    name_span: Span
+    body_span: Span | None
     params: tuple[Param, ...]
     shared: tuple[SharedDecl, ...]
     loops: tuple[Loop, ...]
@@ -166,9 +175,9 @@ class _Found(NamedTuple):
 
 
 class _Layout:
-    """A function's details as found, plus how far the function has moved since (None: not at all).
+    """A function's positions as found, plus how far the function has moved since (None: not at all).
 
-    Equal layouts have equal details where the function is now, however they were found, so
+    Equal layouts have equal positions where the function is now, however they were found, so
     that an incrementally built index compares equal to a fresh one.
     """
 
@@ -180,18 +189,20 @@ class _Layout:
         """(byte, line, byte column) of the unit's start when ``found`` was analysed."""
         self.shift = shift
 
-    def placed(self, name: str) -> tuple[object, ...]:
-        items = getattr(self.found, name)
+    def placed(self, name: str) -> Any:
+        found = getattr(self.found, name)
         shift = self.shift
-        if shift is None:
-            return items
+        if shift is None or found is None:
+            return found
+        if isinstance(found, Span):
+            return shift.span(found)
         move = getattr(shift, _MOVERS[name])
-        return tuple(move(item) for item in items)
+        return tuple(move(item) for item in found)
 
     def moved_to(self, start: tuple[int, int, int]) -> _Layout:
         return _Layout(self.found, self.origin, _Shift.between(self.origin, start))
 
-    def _placed_all(self) -> tuple[tuple[object, ...], ...]:
+    def _placed_all(self) -> tuple[Any, ...]:
         return tuple(self.placed(name) for name in _Found._fields)
 
     def __eq__(self, other: object) -> bool:
@@ -274,7 +285,10 @@ class KernelIndex:
 #     fields, launches) is found by one tree-sitter Query executed in C.
 #   * IncrementalIndexer keeps each unit's results keyed by the unit's exact
 #     text and context; after an edit only units whose text changed are
-#     re-queried, the others are reused (shifted when they moved).
+#     re-queried, the others are reused. A unit that moved (every unit below
+#     the edit) gets a new span and launches at once, but its function's other
+#     positions are shifted only when read (Function's cached properties), so
+#     typing in a 10,000-line file does not rebuild ~10k spans per keystroke.
 # ---------------------------------------------------------------------------
 
 import bisect
@@ -747,14 +761,21 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
     )
     syncs = tuple(c for c in calls if c.name in _SYNC_NAMES or c.name.endswith(".sync"))
     atomics = tuple(c for c in calls if c.name.rsplit("::", 1)[-1].startswith("atomic"))
-    found = _Found(tuple(params), tuple(shared), tuple(loops), syncs, atomics, tuple(calls))
+    found = _Found(
+        _span(name_node),
+        _span(body) if body is not None else None,
+        tuple(params),
+        tuple(shared),
+        tuple(loops),
+        syncs,
+        atomics,
+        tuple(calls),
+    )
     function = Function(
         name=base_name,
         qualifier=qualifier,
         return_type=return_type,
         span=unit_span,
-        name_span=_span(name_node),
-        body_span=_span(body) if body is not None else None,
         is_template=unit.is_template,
         is_extern_c=unit.context.is_extern_c,
         launch_bounds=bounds,
@@ -765,7 +786,7 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
     return _UnitResult(unit_span, function, tuple(launches), body is not None)
 
 
-# Which _Shift method moves each detail of a function.
+# The _Shift method that moves each item of a function's position tuples (see _Layout.placed).
 _MOVERS = {"params": "param", "shared": "shared", "loops": "loop", "syncs": "call", "atomics": "call", "calls": "call"}
 
 
@@ -818,8 +839,8 @@ class _Shift(NamedTuple):
         return Call(c.name, c.args, self.span(c.span))
 
     def result(self, old: _UnitResult, start: tuple[int, int, int]) -> _UnitResult:
-        """``old`` moved to ``start`` (byte, line, byte column). The function's details stay where they
-        were found until read (see :class:`_Layout`); its own spans and the launches move now."""
+        """``old`` moved to ``start`` (byte, line, byte column). The function's positions other than its
+        span stay where they were found until read (see :class:`_Layout`); the launches move now."""
         unit_span = self.span(old.span)
         f = old.function
         function = None
@@ -829,8 +850,6 @@ class _Shift(NamedTuple):
                 f.qualifier,
                 f.return_type,
                 unit_span,
-                self.span(f.name_span),
-                self.span(f.body_span) if f.body_span is not None else None,
                 f.is_template,
                 f.is_extern_c,
                 f.launch_bounds,
@@ -895,7 +914,9 @@ class IncrementalIndexer:
     """
 
     def __init__(self) -> None:
-        self._cache: dict[tuple[object, ...], _UnitResult] = {}
+        # Keyed by the unit's text alone, its context checked on a hit: a bytes object hashes once
+        # and keeps its hash, a tuple key would be hashed again for every look-up and insertion.
+        self._cache: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
 
     def index(self, doc: ParsedDocument) -> KernelIndex:
         src, tree = doc.snapshot()
@@ -904,23 +925,25 @@ class IncrementalIndexer:
         units = list(_iter_units(root, src, constants))
         constants_key = hash(tuple(sorted(constants.items())))
         results: list[_UnitResult | None] = []
-        keys: list[tuple[object, ...]] = []
+        keys: list[tuple[bytes, tuple[object, ...]]] = []
         dirty: list[int] = []
         for i, unit in enumerate(units):
             node = unit.node
-            key = (unit.context, unit.is_template, constants_key, src[node.start_byte : node.end_byte])
-            keys.append(key)
-            cached = self._cache.get(key)
-            if cached is None:
+            text = src[node.start_byte : node.end_byte]
+            context = (unit.context, unit.is_template, constants_key)
+            keys.append((text, context))
+            cached = self._cache.get(text)
+            if cached is None or cached[0] != context:
                 results.append(None)
                 dirty.append(i)
             else:
+                old = cached[1]
                 start = (node.start_byte, *node.start_point)
-                shift = _Shift.between((cached.span.start_byte, *cached.span.start), start)
-                results.append(cached if shift is None else shift.result(cached, start))
+                shift = _Shift.between((old.span.start_byte, *old.span.start), start)
+                results.append(old if shift is None else shift.result(old, start))
         if dirty:
             self._analyze_dirty(units, dirty, results, root, src, constants)
-        self._cache = {key: result for key, result in zip(keys, results) if result is not None}
+        self._cache = {text: (context, result) for (text, context), result in zip(keys, results) if result is not None}
         errors = _syntax_errors(root, src)
         if doc.is_binary:
             end = (src.count(b"\n"), len(src) - src.rfind(b"\n") - 1)

@@ -95,10 +95,12 @@ class ParsedDocument:
         new_bytes = to_source_bytes(new_text)
         old_source, old_tree = self._snapshot
         source = old_source[:start_byte] + new_bytes + old_source[old_end_byte:]
-        self._line_starts = None
         if self.is_binary or looks_binary(new_bytes):
+            self._line_starts = None
             self.replace_all(source)
             return
+        if self._line_starts is not None:
+            self._line_starts = _edited_line_starts(self._line_starts, start_byte, old_end_byte, new_bytes)
         edited = old_tree.copy()
         edited.edit(
             start_byte=start_byte,
@@ -193,6 +195,24 @@ class ParsedDocument:
         starts = self.line_starts()
         line = bisect.bisect_right(starts, byte_offset) - 1
         return line, byte_offset - starts[line]
+
+
+def _edited_line_starts(starts: list[int], start_byte: int, old_end_byte: int, new_bytes: bytes) -> list[int]:
+    """The line table after replacing ``[start_byte, old_end_byte)`` by ``new_bytes``.
+
+    Rebuilding the table costs ~1 ms per keystroke in a 10,000-line file; this keeps the lines
+    before the edit, adds those the new text starts and moves the rest with ``map`` (C speed).
+    """
+    first = bisect.bisect_right(starts, start_byte) - 1
+    last = bisect.bisect_right(starts, old_end_byte) - 1
+    inserted = []
+    newline = new_bytes.find(b"\n")
+    while newline >= 0:
+        inserted.append(start_byte + newline + 1)
+        newline = new_bytes.find(b"\n", newline + 1)
+    delta = len(new_bytes) - (old_end_byte - start_byte)
+    tail = starts[last + 1 :]
+    return starts[: first + 1] + inserted + (list(map(delta.__add__, tail)) if delta else tail)
 
 
 def _common_prefix(a: bytes, b: bytes) -> int:

@@ -225,6 +225,8 @@ def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, s
         from kernel_lsp.services.kb import KnowledgeBase
 
         kb = KnowledgeBase.open(s.kb_path)
+        # A corrupt database was moved aside and replaced: the user must hear of it.
+        messages.extend(kb.messages)
     except Exception as exc:
         messages.append(f"knowledge base unavailable ({exc})")
     try:

@@ -29,6 +29,7 @@ import weakref
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import platformdirs
 from lsprotocol import types
 
 from kernel_lsp.core.classify import classify
@@ -36,11 +37,13 @@ from kernel_lsp.core.index import Function, KernelIndex, build_index
 from kernel_lsp.core.profile import KernelProfile
 from kernel_lsp.core.profile_render import hot_line_message, kernel_markdown, line_markdown, regression_message
 from kernel_lsp.core.spec_draft import PLACEHOLDER, draft_spec
+from kernel_lsp.server import code_actions
 from kernel_lsp.server.base import KernelLspServer, ServerState
 from kernel_lsp.server.convert import line_range, to_range
 from kernel_lsp.server.documents import DocumentState
 from kernel_lsp.services import profiler as prof
 from kernel_lsp.services.jobs import JobKey
+from kernel_lsp.services.watch import SourceWatcher
 
 log = logging.getLogger(__name__)
 
@@ -68,8 +71,6 @@ _STATES: "weakref.WeakKeyDictionary[ServerState, ProfilingState]" = weakref.Weak
 def store_folder(state: ServerState) -> str:
     if state.settings.profile_store:
         return state.settings.profile_store
-    import platformdirs
-
     return os.path.join(platformdirs.user_cache_dir("kernel-lsp"), "profiles")
 
 
@@ -198,8 +199,6 @@ def on_settings(state: ServerState) -> None:
     ps = pstate(state)
     wanted = state.settings.watch_files and state.settings.profile_on_save and state.workspace_root
     if wanted and ps.watcher is None:
-        from kernel_lsp.services.watch import SourceWatcher
-
         def changed(path: str) -> None:
             try:
                 state.post(lambda: on_file_changed(state, path))
@@ -342,6 +341,4 @@ def register(server: KernelLspServer) -> None:
     state.diagnostic_sources.append(profile_diagnostics)
     state.hover_sections.append(kernel_hover)
     state.line_hovers.append(line_hover)
-    from kernel_lsp.server import code_actions
-
     code_actions.providers(state).append(spec_actions)

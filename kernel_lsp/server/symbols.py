@@ -211,5 +211,5 @@ def register(server: KernelLspServer) -> None:
             cached = doc.cached(_memo_key(hierarchical))
             if cached is not None:
                 return cached
-            index = await doc.index_async()
-            return await doc.off_loop(lambda: symbols_answer(doc, index, hierarchical))
+            # One trip to the worker thread for both: after an edit neither is cached.
+            return await doc.off_loop(lambda: symbols_answer(doc, doc.index(), hierarchical))

@@ -15,17 +15,20 @@ one and ``kernel_lsp.services.llm_scripted.ScriptedModel`` the test double.
 
 from __future__ import annotations
 
+import ctypes
 import importlib.util
 import json
+import math
 import multiprocessing
 import threading
 import time
+from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
-from typing import Any, Protocol
+from typing import Any
 
-from kernel_lsp.services.models import ModelError, check_gguf
+from kernel_lsp.services.models import ModelError, check_gguf, resolve_model
 
 #: How long loading a GGUF may take before the worker is killed, in seconds.
 LOAD_TIMEOUT_S = 300.0
@@ -51,7 +54,20 @@ class Completion:
     wall_s: float
 
 
-class ChatModel(Protocol):
+@dataclass(frozen=True)
+class ChatRequest:
+    """What one :meth:`ChatModel.chat` call asks for (the messages copied, so later edits do not change it)."""
+
+    messages: tuple[Mapping[str, str], ...]
+    schema: Mapping[str, Any] | None
+    max_tokens: int
+    temperature: float
+    seed: int | None
+
+
+class ChatModel(ABC):
+    """The interface the agent uses: :meth:`chat` takes the arguments once, implementations answer a :class:`ChatRequest`."""
+
     name: str
 
     def chat(
@@ -66,8 +82,13 @@ class ChatModel(Protocol):
         cancel: threading.Event | None = None,
     ) -> Completion:
         """One chat completion; ``schema`` (JSON schema) constrains the output. Raises ModelError."""
-        ...
+        request = ChatRequest(tuple(dict(m) for m in messages), schema, max_tokens, temperature, seed)
+        return self._complete(request, timeout_s, cancel)
 
+    @abstractmethod
+    def _complete(self, request: ChatRequest, timeout_s: float, cancel: threading.Event | None) -> Completion: ...
+
+    @abstractmethod
     def close(self) -> None: ...
 
 
@@ -85,7 +106,7 @@ class LoadOptions:
     """CPU threads (None: llama.cpp's default)."""
 
 
-class LlamaModel:
+class LlamaModel(ChatModel):
     """A GGUF served by llama-cpp-python in a spawned worker process (thread-safe, one request at a time)."""
 
     def __init__(self, path: str | Path, options: LoadOptions = LoadOptions(), name: str | None = None):
@@ -167,29 +188,20 @@ class LlamaModel:
             self._stop_worker()
             raise ModelError(f"the model worker died while {what} (exit code {code})")
 
-    def chat(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None = None,
-        max_tokens: int = 512,
-        temperature: float = 0.2,
-        seed: int | None = None,
-        timeout_s: float = 120.0,
-        cancel: threading.Event | None = None,
-    ) -> Completion:
+    def _complete(self, request: ChatRequest, timeout_s: float, cancel: threading.Event | None) -> Completion:
         with self._lock:
             self._ensure_worker(cancel)
-            request = {
-                "op": "chat",
-                "messages": [dict(m) for m in messages],
-                "schema": dict(schema) if schema is not None else None,
-                "max_tokens": max_tokens,
-                "temperature": temperature,
-                "seed": seed,
-            }
             start = time.monotonic()
-            self._conn.send(request)
+            self._conn.send(
+                {
+                    "op": "chat",
+                    "messages": [dict(m) for m in request.messages],
+                    "schema": dict(request.schema) if request.schema is not None else None,
+                    "max_tokens": request.max_tokens,
+                    "temperature": request.temperature,
+                    "seed": request.seed,
+                }
+            )
             reply = self._receive(timeout_s, cancel, what="generating")
             if "error" in reply:
                 raise ModelError(f"generation failed: {reply['error']}")
@@ -211,8 +223,6 @@ def model_from_settings(settings: Any) -> LlamaModel | None:
     Raises ModelError when the name is unknown, the model is not installed or the
     file is not a GGUF. Nothing is loaded until the first request.
     """
-    from kernel_lsp.services.models import resolve_model
-
     if not settings.model:
         return None
     path = resolve_model(settings.model)
@@ -231,6 +241,8 @@ def _worker_main(conn: Any, path: str, n_gpu_layers: int, n_ctx: int, threads: i
     """Load the GGUF, then answer ``{"op": "chat", ...}`` requests until ``quit`` or EOF."""
     start = time.monotonic()
     try:
+        # Imported here, in the worker only: llama-cpp-python is an optional extra and loading it
+        # in the server would cost its start-up time and memory even when no model is used.
         from llama_cpp import LlamaGrammar
 
         llm = _checked_grammar_llama_class()(
@@ -296,9 +308,7 @@ def _checked_grammar_llama_class() -> type:
     to the full grammar pass when it is rejected; this does the same. The output
     still always satisfies the grammar.
     """
-    import ctypes
-    import math
-
+    # Imported only in the worker process, like llama_cpp in _worker_main: the server never needs them.
     import llama_cpp
     import numpy as np
 

@@ -11,22 +11,11 @@ from __future__ import annotations
 
 import threading
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass
-from typing import Any
 
-from kernel_lsp.services.llm import Completion
+from kernel_lsp.services.llm import ChatModel, ChatRequest, Completion
 from kernel_lsp.services.models import ModelError
 
 Reply = str | Callable[[Sequence[Mapping[str, str]]], str] | BaseException
-
-
-@dataclass(frozen=True)
-class ScriptedCall:
-    messages: tuple[Mapping[str, str], ...]
-    schema: Mapping[str, Any] | None
-    max_tokens: int
-    temperature: float
-    seed: int | None
 
 
 def count_tokens(text: str) -> int:
@@ -34,33 +23,24 @@ def count_tokens(text: str) -> int:
     return len(text.split())
 
 
-class ScriptedModel:
+class ScriptedModel(ChatModel):
     def __init__(self, replies: Sequence[Reply], name: str = "scripted", finish_reason: str = "stop"):
         self.name = name
-        self.calls: list[ScriptedCall] = []
+        self.calls: list[ChatRequest] = []
+        """Every request received, in order."""
         self._replies = list(replies)
         self._finish_reason = finish_reason
         self.closed = False
 
-    def chat(
-        self,
-        messages: Sequence[Mapping[str, str]],
-        *,
-        schema: Mapping[str, Any] | None = None,
-        max_tokens: int = 512,
-        temperature: float = 0.2,
-        seed: int | None = None,
-        timeout_s: float = 120.0,
-        cancel: threading.Event | None = None,
-    ) -> Completion:
-        self.calls.append(ScriptedCall(tuple(dict(m) for m in messages), schema, max_tokens, temperature, seed))
+    def _complete(self, request: ChatRequest, timeout_s: float, cancel: threading.Event | None) -> Completion:
+        self.calls.append(request)
         if not self._replies:
             raise ModelError("scripted model has no replies left")
         reply = self._replies.pop(0)
         if isinstance(reply, BaseException):
             raise reply
-        text = reply(messages) if callable(reply) else reply
-        prompt_tokens = sum(count_tokens(m.get("content", "")) for m in messages)
+        text = reply(request.messages) if callable(reply) else reply
+        prompt_tokens = sum(count_tokens(m.get("content", "")) for m in request.messages)
         return Completion(
             text=text,
             finish_reason=self._finish_reason,

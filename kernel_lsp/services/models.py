@@ -37,6 +37,8 @@ from dataclasses import dataclass
 from pathlib import Path
 from typing import BinaryIO
 
+import platformdirs
+
 from kernel_lsp.services import proc
 
 #: Overrides the user data directory (models, traces) — used by tests and CI.
@@ -109,8 +111,6 @@ def data_dir() -> Path:
     override = os.environ.get(DATA_DIR_ENV)
     if override:
         return Path(override).expanduser()
-    import platformdirs
-
     return Path(platformdirs.user_data_dir("kernel-lsp"))
 
 

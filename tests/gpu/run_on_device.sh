@@ -6,12 +6,7 @@
 #   tests/gpu/run_on_device.sh [all|tests|bench]   (default all; tests and bench each take ~5 min)
 set -u
 MODE=${1:-all}
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
-  [ -d "$d" ] && case ":$PATH:" in *":$d:"*) ;; *) PATH="$PATH:$d" ;; esac
-done
-export PATH
+. "$(dirname "$0")/_env.sh"
 {
   date -u
   nvidia-smi --query-gpu=name,driver_version,compute_cap,clocks.sm,clocks.max.sm --format=csv || true

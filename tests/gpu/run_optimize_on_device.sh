@@ -6,12 +6,7 @@
 #   tests/gpu/run_optimize_on_device.sh [all|bench|tests]   (bench ~6-8 min: 42 candidates; tests ~2 min)
 set -u
 MODE=${1:-all}
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
-  [ -d "$d" ] && case ":$PATH:" in *":$d:"*) ;; *) PATH="$PATH:$d" ;; esac
-done
-export PATH
+. "$(dirname "$0")/_env.sh"
 status=0
 if [ "$MODE" != tests ]; then
 # Rules only (deterministic candidates).

@@ -4,12 +4,7 @@
 #   python3 -m pip install --no-index --no-deps --target /tmp/site .whl/*.whl && export PYTHONPATH=/tmp/site:$PWD
 # Results go under $OUT (default ./gpu-out): profile_gpu_tests.log, profile_cost.json, profile_cost.log.
 set -u
-OUT=${OUT:-$PWD/gpu-out}
-mkdir -p "$OUT"
-for d in /usr/local/cuda/bin /usr/local/cuda-13.0/bin; do
-  [ -d "$d" ] && case ":$PATH:" in *":$d:"*) ;; *) PATH="$PATH:$d" ;; esac
-done
-export PATH
+. "$(dirname "$0")/_env.sh"
 ncu --version | tail -1
 status=0
 if python3 -c "import pytest" 2>/dev/null; then

@@ -1,37 +1,20 @@
 """Every entry of examples/manifest.json, verified end to end on the GPU.
 
-Skipped cleanly without pycuda or a CUDA device. Set ``HARNESS_RESULTS=FILE.json``
+Skipped cleanly without pycuda, nvcc or a CUDA device (tests/gpu/conftest.py). Set ``HARNESS_RESULTS=FILE.json``
 to keep the verdict table (reason, speedup and interval, timings, wall time).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import os
-import shutil
 
 import pytest
 
 from kernel_lsp.core.spec import with_candidate_launch
 from kernel_lsp.services.harness import VerifyOptions, load_spec_file, verify
-from kernel_lsp.services.harness.verify import cuda_tool
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
-
-
-def _gpu_problem() -> str | None:
-    if importlib.util.find_spec("pycuda") is None:
-        return "pycuda is not installed"
-    if shutil.which(cuda_tool("nvcc")) is None:
-        return "nvcc is not on PATH"
-    import pycuda.driver as cuda
-
-    try:
-        cuda.init()
-        return None if cuda.Device.count() > 0 else "no CUDA device"
-    except cuda.Error as exc:
-        return f"no CUDA device: {exc}"
 
 
 def _manifest() -> list[dict]:
@@ -47,10 +30,7 @@ _RESULTS: list[dict] = []
 
 
 @pytest.fixture(scope="module", autouse=True)
-def gpu_or_skip():
-    problem = _gpu_problem()
-    if problem:
-        pytest.skip(problem)
+def keep_results():
     yield
     out = os.environ.get("HARNESS_RESULTS")
     if out and _RESULTS:

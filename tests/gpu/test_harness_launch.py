@@ -12,16 +12,13 @@ from kernel_lsp.services.harness.compile import compile_cubin, find_entry
 from kernel_lsp.services.harness.verify import cuda_tool
 from kernel_lsp.services.proc import run
 
-from test_harness_examples import ROOT, _gpu_problem  # tests/gpu is on sys.path (pytest's prepend import mode)
+from test_harness_examples import ROOT  # tests/gpu is on sys.path (pytest's prepend import mode)
 
 pytestmark = pytest.mark.gpu
 
 
 @pytest.fixture(scope="module")
 def streaming(tmp_path_factory):
-    problem = _gpu_problem()
-    if problem:
-        pytest.skip(problem)
     workdir = str(tmp_path_factory.mktemp("launch"))
     with open(os.path.join(ROOT, "streaming", "original.cu"), encoding="utf-8") as f:
         built = compile_cubin(f.read(), workdir, "original", arch="sm_90", nvcc=cuda_tool("nvcc"))

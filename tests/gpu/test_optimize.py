@@ -1,11 +1,10 @@
 """The whole optimization loop on the GPU: rules -> harness -> knowledge base -> best rewrite.
 
-Skipped cleanly without pycuda, nvcc or a CUDA device.
+Skipped cleanly without pycuda, nvcc or a CUDA device (tests/gpu/conftest.py).
 """
 
 from __future__ import annotations
 
-import importlib.util
 import json
 import shutil
 from pathlib import Path
@@ -14,28 +13,13 @@ import pytest
 
 from kernel_lsp import cli
 from kernel_lsp.services.harness import VerifyOptions, load_spec_file
-from kernel_lsp.services.harness.verify import cuda_tool
 from kernel_lsp.services.kb import KnowledgeBase
 from kernel_lsp.services.optimizer import Budget, harness_verifier, optimize
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 
 
-def _gpu_problem() -> str | None:
-    if importlib.util.find_spec("pycuda") is None:
-        return "pycuda is not installed"
-    if shutil.which(cuda_tool("nvcc")) is None:
-        return "nvcc is not on PATH"
-    import pycuda.driver as cuda
-
-    try:
-        cuda.init()
-        return None if cuda.Device.count() > 0 else "no CUDA device"
-    except cuda.Error as exc:
-        return f"no CUDA device: {exc}"
-
-
-pytestmark = [pytest.mark.gpu, pytest.mark.skipif(_gpu_problem() is not None, reason=str(_gpu_problem()))]
+pytestmark = pytest.mark.gpu
 
 
 def test_transpose_loop_finds_the_tiled_rewrite_and_teaches_the_kb(tmp_path: Path) -> None:

@@ -56,6 +56,8 @@ def test_random_edits_match_fresh_build(seed: int) -> None:
         doc.apply_edit(line, col, end_line, end_col, new)
         expected_text = _apply_reference(expected_text, line, col, end_line, end_col, new.encode())
         assert doc.source_bytes == expected_text
+        # The line table is updated by each edit, not rebuilt: it must match a fresh one.
+        assert doc.line_starts() == ParsedDocument(expected_text).line_starts()
         incremental = indexer.index(doc)
         fresh = build_index(expected_text)
         assert incremental == fresh
@@ -111,6 +113,7 @@ def test_full_text_sync_matches_fresh_parse(seed: int) -> None:
         text = text[:pos] + rng.choice(SNIPPETS) + text[pos + cut :]
         doc.replace_all(text)
         assert doc.source_bytes == text.encode()
+        assert doc.line_starts() == ParsedDocument(text).line_starts()
         assert str(doc.tree.root_node) == str(ParsedDocument(text).tree.root_node)
         assert indexer.index(doc) == build_index(text)
     doc.replace_all("")

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import multiprocessing
 import threading
 from pathlib import Path
 
@@ -47,30 +48,26 @@ def test_a_corrupt_gguf_fails_in_the_worker_not_here(tmp_path: Path):
     assert model._process is None
 
 
-def test_a_request_that_outlives_its_timeout_kills_the_worker(monkeypatch: pytest.MonkeyPatch):
-    import multiprocessing
-
+def _model_with_a_silent_worker() -> tuple[LlamaModel, multiprocessing.process.BaseProcess]:
+    """A model whose worker never answers, standing in for a generation that runs too long."""
     ctx = multiprocessing.get_context("spawn")
     parent, child = ctx.Pipe()
     model = LlamaModel("unused.gguf")
-    # A worker that never answers, standing in for a generation that runs too long.
     process = ctx.Process(target=_silent_worker, args=(child,), daemon=True)
     process.start()
     model._process, model._conn = process, parent
+    return model, process
+
+
+def test_a_request_that_outlives_its_timeout_kills_the_worker():
+    model, process = _model_with_a_silent_worker()
     with pytest.raises(llm.ModelTimeout, match="longer than 1 s"):
         model._receive(1.0, None, what="generating")
     assert not process.is_alive() and model._process is None
 
 
 def test_cancel_kills_the_worker():
-    import multiprocessing
-
-    ctx = multiprocessing.get_context("spawn")
-    parent, child = ctx.Pipe()
-    model = LlamaModel("unused.gguf")
-    process = ctx.Process(target=_silent_worker, args=(child,), daemon=True)
-    process.start()
-    model._process, model._conn = process, parent
+    model, process = _model_with_a_silent_worker()
     cancel = threading.Event()
     threading.Timer(0.2, cancel.set).start()
     with pytest.raises(llm.ModelCancelled):

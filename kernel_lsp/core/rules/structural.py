@@ -14,6 +14,7 @@ from __future__ import annotations
 
 import re
 
+from kernel_lsp.core.consteval import evaluate_int
 from kernel_lsp.core.rules import text as T
 from kernel_lsp.core.rules.base import MAX_GRID_YZ, Rewrite, Rule, RuleContext
 from kernel_lsp.core.rules.simple import DEFAULT_SM_COUNT, THREADS_PER_SM, _guarded_body, _launch_ok
@@ -21,6 +22,8 @@ from kernel_lsp.core.rules.simple import DEFAULT_SM_COUNT, THREADS_PER_SM, _guar
 _Q = re.escape
 _ZERO = r"(?:0|0\.0?f?|0\.f|0u)"
 _ACC_TYPES = frozenset({"float", "double", "int", "unsigned int", "unsigned", "long long", "unsigned long long"})
+_WARP_RE = re.compile(r"__shfl|__ballot|__syncwarp|__activemask")
+_INDEX_RE = re.compile(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b")
 _FUNCS = frozenset({
     "expf", "exp", "logf", "log", "sqrtf", "sqrt", "rsqrtf", "fabsf", "fabs", "fmaxf", "fminf", "fmax", "fmin",
     "max", "min", "sinf", "cosf", "tanhf", "tanh", "powf", "pow", "__expf", "__logf", "fmaf", "abs",
@@ -49,6 +52,34 @@ def _block_ok(ctx: RuleContext, *, need_warp_multiple: bool = True) -> tuple[boo
     if need_warp_multiple and block[0] % 32:
         return False, f"block {block[0]} is not a multiple of 32 (full-warp shuffles)"
     return True, f"block {block[0]}"
+
+
+def _tile_rows_problem(ctx: RuleContext, rows: str) -> str | None:
+    """Why one block per 32 rows of ``rows`` would exceed gridDim.y at some size of the spec; None when it fits."""
+    assert ctx.spec is not None
+    for v in [None, *range(len(ctx.spec.variants))]:
+        value = ctx.spec.values(v)[rows]
+        if (int(value) + 31) // 32 > MAX_GRID_YZ:
+            return f"{rows}={value} needs more than {MAX_GRID_YZ} tile rows"
+    return None
+
+
+def _block_total(v: str, wsum: str, then: str) -> str:
+    """CUDA lines that finish a block sum of each warp's ``v`` (already summed by ``wsum``).
+
+    Lane 0 of every warp leaves its total in ``kl_warp_totals`` (declared by the caller), then warp 0
+    sums those with ``wsum`` and runs ``then`` with the block's total in ``v``.
+    """
+    return f"""    if ((threadIdx.x & 31) == 0) {{
+        kl_warp_totals[threadIdx.x >> 5] = {v};
+    }}
+    __syncthreads();
+    if (threadIdx.x < 32) {{
+        {v} = threadIdx.x < ((blockDim.x + 31) >> 5) ? kl_warp_totals[threadIdx.x] : 0;
+        {v} = {wsum}({v});
+        {then}
+    }}
+"""
 
 
 def _pointer(ctx: RuleContext, name: str):
@@ -128,8 +159,6 @@ class VectorizeElementwise(Rule):
             per_thread = 1
             if form == "chunk":
                 constants = dict(ctx.index.constants)
-                from kernel_lsp.core.consteval import evaluate_int
-
                 per_thread = evaluate_int(f.group("c"), constants)
                 if per_thread is None:
                     return False, f"chunk size '{f.group('c')}' is not a constant"
@@ -221,10 +250,9 @@ class TiledTranspose(Rule):
         out, inp, rows, cols = found
         if not (ctx.spec_scalar(rows) and ctx.spec_scalar(cols)):
             return False, "rows and columns are not integer scalars of the spec"
-        for v in [None, *range(len(ctx.spec.variants))]:
-            values = ctx.spec.values(v)
-            if (int(values[rows]) + 31) // 32 > MAX_GRID_YZ:
-                return False, f"{rows}={values[rows]} needs more than {MAX_GRID_YZ} tile rows"
+        problem = _tile_rows_problem(ctx, rows)
+        if problem:
+            return False, problem
         if _pointer(ctx, out).base_type != _pointer(ctx, inp).base_type:  # type: ignore[union-attr]
             return False, "input and output element types differ"
         return True, f"out[c*{rows}+r] = in[r*{cols}+c] with 2-D indexing"
@@ -360,16 +388,7 @@ class TreeReductionToShuffle(Rule):
         }}
         {acc} = {wsum}((kl_a0 + kl_a1) + (kl_a2 + kl_a3));
     }}
-    if ((threadIdx.x & 31) == 0) {{
-        kl_warp_totals[threadIdx.x >> 5] = {acc};
-    }}
-    __syncthreads();
-    if (threadIdx.x < 32) {{
-        {acc} = threadIdx.x < ((blockDim.x + 31) >> 5) ? kl_warp_totals[threadIdx.x] : 0;
-        {acc} = {wsum}({acc});
-        {final}
-    }}
-"""
+""" + _block_total(acc, wsum, final)
         return (Rewrite(ctx.with_helpers(body, helper), "register accumulation + warp-shuffle block sum (no tree, 1 barrier)"),)
 
 
@@ -425,18 +444,9 @@ class AtomicPerBlock(Rule):
     }}
     kl_v = {wsum}(kl_v);
     __shared__ {t} kl_warp_totals[32];
-    if ((threadIdx.x & 31) == 0) {{
-        kl_warp_totals[threadIdx.x >> 5] = kl_v;
-    }}
-    __syncthreads();
-    if (threadIdx.x < 32) {{
-        kl_v = threadIdx.x < ((blockDim.x + 31) >> 5) ? kl_warp_totals[threadIdx.x] : 0;
-        kl_v = {wsum}(kl_v);
-        if (threadIdx.x == 0) {{
+""" + _block_total("kl_v", wsum, f"""if (threadIdx.x == 0) {{
             atomicAdd(&{f['out']}[{f['idx']}], kl_v);
-        }}
-    }}
-"""
+        }}""")
         return (Rewrite(ctx.with_helpers(body, helper), "warp-shuffle block sum, one atomicAdd per block"),)
 
 
@@ -452,8 +462,6 @@ class PrivatizedHistogram(Rule):
     MAX_BINS = 4096
 
     def _match(self, ctx: RuleContext):
-        from kernel_lsp.core.consteval import evaluate_int
-
         masked = ctx.body_masked
         if not ctx.kernel.atomics or any(a.name != "atomicAdd" for a in ctx.kernel.atomics):
             return None, "no atomicAdd, or other atomics too"
@@ -609,7 +617,7 @@ class RowParallel(Rule):
                         kind = ("store", None)
                     else:
                         return None, f"column loop statement '{stmt}' is neither a max/min/sum accumulation nor a store at [c]"
-                if re.search(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b", inner_m):
+                if _INDEX_RE.search(inner_m):
                     return None, "a column loop uses thread indices"
                 loops.append((s, e, head, kind))
             else:
@@ -714,9 +722,6 @@ class RowParallel(Rule):
         return tuple(out)
 
 
-_WARP_RE = re.compile(r"__shfl|__ballot|__syncwarp|__activemask")
-
-
 # --------------------------------------------------------------------------- CSR SpMV
 
 
@@ -802,9 +807,6 @@ class VectorCsr(Rule):
         return (Rewrite(ctx.replace_body(body), "vector CSR: one warp per row, coalesced nonzeros, shuffle sum", override),)
 
 
-_INDEX_RE = re.compile(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b")
-
-
 # --------------------------------------------------------------------------- dense matmul
 
 
@@ -849,9 +851,9 @@ class TiledMatmul(Rule):
         found, why = self._match(ctx)
         if found is None:
             return False, why
-        for v in [None, *range(len(ctx.spec.variants))]:
-            if (int(ctx.spec.values(v)[found["M"]]) + 31) // 32 > MAX_GRID_YZ:
-                return False, f"{found['M']} needs more than {MAX_GRID_YZ} tile rows"
+        problem = _tile_rows_problem(ctx, found["M"])
+        if problem:
+            return False, problem
         return True, f"{found['C']} = {found['A']} x {found['B']}, one output per thread, k in order"
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:

@@ -56,6 +56,7 @@ def execute(job: dict) -> dict:
     spec = parse_spec(job["spec"], job.get("base_dir"))
     files = load_files(spec)
     kernels = {which: tuple(pair) for which, pair in job["kernels"].items()}
+    # Imported only when a GPU job runs: backend_pycuda imports pycuda, which machines without a GPU lack.
     from kernel_lsp.services.harness.backend_pycuda import GpuMissing, PycudaBackend
 
     try:

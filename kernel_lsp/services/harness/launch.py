@@ -29,6 +29,7 @@ import numpy as np
 
 from kernel_lsp.core.inputs import make_inputs
 from kernel_lsp.core.spec import ArrayParam, SpecError, parse_spec
+from kernel_lsp.services.harness.child import load_files
 from kernel_lsp.services.harness.protocol import build_args
 
 
@@ -56,8 +57,6 @@ def main(argv: list[str] | None = None) -> int:
     except (OSError, ValueError) as exc:
         print(f"launch: {exc}", file=sys.stderr)
         return 2
-    from kernel_lsp.services.harness.child import load_files
-
     resolved = spec.resolve(args.variant)
     launch = resolved.candidate if args.candidate_launch else resolved.original
     host_args = build_args(spec, make_inputs(spec, args.seed, args.variant, load_files(spec)), args.variant)

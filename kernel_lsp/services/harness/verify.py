@@ -33,6 +33,7 @@ from dataclasses import dataclass, field
 import kernel_lsp
 from kernel_lsp.config import Settings
 from kernel_lsp.core import stats
+from kernel_lsp.core.inputs import NUMPY_DTYPES
 from kernel_lsp.core.spec import Spec, SpecError
 from kernel_lsp.core.static_check import check, check_signature
 from kernel_lsp.core.verdict import GpuInfo, KernelTiming, Reason, Verdict
@@ -261,8 +262,6 @@ def _gpu_info(data: dict | None) -> GpuInfo | None:
 
 def smallest_variant(spec: Spec) -> int | None:
     """The variant with the fewest array bytes (None: the main size is the smallest)."""
-    from kernel_lsp.core.inputs import NUMPY_DTYPES
-
     def total(variant: int | None) -> int:
         sizes = spec.resolve(variant).sizes
         return sum(sizes[a.name] * NUMPY_DTYPES[a.type].itemsize for a in spec.arrays)

@@ -1,0 +1,38 @@
+"""Shared set-up of the GPU tests: each module is skipped cleanly without pycuda, its CUDA tools or a device.
+
+A module that needs more than nvcc names the executables it looks up on PATH in ``GPU_TOOLS``.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import shutil
+from collections.abc import Iterable
+
+import pytest
+
+from kernel_lsp.services.harness.verify import cuda_tool
+
+
+def gpu_problem(tools: Iterable[str]) -> str | None:
+    """Why the GPU tests cannot run here, or None when pycuda, every one of ``tools`` and a CUDA device are present."""
+    if importlib.util.find_spec("pycuda") is None:
+        return "pycuda is not installed"
+    missing = [tool for tool in tools if shutil.which(tool) is None]
+    if missing:
+        return f"{' or '.join(missing)} is not on PATH"
+    # Imported only once pycuda is known to be installed (it is not on machines without a GPU).
+    import pycuda.driver as cuda
+
+    try:
+        cuda.init()
+        return None if cuda.Device.count() > 0 else "no CUDA device"
+    except cuda.Error as exc:
+        return f"no CUDA device: {exc}"
+
+
+@pytest.fixture(scope="module", autouse=True)
+def gpu_or_skip(request: pytest.FixtureRequest) -> None:
+    problem = gpu_problem(getattr(request.module, "GPU_TOOLS", (cuda_tool("nvcc"),)))
+    if problem:
+        pytest.skip(problem)
