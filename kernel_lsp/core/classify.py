@@ -177,10 +177,6 @@ def classify(metrics: Mapping[str, float], thresholds: Thresholds = DEFAULT_THRE
     return Bottleneck(LATENCY_BOUND, _latency_detail(probe, t), tuple(probe.evidence))
 
 
-def classify_profile(profile: P.KernelProfile, thresholds: Thresholds = DEFAULT_THRESHOLDS) -> Bottleneck:
-    return classify(profile.metrics, thresholds)
-
-
 def _bank_conflicts(probe: _Probe, view: P.KernelProfile, t: Thresholds) -> bool | None:
     """True/False when a bank-conflict metric was collected, None when none was."""
     by_wavefronts = probe.test(

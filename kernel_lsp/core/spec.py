@@ -70,8 +70,6 @@ INITIALIZERS: dict[str, tuple[int, int | None]] = {
 }
 #: Initializers whose arguments are integer expressions in the scalar names.
 _INT_ARG_INITS = frozenset(("randint", "perm", "csr_rowptr", "csr_colidx"))
-#: Initializers that draw from the seed.
-RANDOM_INITS = frozenset(("uniform", "normal", "randint", "perm", "csr_colidx"))
 
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
 _TOP_KEYS = frozenset(("kernel", "params", "grid", "block", "dynamic_smem", "tolerance", "variants", "candidate"))
@@ -94,10 +92,6 @@ class Init:
     args: tuple[str, ...]
     """Arguments as written: numbers, integer expressions, or (``file``) a path."""
     text: str
-
-    @property
-    def is_random(self) -> bool:
-        return self.kind in RANDOM_INITS
 
 
 @dataclass(frozen=True)

@@ -105,11 +105,6 @@ class RuleContext:
     def uses_any(self, *fields: str) -> bool:
         return any(self.uses(f) for f in fields)
 
-    def original_launch_json(self) -> dict[str, Any]:
-        assert self.spec is not None
-        launch = self.spec.launch
-        return {"grid": list(launch.grid), "block": list(launch.block), "dynamic_smem": launch.dynamic_smem}
-
     def replace_body(self, new_body: str) -> str:
         start, end, _ = self.body
         return T.splice(self.source_bytes, start, end, new_body)
