@@ -1,6 +1,6 @@
 """Benchmark: full and incremental kernel indexing of a generated 10,000-line CUDA file.
 
-Run: ``.venv/bin/python benchmarks/core_index.py [--lines 10000] [--edits 100] [--json out.json]``
+Run: ``.venv/bin/python benchmarks/core_index.py [--lines 10000] [--edits 100] [--json benchmarks/results/core_index.json]``
 
 Prints a table of p50/p99 in milliseconds, wall clock (``time.perf_counter``)
 and CPU time of this process (``time.process_time``, which is what to compare
@@ -67,7 +67,8 @@ def main() -> int:
     ap = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     ap.add_argument("--lines", type=int, default=10_000)
     ap.add_argument("--edits", type=int, default=100)
-    ap.add_argument("--json", default=None, help="where to write raw samples (JSON)")
+    ap.add_argument("--json", default=os.path.join(os.path.dirname(os.path.abspath(__file__)), "results", "core_index.json"),
+                    help="where to write raw samples (JSON)")
     args = ap.parse_args()
     source = generate(args.lines)
     samples: dict[str, list[float]] = {}

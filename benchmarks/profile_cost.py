@@ -104,16 +104,17 @@ def main() -> int:
     samples: list[dict] = []
     rows = []
     targets: list[tuple[str, prof.Target]] = []
-    for name, original, spec_path in examples():
-        with open(spec_path, encoding="utf-8") as f:
-            kernel = json.load(f)["kernel"]
-        with open(original, encoding="utf-8") as f:
-            targets.append((name, prof.Target(original, f.read(), kernel, spec_path=spec_path)))
+    # The small fixture programs first: under a --budget-s they give the most kernels per second.
     build_dir = tempfile.mkdtemp(prefix="profile-cost-")
     if not args.no_programs:
         for name, source, kernel, exe in programs(build_dir, args.arch):
             with open(source, encoding="utf-8") as f:
                 targets.append((name, prof.Target(source, f.read(), kernel, program=exe)))
+    for name, original, spec_path in examples():
+        with open(spec_path, encoding="utf-8") as f:
+            kernel = json.load(f)["kernel"]
+        with open(original, encoding="utf-8") as f:
+            targets.append((name, prof.Target(original, f.read(), kernel, spec_path=spec_path)))
     for position, (name, target) in enumerate(targets):
         if args.budget_s is not None and time.monotonic() - started > args.budget_s:
             skipped = [n for n, _ in targets[position:]]
