@@ -11,6 +11,8 @@ something it cannot justify, not a substitute for verification.
 
 from __future__ import annotations
 
+import abc
+
 from collections.abc import Mapping
 from dataclasses import dataclass
 from functools import cached_property
@@ -120,7 +122,7 @@ class RuleContext:
         return new.decode("utf-8")
 
 
-class Rule:
+class Rule(abc.ABC):
     """Base class: subclasses set ``name``, ``technique`` and implement ``check`` and ``rewrite``."""
 
     name: str = ""
@@ -138,8 +140,9 @@ class Rule:
         except (ValueError, KeyError, IndexError) as exc:
             return False, f"could not analyse the kernel: {exc}"
 
+    @abc.abstractmethod
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
-        raise NotImplementedError
+        """(applies, why): what the rule proved about the kernel, or why it refuses."""
 
     def apply(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         ok, why = self.preconditions(ctx)
@@ -147,5 +150,6 @@ class Rule:
             raise ValueError(f"{self.name}: preconditions not met: {why}")
         return tuple(r for r in self.rewrite(ctx) if r.source != ctx.source or r.launch_override)
 
+    @abc.abstractmethod
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
-        raise NotImplementedError
+        """The rewritten sources; called only after ``check`` accepted the kernel."""
