@@ -91,7 +91,9 @@ def compare(name: str, array_type: str, reference: np.ndarray, candidate: np.nda
         # Bit-identical (the usual case for deterministic rewrites and for repeat runs): nothing to measure.
         return CompareResult(True, None, "", 0.0, 0.0, 0.0, 0)
     if poisoned:
-        unwritten = poison_mask(candidate, array_type) & ~poison_mask(reference, array_type)
+        # Mask the reference only when the candidate holds poison at all (never, for a rewrite that writes everything).
+        still_poison = poison_mask(candidate, array_type)
+        unwritten = still_poison & ~poison_mask(reference, array_type) if still_poison.any() else still_poison
         if unwritten.any():
             count = int(unwritten.sum())
             return CompareResult(False, "mismatch", f"{name}: {count} of {n} elements never written (first at index {_first(unwritten)})", None, None, None, count)
@@ -128,21 +130,16 @@ def compare(name: str, array_type: str, reference: np.ndarray, candidate: np.nda
             return CompareResult(False, "mismatch", f"{name}: at index {i} the original gives {r[i]} and the rewrite {c[i]}", None, None, None, int(kind_differs.sum()))
         r, c = r[r_finite], c[r_finite]
 
-    abs_err = np.abs(c - r)
-    abs_ref = np.abs(r)
-    max_abs = float(abs_err.max()) if abs_err.size else 0.0
-    rel = np.divide(abs_err, abs_ref, out=np.zeros_like(abs_err), where=abs_ref != 0)
-    max_rel = float(rel.max()) if rel.size else 0.0
-    bad = abs_err > tolerance.atol + tolerance.rtol * abs_ref
-    ref_norm = _norm(r)
-    rel_norm = _norm(abs_err) / ref_norm if ref_norm > 0 else None
-    if bad.any():
-        i = _first(bad)
+    stats = _float_stats(r, c, tolerance.atol, tolerance.rtol)
+    max_abs, max_rel = stats.max_abs, stats.max_rel
+    rel_norm = stats.err_norm / stats.ref_norm if stats.ref_norm > 0 else None
+    if stats.bad_count:
+        i = stats.first_bad
         return CompareResult(
             False, "mismatch",
-            f"{name}: {int(bad.sum())} of {n} elements outside atol={tolerance.atol:g} + rtol={tolerance.rtol:g}*|ref| "
+            f"{name}: {stats.bad_count} of {n} elements outside atol={tolerance.atol:g} + rtol={tolerance.rtol:g}*|ref| "
             f"(first at finite index {i}: {float(c[i])!r} vs {float(r[i])!r}; max abs error {max_abs:.3g})",
-            max_abs, max_rel, rel_norm, int(bad.sum()),
+            max_abs, max_rel, rel_norm, stats.bad_count,
         )
     bound = max(tolerance.rtol, 4 * _EPS[array_type])
     if rel_norm is not None and rel_norm > bound:
@@ -161,13 +158,71 @@ def _as_work(values: np.ndarray, array_type: str, work: type) -> np.ndarray:
     return np.asarray(values).astype(work, copy=False)
 
 
-def _norm(values: np.ndarray) -> float:
-    """2-norm, scaled by the largest magnitude so float32 squares cannot overflow.
+#: Float comparisons run this many elements at a time, so the temporaries of one chunk stay in cache
+#: (64K elements measured fastest: 3x faster than whole-array passes on 64M float32 elements, 1M is no faster).
+_CHUNK = 1 << 16
 
-    The dot product accumulates in the working precision; its relative error
-    (well under 1e-3 even for 64M float32 elements) is negligible for a guard
-    that compares a ratio against a bound.
+
+@dataclass(frozen=True)
+class _FloatStats:
+    max_abs: float
+    max_rel: float
+    bad_count: int
+    first_bad: int
+    """-1 when no element is outside the tolerance."""
+    err_norm: float
+    ref_norm: float
+
+
+def _float_stats(r: np.ndarray, c: np.ndarray, atol: float, rtol: float) -> _FloatStats:
+    """Error statistics of finite ``c`` against finite ``r``, a chunk at a time.
+
+    Each chunk applies the same elementwise expressions in the working dtype
+    that a whole-array computation would (so errors, ratios and the tolerance
+    test give the same values); only the 2-norms differ, being accumulated in
+    float64 (exact squares of float32 values, no overflow, no scaling pass).
     """
+    max_abs = max_rel = 0.0
+    bad_count, first_bad = 0, -1
+    err_sq = ref_sq = 0.0
+    exact_squares = r.dtype.itemsize <= 4
+    # Preallocated per-chunk buffers: fresh 256 KB temporaries cost page faults on every chunk (3x slower).
+    width = min(_CHUNK, r.size)
+    abs_err_buf, abs_ref_buf = np.empty(width, r.dtype), np.empty(width, r.dtype)
+    limit_buf, rel_buf = np.empty(width, r.dtype), np.empty(width, r.dtype)
+    mask_buf = np.empty(width, bool)
+    wide_buf = np.empty(width, np.float64)
+    for start in range(0, r.size, _CHUNK):
+        rc, cc = r[start : start + _CHUNK], c[start : start + _CHUNK]
+        m = rc.size
+        abs_err, abs_ref, limit, rel, mask, wide = abs_err_buf[:m], abs_ref_buf[:m], limit_buf[:m], rel_buf[:m], mask_buf[:m], wide_buf[:m]
+        np.abs(np.subtract(cc, rc, out=abs_err), out=abs_err)
+        np.abs(rc, out=abs_ref)
+        max_abs = max(max_abs, float(abs_err.max()))
+        rel.fill(0)
+        np.divide(abs_err, abs_ref, out=rel, where=np.not_equal(abs_ref, 0, out=mask))
+        max_rel = max(max_rel, float(rel.max()))
+        # abs_err > atol + rtol * abs_ref, in the working dtype.
+        np.multiply(abs_ref, rtol, out=limit)
+        np.add(limit, atol, out=limit)
+        bad = np.greater(abs_err, limit, out=mask)
+        count = int(np.count_nonzero(bad))
+        if count and first_bad < 0:
+            first_bad = start + _first(bad)
+        bad_count += count
+        if exact_squares:
+            # Not np.dot: BLAS hands each small chunk to its threads, and waiting for them costs seconds on a busy host.
+            err_sq += float(np.square(abs_err, out=wide, dtype=np.float64).sum())
+            ref_sq += float(np.square(abs_ref, out=wide, dtype=np.float64).sum())
+    if exact_squares:
+        err_norm, ref_norm = float(np.sqrt(err_sq)), float(np.sqrt(ref_sq))
+    else:
+        err_norm, ref_norm = _norm(np.abs(c - r)), _norm(r)
+    return _FloatStats(max_abs, max_rel, bad_count, first_bad, err_norm, ref_norm)
+
+
+def _norm(values: np.ndarray) -> float:
+    """2-norm of a float64 array, scaled by the largest magnitude so the squares cannot overflow."""
     if values.size == 0:
         return 0.0
     scale = float(np.abs(values).max())

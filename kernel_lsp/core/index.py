@@ -20,8 +20,9 @@ functions, methods, lambdas in initializers, device code).
 
 from __future__ import annotations
 
+import bisect
 import functools
-from dataclasses import dataclass, field
+from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, NamedTuple
 
 
@@ -148,6 +149,11 @@ class Function:
         """Every call in the body (including syncs and atomics)."""
         return self._layout.placed("calls")
 
+    @functools.cached_property
+    def _fixed(self) -> dict[str, Any]:
+        """The fields that a unit keeps when it moves (all but ``span`` and ``_layout``): see _Shift.function."""
+        return {name: self.__dict__[name] for name in _FIXED_FIELDS}
+
     @property
     def is_kernel(self) -> bool:
         return "__global__" in self.qualifier
@@ -159,6 +165,9 @@ class Function:
         params = ", ".join(f"{p.type_text} {p.name}".strip() for p in self._layout.found.params)
         bounds = f"__launch_bounds__({', '.join(self.launch_bounds)}) " if self.launch_bounds else ""
         return f"{self.qualifier} {bounds}{self.return_type} {self.qualified_name or self.name}({params})".strip()
+
+
+_FIXED_FIELDS = tuple(name for name in Function.__dataclass_fields__ if name not in ("span", "_layout"))
 
 
 class _Found(NamedTuple):
@@ -240,14 +249,104 @@ class SyntaxError_:
     span: Span
 
 
-@dataclass(frozen=True)
 class KernelIndex:
+    """The index of one document version. Immutable; compared, hashed and shown by its four fields.
+
+    Not a dataclass only so that ``launches`` can be built on first use: after an edit most launches
+    merely moved, and a keystroke's documentSymbol needs only those of the edited function
+    (:meth:`launches_within`).
+    """
+
+    __slots__ = ("functions", "syntax_errors", "constants", "_launches", "_launch_parts", "_launch_starts")
     functions: tuple[Function, ...]
-    launches: tuple[LaunchSite, ...]
-    syntax_errors: tuple[SyntaxError_, ...] = field(default=())
-    constants: tuple[tuple[str, str], ...] = ()
+    syntax_errors: tuple[SyntaxError_, ...]
+    constants: tuple[tuple[str, str], ...]
     """File-scope integer constants as (name, expression text): ``#define N 256``, ``const int N = 256;``,
     ``constexpr int N = 256;``. Evaluate them with :func:`kernel_lsp.core.consteval.evaluate_int`."""
+
+    def __init__(
+        self,
+        functions: tuple[Function, ...],
+        launches: tuple[LaunchSite, ...],
+        syntax_errors: tuple[SyntaxError_, ...] = (),
+        constants: tuple[tuple[str, str], ...] = (),
+    ) -> None:
+        self._init(functions, tuple(launches), (), syntax_errors, constants)
+
+    @classmethod
+    def _lazy(
+        cls,
+        functions: tuple[Function, ...],
+        launch_parts: list[_LaunchPart],
+        syntax_errors: tuple[SyntaxError_, ...],
+        constants: tuple[tuple[str, str], ...],
+    ) -> KernelIndex:
+        index = cls.__new__(cls)
+        index._init(functions, None, launch_parts, syntax_errors, constants)
+        return index
+
+    def _init(
+        self,
+        functions: tuple[Function, ...],
+        launches: tuple[LaunchSite, ...] | None,
+        launch_parts: Any,
+        syntax_errors: tuple[SyntaxError_, ...],
+        constants: tuple[tuple[str, str], ...],
+    ) -> None:
+        put = object.__setattr__
+        put(self, "functions", functions)
+        put(self, "syntax_errors", syntax_errors)
+        put(self, "constants", constants)
+        put(self, "_launches", launches)
+        put(self, "_launch_parts", launch_parts)
+        put(self, "_launch_starts", [part.start_byte for part in launch_parts])
+
+    def __setattr__(self, name: str, value: object) -> None:
+        raise FrozenInstanceError(f"cannot assign to field {name!r}")
+
+    def __delattr__(self, name: str) -> None:
+        raise FrozenInstanceError(f"cannot delete field {name!r}")
+
+    @property
+    def launches(self) -> tuple[LaunchSite, ...]:
+        launches = self._launches
+        if launches is None:
+            # Racing threads build equal tuples; the parts are kept, so either may finish first.
+            launches = tuple(launch for part in self._launch_parts for launch in part.placed())
+            object.__setattr__(self, "_launches", launches)
+        return launches
+
+    def launches_within(self, start_byte: int, end_byte: int) -> tuple[LaunchSite, ...]:
+        """Launches whose expression starts in [start_byte, end_byte), in document order."""
+        if self._launches is not None:
+            return tuple(launch for launch in self._launches if start_byte <= launch.span.start_byte < end_byte)
+        parts, starts = self._launch_parts, self._launch_starts
+        # Units do not overlap: only one that starts before end_byte and ends after start_byte holds any.
+        first = max(bisect.bisect_right(starts, start_byte) - 1, 0)
+        found: list[LaunchSite] = []
+        for part in parts[first : bisect.bisect_left(starts, end_byte)]:
+            found += (launch for launch in part.placed() if start_byte <= launch.span.start_byte < end_byte)
+        return tuple(found)
+
+    def _fields(self) -> tuple[Any, ...]:
+        return (self.functions, self.launches, self.syntax_errors, self.constants)
+
+    def __eq__(self, other: object) -> bool:
+        if other.__class__ is not self.__class__:
+            return NotImplemented
+        return self._fields() == other._fields()  # type: ignore[attr-defined]
+
+    def __hash__(self) -> int:
+        return hash(self._fields())
+
+    def __repr__(self) -> str:
+        return (
+            f"KernelIndex(functions={self.functions!r}, launches={self.launches!r}, "
+            f"syntax_errors={self.syntax_errors!r}, constants={self.constants!r})"
+        )
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (KernelIndex, self._fields())
 
     @property
     def kernels(self) -> tuple[Function, ...]:
@@ -273,6 +372,20 @@ class KernelIndex:
         return next((launch for launch in self.launches if launch.span.contains(line, column_byte)), None)
 
 
+class _LaunchPart(NamedTuple):
+    """One unit's launches as analysed, and how far the unit has moved since (None: not at all)."""
+
+    start_byte: int
+    """Where the unit starts now."""
+    launches: tuple[LaunchSite, ...]
+    shift: _Shift | None
+    unit_span: Span
+
+    def placed(self) -> tuple[LaunchSite, ...]:
+        shift = self.shift
+        return self.launches if shift is None else shift.launches(self.launches, self.unit_span)
+
+
 # ---------------------------------------------------------------------------
 # The builder.
 #
@@ -285,13 +398,15 @@ class KernelIndex:
 #     fields, launches) is found by one tree-sitter Query executed in C.
 #   * IncrementalIndexer keeps each unit's results keyed by the unit's exact
 #     text and context; after an edit only units whose text changed are
-#     re-queried, the others are reused. A unit that moved (every unit below
-#     the edit) gets a new span and launches at once, but its function's other
-#     positions are shifted only when read (Function's cached properties), so
-#     typing in a 10,000-line file does not rebuild ~10k spans per keystroke.
+#     re-queried, the others are reused as analysed. A unit that moved (every
+#     unit below the edit) gets one new object, its Function, with its span
+#     placed; the function's other positions are placed only when read
+#     (Function's cached properties) and its launches only when the index's
+#     ``launches`` are first asked for (documentSymbol asks for one function's,
+#     :meth:`KernelIndex.launches_within`), so typing in a 10,000-line file
+#     does not rebuild ~10k spans and ~600 launches per keystroke.
 # ---------------------------------------------------------------------------
 
-import bisect
 import re
 from collections.abc import Callable, Iterator, Mapping
 
@@ -378,6 +493,18 @@ class _UnitResult(NamedTuple):
     function: Function | None
     launches: tuple[LaunchSite, ...]
     is_definition: bool
+    part: _LaunchPart | None = None
+    """The launches where they were found, as the index takes them (None: no launches)."""
+
+
+def _unit_result(span: Span, function: Function | None, launches: list[LaunchSite], is_definition: bool) -> _UnitResult:
+    found = tuple(launches)
+    part = _LaunchPart(span.start_byte, found, None, span) if found else None
+    return _UnitResult(span, function, found, is_definition, part)
+
+
+# tuple.__new__ directly: a NamedTuple's own __new__ costs a Python frame per unit, ~1,200 per re-index.
+_new_unit = tuple.__new__
 
 
 def _iter_units(root: Node, src: bytes, constants: dict[str, str]) -> Iterator[_Unit]:
@@ -391,7 +518,7 @@ def _iter_units(root: Node, src: bytes, constants: dict[str, str]) -> Iterator[_
             continue
         kind = node.type
         if kind == "function_definition":
-            yield _Unit(node, node, ctx, ctx.in_template)
+            yield _new_unit(_Unit, (node, node, ctx, ctx.in_template))
         elif kind == "template_declaration":
             inner = next(
                 (c for c in node.named_children if c.type in ("function_definition", "declaration", *_CLASS_TYPES)),
@@ -402,15 +529,15 @@ def _iter_units(root: Node, src: bytes, constants: dict[str, str]) -> Iterator[_
             if inner.type in _CLASS_TYPES:
                 _push_class(stack, inner, src, _Context(ctx.scope, ctx.is_extern_c, True))
             elif inner.type == "function_definition" or _is_function_declaration(inner):
-                yield _Unit(node, inner, ctx, True)
+                yield _new_unit(_Unit, (node, inner, ctx, True))
         elif kind in _CLASS_TYPES:
             _push_class(stack, node, src, ctx)
         elif kind == "declaration":
             if _is_function_declaration(node):
-                yield _Unit(node, node, ctx, ctx.in_template)
+                yield _new_unit(_Unit, (node, node, ctx, ctx.in_template))
             elif b"<<<" in src[node.start_byte : node.end_byte]:
                 # A launch in an initializer (a lambda stored in a global): only its launches are indexed.
-                yield _Unit(node, node, ctx, ctx.in_template)
+                yield _new_unit(_Unit, (node, node, ctx, ctx.in_template))
             else:
                 _collect_const_declaration(node, src, constants)
         elif kind == "preproc_def":
@@ -735,7 +862,7 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
             calls.append(Call(_call_name(call, src), _args(call.child_by_field_name("arguments"), src), _span(call)))
     if not qualifier or "__host__" == qualifier or name_node is None:
         # Host code: only its launches matter.
-        return _UnitResult(unit_span, None, tuple(launches), body is not None)
+        return _unit_result(unit_span, None, launches, body is not None)
 
     params = []
     param_list = declarator.child_by_field_name("parameters") if declarator is not None else None
@@ -783,7 +910,7 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
         qualified_name=qualified,
         _layout=_Layout(found, (unit_span.start_byte, *unit_span.start), None),
     )
-    return _UnitResult(unit_span, function, tuple(launches), body is not None)
+    return _unit_result(unit_span, function, launches, body is not None)
 
 
 # The _Shift method that moves each item of a function's position tuples (see _Layout.placed).
@@ -808,20 +935,22 @@ class _Shift(NamedTuple):
         """The shift of a unit from ``origin`` to ``start``, both (byte, line, byte column); None if it did not move."""
         if origin == start:
             return None
-        return _Shift(start[0] - origin[0], start[1] - origin[1], origin[1], start[2] - origin[2])
+        return _tuple_new(_Shift, (start[0] - origin[0], start[1] - origin[1], origin[1], start[2] - origin[2]))
 
+    # Built with tuple.__new__, not Point(...)/Span(...): a NamedTuple's __new__ is a Python frame,
+    # and every moved span makes three tuples.
     def point(self, p: Point) -> Point:
-        if p.line == self.first_line:
+        if p[0] == self.first_line:
             if self.d_line == 0 and self.d_column == 0:
                 return p
-            return Point(p.line + self.d_line, p.column_byte + self.d_column)
-        return Point(p.line + self.d_line, p.column_byte) if self.d_line else p
+            return _tuple_new(Point, (p[0] + self.d_line, p[1] + self.d_column))
+        return _tuple_new(Point, (p[0] + self.d_line, p[1])) if self.d_line else p
 
     def span(self, s: Span) -> Span:
         d_byte = self.d_byte
         if self.d_line == 0 and self.d_column == 0:
-            return Span(s.start, s.end, s.start_byte + d_byte, s.end_byte + d_byte)
-        return Span(self.point(s.start), self.point(s.end), s.start_byte + d_byte, s.end_byte + d_byte)
+            return _tuple_new(Span, (s[0], s[1], s[2] + d_byte, s[3] + d_byte))
+        return _tuple_new(Span, (self.point(s[0]), self.point(s[1]), s[2] + d_byte, s[3] + d_byte))
 
     # Positional constructors, not instance-dict copies: an instance built by __init__ keeps its
     # attributes inline (one GC-tracked object instead of two). test_index_incremental compares
@@ -838,26 +967,17 @@ class _Shift(NamedTuple):
     def call(self, c: Call) -> Call:
         return Call(c.name, c.args, self.span(c.span))
 
-    def result(self, old: _UnitResult, start: tuple[int, int, int]) -> _UnitResult:
-        """``old`` moved to ``start`` (byte, line, byte column). The function's positions other than its
-        span stay where they were found until read (see :class:`_Layout`); the launches move now."""
-        unit_span = self.span(old.span)
-        f = old.function
-        function = None
-        if f is not None:
-            function = Function(
-                f.name,
-                f.qualifier,
-                f.return_type,
-                unit_span,
-                f.is_template,
-                f.is_extern_c,
-                f.launch_bounds,
-                f.thread_index_uses,
-                f.qualified_name,
-                f._layout.moved_to(start),
-            )
-        launches = tuple(
+    def function(self, f: Function, unit_span: Span, layout: _Layout) -> Function:
+        """``f`` moved: its span now ``unit_span``, its other positions placed when read (see :class:`_Layout`)."""
+        moved = _new_function(Function)
+        # Straight into the instance dict: the frozen dataclass __init__ sets each field through
+        # object.__setattr__, several times slower, and ~1,000 functions move per keystroke.
+        moved.__dict__.update(f._fixed, span=unit_span, _layout=layout)
+        return moved
+
+    def launches(self, launches: tuple[LaunchSite, ...], unit_span: Span) -> tuple[LaunchSite, ...]:
+        span = self.span
+        return tuple(
             LaunchSite(
                 launch.kernel,
                 launch.grid,
@@ -865,14 +985,17 @@ class _Shift(NamedTuple):
                 launch.shared_mem,
                 launch.stream,
                 launch.args,
-                self.span(launch.span),
-                self.span(launch.kernel_span),
+                span(launch.span),
+                span(launch.kernel_span),
                 launch.enclosing_function,
                 unit_span,
             )
-            for launch in old.launches
+            for launch in launches
         )
-        return _UnitResult(unit_span, function, launches, old.is_definition)
+
+
+_new_function = object.__new__
+_tuple_new = tuple.__new__
 
 
 def _syntax_errors(root: Node, src: bytes) -> tuple[SyntaxError_, ...]:
@@ -908,14 +1031,16 @@ class IncrementalIndexer:
 
     A function unit (a top-level definition or declaration, with its template
     header) is reused when its bytes, its namespace/extern "C" context and the
-    file's constants are all unchanged; a unit that only moved has its spans
-    shifted (its function's details lazily, see :class:`_Layout`). The cache holds the latest version's units only, so memory stays
+    file's constants are all unchanged; a unit that only moved keeps its analysis, and an offset
+    from where it was analysed places its positions when they are read (see :class:`_Layout`
+    and :class:`_LaunchPart`). The cache holds the latest version's units only, so memory stays
     proportional to the document.
     """
 
     def __init__(self) -> None:
         # Keyed by the unit's text alone, its context checked on a hit: a bytes object hashes once
         # and keeps its hash, a tuple key would be hashed again for every look-up and insertion.
+        # The result is the unit as analysed (never a moved copy), so shifts do not compound.
         self._cache: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
 
     def index(self, doc: ParsedDocument) -> KernelIndex:
@@ -924,26 +1049,42 @@ class IncrementalIndexer:
         constants: dict[str, str] = {}
         units = list(_iter_units(root, src, constants))
         constants_key = hash(tuple(sorted(constants.items())))
-        results: list[_UnitResult | None] = []
-        keys: list[tuple[bytes, tuple[object, ...]]] = []
+        cache = self._cache
+        new_cache: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
+        # Per unit: (the unit as analysed, its function where it is now, its launch part).
+        results: list[tuple[_UnitResult, Function | None, _LaunchPart | None] | None] = []
         dirty: list[int] = []
+        dirty_keys: list[tuple[bytes, tuple[object, ...]]] = []
         for i, unit in enumerate(units):
             node = unit.node
-            text = src[node.start_byte : node.end_byte]
+            start_byte = node.start_byte
+            text = src[start_byte : node.end_byte]
             context = (unit.context, unit.is_template, constants_key)
-            keys.append((text, context))
-            cached = self._cache.get(text)
+            cached = cache.get(text)
             if cached is None or cached[0] != context:
                 results.append(None)
                 dirty.append(i)
-            else:
-                old = cached[1]
-                start = (node.start_byte, *node.start_point)
-                shift = _Shift.between((old.span.start_byte, *old.span.start), start)
-                results.append(old if shift is None else shift.result(old, start))
+                dirty_keys.append((text, context))
+                continue
+            new_cache[text] = cached
+            base = cached[1]
+            base_span = base.span
+            if base_span.start_byte == start_byte and base_span.start == node.start_point:
+                results.append((base, base.function, base.part))
+                continue
+            f = base.function
+            origin = (base_span.start_byte, *base_span.start)
+            shift = _Shift.between(origin, (start_byte, *node.start_point))
+            unit_span = shift.span(base_span)
+            moved = shift.function(f, unit_span, _Layout(f._layout.found, origin, shift)) if f is not None else None
+            part = _LaunchPart(start_byte, base.launches, shift, unit_span) if base.launches else None
+            results.append((base, moved, part))
         if dirty:
-            self._analyze_dirty(units, dirty, results, root, src, constants)
-        self._cache = {text: (context, result) for (text, context), result in zip(keys, results) if result is not None}
+            analysed = self._analyze_dirty(units, dirty, root, src, constants)
+            for i, (text, context), result in zip(dirty, dirty_keys, analysed):
+                new_cache[text] = (context, result)
+                results[i] = (result, result.function, result.part)
+        self._cache = new_cache
         errors = _syntax_errors(root, src)
         if doc.is_binary:
             end = (src.count(b"\n"), len(src) - src.rfind(b"\n") - 1)
@@ -954,11 +1095,10 @@ class IncrementalIndexer:
     def _analyze_dirty(
         units: list[_Unit],
         dirty: list[int],
-        results: list[_UnitResult | None],
         root: Node,
         src: bytes,
         constants: Mapping[str, str],
-    ) -> None:
+    ) -> list[_UnitResult]:
         """Run the inner query once over the byte range covering all dirty units, then bucket captures by unit."""
         first, last = units[dirty[0]].node, units[dirty[-1]].node
         cursor = QueryCursor(_INNER_QUERY)
@@ -974,33 +1114,33 @@ class IncrementalIndexer:
                 pos = bisect.bisect_right(starts, node.start_byte) - 1
                 if pos >= 0 and node.end_byte <= ends[pos]:
                     buckets[pos].setdefault(name, []).append(node)
+        results = []
         for pos, i in enumerate(dirty):
             # Captures of one name come grouped by pattern, not in document order.
             for nodes in buckets[pos].values():
                 nodes.sort(key=_start_byte)
-            results[i] = _analyze_unit(units[i], buckets[pos], src, ev)
+            results.append(_analyze_unit(units[i], buckets[pos], src, ev))
+        return results
 
 
 def _assemble(
-    results: list[_UnitResult | None], errors: tuple[SyntaxError_, ...], constants: dict[str, str]
+    results: list[tuple[_UnitResult, Function | None, _LaunchPart | None]],
+    errors: tuple[SyntaxError_, ...],
+    constants: dict[str, str],
 ) -> KernelIndex:
-    functions: list[Function] = []
-    launches: list[LaunchSite] = []
-    defined: set[str] = set()
-    for result in results:
-        if result is None:
-            continue
-        launches.extend(result.launches)
-        if result.function is not None and result.is_definition:
-            defined.add(result.function.qualified_name)
-    for result in results:
-        if result is None or result.function is None:
-            continue
-        # A prototype adds nothing when the same function is defined in the file.
-        if not result.is_definition and result.function.qualified_name in defined:
-            continue
-        functions.append(result.function)
-    return KernelIndex(tuple(functions), tuple(launches), errors, tuple(sorted(constants.items())))
+    defined = {
+        function.qualified_name
+        for base, function, _ in results
+        if function is not None and base.is_definition
+    }
+    # A prototype adds nothing when the same function is defined in the file.
+    functions = tuple(
+        function
+        for base, function, _ in results
+        if function is not None and (base.is_definition or function.qualified_name not in defined)
+    )
+    parts = [part for _, _, part in results if part is not None]
+    return KernelIndex._lazy(functions, parts, errors, tuple(sorted(constants.items())))
 
 
 def build_index(doc_or_text: ParsedDocument | str | bytes) -> KernelIndex:

@@ -67,6 +67,26 @@ def _draw_dtype(array_type: str) -> type:
 _DENSE_CHUNK_KEYS = 1 << 24
 
 
+#: Float draws are made and scaled this many elements at a time, so each chunk is scaled while in cache.
+_DRAW_CHUNK = 1 << 16
+
+
+def _draw(method, size: int, dtype: type, scale: float, offset: float) -> np.ndarray:
+    """``method(size, dtype) * scale + offset`` drawn a chunk at a time into one buffer.
+
+    The generator's stream does not depend on how the draws are split (its
+    state carries over between calls), so the values are the same as one
+    whole-array draw; the scaling is the same float operation per element.
+    """
+    values = np.empty(size, dtype=dtype)
+    for start in range(0, size, _DRAW_CHUNK):
+        chunk = values[start : start + _DRAW_CHUNK]
+        method(chunk.size, dtype=dtype, out=chunk)
+        chunk *= scale
+        chunk += offset
+    return values
+
+
 def _csr_colidx(rng: np.random.Generator, rows: int, cols: int, k: int) -> np.ndarray:
     """k distinct sorted column indices per row, each row drawn independently."""
     if rows == 0 or k == 0:
@@ -103,18 +123,15 @@ def make_array(param: ArrayParam, size: int, env: Mapping[str, int], rng: np.ran
         case "uniform":
             # Draw in the narrowest float that holds the target: float32 halves the cost for 64M-element arrays.
             low, high = float(args[0]), float(args[1])
-            values = rng.random(size, dtype=_draw_dtype(param.type))
-            values *= high - low
-            values += low
+            values = _draw(rng.random, size, _draw_dtype(param.type), high - low, low)
         case "normal":
-            values = rng.standard_normal(size, dtype=_draw_dtype(param.type))
-            values *= float(args[1])
-            values += float(args[0])
+            values = _draw(rng.standard_normal, size, _draw_dtype(param.type), float(args[1]), float(args[0]))
         case "randint":
             low, high = (expr.evaluate(a, env) for a in args)
             values = rng.integers(low, high, size, endpoint=True, dtype=np.int64 if param.type != "uint64" else np.uint64)
         case "zeros":
-            values = np.zeros(size)
+            # All-zero bits are 0 in every element type (bfloat16 included); calloc'd pages cost nothing until written.
+            return np.zeros(size, dtype=NUMPY_DTYPES[param.type])
         case "ones":
             values = np.ones(size)
         case "fill":

@@ -19,6 +19,7 @@ everything it is made of (see :func:`_fragment_key`).
 from __future__ import annotations
 
 import json
+from operator import itemgetter
 from typing import Any
 
 from lsprotocol import types
@@ -127,6 +128,9 @@ def _fragment_key(source: bytes, fn: Function) -> tuple[bytes, int, str]:
     return source[span.start_byte - span.start.column_byte : span.end_byte], span.start.line, fn.qualified_name
 
 
+_first = itemgetter(0)
+
+
 class _EncodedSymbols(RawJson):
     """The hierarchical answer joined from encoded per-function symbols."""
 
@@ -146,20 +150,23 @@ def encoded_document_symbols(
     """
     source = doc.source_bytes
     ranges = _Ranges(doc)
-    inner: dict[str, list[LaunchSite]] | None = None
     fragments: dict[tuple[bytes, int, str], str] = {}
     placed: list[tuple[tuple[int, int], str]] = []
     for fn in index.functions:
+        span = fn.span
         key = _fragment_key(source, fn)
         text = previous.get(key)
         if text is None:
-            if inner is None:
-                inner = _inner_launches(index)
-            text = json.dumps(_function_symbol(ranges, fn, _launches_in(fn, inner)), separators=(",", ":"))
+            # Only this function's launches: the index places the others only if someone asks.
+            launches = [
+                launch for launch in index.launches_within(span.start_byte, span.end_byte)
+                if launch.enclosing_function == fn.name
+            ]
+            text = json.dumps(_function_symbol(ranges, fn, launches), separators=(",", ":"))
         fragments[key] = text
-        placed.append(((fn.span.start.line, fn.span.start.column_byte), text))
-    # Byte columns order a line like UTF-16 columns do.
-    placed.sort(key=lambda item: item[0])
+        placed.append((span.start, text))
+    # Byte columns order a line like UTF-16 columns do; a start Point is (line, byte column).
+    placed.sort(key=_first)
     return _EncodedSymbols([text for _, text in placed]), fragments
 
 

@@ -125,3 +125,40 @@ def test_arrays_equal_is_bit_exact():
     b = a.copy()
     b[2] = 0.0  # -0.0 == 0.0 numerically, but the bits changed
     assert not arrays_equal(a, b)
+
+
+def test_chunked_statistics_match_whole_array_ones(monkeypatch):
+    # compare() works a chunk at a time; counts, the first bad index and the maxima must not depend on the chunking.
+    import kernel_lsp.core.compare as compare_module
+
+    monkeypatch.setattr(compare_module, "_CHUNK", 1000)
+    rng = np.random.default_rng(3)
+    r = rng.uniform(-1, 1, 10_500).astype(np.float32)
+    r[[5, 2500]] = 0.0
+    c = (r.astype(np.float64) * (1 + rng.uniform(-3e-6, 3e-6, r.size))).astype(np.float32)
+    c[[1999, 2000, 10_499]] += np.float32(0.01)
+    result = compare("y", "float32", r, c, TOL)
+    abs_err = np.abs(c - r)
+    bad = abs_err > TOL.atol + TOL.rtol * np.abs(r)
+    nz = r != 0
+    assert not result.ok and result.bad_elements == int(bad.sum()) >= 3
+    assert f"first at finite index {int(np.flatnonzero(bad)[0])}:" in result.message
+    assert result.max_abs_error == float(abs_err.max())
+    assert result.max_rel_error == float((abs_err[nz] / np.abs(r[nz])).max())
+    exact = np.linalg.norm(abs_err.astype(np.float64)) / np.linalg.norm(r.astype(np.float64))
+    assert result.rel_norm_error == pytest.approx(exact, rel=1e-12)
+
+
+def test_norm_guard_on_float32_values_whose_squares_overflow_float32():
+    r = np.full(1000, 3e38, dtype=np.float32)
+    c = r * np.float32(0.999)
+    result = compare("y", "float32", r, c, Tolerance(1e-2, 0.0))
+    assert result.ok and result.rel_norm_error == pytest.approx(1e-3, rel=1e-3)
+
+
+def test_unwritten_elements_are_found_when_the_reference_itself_holds_poison():
+    r = np.arange(10, dtype=np.float32)
+    r[3] = poison("float32", 1)[0]
+    c = poison("float32", 10)
+    result = compare("y", "float32", r, c, TOL, poisoned=True)
+    assert not result.ok and result.bad_elements == 9 and "first at index 0" in result.message

@@ -10,7 +10,9 @@ import numpy as np
 import pytest
 
 from kernel_lsp.core.spec import parse_spec
-from kernel_lsp.services.harness.protocol import CANDIDATE, ORIGINAL, LaunchFailed, TimingOptions, check_correctness, measure
+from kernel_lsp.core.compare import poison
+from kernel_lsp.core.inputs import make_inputs
+from kernel_lsp.services.harness.protocol import CANDIDATE, ORIGINAL, LaunchFailed, TimingOptions, build_args, check_correctness, measure
 
 SPEC = parse_spec({
     "kernel": "axpy",
@@ -194,3 +196,21 @@ def test_timing_runs_at_least_min_trials():
     backend = FakeBackend(axpy, axpy)
     samples = measure(backend, SPEC, 1, TimingOptions(budget_s=0, min_trials=7, max_trials=100, warmup=0), clock=lambda: 0.0)
     assert len(samples[CANDIDATE]) == 7
+
+
+def test_timing_reuses_the_inputs_drawn_for_correctness():
+    backend = FakeBackend(axpy, axpy)
+    kept = {}
+    assert check_correctness(backend, SPEC, [5, 6], keep_inputs=kept).reason is None
+    assert list(kept) == [5] and np.array_equal(kept[5]["x"], make_inputs(SPEC, 5)["x"])
+    received = {}
+    backend.timer = lambda args, launches, restore: received.update(args) or FakeTimer(backend)
+    measure(backend, SPEC, 5, TimingOptions(budget_s=0, min_trials=1, max_trials=1, warmup=0), clock=lambda: 0.0, inputs=kept)
+    assert received[ORIGINAL][2] is kept[5]["x"]
+
+
+def test_poison_is_shared_and_read_only():
+    first = build_args(SPEC, make_inputs(SPEC, 1), None)[3]
+    second = build_args(SPEC, make_inputs(SPEC, 2), None)[3]
+    assert first is second and not first.flags.writeable
+    assert np.array_equal(first.view(np.uint32), poison("float32", 4096).view(np.uint32))

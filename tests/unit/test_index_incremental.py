@@ -60,7 +60,15 @@ def test_random_edits_match_fresh_build(seed: int) -> None:
         assert doc.line_starts() == ParsedDocument(expected_text).line_starts()
         incremental = indexer.index(doc)
         fresh = build_index(expected_text)
+        # Asked before anything else: the launches of a range come from the unplaced launches.
+        lo = rng.randrange(len(expected_text) + 1)
+        hi = lo + rng.randrange(len(expected_text) + 1 - lo)
+        assert incremental.launches_within(lo, hi) == tuple(
+            launch for launch in fresh.launches if lo <= launch.span.start_byte < hi
+        )
         assert incremental == fresh
+        assert hash(incremental) == hash(fresh) and repr(incremental) == repr(fresh)
+        assert incremental.launches_within(lo, hi) == fresh.launches_within(lo, hi)
         assert str(doc.tree.root_node) == str(ParsedDocument(expected_text).tree.root_node)
 
 
@@ -120,3 +128,27 @@ def test_full_text_sync_matches_fresh_parse(seed: int) -> None:
     assert doc.source_bytes == b"" and build_index(doc).functions == ()
     doc.replace_all(SOURCE)
     assert len(build_index(doc).kernels) == 12
+
+
+def test_moved_index_is_frozen_and_survives_pickling() -> None:
+    """The index built from moved units (launches not placed yet) behaves like a plain record."""
+    import dataclasses
+    import pickle
+
+    from kernel_lsp.core.index import KernelIndex
+
+    doc = ParsedDocument(SOURCE)
+    indexer = IncrementalIndexer()
+    indexer.index(doc)
+    doc.apply_edit(1, 0, 1, 0, "\n")
+    moved = indexer.index(doc)
+    with pytest.raises(dataclasses.FrozenInstanceError):
+        moved.functions = ()  # type: ignore[misc]
+    fresh = build_index(doc.source_bytes)
+    assert pickle.loads(pickle.dumps(moved)) == fresh
+    rebuilt = KernelIndex(fresh.functions, fresh.launches, fresh.syntax_errors, fresh.constants)
+    assert rebuilt == moved and hash(rebuilt) == hash(moved)
+    assert [launch.span.start.line for launch in moved.launches] == [
+        launch.span.start.line for launch in fresh.launches
+    ]
+    assert moved.launches_of("kernel_3") == fresh.launches_of("kernel_3") and len(moved.launches_of("kernel_3")) == 1

@@ -3,6 +3,7 @@
 import numpy as np
 import pytest
 
+from kernel_lsp.core import inputs as inputs_module
 from kernel_lsp.core.inputs import InputError, bf16_to_float32, float32_to_bf16, make_inputs, scalar_args
 from kernel_lsp.core.spec import parse_spec
 
@@ -115,3 +116,29 @@ def test_scalar_args_have_the_declared_width():
     s = scalar_args(spec)
     assert type(s["n"]) is np.int32 and type(s["m"]) is np.uint64 and type(s["a"]) is np.float32 and type(s["b"]) is np.float64
     assert s["m"] == 2**40
+
+
+@pytest.mark.parametrize("dtype, init", [("float32", "uniform(-2,3)"), ("float64", "uniform(-2,3)"), ("float32", "normal(5, 0.5)"), ("float16", "normal(5, 0.5)")])
+def test_chunked_draws_equal_one_whole_array_draw(monkeypatch, dtype, init):
+    # Inputs are drawn a chunk at a time; the values must be those of a single draw (reproducibility across versions).
+    monkeypatch.setattr(inputs_module, "_DRAW_CHUNK", 1000)
+    spec = spec_with([("x", dtype, "n", init)], scalars=(("n", "int32", 4321),))
+    child = np.random.SeedSequence(9).spawn(1)[0]
+    rng = np.random.default_rng(child)
+    draw_dtype = np.float64 if dtype == "float64" else np.float32
+    if init.startswith("uniform"):
+        expected = rng.random(4321, dtype=draw_dtype)
+        expected *= 5.0
+        expected += -2.0
+    else:
+        expected = rng.standard_normal(4321, dtype=draw_dtype)
+        expected *= 0.5
+        expected += 5.0
+    got = make_inputs(spec, 9)["x"]
+    assert np.array_equal(got.view(np.uint8), expected.astype(dtype).view(np.uint8))
+
+
+@pytest.mark.parametrize("dtype", ["float32", "bfloat16", "int8", "uint64"])
+def test_zeros_are_made_in_the_array_type(dtype):
+    x = make_inputs(spec_with([("x", dtype, "n", "zeros")]), 0)["x"]
+    assert x.dtype == inputs_module.NUMPY_DTYPES[dtype] and x.size == 1000 and not x.view(np.uint8).any()

@@ -67,10 +67,11 @@ def execute(job: dict) -> dict:
         return {"status": "done", "outcome": dataclasses.asdict(Outcome().fail("launch_error", str(exc)))}
     gpu = backend.info()
     try:
-        outcome = check_correctness(backend, spec, list(job["seeds"]), files)
+        inputs: dict = {}
+        outcome = check_correctness(backend, spec, list(job["seeds"]), files, keep_inputs=inputs)
         if outcome.reason is None and not job.get("skip_timing"):
             try:
-                outcome.samples_ms = measure(backend, spec, job["seeds"][0], TimingOptions(**job.get("timing", {})), files)
+                outcome.samples_ms = measure(backend, spec, job["seeds"][0], TimingOptions(**job.get("timing", {})), files, inputs=inputs)
             except LaunchFailed as exc:
                 outcome.fail("launch_error", f"while timing: {exc}")
             gpu.update({k: v for k, v in smi_clocks().items() if v is not None})

@@ -96,13 +96,35 @@ class Outcome:
         return self
 
 
+#: Poison arrays kept for reuse across seeds and the timing run, up to this many bytes in all.
+_POISON_CACHE_BYTES = 1 << 30
+_poison_cache: dict[tuple[str, int], np.ndarray] = {}
+
+
+def _shared_poison(array_type: str, size: int) -> np.ndarray:
+    """A read-only poison array, made once per (type, size): filling 64M elements costs ~0.4 s of CPU per seed.
+
+    Read-only so that a backend that wrongly wrote into its ``args`` fails loudly instead of
+    corrupting the poison of later runs.
+    """
+    key = (array_type, size)
+    cached = _poison_cache.get(key)
+    if cached is None:
+        cached = poison(array_type, size)
+        cached.flags.writeable = False
+        if sum(a.nbytes for a in _poison_cache.values()) + cached.nbytes > _POISON_CACHE_BYTES:
+            _poison_cache.clear()
+        _poison_cache[key] = cached
+    return cached
+
+
 def build_args(spec: Spec, arrays: Mapping[str, np.ndarray], variant: int | None) -> Args:
-    """Kernel arguments in parameter order; ``out`` arrays replaced by poison."""
+    """Kernel arguments in parameter order; ``out`` arrays replaced by (shared, read-only) poison."""
     scalars = scalar_args(spec, variant)
     args: Args = []
     for p in spec.params:
         if isinstance(p, ArrayParam):
-            args.append(poison(p.type, arrays[p.name].size) if p.role == "out" else arrays[p.name])
+            args.append(_shared_poison(p.type, arrays[p.name].size) if p.role == "out" else arrays[p.name])
         else:
             args.append(scalars[p.name])
     return args
@@ -133,7 +155,15 @@ def _merge_errors(outcome: Outcome, results: list[CompareResult]) -> None:
             outcome.max_rel_error = max(outcome.max_rel_error or 0.0, r.max_rel_error)
 
 
-def check_correctness(backend: Backend, spec: Spec, seeds: list[int], files: Mapping[str, np.ndarray] | None = None) -> Outcome:
+#: Inputs shared by :func:`check_correctness` and :func:`measure`, keyed by seed (main size only).
+InputCache = dict[int, Mapping[str, np.ndarray]]
+
+
+def check_correctness(
+    backend: Backend, spec: Spec, seeds: list[int], files: Mapping[str, np.ndarray] | None = None, keep_inputs: InputCache | None = None,
+) -> Outcome:
+    """``keep_inputs``: receives the first seed's main-size inputs, for :func:`measure` to reuse
+    (drawing 64M-element arrays again costs about as much as a seed's comparisons)."""
     outcome = Outcome()
     runs: list[tuple[int | None, int, bool]] = [(None, s, True) for s in seeds]
     if seeds:
@@ -142,6 +172,8 @@ def check_correctness(backend: Backend, spec: Spec, seeds: list[int], files: Map
         where = f"seed {seed}" + ("" if variant is None else f", variants[{variant}] {dict(spec.variants[variant])}")
         resolved = spec.resolve(variant)
         arrays = make_inputs(spec, seed, variant, files)
+        if keep_inputs is not None and variant is None and seed == seeds[0]:
+            keep_inputs[seed] = arrays
         args = build_args(spec, arrays, variant)
         try:
             stage = "original"
@@ -175,10 +207,15 @@ def measure(
     options: TimingOptions,
     files: Mapping[str, np.ndarray] | None = None,
     clock: Callable[[], float] = time.perf_counter,
+    inputs: InputCache | None = None,
 ) -> dict[str, list[float]]:
-    """Interleaved timed trials of both kernels at the main size; milliseconds per launch."""
+    """Interleaved timed trials of both kernels at the main size; milliseconds per launch.
+
+    ``inputs``: main-size inputs already drawn (by :func:`check_correctness`), used for ``seed`` when present.
+    """
     resolved = spec.resolve(None)
-    args = build_args(spec, make_inputs(spec, seed, None, files), None)
+    arrays = (inputs or {}).get(seed)
+    args = build_args(spec, arrays if arrays is not None else make_inputs(spec, seed, None, files), None)
     restore = [isinstance(p, ArrayParam) and p.role != "in" for p in spec.params]
     timer = backend.timer({ORIGINAL: args, CANDIDATE: args}, {ORIGINAL: resolved.original, CANDIDATE: resolved.candidate}, restore)
     samples: dict[str, list[float]] = {ORIGINAL: [], CANDIDATE: []}
