@@ -19,7 +19,6 @@ from dataclasses import dataclass
 from lsprotocol import types
 
 from kernel_lsp.core.index import Function, KernelIndex, Point
-from kernel_lsp.server import optimize_actions
 from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import to_point
 from kernel_lsp.server.documents import DocumentState
@@ -66,8 +65,6 @@ def actions_at(ctx: CodeActionContext) -> list[types.CodeAction]:
 def register(server: KernelLspServer) -> None:
     state = server.state
     providers(state)
-    # The optimizer's actions ("Optimize <kernel>", "Apply <technique>: ...") live in their own module.
-    optimize_actions.register(server)
 
     @server.feature(
         types.TEXT_DOCUMENT_CODE_ACTION,

@@ -20,19 +20,35 @@ import os
 import re
 import threading
 import weakref
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import Any
 
 from lsprotocol import types
 
 from kernel_lsp.core.candidates import Candidate
 from kernel_lsp.core.parse import ParsedDocument
+from kernel_lsp.core.rules import RuleGenerator
+from kernel_lsp.core.spec import SpecError, parse_spec
 from kernel_lsp.core.verdict import Reason, Verdict
+from kernel_lsp.server import code_actions
 from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import byte_to_utf16, line_bytes
 from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.profiling import result_for
+from kernel_lsp.services.harness import VerifyOptions, load_spec_file
 from kernel_lsp.services.jobs import JobKey
-from kernel_lsp.services.optimizer import CandidateResult, OptimizeResult
+from kernel_lsp.services.kb import KnowledgeBase
+from kernel_lsp.services.llm import model_from_settings
+from kernel_lsp.services.optimizer import (
+    Budget,
+    CandidateResult,
+    OptimizeResult,
+    harness_verifier,
+    model_generator,
+    optimize,
+)
+from kernel_lsp.services.profiler import find_spec
+from kernel_lsp.services.traces import TraceStore
 
 log = logging.getLogger(__name__)
 
@@ -152,10 +168,8 @@ def _last_profile(state: ServerState, path: str | None, kernel: str) -> Any:
     if path is None:
         return None
     try:
-        from kernel_lsp.server.profiling import result_for
-
         found = result_for(state, path, kernel)
-    except Exception:  # the profiler feature may be absent or failing: optimize without a profile
+    except Exception:  # a failing profile store must not stop the search: optimize without a profile
         log.debug("no profile for %s", kernel, exc_info=True)
         return None
     return found.profile if found is not None else None
@@ -163,10 +177,6 @@ def _last_profile(state: ServerState, path: str | None, kernel: str) -> Any:
 
 def _spec_for(doc: DocumentState, kernel: str) -> tuple[Any, str | None]:
     """(Spec, None) or (None, why not)."""
-    from kernel_lsp.core.spec import SpecError, parse_spec
-    from kernel_lsp.services.harness import load_spec_file
-    from kernel_lsp.services.profiler import find_spec
-
     if doc.path is None:
         return None, "the document is not a file"
     spec_path, spec_data, problem = find_spec(doc.path, doc.text(), kernel)
@@ -194,10 +204,6 @@ def _model(state: ServerState, load: Any) -> Any:
 
 def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, source: str, version: int | None, ctx: Any) -> OptimizeResult:
     """The job's work (a worker thread): KB, generators, verifier from the settings."""
-    from kernel_lsp.core.rules import RuleGenerator
-    from kernel_lsp.services.harness import VerifyOptions
-    from kernel_lsp.services.optimizer import Budget, harness_verifier, model_generator, optimize
-
     s = state.settings
     options = VerifyOptions(seeds=s.verify_seeds, min_speedup=s.min_speedup, timeout_s=s.verify_timeout_s,
                             nvcc=s.nvcc_path, include_dirs=tuple(s.include_paths) + ((os.path.dirname(doc.path),) if doc.path else ()))
@@ -208,9 +214,6 @@ def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, s
     traces = None
     if s.model:
         try:
-            from kernel_lsp.services.llm import model_from_settings
-            from kernel_lsp.services.traces import TraceStore
-
             model = _model(state, model_from_settings)
             if model is not None:
                 # Model attempts (and every verdict of the search) become distillation data.
@@ -222,8 +225,6 @@ def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, s
             messages.append(f"model unavailable ({exc}); rules only")
     kb = None
     try:
-        from kernel_lsp.services.kb import KnowledgeBase
-
         kb = KnowledgeBase.open(s.kb_path)
         # A corrupt database was moved aside and replaced: the user must hear of it.
         messages.extend(kb.messages)
@@ -242,8 +243,6 @@ def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, s
         if traces is not None:
             traces.close()
     if messages:
-        from dataclasses import replace
-
         result = replace(result, messages=result.messages + tuple(messages))
     return result
 
@@ -300,8 +299,6 @@ def injected_result(doc: DocumentState, data: dict) -> OptimizeResult:
 
 def register(server: KernelLspServer) -> None:
     state = server.state
-    from kernel_lsp.server import code_actions
-
     code_actions.providers(state).append(provider)
 
     @server.command(OPTIMIZE_COMMAND)

@@ -34,11 +34,18 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kernel_lsp.core.candidates import Candidate, CandidateGenerator, OptimizeRequest, TechniqueHint
+from kernel_lsp.core.features import static_features
 from kernel_lsp.core.index import build_index
 from kernel_lsp.core.kb_logic import Attempt
+from kernel_lsp.core.profile_render import kernel_markdown
 from kernel_lsp.core.rules import RuleGenerator
 from kernel_lsp.core.spec import Spec, SpecError, with_candidate_launch
 from kernel_lsp.core.verdict import Reason, Verdict
+from kernel_lsp.services.agent import AgentBudgets, AgentTools, CompileFeedback, ModelGenerator, attempt_id_of
+from kernel_lsp.services.harness import GpuUnavailable, VerifyCancelled, verify
+from kernel_lsp.services.harness.compile import compile_cubin
+from kernel_lsp.services.profiler import GPU_LOCK
+from kernel_lsp.services.traces import AttemptRecord
 
 log = logging.getLogger(__name__)
 
@@ -157,9 +164,6 @@ def candidate_hash(candidate: Candidate) -> str:
 def harness_verifier(options: Any = None) -> Verifier:
     """The real verifier: :func:`kernel_lsp.services.harness.verify` with ``options`` (VerifyOptions),
     serialized with the profiler's GPU lock."""
-    from kernel_lsp.services.harness import VerifyCancelled, verify
-    from kernel_lsp.services.profiler import GPU_LOCK
-
     def run(original: str, candidate: str, spec: Spec, cancel: threading.Event | None) -> Verdict:
         # One GPU job at a time in this process (profiles and other searches): timings must not overlap.
         while not GPU_LOCK.acquire(timeout=0.2):
@@ -182,8 +186,6 @@ def _kernel_text(source: str, kernel: str) -> str:
 
 
 def _features(source: str, kernel: str) -> dict[str, Any]:
-    from kernel_lsp.core.features import static_features
-
     index = build_index(source)
     fn = next((f for f in index.kernels if f.name == kernel), None)
     if fn is None:
@@ -290,8 +292,6 @@ def optimize(
     summary = None
     if profile is not None:
         try:
-            from kernel_lsp.core.profile_render import kernel_markdown
-
             summary = kernel_markdown(profile, None)
         except Exception:  # the summary is a prompt aid only
             log.exception("profile summary failed")
@@ -340,8 +340,6 @@ def optimize(
 
 def _verify_one(candidate: Candidate, digest: str, source: str, spec: Spec, verifier: Verifier,
                 cancel: threading.Event | None, run: bool, gpu_error: str | None) -> CandidateResult:
-    from kernel_lsp.services.harness import GpuUnavailable, VerifyCancelled
-
     if not run:
         return CandidateResult(candidate, digest, None, gpu_error or "not verified (--no-verify)")
     try:
@@ -374,9 +372,6 @@ def _record(result: CandidateResult, kb: Any, traces: Any, state: str | None, **
     if traces is None:
         return
     try:
-        from kernel_lsp.services.agent import attempt_id_of
-        from kernel_lsp.services.traces import AttemptRecord
-
         c = result.candidate
         attempt_id = attempt_id_of(c)
         if attempt_id is None:
@@ -400,10 +395,6 @@ def model_generator(model: Any, spec: Spec, source: str, *, verifier: Verifier |
                     arch: str = "sm_90", nvcc: str = "nvcc", techniques: int = 3, samples: int = 2,
                     seconds: float | None = None) -> Any:
     """A :class:`~kernel_lsp.services.agent.ModelGenerator` wired to our tools (compile, benchmark, kb_search)."""
-    from kernel_lsp.services.agent import AgentBudgets, AgentTools, CompileFeedback, ModelGenerator
-    from kernel_lsp.services.harness import GpuUnavailable, VerifyCancelled
-    from kernel_lsp.services.harness.compile import compile_cubin
-
     def compile_tool(candidate: str) -> CompileFeedback:
         with tempfile.TemporaryDirectory(prefix="kernel-lsp-agent-") as workdir:
             result = compile_cubin(candidate, workdir, "candidate", arch=arch, nvcc=nvcc, timeout_s=120.0, cancel=cancel)
