@@ -45,6 +45,7 @@ M_SECTORS_ST = "l1tex__t_sectors_pipe_lsu_mem_global_op_st.sum"
 M_REQUESTS_ST = "l1tex__t_requests_pipe_lsu_mem_global_op_st.sum"
 M_EXCESSIVE_SECTORS = "derived__memory_l2_theoretical_sectors_global_excessive"
 M_GLOBAL_SECTORS_THEORETICAL = "memory_l2_theoretical_sectors_global"
+M_GLOBAL_SECTORS_IDEAL = "memory_l2_theoretical_sectors_global_ideal"
 M_GLOBAL_SECTORS_L2 = "lts__t_sectors_srcunit_tex_op_read.sum"
 M_BANK_CONFLICTS_LD = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_ld.sum"
 M_BANK_CONFLICTS_ST = "l1tex__data_bank_conflicts_pipe_lsu_mem_shared_op_st.sum"
@@ -236,8 +237,16 @@ class KernelProfile:
 
     @property
     def excessive_sectors_pct(self) -> float | None:
-        """Global-access L2 sectors beyond what coalesced accesses need, % of all (SourceCounters)."""
+        """Global-access L2 sectors beyond what coalesced accesses need, % of all (SourceCounters).
+
+        The section's derived metric when present; otherwise theoretical minus ideal
+        sectors, the two instruction-level metrics it is derived from (what a
+        ``--metrics`` collection gets: derived metrics exist only inside sections).
+        """
         excessive = self.metrics.get(M_EXCESSIVE_SECTORS)
+        ideal = self.metrics.get(M_GLOBAL_SECTORS_IDEAL)
+        if excessive is None and ideal is not None and M_GLOBAL_SECTORS_THEORETICAL in self.metrics:
+            excessive = max(0.0, self.metrics[M_GLOBAL_SECTORS_THEORETICAL] - ideal)
         if excessive is None:
             return None
         total = self.metrics.get(M_GLOBAL_SECTORS_THEORETICAL)
@@ -276,6 +285,9 @@ class KernelProfile:
         """Shared-memory wavefronts beyond the ideal (bank conflicts), % of all shared wavefronts."""
         excessive = self.metrics.get(M_SHARED_EXCESSIVE)
         total = self.metrics.get(M_SHARED_WAVEFRONTS)
+        ideal = self.metrics.get(M_SHARED_WAVEFRONTS_IDEAL)
+        if excessive is None and total is not None and ideal is not None:
+            excessive = max(0.0, total - ideal)
         if excessive is None or total is None:
             return None
         return 0.0 if total <= 0 else min(100.0, 100.0 * excessive / total)

@@ -36,6 +36,9 @@ def kernel_markdown(profile: KernelProfile, bottleneck: Bottleneck | None, messa
     hot = profile.hottest_lines(3)
     if hot:
         out.append("Hottest lines: " + ", ".join(f"{c.line} ({_share(c, profile)})" for c in hot))
+    elif not profile.lines:
+        out.append("*No per-line counters in this profile (the profiling tree leaves them out): set "
+                   "`profileLineCounters` for line hovers on every save, or run `kernel-lsp profile --full`.*")
     if profile.tree_leaf:
         out.append(f"*collected: {', '.join(profile.sections) or 'n/a'} (tree leaf `{profile.tree_leaf}`)*")
     return "\n\n".join(out)

@@ -1,20 +1,25 @@
-"""The profiling tree: which Nsight Compute sections are worth collecting for a kernel.
+"""The profiling tree: which Nsight Compute metrics are worth collecting for a kernel.
 
 Full profiles are slow and more metrics do not mean better advice (AutoProfiler,
 "Less is more"), so a small decision tree picks, per kernel, what to collect.
 
 Format (``kernel_lsp/data/profiling_tree.json``, ``"format": "kernel-lsp-profiling-tree"``,
-``"version": 1``)::
+``"version": 2``; version 1 files, which name sections only, are read too)::
 
-    {"format": ..., "version": 1, "name": "default", "doc": "...",
-     "first_pass": ["SpeedOfLight", "LaunchStats", "Occupancy"],
+    {"format": ..., "version": 2, "name": "default", "doc": "...",
+     "first_pass": ["group:throughput"],
      "unmeasured": "missing",
      "budget": {"max_passes": 20},
      "root": "NODE_ID",
      "nodes": {
         "NODE_ID": {"feature": "sig.memory_throughput_pct", "op": ">=", "threshold": 60,
                     "then": "ID", "else": "ID", "missing": "ID", "doc": "..."},
-        "LEAF_ID": {"collect": ["MemoryWorkloadAnalysis_Tables"], "metrics": [], "doc": "..."}}}
+        "LEAF_ID": {"collect": ["group:pipes", "SourceCounters"], "metrics": [], "doc": "..."}}}
+
+A collection *item* is either an ncu section (``SourceCounters``: ``--section``)
+or a metric group (``group:NAME``, :mod:`kernel_lsp.core.metric_groups`:
+``--metrics``). Groups are the cheap unit: a run that names no section applies
+no rules and writes no report, so it is read straight from ncu's output.
 
 A test node compares one *fact* with a threshold (``>=`` or ``<``) and names the
 node to go to when it holds (``then``), fails (``else``) and when the fact is
@@ -28,9 +33,9 @@ unknown (``missing``, default ``else``). Facts are flat ``name -> float``:
 * ``static.NAME`` a static feature of the kernel's source (``core/features.py``);
 * ``ptxas.NAME``  a number from ptxas (``registers``, ``spill_bytes``, ``smem_bytes``).
 
-A leaf names the sections (in priority order) and extra metrics to collect
+A leaf names the items (in priority order) and extra metrics to collect
 next; the budget caps the replay passes of that collection (lowest-priority
-sections dropped first). Walking the tree is pure and records its path.
+items dropped first). Walking the tree is pure and records its path.
 
 Measured facts come from the previous profile of the kernel, so a repeat profile
 is one ncu run: the first-pass sections plus the chosen leaf's (the first pass is
@@ -38,7 +43,7 @@ collected again, to classify and time the new code). A kernel's first profile ha
 no measured facts: with ``"unmeasured": "missing"`` the tests take their
 ``missing`` branches (still one run); with ``"first_pass"`` the first pass runs
 alone and the tree is walked on its results (two runs: fewer passes, but every
-ncu run costs ~1.8 s of start-up on the recorded H200, see ``data/ncu_sections.json``).
+ncu run costs ~1.7 s of start-up on the recorded H200, see ``data/ncu_sections.json``).
 
 :func:`refine` improves a tree on a dataset of full profiles by REWRITE edits
 (a threshold, a leaf's sections) and SPLIT edits (a leaf becomes a test with two
@@ -61,9 +66,12 @@ from kernel_lsp.core import classify as C
 from kernel_lsp.core import profile as P
 from kernel_lsp.core.features import static_features
 from kernel_lsp.core.index import Function
+from kernel_lsp.core.metric_groups import GROUPS
 
 FORMAT = "kernel-lsp-profiling-tree"
-VERSION = 1
+VERSION = 2
+READS_VERSIONS = (1, 2)
+GROUP_PREFIX = "group:"
 OPS = (">=", "<")
 UNMEASURED = ("missing", "first_pass")
 FACT_PREFIXES = ("sig.", "derived.", "metric.", "static.", "ptxas.")
@@ -99,7 +107,7 @@ class Test:
 class Leaf:
     id: str
     collect: tuple[str, ...]
-    """Sections to collect next, most important first."""
+    """Items (sections, ``group:NAME``) to collect next, most important first."""
     metrics: tuple[str, ...] = ()
     """Extra metrics to collect next (``--metrics``)."""
     doc: str = ""
@@ -150,12 +158,14 @@ def parse_tree(data: Mapping[str, Any] | str) -> Tree:
     errors: list[str] = []
     if data.get("format") != FORMAT:
         errors.append(f"format: expected '{FORMAT}'")
-    if data.get("version") != VERSION:
-        errors.append(f"version: this kernel-lsp reads version {VERSION}, got {data.get('version')!r}")
+    if data.get("version") not in READS_VERSIONS:
+        errors.append(f"version: this kernel-lsp reads versions {', '.join(map(str, READS_VERSIONS))}, "
+                      f"got {data.get('version')!r}")
     first_pass = data.get("first_pass")
     if not isinstance(first_pass, list) or not all(isinstance(s, str) for s in first_pass):
-        errors.append("first_pass: expected a list of section names")
+        errors.append("first_pass: expected a list of section names or group:NAME items")
         first_pass = []
+    errors.extend(f"first_pass: {problem}" for problem in _item_errors(first_pass))
     raw_nodes = data.get("nodes")
     if not isinstance(raw_nodes, Mapping) or not raw_nodes:
         raise TreeError(errors + ["nodes: expected a non-empty object"])
@@ -207,8 +217,9 @@ def _parse_node(node_id: str, raw: Any, errors: list[str]) -> Node | None:
     if "collect" in raw:
         collect, metrics = raw.get("collect"), raw.get("metrics", [])
         if not isinstance(collect, list) or not all(isinstance(s, str) for s in collect):
-            errors.append(f"{where}.collect: expected a list of section names")
+            errors.append(f"{where}.collect: expected a list of section names or group:NAME items")
             return None
+        errors.extend(f"{where}.collect: {problem}" for problem in _item_errors(collect))
         if not isinstance(metrics, list) or not all(isinstance(s, str) for s in metrics):
             errors.append(f"{where}.metrics: expected a list of metric names")
             return None
@@ -232,6 +243,26 @@ def _parse_node(node_id: str, raw: Any, errors: list[str]) -> Node | None:
         return None
     missing = raw.get("missing")
     return Test(node_id, feature, op, float(threshold), raw["then"], raw["else"], missing, doc)
+
+
+def _item_errors(items: Iterable[str]) -> list[str]:
+    return [
+        f"unknown metric group {item!r} (known: {', '.join(sorted(GROUPS))})"
+        for item in items
+        if item.startswith(GROUP_PREFIX) and item[len(GROUP_PREFIX):] not in GROUPS
+    ]
+
+
+def split_items(items: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]:
+    """(sections, metrics) of a collection: groups expand to their metrics, in order, without repeats."""
+    sections: list[str] = []
+    metrics: list[str] = []
+    for item in items:
+        if item.startswith(GROUP_PREFIX):
+            metrics.extend(GROUPS.get(item[len(GROUP_PREFIX):], ()))
+        else:
+            sections.append(item)
+    return tuple(dict.fromkeys(sections)), tuple(dict.fromkeys(metrics))
 
 
 def _cycle_errors(root: str, nodes: Mapping[str, Node]) -> list[str]:
@@ -324,20 +355,31 @@ def walk(tree: Tree, facts: Mapping[str, float], *, stop_on_pending: Iterable[st
 
 @dataclass(frozen=True)
 class SectionCost:
-    """What collecting one section costs, from recorded runs (``data/ncu_sections.json``)."""
+    """What collecting one item (section or ``group:NAME``) costs, from recorded runs (``data/ncu_sections.json``)."""
 
     passes: int
     metrics: tuple[str, ...]
-    """Metric names a report holds when this section is collected."""
+    """Metric names a report holds when this item is collected."""
+    extra_s: float = 0.0
+    """Seconds the item adds to a run beyond its passes (SASS patching of instruction-level metrics,
+    paid once per run: a run's extra is the largest of its items')."""
 
 
 @dataclass(frozen=True)
 class CostModel:
-    """Seconds of an ncu run: ``run_s`` per ncu process plus ``pass_s`` per replay pass."""
+    """Seconds of an ncu run.
+
+    ``run_s`` per ncu process (start-up, the program, one metric), ``pass_s`` per
+    further replay pass, the largest ``extra_s`` of its items, and ``section_run_s`` when
+    the run collects any section: ncu then applies the sections' rules and the
+    profiler writes a report and exports its pages, where a run of metric groups
+    alone is read from ncu's own output.
+    """
 
     sections: Mapping[str, SectionCost]
     run_s: float
     pass_s: float
+    section_run_s: float = 0.0
     always_metrics: tuple[str, ...] = ()
     """Metrics present in every report whatever the sections (launch and device attributes)."""
     full_sections: tuple[str, ...] = ()
@@ -363,8 +405,13 @@ class CostModel:
         return min(estimate, self.full_passes) if self.full_passes else estimate
 
     def seconds(self, runs: int, sections: Iterable[str]) -> float:
-        """Estimated wall seconds: ``run_s`` per ncu process and ``pass_s`` per pass beyond the first."""
-        return runs * self.run_s + max(0, self.passes(sections) - 1) * self.pass_s
+        """Estimated wall seconds of ``runs`` ncu processes that together collect ``sections`` (items)."""
+        items = set(sections)
+        # Instruction-level metrics share one SASS patching per run, whichever items ask for them.
+        extra = max((self.sections[s].extra_s for s in items if s in self.sections), default=0.0)
+        if any(not s.startswith(GROUP_PREFIX) for s in items):
+            extra += runs * self.section_run_s
+        return runs * self.run_s + max(0, self.passes(items) - 1) * self.pass_s + extra
 
     def full_seconds(self) -> float:
         if self.full_s is not None:
@@ -375,7 +422,9 @@ class CostModel:
     def metrics_of(self, sections: Iterable[str]) -> set[str]:
         names = set(self.always_metrics)
         for s in sections:
-            if s in self.sections:
+            if s.startswith(GROUP_PREFIX):
+                names.update(GROUPS.get(s[len(GROUP_PREFIX):], ()))
+            elif s in self.sections:
                 names.update(self.sections[s].metrics)
         return names
 
@@ -431,13 +480,14 @@ def plan_from_walk(tree: Tree, result: Walk, *, first_pass_ran: bool, costs: Cos
 def cost_model_from_json(data: Mapping[str, Any]) -> CostModel:
     """Read ``data/ncu_sections.json`` (made by ``tests/fixtures/ncu/make_sections_table.py``)."""
     sections = {
-        name: SectionCost(int(entry["passes"]), tuple(entry.get("metrics", [])))
+        name: SectionCost(int(entry["passes"]), tuple(entry.get("metrics", [])), float(entry.get("extra_s", 0.0)))
         for name, entry in data["sections"].items()
     }
     return CostModel(
         sections=sections,
         run_s=float(data["run_s"]),
         pass_s=float(data["pass_s"]),
+        section_run_s=float(data.get("section_run_s", 0.0)),
         always_metrics=tuple(data.get("always_metrics", [])),
         full_sections=tuple(data.get("full_sections", [])),
         full_passes=data.get("full_passes"),

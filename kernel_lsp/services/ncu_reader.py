@@ -517,6 +517,22 @@ def read_report(
     return _read_with_exports(report_path, ncu_path, source_file, with_lines, timeout_s, run)
 
 
+def read_output(
+    text: str,
+    *,
+    ncu_path: str = "ncu",
+    source_file: str | None = None,
+    run: Callable[..., proc.ProcResult] = proc.run,
+) -> list[KernelProfile]:
+    """Profiles from the raw-page CSV that a run with ``--csv --page raw`` printed (no report file).
+
+    A run of metrics alone has no rules and no source page to export, so reading
+    its own output spares the export process (about 0.5 s on the H200). Raises
+    :class:`NcuReadError` when the output holds no CSV.
+    """
+    return to_profiles(parse_raw_csv(text), None, source_file=source_file, ncu_version_text=_cached_version(ncu_path, run))
+
+
 def _export(report_path: str, ncu_path: str, args: list[str], timeout_s: float, run) -> str:
     try:
         result = run([ncu_path, "-i", report_path, "--csv", *args], timeout_s=timeout_s)

@@ -4,15 +4,20 @@ Two ways to run the kernel under ``ncu`` (always ``--clock-control none``):
 
 * **launch spec** (harness mode): the file is compiled to a cubin with
   ``-lineinfo`` and ``python -m kernel_lsp.services.harness.launch`` launches the
-  kernel once from its spec; ncu filters on the mangled entry name;
+  kernel from its spec: a warm-up and :data:`TIMED_LAUNCHES` launches timed with
+  CUDA events (the timing spread, at the cost of plain launches), then the one
+  launch ncu profiles (``--launch-skip``, filtered on the mangled entry name);
+  ncu ends the launcher once that launch is profiled (``--kill yes``);
 * **program** (``Settings.profile_program``/``profile_args``): the user's own
-  binary, filtered with ``-k`` and ``--launch-count``.
+  binary, filtered with ``-k`` and ``--launch-count 1``; it runs to its end.
 
-The tree (:mod:`kernel_lsp.core.profiling_tree`) decides the sections: when the
-previous profile of the kernel is known, its measurements feed the tree and one
-ncu run collects the first-pass sections together with the chosen leaf's;
-otherwise a cheap first pass runs, the tree is walked on its results, and a
-second run collects the leaf's sections. ``full=True`` collects ``--set full``.
+The tree (:mod:`kernel_lsp.core.profiling_tree`) decides what to collect: when
+the previous profile of the kernel is known, its measurements feed the tree and
+one ncu run collects the first pass together with the chosen leaf; otherwise
+the tree's ``unmeasured`` mode decides (one run of the fallback leaf, or a first
+pass, a walk on its results, and a second run). A run of metric groups alone
+applies no rules and is read from ncu's CSV output; a run with a section writes
+a report that is read afterwards. ``full=True`` collects ``--set full``.
 
 Every failure (ncu missing, no permission to read counters, the program
 crashing or hanging, a report that cannot be read) becomes a message in the
@@ -36,6 +41,7 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 
 from kernel_lsp.config import Settings
+from kernel_lsp.core import profile as P
 from kernel_lsp.core import profiling_tree as T
 from kernel_lsp.core.classify import Bottleneck, classify
 from kernel_lsp.core.index import Function, build_index
@@ -43,14 +49,16 @@ from kernel_lsp.core.spec import find_inline_specs
 from kernel_lsp.core.profile import KernelProfile, Regression, profile_from_json, profile_to_json, regression
 from kernel_lsp.services import ncu_reader, proc
 from kernel_lsp.services.harness.compile import compile_cubin, find_entry
+from kernel_lsp.services.harness.launch import launches_before
 
 log = logging.getLogger(__name__)
 
 #: One GPU job at a time, whoever asks (server, CLI in-process, benchmark).
 GPU_LOCK = threading.Lock()
 
-#: Launches profiled in the run that carries SpeedOfLight (its durations give the noise).
-TIMING_LAUNCHES = 3
+#: Launches timed with CUDA events before the profiled one (harness mode): their spread is the noise
+#: the regression warning allows for.
+TIMED_LAUNCHES = 10
 _PASSES = re.compile(r"- (\d+) passes?")
 _PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -188,10 +196,19 @@ def ncu_argv(
     metrics: tuple[str, ...] = (),
     full: bool = False,
     kernel_filter: tuple[str, ...],
-    launch_count: int,
+    launch_skip: int = 0,
+    kill: bool = False,
     report_base: str,
     target_argv: list[str],
 ) -> list[str]:
+    """One ncu run profiling one launch.
+
+    ``sections`` and ``metrics`` are what to collect (the tree's items, split by
+    :func:`T.split_items`). With no section and not ``full``, the run applies no
+    rules (rules belong to sections) and prints the raw page as CSV instead of
+    writing ``report_base``.ncu-rep. ``kill``: end the target once its launch is
+    profiled (only for the profiler's own launcher: a user's program is never cut short).
+    """
     argv = [settings.ncu_path, "--clock-control", "none"]
     if full:
         argv += ["--set", "full", "--import-source", "yes"]
@@ -202,7 +219,16 @@ def ncu_argv(
             argv += ["--import-source", "yes"]
     if metrics:
         argv += ["--metrics", ",".join(metrics)]
-    argv += [*kernel_filter, "--launch-count", str(launch_count), "-f", "-o", report_base]
+    argv += list(kernel_filter)
+    if launch_skip:
+        argv += ["--launch-skip", str(launch_skip)]
+    argv += ["--launch-count", "1"]
+    if kill:
+        argv += ["--kill", "yes"]
+    if full or sections:
+        argv += ["-f", "-o", report_base]
+    else:
+        argv += ["--apply-rules", "no", "--csv", "--page", "raw", "--print-units", "base"]
     return argv + target_argv
 
 
@@ -269,7 +295,8 @@ class Profiler:
         parts = [
             target.source_text, target.kernel, spec_text, target.program or "", " ".join(target.program_args),
             s.arch, s.ncu_path, s.nvcc_path, " ".join(s.extra_flags), " ".join(s.include_paths),
-            json.dumps(T.tree_to_json(self.tree), sort_keys=True), str(full), str(TIMING_LAUNCHES),
+            json.dumps(T.tree_to_json(self.tree), sort_keys=True), str(full), str(TIMED_LAUNCHES),
+            str(s.profile_line_counters),
         ]
         return hashlib.sha256("\x00".join(parts).encode()).hexdigest()
 
@@ -342,7 +369,7 @@ class Profiler:
         tree = self.tree
         planned = T.plan_for(tree, facts, measured, self.costs)
         if isinstance(planned, T.Plan):
-            report(f"ncu: {', '.join(planned.sections)}")
+            report(f"ncu: {', '.join(planned.sections) or 'first pass'}")
             run = self._ncu(target, launch, workdir, "plan", planned.sections, planned.metrics, False, cancel)
             return run.profile, planned, run.passes
         report(f"ncu first pass: {', '.join(tree.first_pass)}")
@@ -381,11 +408,12 @@ class Profiler:
             entry, problem = find_entry(compiled.entries, target.kernel)
             if entry is None:
                 raise _Failure(problem)
+            timings = os.path.join(workdir, "timings.json")
             argv = [self.python, "-m", "kernel_lsp.services.harness.launch", "--cubin", compiled.cubin_path,
-                    "--kernel", entry, "--spec", os.path.abspath(spec_path), "--repeat", str(TIMING_LAUNCHES),
-                    "--base-dir", folder]
+                    "--kernel", entry, "--spec", os.path.abspath(spec_path), "--base-dir", folder,
+                    "--timed", str(TIMED_LAUNCHES), "--timings-file", timings]
             return _Launch(argv, ("--kernel-name-base", "mangled", "-k", entry), entry, compiled.log,
-                           os.path.join(workdir, "kernel.cu"))
+                           os.path.join(workdir, "kernel.cu"), launches_before(TIMED_LAUNCHES), timings)
         if self.settings.profile_program or target.program:
             program = target.program or self.settings.profile_program
             args = target.program_args or self.settings.profile_args
@@ -393,15 +421,23 @@ class Profiler:
             return _Launch([str(program), *args], name_filter, None, "", None)
         raise _Failure(f"no launch spec for {target.kernel}: create one (code action \"Create launch spec for {target.kernel}\")")
 
-    def _ncu(self, target, launch, workdir, tag, sections, metrics, full, cancel) -> _RunOutput:
+    def _ncu(self, target, launch, workdir, tag, items, metrics, full, cancel) -> _RunOutput:
+        """One ncu run collecting ``items`` (sections and ``group:NAME``) and ``metrics``, or ``--set full``."""
         base = os.path.join(workdir, tag)
-        timing = "SpeedOfLight" in sections or full
+        if self.settings.profile_line_counters and not full:
+            items = tuple(dict.fromkeys((*items, "SourceCounters")))
+        sections, group_metrics = T.split_items(items)
+        wanted = tuple(dict.fromkeys((*group_metrics, *metrics)))
+        if not full and not sections and P.M_DURATION_NS not in wanted:
+            wanted = (P.M_DURATION_NS, *wanted)
         argv = ncu_argv(
-            self.settings, sections=tuple(sections), metrics=tuple(metrics), full=full,
-            kernel_filter=launch.kernel_filter, launch_count=TIMING_LAUNCHES if timing else 1,
+            self.settings, sections=sections, metrics=wanted, full=full,
+            kernel_filter=launch.kernel_filter, launch_skip=launch.skip, kill=launch.skip > 0,
             report_base=base, target_argv=launch.argv,
         )
         env = {"PYTHONPATH": _package_root() + os.pathsep + os.environ.get("PYTHONPATH", "")}
+        if launch.timings_file and os.path.exists(launch.timings_file):
+            os.remove(launch.timings_file)
         try:
             result = self.run(argv, timeout_s=self.settings.profile_timeout_s, cwd=target.cwd or workdir, env=env, cancel=cancel)
         except proc.ToolMissing as exc:
@@ -409,21 +445,40 @@ class Profiler:
         problem = explain_failure(result, target.kernel, self.settings.profile_timeout_s)
         if problem:
             raise _Failure(problem)
-        path = base + ".ncu-rep"
-        if not os.path.exists(path):
-            raise _Failure(f"ncu wrote no report: {(result.stdout + result.stderr).strip()[-300:]}")
         try:
-            profiles = ncu_reader.read_report(
-                path, ncu_path=self.settings.ncu_path, source_file=launch.source_copy,
-                with_lines="SourceCounters" in sections or full, run=self.run,
-            )
+            if full or sections:
+                path = base + ".ncu-rep"
+                if not os.path.exists(path):
+                    raise _Failure(f"ncu wrote no report: {(result.stdout + result.stderr).strip()[-300:]}")
+                profiles = ncu_reader.read_report(
+                    path, ncu_path=self.settings.ncu_path, source_file=launch.source_copy,
+                    with_lines="SourceCounters" in sections or full, run=self.run,
+                )
+            else:
+                profiles = ncu_reader.read_output(
+                    result.stdout, ncu_path=self.settings.ncu_path, source_file=launch.source_copy, run=self.run
+                )
         except ncu_reader.NcuReadError as exc:
             raise _Failure(str(exc)) from None
         mine = [p for p in profiles if p.kernel == target.kernel or p.mangled == launch.entry] or profiles
         first = mine[0]
-        samples = tuple(p.duration_us for p in mine if p.duration_us is not None)
-        requested = tuple(sections) if not full else ("full",)
+        samples = _read_timings(launch.timings_file) or tuple(p.duration_us for p in mine if p.duration_us is not None)
+        requested = tuple(items) if not full else ("full",)
         return _RunOutput(replace(first, duration_samples_us=samples, sections=first.sections or requested), passes_of(result.stdout))
+
+
+def _read_timings(path: str | None) -> tuple[float, ...]:
+    """The launcher's event-timed durations (µs), or () when it wrote none or garbage."""
+    if not path:
+        return ()
+    try:
+        with open(path, encoding="utf-8") as f:
+            values = json.load(f)
+    except (OSError, ValueError):
+        return ()
+    if not isinstance(values, list):
+        return ()
+    return tuple(float(v) for v in values if isinstance(v, (int, float)) and not isinstance(v, bool) and v > 0)
 
 
 @dataclass(frozen=True)
@@ -434,6 +489,10 @@ class _Launch:
     compile_log: str
     source_copy: str | None
     """The copy of the source that was compiled (its path is what ncu's line info names)."""
+    skip: int = 0
+    """Launches of the kernel before the one to profile (the launcher's warm-up and timed launches)."""
+    timings_file: str | None = None
+    """Where the launcher writes its event-timed durations."""
 
 
 @dataclass(frozen=True)

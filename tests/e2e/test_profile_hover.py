@@ -126,11 +126,18 @@ async def test_failed_profile_keeps_the_last_one_marked_stale(profiled) -> None:
 
 
 FAKE_NCU = """#!{python}
-# Stands in for ncu: writes a report recorded on an H200 where -o points and prints ncu's pass count.
-import shutil, sys
+# Stands in for ncu: prints a raw CSV recorded on an H200 (a run of metric groups) or writes a
+# recorded report where -o points (a run with a section), and ncu's pass count.
+import gzip, shutil, sys
 argv = sys.argv
-shutil.copy({report!r}, argv[argv.index("-o") + 1] + ".ncu-rep")
+if argv[1:] == ["--version"]:
+    print("Version 2025.3.1.0 (build 36398880) (public-release)")
+    sys.exit(0)
 print('==PROF== Profiling "transpose_smem_conflict" - 0: 0%....50%....100% - 18 passes')
+if "-o" in argv:
+    shutil.copy({report!r}, argv[argv.index("-o") + 1] + ".ncu-rep")
+else:
+    print(gzip.open({csv!r}, "rt").read())
 """
 
 
@@ -141,13 +148,14 @@ async def test_save_that_makes_a_kernel_slower_gets_a_warning(profiled) -> None:
     root, store = profiled
     source = root / "bank_conflict.cu"
     text = source.read_text()
-    # the stored profile says 100 µs; the new one (the recorded report) says 126.3 µs
+    # the stored profile says 100 µs; the new one (the recorded raw CSV) says 125.5 µs
     faster = recorded_profile(source)
     faster = KernelProfile(KERNEL, metrics={**faster.metrics, "gpu__time_duration.sum": 100_000.0},
                            source_file=str(source), duration_samples_us=(100.0, 100.5, 99.8))
     ProfileStore(str(store)).set_last_good(str(source), KERNEL, faster)
     fake = root / "fake-ncu"
-    fake.write_text(FAKE_NCU.format(python=sys.executable, report=str(FIX / "recorded" / "reports" / "bank_conflict_source.ncu-rep")))
+    fake.write_text(FAKE_NCU.format(python=sys.executable, report=str(FIX / "recorded" / "reports" / "bank_conflict_source.ncu-rep"),
+                                    csv=str(FIX / "dataset" / "bank_conflict_full.csv.gz")))
     fake.chmod(0o755)
     async with lsp_session(root, init_options=options(store, ncuPath=str(fake), profileProgram="/bin/true")) as client:
         uri = open_doc(client, source)
@@ -156,7 +164,7 @@ async def test_save_that_makes_a_kernel_slower_gets_a_warning(profiled) -> None:
         hover = await client.text_document_hover_async(_hover(uri, position_of(text, KERNEL, 3)))
     (slower,) = [d for d in diagnostics if d.code == "slower"]
     assert slower.severity == types.DiagnosticSeverity.Warning
-    assert "126.3 µs vs 100.0 µs" in slower.message and "noise" in slower.message  # medians
+    assert "125.5 µs vs 100.0 µs" in slower.message and "noise" in slower.message  # medians
     assert slower.range.start.line == 6  # the kernel's name
     hover_md = hover_text(hover)
-    assert "duration 126.3 µs" in hover_md and "stale" not in hover_md
+    assert "duration 125.5 µs" in hover_md and "stale" not in hover_md

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import shutil
 import sys
@@ -38,6 +39,14 @@ def test_launch_once_and_repeated(streaming):
     cubin, entry = streaming
     assert _launch(cubin, entry).returncode == 0
     assert _launch(cubin, entry, "--variant", "2", "--repeat", "3", "--candidate-launch").returncode == 0
+
+
+def test_timed_launches_write_their_event_durations(streaming, tmp_path):
+    cubin, entry = streaming
+    timings = tmp_path / "timings.json"
+    assert _launch(cubin, entry, "--variant", "2", "--timed", "5", "--timings-file", str(timings)).returncode == 0
+    values = json.loads(timings.read_text())
+    assert len(values) == 5 and all(0 < v < 1e6 for v in values)
 
 
 def test_launch_reports_a_bad_kernel_name(streaming):

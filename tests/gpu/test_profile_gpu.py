@@ -41,14 +41,17 @@ def test_example_through_the_harness_launch(tmp_path):
     first = profiler.profile(target)
     assert first.ok, first.message
     p = first.profile
-    assert p.duration_us and p.duration_us > 0 and len(p.duration_samples_us) == prof.TIMING_LAUNCHES
-    assert first.bottleneck.primary != "unknown" and p.tree_leaf
-    assert p.lines, "SourceCounters of the first profile map to lines"
-    assert all(1 <= line <= text.count("\n") + 1 for line in p.lines)
+    assert p.duration_us and p.duration_us > 0
+    # the launcher's event-timed launches give the spread; ncu profiles one launch after them
+    assert len(p.duration_samples_us) == prof.TIMED_LAUNCHES and all(t > 0 for t in p.duration_samples_us)
+    assert first.bottleneck.primary != "unknown" and p.tree_leaf == "fallback"
+    assert p.lines == {}  # the tree collects metric groups only
     again = profiler.profile(target, use_cache=False)
     assert again.ok and again.profile.tree_path[0].branch in ("then", "else")  # measured facts now steer the tree
     full = profiler.profile(target, full=True, use_cache=False)
-    assert full.ok and full.bottleneck.primary == first.bottleneck.primary
+    assert full.ok and full.bottleneck.label == first.bottleneck.label == again.bottleneck.label
+    assert full.profile.lines, "SourceCounters of the full profile map to lines"
+    assert all(1 <= line <= text.count("\n") + 1 for line in full.profile.lines)
     assert full.profile.collection_wall_s > again.profile.collection_wall_s
 
 
@@ -56,11 +59,15 @@ def test_program_mode_finds_uncoalesced_access(tmp_path):
     exe = _build(tmp_path, "strided")
     with open(os.path.join(PROGRAMS, "strided.cu"), encoding="utf-8") as f:
         text = f.read()
-    profiler = _profiler(tmp_path, profile_program=exe)
-    result = profiler.profile(prof.Target(os.path.join(PROGRAMS, "strided.cu"), text, "strided_gather"))
+    target = prof.Target(os.path.join(PROGRAMS, "strided.cu"), text, "strided_gather")
+    result = _profiler(tmp_path, profile_program=exe).profile(target)
     assert result.ok, result.message
     assert result.bottleneck.label == "uncoalesced-access"
-    worst = max(result.profile.lines.values(), key=lambda c: c.excessive_global_sectors or 0)
+    # per-line counters when the user asks for them on every profile
+    lined = _profiler(tmp_path / "lines", profile_program=exe, profile_line_counters=True).profile(target)
+    assert lined.ok, lined.message
+    assert lined.bottleneck.label == "uncoalesced-access"
+    worst = max(lined.profile.lines.values(), key=lambda c: c.excessive_global_sectors or 0)
     assert worst.line == 11
 
 

@@ -13,8 +13,8 @@ FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ncu")
 def test_tree_show_prints_every_node(capsys):
     assert main(["tree", "show"]) == 0
     out = capsys.readouterr().out
-    assert "profiling tree 'default' (format version 1)" in out
-    for node in ("busy", "memory_side", "memory_tables", "compute_pipes", "small_grid", "stalls", "fallback"):
+    assert "profiling tree 'default' (format version 2)" in out
+    for node in ("busy", "memory_side", "memory_causes", "compute_pipes", "small_grid", "stalls", "fallback"):
         assert f"[{node}]" in out
     assert main(["tree", "show", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "kernel-lsp-profiling-tree"
@@ -34,7 +34,7 @@ def test_tree_refine_on_the_recorded_dataset(tmp_path, capsys):
     assert code == 0
     err = capsys.readouterr().err
     assert "27 samples; agreement" in err and "round 1:" in err
-    assert json.loads(out.read_text())["version"] == 1
+    assert json.loads(out.read_text())["version"] == 2
 
 
 def test_profile_usage_errors(tmp_path, capsys):

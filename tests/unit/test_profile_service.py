@@ -1,43 +1,76 @@
 """The profiler service with a stand-in for ncu that writes recorded reports (no GPU needed).
 
-The stand-in copies a report recorded on an H200 to the path given with ``-o`` and prints
-ncu's pass count, so planning, argv, reading (``ncu_report``), caching, regressions and
-failure handling run for real.
+The stand-in prints a raw CSV recorded on an H200 (a run of metric groups) or copies a
+recorded report to the path given with ``-o`` (a run with a section), and prints ncu's
+pass count, so planning, argv, reading, caching, regressions and failure handling run
+for real.
 """
 
 from __future__ import annotations
 
+import gzip
+import json
 import os
 import shutil
 
 import pytest
 
 from kernel_lsp.config import Settings
+from kernel_lsp.core import profile as P
+from kernel_lsp.core import profiling_tree as T
 from kernel_lsp.services import profiler as prof
 from kernel_lsp.services.proc import ProcResult
 
 pytest.importorskip("ncu_report", reason="reads the recorded .ncu-rep files")
 
-REPORTS = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ncu", "recorded", "reports")
+FIXTURES = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ncu")
+REPORTS = os.path.join(FIXTURES, "recorded", "reports")
+LOGS = os.path.join(FIXTURES, "recorded", "logs")
+DATASET = os.path.join(FIXTURES, "dataset")
 SOURCE = "__global__ void transpose_smem_conflict(float *out, const float *in, int w) { out[0] = in[0]; }\n"
 
 
-class FakeNcu:
-    """Answers ncu calls from a queue of (report name | failure output)."""
+def _recorded_csv(name: str) -> str:
+    """A raw-page CSV recorded on the H200 (``dataset/*.csv.gz`` full profiles, ``recorded/logs/*.out``)."""
+    for folder in (DATASET, LOGS):
+        path = os.path.join(folder, name)
+        if os.path.exists(path):
+            opener = gzip.open if name.endswith(".gz") else open
+            with opener(path, "rt", encoding="utf-8") as f:
+                return f.read()
+    raise FileNotFoundError(name)
 
-    def __init__(self, *answers):
+
+class FakeNcu:
+    """Answers ncu calls from a queue: a report name (copied to ``-o``), ``csv:FILE`` (a recorded raw
+    CSV printed on stdout, as a run with ``--csv --page raw`` does) or a ProcResult (a failure).
+
+    When the launcher's ``--timings-file`` is in the argv, the fake writes ``timings`` there first,
+    as the launcher does before its profiled launch.
+    """
+
+    def __init__(self, *answers, timings=None):
         self.answers = list(answers)
+        self.timings = timings
         self.calls: list[list[str]] = []
 
     def __call__(self, argv, timeout_s, cwd=None, env=None, cancel=None, **_):
         argv = list(argv)
         self.calls.append(argv)
+        if argv[1:] == ["--version"]:
+            return ProcResult(tuple(argv), 0, "Version 2025.3.1.0 (build 36398880) (public-release)\n", "", 0.1)
         answer = self.answers.pop(0)
         if isinstance(answer, ProcResult):
             return answer
+        if self.timings is not None and "--timings-file" in argv:
+            with open(argv[argv.index("--timings-file") + 1], "w", encoding="utf-8") as f:
+                json.dump(self.timings, f)
+        log = '==PROF== Profiling "k" - 0: 0%....100% - 10 passes\n'
+        if answer.startswith("csv:"):
+            return ProcResult(tuple(argv), 0, "program output\n" + log + _recorded_csv(answer[4:]), "", 2.0)
         base = argv[argv.index("-o") + 1]
         shutil.copy(os.path.join(REPORTS, f"{answer}.ncu-rep"), base + ".ncu-rep")
-        return ProcResult(tuple(argv), 0, '==PROF== Profiling "k" - 0: 0%....100% - 10 passes\n', "", 2.0)
+        return ProcResult(tuple(argv), 0, log, "", 2.0)
 
 
 @pytest.fixture
@@ -56,44 +89,69 @@ def make(tmp_path, monkeypatch):
     return build
 
 
-def test_first_profile_is_one_run_with_the_fallback_leaf(make):
-    fake = FakeNcu("bank_conflict_source")
+def _metrics_asked(argv: list[str]) -> list[str]:
+    return argv[argv.index("--metrics") + 1].split(",") if "--metrics" in argv else []
+
+
+def test_first_profile_is_one_run_of_metric_groups_read_from_ncu_output(make):
+    fake = FakeNcu("csv:bank_conflict_full.csv.gz")
     profiler, target = make(fake)
     result = profiler.profile(target)
     assert result.ok and result.message is None
-    (argv,) = fake.calls
+    (argv,) = [c for c in fake.calls if c[1:] != ["--version"]]
     assert argv[:3] == ["ncu", "--clock-control", "none"]
-    sections = [argv[i + 1] for i, a in enumerate(argv) if a == "--section"]
-    assert sections[:3] == ["SpeedOfLight", "LaunchStats", "Occupancy"] and "SourceCounters" in sections
-    assert "--import-source" in argv and argv[argv.index("-k") + 1] == "regex:^transpose_smem_conflict(<|$)"
-    assert argv[argv.index("--launch-count") + 1] == str(prof.TIMING_LAUNCHES)
+    assert "--section" not in argv and "-o" not in argv and "--set" not in argv
+    # no section: no rules to apply, and the raw page comes back on stdout (no report, no export process)
+    assert argv[argv.index("--apply-rules") + 1] == "no"
+    assert argv[argv.index("--page") + 1] == "raw" and "--csv" in argv
+    fallback = profiler.tree.node("fallback")
+    assert _metrics_asked(argv) == list(T.split_items(profiler.tree.first_pass + fallback.collect)[1])
+    assert argv[argv.index("-k") + 1] == "regex:^transpose_smem_conflict(<|$)"
+    assert argv[argv.index("--launch-count") + 1] == "1" and "--launch-skip" not in argv
+    assert "--kill" not in argv  # the user's program is never cut short
     assert argv[-3:] == ["/bin/app", "--size", "4096"]
     p = result.profile
     assert p.tree_leaf == "fallback" and p.tree_path[0].branch == "missing" and p.passes == 10
-    assert p.lines[16].shared_excessive_wavefronts == 16252928
-    assert result.bottleneck is not None and result.plan.runs == (tuple(sections),)
+    assert p.lines == {} and p.ncu_version == "2025.3.1.0"
+    assert result.bottleneck.label == "shared-bank-conflicts"
+    assert result.plan.runs == (profiler.tree.first_pass + fallback.collect,)
 
 
 def test_repeat_profile_uses_previous_facts_cache_and_regression(make):
-    fake = FakeNcu("stream_cheap", "bank_conflict_source")
+    fake = FakeNcu("csv:stream_full.csv.gz", "csv:bank_conflict_full.csv.gz")
     profiler, target = make(fake)
     first = profiler.profile(target)
     again = profiler.profile(target)
-    assert again.cached and len(fake.calls) == 1  # same content and settings: no ncu run
+    assert again.cached and len([c for c in fake.calls if "--metrics" in c]) == 1  # same content and settings
     changed = prof.Target(target.source_path, target.source_text + "// edited\n", target.kernel, program=target.program)
     second = profiler.profile(changed)
     # the previous profile (a memory-bound STREAM triad) steers the tree to the memory leaf, in one run
-    assert second.profile.tree_leaf == "memory_tables"
+    assert second.profile.tree_leaf == "memory_causes"
     assert [s.branch for s in second.profile.tree_path] == ["then", "then"]
+    asked = _metrics_asked([c for c in fake.calls if "--metrics" in c][-1])
+    assert P.M_GLOBAL_SECTORS_IDEAL in asked and P.stall_metric("barrier") not in asked
     assert second.regression is not None
     assert second.regression.previous_us == pytest.approx(first.profile.duration_us)
-    assert second.regression.current_us == pytest.approx(126.336)
+    assert second.regression.current_us == pytest.approx(second.profile.duration_us)
+    assert second.profile.duration_us > first.profile.duration_us * 1.03
+
+
+def test_line_counters_setting_adds_source_counters_and_reads_the_report(make):
+    fake = FakeNcu("bank_conflict_source")
+    profiler, target = make(fake, profile_line_counters=True)
+    result = profiler.profile(target)
+    assert result.ok
+    argv = next(c for c in fake.calls if "-o" in c)
+    assert [argv[i + 1] for i, a in enumerate(argv) if a == "--section"] == ["SourceCounters"]
+    assert "--import-source" in argv and "--apply-rules" not in argv and "--metrics" in argv
+    assert result.profile.lines[16].shared_excessive_wavefronts == 16252928
 
 
 def test_failures_keep_the_last_good_profile_marked_stale(make):
     denied = ProcResult(("ncu",), 1, "==ERROR== ERR_NVGPUCTRPERM - The user does not have permission", "", 1.0)
     hung = ProcResult(("ncu",), None, "", "", 120.0, timed_out=True)
-    fake = FakeNcu("bank_conflict_source", denied, hung)
+    garbage = ProcResult(("ncu",), 0, "==PROF== done\nnot a csv\n", "", 1.0)
+    fake = FakeNcu("csv:bank_conflict_full.csv.gz", denied, hung, garbage)
     profiler, target = make(fake)
     good = profiler.profile(target)
     edited = prof.Target(target.source_path, target.source_text + "//1\n", target.kernel, program=target.program)
@@ -102,6 +160,35 @@ def test_failures_keep_the_last_good_profile_marked_stale(make):
     assert failed.profile.stale and failed.profile.metrics == good.profile.metrics
     timed_out = profiler.profile(prof.Target(edited.source_path, edited.source_text + "//2\n", edited.kernel, program=edited.program))
     assert "did not finish" in timed_out.message and timed_out.profile.stale
+    unreadable = profiler.profile(prof.Target(edited.source_path, edited.source_text + "//3\n", edited.kernel, program=edited.program))
+    assert "CSV" in unreadable.message and unreadable.profile.stale
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="harness mode compiles the kernel with nvcc")
+def test_harness_mode_profiles_one_launch_after_the_timed_ones(tmp_path, monkeypatch):
+    real_which = prof.proc.which
+    monkeypatch.setattr(prof.proc, "which", lambda tool: real_which(tool) or "/usr/bin/" + os.path.basename(tool))
+    source = tmp_path / "t.cu"
+    source.write_text("__global__ void transpose_smem_conflict(float *out, const float *in, int w) { out[0] = in[0]; }\n")
+    spec = {"kernel": "transpose_smem_conflict", "grid": [1, 1, 1], "block": [32, 1, 1],
+            "params": [{"name": "out", "kind": "array", "dtype": "float32", "shape": [32], "role": "out"},
+                       {"name": "in", "kind": "array", "dtype": "float32", "shape": [32], "role": "in"},
+                       {"name": "w", "kind": "scalar", "dtype": "int32", "value": 32}]}
+    timings = [101.0, 99.0, 100.0, 100.5]
+    fake = FakeNcu("csv:bank_conflict_full.csv.gz", timings=timings)
+    s = Settings(profile_store=str(tmp_path / "store"))
+    profiler = prof.Profiler(s, prof.ProfileStore(s.profile_store), run=fake)
+    result = profiler.profile(prof.Target(str(source), source.read_text(), "transpose_smem_conflict", spec_data=spec))
+    assert result.ok, result.message
+    argv = next(c for c in fake.calls if "--metrics" in c)
+    launcher = argv[argv.index("-m") + 1:]
+    assert launcher[0] == "kernel_lsp.services.harness.launch"
+    assert launcher[launcher.index("--timed") + 1] == str(prof.TIMED_LAUNCHES)
+    # the warm-up and the timed launches run unprofiled; ncu profiles the next one and ends the launcher
+    assert argv[argv.index("--launch-skip") + 1] == str(prof.TIMED_LAUNCHES + 1)
+    assert argv[argv.index("--launch-count") + 1] == "1" and argv[argv.index("--kill") + 1] == "yes"
+    assert argv[argv.index("--kernel-name-base") + 1] == "mangled"
+    assert result.profile.duration_samples_us == tuple(timings)
 
 
 def test_missing_ncu_and_missing_spec_are_messages(tmp_path, monkeypatch):

@@ -7,6 +7,7 @@ import json
 import pytest
 
 from kernel_lsp.core import classify as C
+from kernel_lsp.core import metric_groups
 from kernel_lsp.core import profile as P
 from kernel_lsp.core import profiling_tree as T
 from kernel_lsp.services.profiler import default_tree_path
@@ -67,21 +68,35 @@ BARE = {
 }
 
 
-def test_shipped_tree_parses_and_every_leaf_names_known_sections():
+def test_shipped_tree_parses_and_collects_metric_groups_only():
     with open(default_tree_path(), encoding="utf-8") as f:
         tree = T.parse_tree(f.read())
-    assert tree.version == T.VERSION and tree.first_pass == ("SpeedOfLight", "LaunchStats", "Occupancy")
-    known = {"MemoryWorkloadAnalysis", "MemoryWorkloadAnalysis_Tables", "MemoryWorkloadAnalysis_Chart",
-             "ComputeWorkloadAnalysis", "InstructionStats", "WarpStateStats", "SourceCounters", "SchedulerStats"}
+    assert tree.version == T.VERSION == 2 and tree.first_pass == ("group:throughput",)
     for leaf in tree.leaves():
-        assert set(leaf.collect) <= known, leaf.id
+        sections, metrics = T.split_items(leaf.collect)
+        # sections would bring rules, a report and its export: the shipped tree never needs them
+        assert sections == (), leaf.id
     assert json.loads(json.dumps(T.tree_to_json(tree))) == T.tree_to_json(T.parse_tree(T.tree_to_json(tree)))
+
+
+def test_version_1_trees_still_parse_and_unknown_groups_are_refused():
+    assert T.parse_tree(BARE).first_pass == ("SpeedOfLight", "LaunchStats", "Occupancy")
+    with pytest.raises(T.TreeError, match="unknown metric group 'group:nope'"):
+        T.parse_tree({**BARE, "version": 2, "nodes": {"all": {"collect": ["group:nope"]}}})
+    with pytest.raises(T.TreeError, match="first_pass: unknown metric group"):
+        T.parse_tree({**BARE, "first_pass": ["group:typo"]})
+
+
+def test_split_items_expands_groups_in_order_without_repeats():
+    sections, metrics = T.split_items(["group:throughput", "SourceCounters", "group:throughput", "group:divergence"])
+    assert sections == ("SourceCounters",)
+    assert metrics == metric_groups.GROUPS["throughput"] + metric_groups.GROUPS["divergence"]
 
 
 @pytest.mark.parametrize(
     ("change", "message"),
     [
-        ({"version": 2}, "version"),
+        ({"version": 3}, "version"),
         ({"root": "nowhere"}, "root"),
         ({"nodes": {"a": {"feature": "sig.x", "op": ">", "threshold": 1, "then": "b", "else": "b"}, "b": {"collect": []}}}, "op"),
         ({"nodes": {"a": {"feature": "x", "op": "<", "threshold": 1, "then": "b", "else": "b"}, "b": {"collect": []}}}, "feature"),
@@ -101,7 +116,7 @@ def test_walk_records_path_and_missing_branch():
         tree = T.parse_tree(f.read())
     facts = T.facts_from_metrics({P.M_MEMORY_PCT: 91.0, P.M_SM_PCT: 30.0})
     result = T.walk(tree, facts)
-    assert result.leaf is not None and result.leaf.id == "memory_tables"
+    assert result.leaf is not None and result.leaf.id == "memory_causes"
     assert [(s.node, s.branch) for s in result.path] == [("busy", "then"), ("memory_side", "then")]
     assert result.path[0].value == 91.0
     missing = T.walk(tree, {})
@@ -183,6 +198,26 @@ def test_cost_model_passes_and_seconds():
     assert COSTS.full_seconds() == pytest.approx(1.0 + 39 * 0.1)
 
 
+def test_cost_model_charges_sections_and_sass_patching_once_per_run():
+    costs = T.CostModel(
+        sections={"SourceCounters": T.SectionCost(5, (), extra_s=0.5),
+                  "group:throughput": T.SectionCost(10, ()),
+                  "group:coalescing_sass": T.SectionCost(1, (), extra_s=0.5),
+                  "group:shared_sass": T.SectionCost(1, (), extra_s=0.5)},
+        run_s=1.5, pass_s=0.02, section_run_s=0.6,
+    )
+    groups_only = costs.seconds(1, ["group:throughput"])
+    assert groups_only == pytest.approx(1.5 + 9 * 0.02)
+    # two instruction-level groups: one SASS patching
+    sass = costs.seconds(1, ["group:throughput", "group:coalescing_sass", "group:shared_sass"])
+    assert sass == pytest.approx(1.5 + 9 * 0.02 + 0.5)  # one-pass groups ride along
+    # a section: its rules, report and export on top
+    with_section = costs.seconds(1, ["group:throughput", "SourceCounters"])
+    assert with_section == pytest.approx(1.5 + (10 + 2 - 1) * 0.02 + 0.5 + 0.6)
+    # a group's metrics come from the group table, whatever the cost file lists
+    assert costs.metrics_of(["group:divergence"]) >= set(metric_groups.GROUPS["divergence"])
+
+
 # --- on the recorded dataset (27 kernels, full profiles from an H200) ---------------------
 
 def _recorded():
@@ -203,12 +238,17 @@ def test_shipped_tree_on_recorded_profiles():
         tree = T.parse_tree(f.read())
     result = T.score(tree, samples, costs)
     assert result.agreement >= 0.9
-    assert result.cost_ratio < 0.6  # estimated seconds against --set full's
-    # a repeat profile of the STREAM triad: one run, first pass plus the source counters
+    assert result.cost_ratio < 0.45  # estimated seconds against --set full's
+    # a repeat profile of the STREAM triad: one run, the first pass plus what tells memory causes apart
     stream = next(s for s in samples if "stream_triad" in s.name)
     plan, collected, _ = T.emulate(tree, stream, costs, warm=True)
-    assert plan.leaf == "memory_tables" and plan.runs == (tuple(tree.first_pass) + ("SourceCounters", "MemoryWorkloadAnalysis"),)
+    assert plan.leaf == "memory_causes"
+    assert plan.runs == (("group:throughput", "group:coalescing_sass", "group:shared_sass", "group:memory_units"),)
+    assert P.M_EXCESSIVE_SECTORS not in collected and P.M_GLOBAL_SECTORS_IDEAL in collected
     assert C.classify(collected).label == "dram-bandwidth"
+    strided = next(s for s in samples if "strided_gather" in s.name)
+    _, collected, _ = T.emulate(tree, strided, costs, warm=True)
+    assert C.classify(collected).label == C.classify(strided.metrics).label == "uncoalesced-access"
 
 
 def test_refine_on_recorded_profiles_accepts_only_improvements():

@@ -2,6 +2,7 @@
 
     python -m kernel_lsp.services.harness.launch --cubin K.cubin --kernel ENTRY --spec SPEC.json
         [--seed N] [--variant I] [--candidate-launch] [--repeat R] [--no-init-out] [--base-dir D]
+        [--timed T --timings-file F]
 
 ncu (the profiler) and compute-sanitizer (``verify --sanitize``) run this
 process: it makes the spec's inputs for ``--seed`` (default 0) at the main size
@@ -9,6 +10,13 @@ or ``variants[I]``, launches ENTRY (the name in the cubin; mangled for C++
 kernels: see :func:`kernel_lsp.services.harness.compile.find_entry`) R times
 (default 1) with the spec's grid/block (``--candidate-launch``: the spec's
 ``candidate`` settings), synchronizes, and exits.
+
+``--timed T`` first makes one warm-up launch and T launches timed with CUDA
+events, writes their durations (µs, JSON list) to ``--timings-file``, then makes
+the R launches (:func:`launches_before` counts the launches before those). The
+profiler profiles only the last launch (``ncu --launch-skip``): the kernel's
+timing spread then costs T plain launches instead of T profiled ones (every
+profiled launch is replayed once per ncu pass).
 
 ``--no-init-out`` leaves ``out`` buffers uninitialized (fresh cudaMalloc
 memory), so compute-sanitizer's initcheck reports a kernel that reads its
@@ -33,6 +41,11 @@ from kernel_lsp.services.harness.child import load_files
 from kernel_lsp.services.harness.protocol import build_args
 
 
+def launches_before(timed: int) -> int:
+    """Launches made before the ``--repeat`` ones under ``--timed timed`` (a warm-up and the timed ones)."""
+    return timed + 1 if timed > 0 else 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="python -m kernel_lsp.services.harness.launch", description="Launch one kernel from a launch spec.")
     parser.add_argument("--cubin", required=True)
@@ -43,6 +56,8 @@ def build_parser() -> argparse.ArgumentParser:
     parser.add_argument("--variant", type=int, default=None, help="index into the spec's variants (default: main size)")
     parser.add_argument("--candidate-launch", action="store_true", help="use the spec's candidate grid/block/dynamic_smem")
     parser.add_argument("--repeat", type=int, default=1)
+    parser.add_argument("--timed", type=int, default=0, help="event-timed launches before the others")
+    parser.add_argument("--timings-file", default=None, help="where the timed launches' durations go (JSON, µs)")
     parser.add_argument("--no-init-out", action="store_true", help="leave out buffers uninitialized (for initcheck)")
     return parser
 
@@ -88,6 +103,19 @@ def main(argv: list[str] | None = None) -> int:
                 device_args.append(buf)
             else:
                 device_args.append(a)
+        if args.timed > 0:
+            function(*device_args, block=launch.block, grid=launch.grid, shared=launch.dynamic_smem_bytes)
+            timings_us = []
+            for _ in range(args.timed):
+                start, end = cuda.Event(), cuda.Event()
+                start.record()
+                function(*device_args, block=launch.block, grid=launch.grid, shared=launch.dynamic_smem_bytes)
+                end.record()
+                end.synchronize()
+                timings_us.append(1000.0 * end.time_since(start))
+            if args.timings_file:
+                with open(args.timings_file, "w", encoding="utf-8") as f:
+                    json.dump(timings_us, f)
         for _ in range(args.repeat):
             function(*device_args, block=launch.block, grid=launch.grid, shared=launch.dynamic_smem_bytes)
         cuda.Context.synchronize()
