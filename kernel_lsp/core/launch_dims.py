@@ -116,6 +116,11 @@ def _source_bytes(source: str | bytes) -> bytes:
     return source if isinstance(source, bytes) else source.encode("utf-8", errors="replace")
 
 
+def _defaulted(text: str, name: str) -> bool:
+    """Whether ``text`` defines ``name`` only as a default that a command-line ``-D`` replaces."""
+    return re.search(rf"#[ \t]*if(?:ndef[ \t]+{name}\b|[ \t]+!\s*defined\s*\(?\s*{name}\b)", text) is not None
+
+
 def block_dims(launch: LaunchSite, source: str | bytes, index: KernelIndex, constants: Mapping[str, str] | None = None) -> Dims | None:
     """(x, y, z) threads per block, or None when not a visible constant.
 
@@ -141,13 +146,58 @@ class LaunchDims:
     """0 when the launch passes no shared-memory argument."""
 
 
+def defines_from_flags(argv: tuple[str, ...] | list[str]) -> dict[str, str]:
+    """``-D NAME[=VALUE]`` / ``-DNAME[=VALUE]`` / ``--define-macro`` bindings of a compiler command line.
+
+    A bare ``-DNAME`` means 1, as in the compiler; a later ``-U NAME`` removes it.
+    """
+    out: dict[str, str] = {}
+    items = list(argv)
+    i = 0
+    while i < len(items):
+        flag = items[i]
+        i += 1
+        kind = _MACRO_FLAGS.get(flag)
+        if kind is not None:  # the value is the next argument
+            if i >= len(items):
+                break
+            value = items[i]
+            i += 1
+        else:
+            prefix = next((p for p in _MACRO_PREFIXES if flag.startswith(p) and len(flag) > len(p)), None)
+            if prefix is None:
+                continue
+            kind, value = _MACRO_PREFIXES[prefix], flag[len(prefix):]
+        name, eq, body = value.partition("=")
+        if not _MACRO_NAME.fullmatch(name):
+            continue
+        if kind == "U":
+            out.pop(name, None)
+        else:
+            out[name] = body if eq else "1"
+    return out
+
+
+_MACRO_FLAGS = {"-D": "D", "-U": "U", "--define-macro": "D", "--undefine-macro": "U"}
+_MACRO_PREFIXES = {"--define-macro=": "D", "--undefine-macro=": "U", "-D": "D", "-U": "U"}
+_MACRO_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
 def evaluate_launch(
     launch: LaunchSite, source: str | bytes, index: KernelIndex, constants: Mapping[str, str] | None = None
 ) -> LaunchDims:
-    """Grid, block and dynamic shared memory of a launch in one pass over the enclosing function."""
-    scope = _Scope(launch, _source_bytes(source), index)
+    """Grid, block and dynamic shared memory of a launch in one pass over the enclosing function.
+
+    ``constants`` (e.g. ``-D`` flags) bind names under the file's own definitions,
+    except a name the file only defaults (``#ifndef NAME`` or ``#if !defined(NAME)``):
+    there the command line wins, as it does in the compiler.
+    """
+    data = _source_bytes(source)
+    scope = _Scope(launch, data, index)
     if constants:
-        scope.constants = {**constants, **scope.constants}
+        text = data.decode("utf-8", errors="replace")
+        defaults = {name for name in constants if _defaulted(text, name)}
+        scope.constants = {**constants, **{k: v for k, v in scope.constants.items() if k not in defaults}}
     grid = scope.dims(launch.grid)
     block = scope.dims(launch.block)
     grid = grid if grid is not None and all(d > 0 for d in grid) else None

@@ -228,3 +228,25 @@ def parse_resource_usage(text: str) -> tuple[ResourceUsage, ...]:
             cmem = [int(v) for v in _CMEM.findall(rest)]
             record["constant_bytes"] = sum(cmem) if cmem else None
     return tuple(ResourceUsage(name, arch, **fields) for (name, arch), fields in records.items())  # type: ignore[arg-type]
+
+
+_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
+
+
+def include_line(source: str, header_path: str) -> int | None:
+    """0-based line of the ``#include`` in ``source`` that names ``header_path``, or None.
+
+    A compiler message about a header belongs where the document brings that
+    header in. The directive matches when its name is the header path's tail
+    (``"util/math.cuh"`` names ``/work/util/math.cuh``); the longest such name
+    wins, then the first. Headers included by other headers are not found here.
+    """
+    parts = header_path.replace("\\", "/").split("/")
+    best: tuple[int, int] | None = None
+    for match in _INCLUDE.finditer(source):
+        named = match.group(1).replace("\\", "/").removeprefix("./").split("/")
+        if len(named) <= len(parts) and parts[-len(named):] == named:
+            line = source.count("\n", 0, match.start())
+            if best is None or len(named) > best[0]:
+                best = (len(named), line)
+    return None if best is None else best[1]

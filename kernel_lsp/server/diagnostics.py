@@ -3,8 +3,10 @@
 The compile runs as a ``compile`` job (see :mod:`kernel_lsp.services.jobs`) on
 the document's text at that moment; its result is attached to the document and
 published only if the document is still at that version. Messages about the
-document get its own ranges; messages about an included file are shown on the
-document's first line with the file named, so they are not lost. Syntax errors
+document get its own ranges; a message about an included file is shown on the
+``#include`` line that brings that file in (the document's first line when no
+directive of the document names it), with the file named and its position as
+related information, so it is not lost. Syntax errors
 found by tree-sitter are added at hint severity (tree-sitter-cuda misreads some
 macro-heavy code, so they must not look like compiler errors).
 """
@@ -14,11 +16,12 @@ from __future__ import annotations
 import asyncio
 import logging
 import os
+from pathlib import Path
 
 from lsprotocol import types
 
 from kernel_lsp.core.demangle import base_name
-from kernel_lsp.core.nvcc_output import CompilerMessage
+from kernel_lsp.core.nvcc_output import CompilerMessage, include_line
 from kernel_lsp.server.base import KernelLspServer, ServerState
 from kernel_lsp.server.convert import line_range, to_range
 from kernel_lsp.server.documents import DocumentState
@@ -42,6 +45,15 @@ def _same_file(a: str | None, b: str | None) -> bool:
     return os.path.realpath(a) == os.path.realpath(b)
 
 
+def _related(message: CompilerMessage) -> list[types.DiagnosticRelatedInformation] | None:
+    """The message's own place in another file, for editors that link to it."""
+    if message.path is None or message.line is None or not os.path.isabs(message.path):
+        return None
+    start = types.Position(line=max(message.line - 1, 0), character=0)
+    location = types.Location(uri=Path(message.path).as_uri(), range=types.Range(start=start, end=start))
+    return [types.DiagnosticRelatedInformation(location=location, message=message.message.splitlines()[0])]
+
+
 def _message_range(doc: DocumentState, message: CompilerMessage) -> tuple[types.Range, str]:
     """Where a message goes in ``doc`` and its text (prefixed with its origin when it is not about ``doc``)."""
     if _same_file(message.path, doc.path) and message.line is not None:
@@ -55,9 +67,9 @@ def _message_range(doc: DocumentState, message: CompilerMessage) -> tuple[types.
             return to_range(doc.parsed, fn.name_span), f"{message.tool}: {message.message}"
     if message.path is not None:
         where = f"{message.path}:{message.line}" if message.line is not None else message.path
-    else:
-        where = message.tool
-    return line_range(doc.parsed, 0), f"{where}: {message.message}"
+        included_at = include_line(doc.text(), message.path)
+        return line_range(doc.parsed, included_at or 0), f"{where}: {message.message}"
+    return line_range(doc.parsed, 0), f"{message.tool}: {message.message}"
 
 
 def compiler_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Diagnostic]:
@@ -73,6 +85,7 @@ def compiler_diagnostics(state: ServerState, doc: DocumentState) -> list[types.D
             severity=_SEVERITY.get(message.severity, types.DiagnosticSeverity.Warning),
             source=SOURCE if message.tool in ("nvcc", "host") else message.tool,
             code=message.code,
+            related_information=None if _same_file(message.path, doc.path) else _related(message),
         ))
     return out
 

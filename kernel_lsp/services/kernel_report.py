@@ -8,10 +8,11 @@ the core's occupancy model. Unknown values stay None; nothing is guessed.
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite
-from kernel_lsp.core.launch_dims import evaluate_launch
+from kernel_lsp.core.launch_dims import defines_from_flags, evaluate_launch
 from kernel_lsp.core.nvcc_output import ResourceUsage
 from kernel_lsp.core.occupancy import Occupancy, theoretical_occupancy
 from kernel_lsp.services.toolchain import CompileResult
@@ -41,9 +42,11 @@ class KernelFacts:
 
 
 def launch_facts(
-    index: KernelIndex, source: bytes, launch: LaunchSite, resources: ResourceUsage | None, arch: str
+    index: KernelIndex, source: bytes, launch: LaunchSite, resources: ResourceUsage | None, arch: str,
+    defines: Mapping[str, str] | None = None,
 ) -> LaunchFacts:
-    dims = evaluate_launch(launch, source, index)
+    """``defines``: the compile's ``-D`` macros, so ``<<<grid, BLOCK>>>`` with ``-DBLOCK=256`` is known."""
+    dims = evaluate_launch(launch, source, index, defines)
     threads, dynamic = dims.block_threads, dims.dynamic_shared_bytes
     occupancy = None
     if threads is not None and resources is not None and resources.registers_per_thread is not None and dynamic is not None:
@@ -62,8 +65,9 @@ def kernel_facts(
 ) -> KernelFacts:
     """Facts of one kernel; ``launches`` (its launch sites) may be passed when the caller has them indexed."""
     resources = compile.resources_for(function.name) if compile is not None else None
+    defines = defines_from_flags(compile.argv) if compile is not None else None
     sites = index.launches_of(function.name) if launches is None else launches
-    launches_facts = tuple(launch_facts(index, source, launch, resources, arch) for launch in sites)
+    launches_facts = tuple(launch_facts(index, source, launch, resources, arch, defines) for launch in sites)
     return KernelFacts(function, resources, launches_facts)
 
 

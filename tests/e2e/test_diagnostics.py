@@ -81,6 +81,23 @@ async def test_local_include_and_compile_commands_flags(tmp_path: Path) -> None:
 
 
 @needs_nvcc
+async def test_an_error_in_a_header_shows_on_its_include_line_and_links_to_the_header(tmp_path: Path) -> None:
+    header = tmp_path / "bad.cuh"
+    header.write_text("// helpers\n__device__ float twice(float x) { return x * missing_factor; }\n")
+    path = tmp_path / "uses_bad.cu"
+    text = '#include <cstdio>\n#include "bad.cuh"\n__global__ void k(float* p) { p[0] = twice(p[0]); }\n'
+    path.write_text(text)
+    async with lsp_session(tmp_path) as client:
+        uri = open_doc(client, path)
+        diagnostics = await wait_diagnostics(client, uri, lambda ds: bool(_errors(ds)))
+    [error] = _errors(diagnostics)
+    assert "missing_factor" in error.message and "bad.cuh:2" in error.message
+    assert error.range.start.line == 1  # the #include "bad.cuh" line, not the first line
+    [related] = error.related_information
+    assert related.location.uri == header.resolve().as_uri() and related.location.range.start.line == 1
+
+
+@needs_nvcc
 async def test_malformed_compile_commands_falls_back_with_message(tmp_path: Path) -> None:
     path = tmp_path / "k.cu"
     path.write_text(BROKEN)

@@ -73,3 +73,22 @@ async def test_hover_past_the_end_answers_none(workspace: Path) -> None:
         wide = await client.text_document_hover_async(_hover_params(uri, types.Position(line=5, character=10_000)))
     assert far is None
     assert wide is None
+
+
+@needs_nvcc
+async def test_block_size_from_a_compile_commands_define(tmp_path: Path) -> None:
+    import json
+
+    source = ("#ifndef THREADS\n#define THREADS 64\n#endif\n"
+              "__global__ void fill(float* p) { p[blockIdx.x * THREADS + threadIdx.x] = 1.0f; }\n"
+              "void run(float* p) { fill<<<4, THREADS>>>(p); }\n")
+    (tmp_path / "fill.cu").write_text(source)
+    (tmp_path / "compile_commands.json").write_text(json.dumps([
+        {"directory": str(tmp_path), "file": "fill.cu", "command": "nvcc -DTHREADS=512 -c fill.cu -o fill.o"}
+    ]))
+    async with lsp_session(tmp_path) as client:
+        uri = open_doc(client, tmp_path / "fill.cu")
+        await wait_diagnostics(client, uri)
+        hover = await client.text_document_hover_async(_hover_params(uri, position_of(source, "fill(float", 1)))
+    # the command line's THREADS=512 replaces the file's #ifndef default of 64, as in the compiler
+    assert re.search(r"block 512 → \*\*\d+%\*\*", hover_text(hover))

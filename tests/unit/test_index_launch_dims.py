@@ -5,7 +5,7 @@ from __future__ import annotations
 import pytest
 
 from kernel_lsp.core.index import build_index
-from kernel_lsp.core.launch_dims import block_dims, block_threads, evaluate_launch
+from kernel_lsp.core.launch_dims import block_dims, block_threads, defines_from_flags, evaluate_launch
 
 PRELUDE = """\
 #define BLOCK 256
@@ -74,3 +74,23 @@ def test_extra_constants_from_flags() -> None:
     index = build_index(source)
     assert block_threads(index.launches[0], source, index) is None
     assert block_threads(index.launches[0], source, index, {"THREADS": "64"}) == 64
+
+
+def test_defines_from_flags_reads_every_spelling_and_undefines() -> None:
+    argv = ["nvcc", "-DA=3", "-D", "B=4", "-DC", "-D", "BAD-NAME", "--define-macro=E=5", "--define-macro", "F=6",
+            "-UC", "-U", "B", "-I/x", "-DTILE=(2*8)", "-D"]
+    assert defines_from_flags(argv) == {"A": "3", "E": "5", "F": "6", "TILE": "(2*8)"}
+    assert defines_from_flags(["-DONLY"]) == {"ONLY": "1"}
+
+
+def test_command_line_define_wins_over_a_guarded_default_only() -> None:
+    guarded = ("#ifndef BLOCK\n#define BLOCK 128\n#endif\n__global__ void k() {}\n"
+               "void h() { k<<<1, BLOCK>>>(); }\n")
+    plain = "#define BLOCK 128\n__global__ void k() {}\nvoid h() { k<<<1, BLOCK>>>(); }\n"
+    for source, expected in ((guarded, 512), (plain, 128)):
+        index = build_index(source)
+        assert block_threads(index.launches[0], source, index) == 128
+        assert block_threads(index.launches[0], source, index, defines_from_flags(["-DBLOCK=512"])) == expected
+    defined = guarded.replace("#ifndef BLOCK", "#if !defined(BLOCK)")
+    index = build_index(defined)
+    assert block_threads(index.launches[0], defined, index, {"BLOCK": "64"}) == 64

@@ -10,7 +10,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.core.demangle import base_name, demangle
-from kernel_lsp.core.nvcc_output import CompilerMessage, parse_diagnostics, parse_resource_usage
+from kernel_lsp.core.nvcc_output import CompilerMessage, include_line, parse_diagnostics, parse_resource_usage
 
 FIXTURES = Path(__file__).parent.parent / "fixtures" / "nvcc"
 
@@ -156,3 +156,14 @@ def test_demangle(mangled: str, qualified: str, base: str, params: tuple[str, ..
 def test_demangle_rejects_malformed(bad: str) -> None:
     assert demangle(bad) is None
     assert base_name(bad) == bad
+
+
+def test_include_line_finds_the_directive_that_brings_a_header_in():
+    source = '#include <cstdio>\n#include "util.cuh"\n  # include "sub/util.cuh"\n#include "./other.h"\n'
+    assert include_line(source, "/w/sub/util.cuh") == 2  # the longer matching name wins
+    assert include_line(source, "/w/util.cuh") == 1
+    assert include_line(source, "/w/other.h") == 3
+    assert include_line(source, "C:\\w\\sub\\util.cuh") == 2
+    assert include_line(source, "/usr/include/cstdio") == 0
+    assert include_line(source, "/w/nested.cuh") is None
+    assert include_line("int x; // #include \"util.cuh\"\n", "/w/util.cuh") is None
