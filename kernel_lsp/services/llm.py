@@ -10,7 +10,7 @@ requested shape (it can still be cut off by ``max_tokens``: callers check
 ``finish_reason``).
 
 :class:`ChatModel` is the interface the agent uses; :class:`LlamaModel` is the real
-one and ``kernel_lsp.services.llm_scripted.ScriptedModel`` the test double.
+one and ``tests/unit/scripted_model.py`` the test double.
 """
 
 from __future__ import annotations

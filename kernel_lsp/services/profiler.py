@@ -4,8 +4,8 @@ Two ways to run the kernel under ``ncu`` (always ``--clock-control none``):
 
 * **launch spec** (harness mode): the file is compiled to a cubin with
   ``-lineinfo`` and ``python -m kernel_lsp.services.harness.launch`` launches the
-  kernel from its spec: a warm-up and :data:`TIMED_LAUNCHES` launches timed with
-  CUDA events (the timing spread, at the cost of plain launches), then the one
+  kernel from its spec: a warm-up and a few launches timed with CUDA events
+  (:func:`timed_launches`: the timing spread, at the cost of plain launches), then the one
   launch ncu profiles (``--launch-skip``, filtered on the mangled entry name);
   ncu ends the launcher once that launch is profiled (``--kill yes``);
 * **program** (``Settings.profile_program``/``profile_args``): the user's own
@@ -59,6 +59,22 @@ GPU_LOCK = threading.Lock()
 #: Launches timed with CUDA events before the profiled one (harness mode): their spread is the noise
 #: the regression warning allows for.
 TIMED_LAUNCHES = 10
+#: Seconds of kernel time the timed launches may take together, once the kernel's duration is known.
+TIMING_BUDGET_S = 1.0
+#: Timed launches of a kernel's first profile (its duration is not known yet).
+FIRST_TIMED_LAUNCHES = 3
+
+
+def timed_launches(previous_duration_us: float | None) -> int:
+    """How many event-timed launches precede the profiled one.
+
+    As many as fit :data:`TIMING_BUDGET_S` by the previous profile's duration,
+    between 2 and :data:`TIMED_LAUNCHES`, so that a kernel that runs for seconds
+    does not run ten more times; a first profile makes :data:`FIRST_TIMED_LAUNCHES`.
+    """
+    if previous_duration_us is None or previous_duration_us <= 0:
+        return FIRST_TIMED_LAUNCHES
+    return max(2, min(TIMED_LAUNCHES, int(TIMING_BUDGET_S * 1e6 / previous_duration_us)))
 _PASSES = re.compile(r"- (\d+) passes?")
 _PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
 _PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
@@ -336,7 +352,8 @@ class Profiler:
         workdir = tempfile.mkdtemp(prefix="kernel-lsp-profile-")
         try:
             report("building")
-            launch = self._prepare(target, workdir, cancel)
+            launch = self._prepare(target, workdir, cancel,
+                                   timed_launches(previous.duration_us if previous is not None else None))
             index = build_index(target.source_text)
             facts = static_facts(index.function(target.kernel), target.source_text, launch.compile_log, launch.entry,
                                  dict(index.constants))
@@ -389,7 +406,7 @@ class Profiler:
         )
         return merged, plan, (cheap.passes or 0) + (second.passes or 0)
 
-    def _prepare(self, target: Target, workdir: str, cancel) -> _Launch:
+    def _prepare(self, target: Target, workdir: str, cancel, timed: int = FIRST_TIMED_LAUNCHES) -> _Launch:
         spec_path = target.spec_path
         if spec_path is None and target.spec_data is not None:
             spec_path = os.path.join(workdir, "spec.json")
@@ -411,9 +428,9 @@ class Profiler:
             timings = os.path.join(workdir, "timings.json")
             argv = [self.python, "-m", "kernel_lsp.services.harness.launch", "--cubin", compiled.cubin_path,
                     "--kernel", entry, "--spec", os.path.abspath(spec_path), "--base-dir", folder,
-                    "--timed", str(TIMED_LAUNCHES), "--timings-file", timings]
+                    "--timed", str(timed), "--timings-file", timings]
             return _Launch(argv, ("--kernel-name-base", "mangled", "-k", entry), entry, compiled.log,
-                           os.path.join(workdir, "kernel.cu"), launches_before(TIMED_LAUNCHES), timings)
+                           os.path.join(workdir, "kernel.cu"), launches_before(timed), timings)
         if self.settings.profile_program or target.program:
             program = target.program or self.settings.profile_program
             args = target.program_args or self.settings.profile_args

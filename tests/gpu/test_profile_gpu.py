@@ -43,11 +43,12 @@ def test_example_through_the_harness_launch(tmp_path):
     p = first.profile
     assert p.duration_us and p.duration_us > 0
     # the launcher's event-timed launches give the spread; ncu profiles one launch after them
-    assert len(p.duration_samples_us) == prof.TIMED_LAUNCHES and all(t > 0 for t in p.duration_samples_us)
+    assert len(p.duration_samples_us) == prof.FIRST_TIMED_LAUNCHES and all(t > 0 for t in p.duration_samples_us)
     assert first.bottleneck.primary != "unknown" and p.tree_leaf == "fallback"
     assert p.lines == {}  # the tree collects metric groups only
     again = profiler.profile(target, use_cache=False)
     assert again.ok and again.profile.tree_path[0].branch in ("then", "else")  # measured facts now steer the tree
+    assert len(again.profile.duration_samples_us) == prof.timed_launches(p.duration_us)
     full = profiler.profile(target, full=True, use_cache=False)
     assert full.ok and full.bottleneck.label == first.bottleneck.label == again.bottleneck.label
     assert full.profile.lines, "SourceCounters of the full profile map to lines"

@@ -26,7 +26,7 @@ from kernel_lsp.services.agent import (
     view_file,
 )
 from kernel_lsp.services.llm import ModelTimeout
-from kernel_lsp.services.llm_scripted import ScriptedModel
+from scripted_model import ScriptedModel
 
 SOURCE = """#include <cuda_runtime.h>
 

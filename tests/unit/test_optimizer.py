@@ -16,7 +16,7 @@ from kernel_lsp.core.verdict import Reason, Verdict
 from kernel_lsp.services.agent import AgentBudgets, AgentTools, CompileFeedback, ModelGenerator
 from kernel_lsp.services.harness import GpuUnavailable, VerifyCancelled
 from kernel_lsp.services.kb import KnowledgeBase
-from kernel_lsp.services.llm_scripted import ScriptedModel
+from scripted_model import ScriptedModel
 from kernel_lsp.services.optimizer import Budget, candidate_hash, optimize
 from kernel_lsp.services.traces import TraceStore
 

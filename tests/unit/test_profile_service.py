@@ -183,9 +183,9 @@ def test_harness_mode_profiles_one_launch_after_the_timed_ones(tmp_path, monkeyp
     argv = next(c for c in fake.calls if "--metrics" in c)
     launcher = argv[argv.index("-m") + 1:]
     assert launcher[0] == "kernel_lsp.services.harness.launch"
-    assert launcher[launcher.index("--timed") + 1] == str(prof.TIMED_LAUNCHES)
+    assert launcher[launcher.index("--timed") + 1] == str(prof.FIRST_TIMED_LAUNCHES)
     # the warm-up and the timed launches run unprofiled; ncu profiles the next one and ends the launcher
-    assert argv[argv.index("--launch-skip") + 1] == str(prof.TIMED_LAUNCHES + 1)
+    assert argv[argv.index("--launch-skip") + 1] == str(prof.FIRST_TIMED_LAUNCHES + 1)
     assert argv[argv.index("--launch-count") + 1] == "1" and argv[argv.index("--kill") + 1] == "yes"
     assert argv[argv.index("--kernel-name-base") + 1] == "mangled"
     assert result.profile.duration_samples_us == tuple(timings)
@@ -248,3 +248,10 @@ def test_source_watcher_reports_cuda_files_only(tmp_path):
     finally:
         watcher.stop()
     assert seen and all(p.endswith("k.cu") for p in seen)
+
+
+def test_timed_launches_fit_the_budget_by_the_previous_duration():
+    assert prof.timed_launches(None) == prof.FIRST_TIMED_LAUNCHES
+    assert prof.timed_launches(100.0) == prof.TIMED_LAUNCHES  # 0.1 ms: ten fit easily
+    assert prof.timed_launches(250_000.0) == 4  # 0.25 s: four make a second
+    assert prof.timed_launches(5_000_000.0) == 2  # a 5 s kernel still gets a spread of two
