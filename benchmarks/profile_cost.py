@@ -37,6 +37,7 @@ ROOT = os.path.dirname(HERE)
 sys.path.insert(0, ROOT)
 
 from kernel_lsp.config import Settings  # noqa: E402
+from kernel_lsp.core.profiling_tree import parse_tree  # noqa: E402
 from kernel_lsp.services import profiler as prof  # noqa: E402
 from kernel_lsp.services.proc import run  # noqa: E402
 
@@ -134,7 +135,7 @@ def main() -> int:
                 profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "tree")))
                 full_profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "full")))
                 floor_profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "floor")),
-                                               tree=prof.T.parse_tree(FLOOR_TREE))
+                                               tree=parse_tree(FLOOR_TREE))
                 for mode, who in (("full", full_profiler), ("first", profiler), ("again", profiler), ("floor", floor_profiler)):
                     s = sample(who, target, mode)
                     s["example"] = name

@@ -11,6 +11,7 @@ answer is None rather than a guess. Pure: source text and index in, ints out.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -116,9 +117,18 @@ def _source_bytes(source: str | bytes) -> bytes:
     return source if isinstance(source, bytes) else source.encode("utf-8", errors="replace")
 
 
-def _defaulted(text: str, name: str) -> bool:
-    """Whether ``text`` defines ``name`` only as a default that a command-line ``-D`` replaces."""
-    return re.search(rf"#[ \t]*if(?:ndef[ \t]+{name}\b|[ \t]+!\s*defined\s*\(?\s*{name}\b)", text) is not None
+@functools.lru_cache(maxsize=4)
+def _defaulted(data: bytes, names: frozenset[str]) -> frozenset[str]:
+    """The ``names`` that ``data`` defines only as defaults a command-line ``-D`` replaces.
+
+    Cached: every launch of a document asks with the same text and macros, and the
+    text is read once per document version instead of once per launch.
+    """
+    text = data.decode("utf-8", errors="replace")
+    return frozenset(
+        name for name in names
+        if re.search(rf"#[ \t]*if(?:ndef[ \t]+{name}\b|[ \t]+!\s*defined\s*\(?\s*{name}\b)", text)
+    )
 
 
 def block_dims(launch: LaunchSite, source: str | bytes, index: KernelIndex, constants: Mapping[str, str] | None = None) -> Dims | None:
@@ -195,8 +205,7 @@ def evaluate_launch(
     data = _source_bytes(source)
     scope = _Scope(launch, data, index)
     if constants:
-        text = data.decode("utf-8", errors="replace")
-        defaults = {name for name in constants if _defaulted(text, name)}
+        defaults = _defaulted(data, frozenset(constants))
         scope.constants = {**constants, **{k: v for k, v in scope.constants.items() if k not in defaults}}
     grid = scope.dims(launch.grid)
     block = scope.dims(launch.block)

@@ -249,7 +249,7 @@ def _item_errors(items: Iterable[str]) -> list[str]:
     return [
         f"unknown metric group {item!r} (known: {', '.join(sorted(GROUPS))})"
         for item in items
-        if item.startswith(GROUP_PREFIX) and item[len(GROUP_PREFIX):] not in GROUPS
+        if item.startswith(GROUP_PREFIX) and item.removeprefix(GROUP_PREFIX) not in GROUPS
     ]
 
 
@@ -259,7 +259,7 @@ def split_items(items: Iterable[str]) -> tuple[tuple[str, ...], tuple[str, ...]]
     metrics: list[str] = []
     for item in items:
         if item.startswith(GROUP_PREFIX):
-            metrics.extend(GROUPS.get(item[len(GROUP_PREFIX):], ()))
+            metrics.extend(GROUPS.get(item.removeprefix(GROUP_PREFIX), ()))
         else:
             sections.append(item)
     return tuple(dict.fromkeys(sections)), tuple(dict.fromkeys(metrics))
@@ -409,7 +409,7 @@ class CostModel:
         items = set(sections)
         # Instruction-level metrics share one SASS patching per run, whichever items ask for them.
         extra = max((self.sections[s].extra_s for s in items if s in self.sections), default=0.0)
-        if any(not s.startswith(GROUP_PREFIX) for s in items):
+        if split_items(items)[0]:
             extra += runs * self.section_run_s
         return runs * self.run_s + max(0, self.passes(items) - 1) * self.pass_s + extra
 
@@ -420,11 +420,10 @@ class CostModel:
         return self.run_s + max(0, passes - 1) * self.pass_s
 
     def metrics_of(self, sections: Iterable[str]) -> set[str]:
-        names = set(self.always_metrics)
-        for s in sections:
-            if s.startswith(GROUP_PREFIX):
-                names.update(GROUPS.get(s[len(GROUP_PREFIX):], ()))
-            elif s in self.sections:
+        named_sections, group_metrics = split_items(sections)
+        names = set(self.always_metrics) | set(group_metrics)
+        for s in named_sections:
+            if s in self.sections:
                 names.update(self.sections[s].metrics)
         return names
 

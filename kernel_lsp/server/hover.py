@@ -19,7 +19,6 @@ from typing import Any
 from lsprotocol import types
 
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Point
-from kernel_lsp.core.launch_dims import defines_from_flags
 from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import to_point, to_range
 from kernel_lsp.server.documents import DocumentState
@@ -104,7 +103,7 @@ def hover_markdown(ctx: HoverContext) -> str:
         if ctx.launch is not None:
             launches = tuple(lf for lf in launches if lf.launch == ctx.launch) or (
                 launch_facts(ctx.index, ctx.doc.source_bytes, ctx.launch, facts.resources, arch,
-                             defines_from_flags(compile.argv) if compile is not None else None),
+                             compile.defines if compile is not None else None),
             )
         if launches:
             parts.append("**Occupancy** (theoretical)\n\n" + "\n".join(occupancy_line(lf) for lf in launches))

@@ -12,7 +12,7 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite
-from kernel_lsp.core.launch_dims import defines_from_flags, evaluate_launch
+from kernel_lsp.core.launch_dims import evaluate_launch
 from kernel_lsp.core.nvcc_output import ResourceUsage
 from kernel_lsp.core.occupancy import Occupancy, theoretical_occupancy
 from kernel_lsp.services.toolchain import CompileResult
@@ -65,7 +65,7 @@ def kernel_facts(
 ) -> KernelFacts:
     """Facts of one kernel; ``launches`` (its launch sites) may be passed when the caller has them indexed."""
     resources = compile.resources_for(function.name) if compile is not None else None
-    defines = defines_from_flags(compile.argv) if compile is not None else None
+    defines = compile.defines if compile is not None else None
     sites = index.launches_of(function.name) if launches is None else launches
     launches_facts = tuple(launch_facts(index, source, launch, resources, arch, defines) for launch in sites)
     return KernelFacts(function, resources, launches_facts)

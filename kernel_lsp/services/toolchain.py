@@ -23,10 +23,12 @@ import threading
 import time
 from collections.abc import Mapping
 from dataclasses import dataclass, field
+from functools import cached_property
 from pathlib import Path
 from types import MappingProxyType
 
 from kernel_lsp.config import Settings
+from kernel_lsp.core.launch_dims import defines_from_flags
 from kernel_lsp.core.nvcc_output import CompilerMessage, ResourceUsage, parse_diagnostics, parse_resource_usage
 from kernel_lsp.services import proc
 from kernel_lsp.services.compile_db import CompileDb
@@ -59,6 +61,11 @@ class CompileResult:
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out and not self.cancelled and self.tool_missing is None
+
+    @cached_property
+    def defines(self) -> dict[str, str]:
+        """The ``-D`` macros of the compile's command line (launch sizes such as ``<<<g, BLOCK>>>`` use them)."""
+        return defines_from_flags(self.argv)
 
     @property
     def errors(self) -> tuple[CompilerMessage, ...]:
