@@ -64,8 +64,15 @@ def _schedule(state: ServerState, doc: DocumentState, delay_s: float) -> None:
 
     def publish(result: FileAnalysis) -> None:
         current = state.documents.get(uri)
-        if current is not None:
-            current.extra[_KEY] = _Result(revision, result)
+        if current is None:
+            return
+        had_hints = bool(current.extra.get(_KEY + ":hints"))
+        current.extra[_KEY] = _Result(revision, result)
+        hints = access_diagnostics(state, current)
+        current.extra[_KEY + ":hints"] = hints
+        # Publishing costs every diagnostic source a run and the client a redraw: only when hints
+        # appear or go away.
+        if hints or had_hints:
             state.publish_diagnostics(current)
 
     state.jobs.submit(JobKey(uri, "analysis"), work, publish=publish, version=revision,
