@@ -78,6 +78,21 @@ def type_aliases(name: str) -> dict[str, str]:
     return aliases
 
 
+def template_aliases(source: str, kernel: str) -> dict[str, str]:
+    """A template kernel's type parameters -> the types of its explicit instantiation in ``source``.
+
+    ``template <class T, int blockSize> __global__ void reduce(...)`` with
+    ``template __global__ void reduce<float, 256>(...);`` gives ``{"T": "float"}``.
+    """
+    header = re.search(rf"template\s*<([^>]*)>\s*__global__\s+void\s+(?:__launch_bounds__\([^)]*\)\s*)?{kernel}\s*\(", source)
+    instance = re.search(rf"template\s+__global__\s+void\s+{kernel}\s*<([^>]*)>\s*\(", source)
+    if header is None or instance is None:
+        return {}
+    names = [part.split()[-1] for part in header.group(1).split(",")]
+    args = [part.strip() for part in instance.group(1).split(",")]
+    return dict(zip(names, args))
+
+
 def resolve_type(base_type: str, aliases: dict[str, str]) -> str:
     seen = set()
     while base_type in aliases and base_type not in seen:
@@ -127,7 +142,7 @@ def test_spec_params_match_the_kernel(name: str):
     assert kernels, f"kernel.cu has no __global__ {spec.kernel}"
     params = kernels[0].params
     assert [p.name for p in params] == [p.name for p in spec.params]
-    aliases = type_aliases(name)
+    aliases = {**type_aliases(name), **template_aliases(source, spec.kernel)}
     for sp, p in zip(spec.params, params):
         assert isinstance(sp, ArrayParam) == (p.pointer_depth > 0), p.name
         base = resolve_type(p.base_type, aliases)
