@@ -1,4 +1,4 @@
-"""Launch spec v1 (``shared/spec/LAUNCH_SPEC.md``): parse, validate, resolve.
+"""Launch spec v1 (``LAUNCH_SPEC.md`` at the repository root): parse, validate, resolve.
 
 :func:`parse_spec` takes the JSON object (or its text) and returns a frozen
 :class:`Spec`, or raises :class:`SpecError` listing every problem, each naming

@@ -60,21 +60,24 @@ def local_sources(name: str) -> list[Path]:
     return found
 
 
-def type_aliases(name: str) -> dict[str, str]:
-    """``#define NAME type`` and ``typedef type NAME;`` of the kernel's local files.
+def type_aliases(name: str) -> dict[str, set[str]]:
+    """``#define NAME type`` and ``typedef type NAME;`` of the kernel's local files: name -> every spelling found.
 
     The index reads the file as written (local includes are not expanded yet), so
     a parameter declared ``DATA_TYPE *a`` has base type ``DATA_TYPE``; the alias
-    tells the test which C type that is.
+    tells the test which C type that is. A name defined differently in ``#if``
+    branches (llm.c's ``floatX``) has several spellings: the compiler decides
+    which one holds, so :func:`test_kernel_compiles_for_sm90_with_its_entry`
+    checks those parameters on the preprocessed text instead.
     """
-    aliases: dict[str, str] = {}
+    aliases: dict[str, set[str]] = {}
     word = r"(?:unsigned\s+|signed\s+|const\s+)*[A-Za-z_]\w*(?:\s+(?:long|int))*"
     for path in local_sources(name):
         text = path.read_text(encoding="utf-8")
         for match in re.finditer(rf"^\s*#\s*define\s+([A-Za-z_]\w*)\s+({word})\s*$", text, re.M):
-            aliases.setdefault(match.group(1), match.group(2))
+            aliases.setdefault(match.group(1), set()).add(match.group(2))
         for match in re.finditer(rf"\btypedef\s+({word})\s+([A-Za-z_]\w*)\s*;", text):
-            aliases.setdefault(match.group(2), match.group(1))
+            aliases.setdefault(match.group(2), set()).add(match.group(1))
     return aliases
 
 
@@ -93,11 +96,14 @@ def template_aliases(source: str, kernel: str) -> dict[str, str]:
     return dict(zip(names, args))
 
 
-def resolve_type(base_type: str, aliases: dict[str, str]) -> str:
+def resolve_type(base_type: str, aliases: dict[str, set[str]]) -> str | None:
+    """The C type behind ``base_type``; None when an alias on the way has several spellings."""
     seen = set()
     while base_type in aliases and base_type not in seen:
         seen.add(base_type)
-        base_type = aliases[base_type]
+        if len(aliases[base_type]) > 1:
+            return None
+        (base_type,) = aliases[base_type]
     return base_type
 
 
@@ -142,10 +148,12 @@ def test_spec_params_match_the_kernel(name: str):
     assert kernels, f"kernel.cu has no __global__ {spec.kernel}"
     params = kernels[0].params
     assert [p.name for p in params] == [p.name for p in spec.params]
-    aliases = {**type_aliases(name), **template_aliases(source, spec.kernel)}
+    aliases = {**type_aliases(name), **{k: {v} for k, v in template_aliases(source, spec.kernel).items()}}
     for sp, p in zip(spec.params, params):
         assert isinstance(sp, ArrayParam) == (p.pointer_depth > 0), p.name
         base = resolve_type(p.base_type, aliases)
+        if base is None:
+            continue  # a conditional typedef: checked on the preprocessed text by the nvcc test
         struct = sp.struct if isinstance(sp, ArrayParam) else None
         assert spec_type_matches(sp.type, base, struct), f"{p.name}: spec {sp.type} vs '{p.base_type}' ({base})"
         if isinstance(sp, ScalarParam) and sp.type not in FLOAT_TYPES:
@@ -174,9 +182,24 @@ def needs_nvcc(test):
 @pytest.mark.parametrize("name", ENTRIES)
 def test_kernel_compiles_for_sm90_with_its_entry(name: str, tmp_path: Path):
     from kernel_lsp.services.harness.compile import compile_cubin, find_entry
+    from kernel_lsp.services.proc import run
 
     folder = CORPUS / name
     result = compile_cubin((folder / "kernel.cu").read_text(encoding="utf-8"), str(tmp_path), "kernel", arch="sm_90", include_dirs=(str(folder),))
     assert result.ok, result.log
-    entry, problem = find_entry(result.entries, spec_of(name).kernel)
+    spec = spec_of(name)
+    entry, problem = find_entry(result.entries, spec.kernel)
     assert entry is not None, problem
+    # Parameters whose type is a conditional typedef: the preprocessed text holds only the branch that applies.
+    source = (folder / "kernel.cu").read_text(encoding="utf-8")
+    params = next(f for f in build_index(source).functions if f.is_kernel and f.name == spec.kernel).params
+    aliases = type_aliases(name)
+    undecided = {p.base_type for p in params if resolve_type(p.base_type, aliases) is None}
+    if undecided:
+        pre = run(["nvcc", "-E", "-arch=sm_90", f"-I{folder}", str(folder / "kernel.cu")], timeout_s=120)
+        assert pre.ok, pre.stderr
+        for sp, p in zip(spec.params, params):
+            if p.base_type in undecided:
+                found = set(re.findall(rf"\btypedef\s+([\w ]+?)\s+{p.base_type}\s*;", pre.stdout))
+                assert len(found) == 1, (p.base_type, found)
+                assert spec_type_matches(sp.type, found.pop()), f"{p.name}: spec {sp.type} vs '{p.base_type}'"
