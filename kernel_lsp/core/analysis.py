@@ -1077,6 +1077,8 @@ class _Walker:
             return found
         statements = body.named_children if body.type == "compound_statement" else [body]
         counts = _assignment_counts(body, self.src)
+        declared = _declared_anywhere(body, self.src)
+        invariant = set(self.env) - assigned - declared
         for st in statements:
             if st.type != "expression_statement" or not st.named_children:
                 continue
@@ -1094,7 +1096,9 @@ class _Walker:
                 op_node = e.child_by_field_name("operator")
                 op = _text(self.src, op_node) if op_node is not None else ""
                 right = e.child_by_field_name("right")
-                if op not in ("+=", "-=") or right is None or _identifiers(right, self.src) & assigned:
+                # Only an increment the loop cannot change: names bound before the loop, never
+                # assigned or declared in it (a float accumulator ``acc += x[j]`` is no counter).
+                if op not in ("+=", "-=") or right is None or not _identifiers(right, self.src) <= invariant | _BUILTIN_NAMES:
                     continue
                 saved = len(self.accesses)
                 step = self.expr(right)
@@ -1251,6 +1255,20 @@ def _assigned_names(node: Node | None, src: bytes) -> set[str]:
             arg = n.child_by_field_name("argument")
             if arg is not None and arg.type == "identifier":
                 found.add(_text(src, arg))
+        stack.extend(n.children)
+    return found
+
+
+_BUILTIN_NAMES = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})
+
+
+def _declared_anywhere(node: Node, src: bytes) -> set[str]:
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "declaration":
+            found.update(_declared_names(n, src))
         stack.extend(n.children)
     return found
 
