@@ -32,6 +32,8 @@ from kernel_lsp.core.poly import ONE, ZERO, Poly, is_iteration, is_opaque
 from kernel_lsp.core.source import Preprocessed
 
 _MAX_INLINE_DEPTH = 3
+_MAX_EXPR_DEPTH = 150
+"""Expression nesting the walk follows by recursion; deeper parts are scanned flat."""
 _MAX_NODES = 200_000
 """Expression nodes visited per kernel before the analysis stops (a generated 50,000-line kernel
 must not hold a worker for minutes); what was not reached is reported as not modelled."""
@@ -281,6 +283,7 @@ class _Walker:
         self.loop_vars: list[set[str]] = []
         self.escaped: set[str] = set()
         self.overrides: dict[int, _Value | None] = {}
+        self.depth = 0
         self.types: dict[str, str] = {}
         """Template type parameters bound by the instantiation (``T`` → ``float``)."""
         self.complete = True
@@ -336,11 +339,34 @@ class _Walker:
         if node is None:
             return None
         self.tick()
+        if self.depth > _MAX_EXPR_DEPTH:
+            return self.flat_reads(node)
         kind = node.type
         handler = getattr(self, "e_" + kind, None)
-        if handler is not None:
-            return handler(node)
-        values = [self.expr(c) for c in node.named_children]
+        self.depth += 1
+        try:
+            if handler is not None:
+                return handler(node)
+            values = [self.expr(c) for c in node.named_children]
+            return self.fresh(_text(self.src, node), values)
+        finally:
+            self.depth -= 1
+
+    def flat_reads(self, node: Node) -> _Value:
+        """An expression nested deeper than the walk recurses (a generated 3,000-term sum): its
+        subscripts are still recorded as reads, found without recursion, and its value is opaque."""
+        stack = [node]
+        values: list[_Value | None] = []
+        while stack:
+            n = stack.pop()
+            if n.type == "subscript_expression":
+                saved, self.depth = self.depth, 0
+                try:
+                    values.append(self.subscript(n, "read", None))
+                finally:
+                    self.depth = saved
+                continue
+            stack.extend(n.named_children)
         return self.fresh(_text(self.src, node), values)
 
     def e_number_literal(self, node: Node) -> _Value:
