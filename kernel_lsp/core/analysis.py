@@ -21,7 +21,7 @@ touches, and names the pattern (coalesced, strided, broadcast, gather). Pure: no
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from typing import NamedTuple
 
 from tree_sitter import Node, Parser
@@ -88,6 +88,8 @@ class Access:
     field_offset_bytes: int | None = None
     field_bytes: int | None = None
     """Where the member sits in the struct and its size, when the struct's layout is known."""
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the access in the preprocessed text (for transformations)."""
 
     @property
     def writes(self) -> bool:
@@ -117,6 +119,10 @@ class LoopFact:
     parent: int | None
     trip_symbol: str
     """The iteration counter symbol: the variable's value is ``start + step * trip_symbol``."""
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the whole loop statement in the preprocessed text."""
+    calls_unknown: bool = False
+    """The body calls code the analysis does not see."""
 
 
 @dataclass(frozen=True)
@@ -149,6 +155,10 @@ class KernelFacts:
     """What the analysis could not model, each with why."""
     opaque: Mapping[str, Opaque] = field(default_factory=dict)
     """Opaque symbol -> what it stands for."""
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the kernel's definition in the preprocessed text."""
+    body_span: tuple[int, int] = (0, 0)
+    """Byte range of its body (the braces included)."""
     escaped: tuple[str, ...] = ()
     """Arrays whose address reaches code the analysis does not see (an unknown call, a store of
     the pointer itself): they may be written there."""
@@ -197,6 +207,8 @@ class Opaque(NamedTuple):
     """How to compute it once the launch binds its operands: ``(op, a, b)`` for ``/ % & | ^ >> <<
     min max`` on polynomials, ``("select", l, cmp, r, a, b)`` for ``l cmp r ? a : b``; None for
     values the analysis cannot compute (a load from memory, an unknown call): a gather."""
+    created_in: tuple[int, ...] = ()
+    """Loops (ids, outermost first) the term was made in: it may change from one iteration to the next."""
 
 
 def thread_dependence(poly: Poly, opaque: Mapping[str, Opaque]) -> frozenset[str]:
@@ -284,6 +296,7 @@ class _Walker:
         self.escaped: set[str] = set()
         self.overrides: dict[int, _Value | None] = {}
         self.depth = 0
+        self.unknown_calls = 0
         self.types: dict[str, str] = {}
         """Template type parameters bound by the instantiation (``T`` → ``float``)."""
         self.complete = True
@@ -301,7 +314,7 @@ class _Walker:
             elif isinstance(d, _Pointer):
                 thread |= thread_dependence(d.offset, self.opaque)
         name = f"?{len(self.opaque)}"
-        self.opaque[name] = Opaque(text[:80], frozenset(thread), recipe)
+        self.opaque[name] = Opaque(text[:80], frozenset(thread), recipe, tuple(self.loop_stack))
         return Poly.sym(name)
 
     def poly(self, value: _Value | None, node: Node) -> Poly:
@@ -326,6 +339,7 @@ class _Walker:
             line=line, user_line=self.user_line(line), text=_text(self.src, node)[:120],
             loops=tuple(self.loop_stack), via=tuple(self.via), wide=wide,
             field_offset_bytes=member[0] if member else None, field_bytes=member[1] if member else None,
+            span=(node.start_byte, node.end_byte),
         ))
 
     def tick(self) -> None:
@@ -856,6 +870,8 @@ class _Walker:
             return self.inline(short, helper, args, node)
         values = [self.expr(a) for a in args]
         self.escape(values)
+        if not _is_pure_math(short):
+            self.unknown_calls += 1
         return self.fresh(_text(self.src, node), values)
 
     def escape(self, values: Iterable[_Value | None]) -> None:
@@ -998,6 +1014,9 @@ class _Walker:
         return name, tuple(reversed(dims))
 
     def if_statement(self, node: Node) -> None:
+        found = conditional_update(node, self.src)
+        if found is not None:
+            self.note_accumulator(found[0], found[1], node)
         cond = node.child_by_field_name("condition")
         self.expr(cond.named_children[-1] if cond is not None and cond.named_children else cond)
         before = dict(self.env)
@@ -1061,7 +1080,10 @@ class _Walker:
         bound = self.bound(cond, var, before) if var is not None else None
         line = node.start_point[0]
         self.loops.append(LoopFact(loop_id, line, self.user_line(line), kind, var, start_poly if var else None,
-                                   step, bound, geometric, self.loop_stack[-1] if self.loop_stack else None, trip_symbol))
+                                   step, bound, geometric, self.loop_stack[-1] if self.loop_stack else None, trip_symbol,
+                                   span=(node.start_byte, node.end_byte)))
+        escaped_before = set(self.escaped)
+        unknown_calls_before = self.unknown_calls
         self.loop_stack.append(loop_id)
         self.loop_vars.append(set(inductions) | ({var} if var else set()))
         try:
@@ -1074,6 +1096,8 @@ class _Walker:
             self.loop_stack.pop()
             self.loop_vars.pop()
             self.declared_in_loop.pop()
+        if self.unknown_calls != unknown_calls_before or self.escaped != escaped_before:
+            self.loops[loop_id] = replace(self.loops[loop_id], calls_unknown=True)
         after = self.env
         self.env = dict(before)
         trips = None
@@ -1231,6 +1255,54 @@ class _Walker:
             if partners or w.kind == "update":
                 self.reductions.append(Reduction("shared_tree", w.array, w.op or "+", w.line, w.user_line, loop_id))
                 return
+
+
+_MATH_PREFIXES = ("__f", "__d", "__int2", "__float2", "__half2", "__expf", "__logf", "__powf", "__sinf", "__cosf")
+
+
+def _is_pure_math(name: str) -> bool:
+    """Functions of values only (no memory side effects): the CUDA math library and intrinsics."""
+    if name.startswith(_MATH_PREFIXES) or name in ("__saturatef", "__popc", "__clz", "__ffs", "__brev"):
+        return True
+    base = name[:-1] if name.endswith("f") else name
+    return base in _MATH_FUNCTIONS
+
+
+_MATH_FUNCTIONS = frozenset({
+    "sqrt", "rsqrt", "cbrt", "exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "pow", "sin", "cos", "tan",
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "fabs", "abs", "floor", "ceil",
+    "round", "trunc", "fmod", "fma", "fmax", "fmin", "max", "min", "erf", "erfc", "hypot", "copysign", "rint", "lrint",
+    "sincos", "normcdf", "isnan", "isinf", "isfinite", "signbit", "frexp", "ldexp", "rcbrt", "rhypot", "norm3d",
+    "float", "int", "double",
+})
+
+
+def conditional_update(node: Node, src: bytes) -> tuple[str, str] | None:
+    """``if (x > m) m = x;`` (or ``<``, ``>=``, ``<=``, either side): (``m``, ``max``/``min``)."""
+    if node.type != "if_statement" or node.child_by_field_name("alternative") is not None:
+        return None
+    cond = node.child_by_field_name("condition")
+    while cond is not None and cond.type in ("condition_clause", "parenthesized_expression") and cond.named_children:
+        cond = cond.named_children[-1]
+    body = node.child_by_field_name("consequence")
+    while body is not None and body.type == "compound_statement" and body.named_child_count == 1:
+        body = body.named_children[0]
+    if cond is None or cond.type != "binary_expression" or body is None or body.type != "expression_statement":
+        return None
+    assign = body.named_children[0] if body.named_children else None
+    if assign is None or assign.type != "assignment_expression" or _text(src, assign.child_by_field_name("operator")) != "=":
+        return None
+    target, value = assign.child_by_field_name("left"), assign.child_by_field_name("right")
+    left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
+    op = _text(src, cond.child_by_field_name("operator"))
+    if target is None or value is None or left is None or right is None or target.type != "identifier":
+        return None
+    t, v, l, r = (_text(src, n).replace(" ", "") for n in (target, value, left, right))
+    if op in (">", ">=") and (l, r) == (v, t) or op in ("<", "<=") and (l, r) == (t, v):
+        return _text(src, target), "max"
+    if op in ("<", "<=") and (l, r) == (v, t) or op in (">", ">=") and (l, r) == (t, v):
+        return _text(src, target), "min"
+    return None
 
 
 def _arith(op: str, left: Poly, right: Poly) -> Poly | None:
@@ -1581,8 +1653,9 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
             walker.env[pname] = Poly.sym(pname)
             if any(w == ptype or ptype.startswith(w) for w in _WIDE_TYPES):
                 walker.wide_vars.add(pname)
+    body = node.child_by_field_name("body")
     try:
-        walker.statement(node.child_by_field_name("body"))
+        walker.statement(body)
     except _Budget:
         walker.complete = False
         walker.unknowns.append(f"the kernel is larger than the analysis budget ({_MAX_NODES} nodes): later accesses not modelled")
@@ -1604,6 +1677,8 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
         opaque=dict(walker.opaque),
         escaped=tuple(sorted(walker.escaped)),
         complete=walker.complete,
+        span=(node.start_byte, node.end_byte),
+        body_span=(body.start_byte, body.end_byte) if body is not None else (0, 0),
         line=line,
         user_line=walker.user_line(line),
     )

@@ -27,10 +27,15 @@ from kernel_lsp.core.rules.structural import (
     AtomicPerBlock, PrivatizedHistogram, RowParallel, TiledMatmul, TiledTranspose, TreeReductionToShuffle, VectorCsr,
     VectorizeElementwise,
 )
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
+from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
+from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Default order: structural templates (large, pattern-proven wins) first, then local edits.
 RULES: tuple[Rule, ...] = (
+    RegisterAccumulate(),
+    WarpPerRow(),
     TiledTranspose(),
     TiledMatmul(),
     TreeReductionToShuffle(),
@@ -80,13 +85,17 @@ def evaluate(
     spec: Spec | Mapping[str, Any] | None,
     rules: Sequence[Rule] = RULES,
     index: KernelIndex | None = None,
+    preprocessed: Preprocessed | None = None,
 ) -> list[RuleOutcome]:
-    """Every rule's verdict on ``kernel`` in ``source``: refused with a reason, or its rewrites."""
+    """Every rule's verdict on ``kernel`` in ``source``: refused with a reason, or its rewrites.
+
+    ``preprocessed`` is the file's view with its local headers (the services layer reads them);
+    without it the analysis sees the file's own macros only."""
     index = index if index is not None else build_index(source)
     fn = next((f for f in index.kernels if f.name == kernel), None)
     if fn is None:
         return [RuleOutcome(r.name, r.technique, False, f"no __global__ function named {kernel}") for r in rules]
-    ctx = RuleContext(source, index, fn, _spec_of(spec))
+    ctx = RuleContext(source, index, fn, _spec_of(spec), preprocessed)
     out = []
     for rule in rules:
         ok, why = rule.preconditions(ctx)
@@ -117,7 +126,8 @@ class RuleGenerator:
         return sorted(self.rules, key=lambda r: (rank.get(r.technique, len(rank)), default[r.name]))
 
     def generate(self, request: OptimizeRequest) -> Iterator[Candidate]:
-        self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request))
+        self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request),
+                                 preprocessed=request.preprocessed)
         seen: set[tuple[str, str]] = set()
         for outcome in self.outcomes:
             for rw in outcome.rewrites:
