@@ -235,3 +235,20 @@ def test_baseline_writes_its_times_into_the_notes(tmp_path: Path, monkeypatch):
     assert (notes["baseline_us"], notes["floor_us"], notes["baseline_gpu"]) == (45.679, 11.7, "NVIDIA H200")
     assert notes["category"] == "streaming"
     assert parse_spec(json.loads((tmp_path / "shoc_triad" / "spec.json").read_text(encoding="utf-8"))).notes == notes
+
+
+def test_baseline_notes_come_from_a_results_file(tmp_path: Path, monkeypatch):
+    baseline = _baseline_module()
+    corpus = tmp_path / "corpus"
+    shutil.copytree(CORPUS / "shoc_triad", corpus / "shoc_triad")
+    monkeypatch.setattr(baseline, "CORPUS", str(corpus))
+    results = {"dry_run": False, "machine": {"gpu": {"name": "NVIDIA H200"}},
+               "kernels": [{"name": "shoc_triad", "median_us": 20.0, "floor_us": 11.7}, {"name": "not_here", "median_us": 1.0, "floor_us": 1.0},
+                           {"name": "shoc_triad_failed", "median_us": None, "floor_us": 2.0}]}
+    (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    assert baseline.main(["--notes-from", str(tmp_path / "results.json")]) == 0
+    notes = json.loads((corpus / "shoc_triad" / "spec.json").read_text(encoding="utf-8"))["notes"]
+    assert (notes["baseline_us"], notes["floor_us"], notes["baseline_gpu"]) == (20.0, 11.7, "NVIDIA H200")
+    (tmp_path / "dry.json").write_text(json.dumps({**results, "dry_run": True}), encoding="utf-8")
+    with pytest.raises(SystemExit):
+        baseline.main(["--notes-from", str(tmp_path / "dry.json")])
