@@ -55,7 +55,7 @@ FP32_FLOPS_PER_S = 67e12
 """H200 FP32 (CUDA cores) peak the compute floors are computed at."""
 WARMUP_LAUNCHES = 3
 MAX_TRIALS = 200
-TRIAL_BUDGET_S = 1.0
+TRIAL_BUDGET_S = 0.5
 """Timed launches continue past ``--min-trials`` until this much wall time per kernel."""
 
 
