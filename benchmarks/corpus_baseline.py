@@ -2,6 +2,7 @@
 
     PYTHONPATH=. python3 benchmarks/corpus_baseline.py --out $OUT/corpus_baseline.json
         [--only NAME[,NAME...]] [--write-notes] [--dry-run] [--timeout-s 120] [--min-trials 20]
+    PYTHONPATH=. python3 benchmarks/corpus_baseline.py --notes-from corpus_baseline.json
 
 For each ``benchmarks/corpus/NAME/``: compile ``kernel.cu`` for ``--arch``
 (nvcc, ``-I`` the entry's folder) and find the kernel's entry; then, in a child
@@ -19,7 +20,9 @@ The floor is the spec note's compulsory traffic at DRAM bandwidth,
 Prints a table (name, category, control, median µs, floor µs, ratio) and
 writes JSON with the machine, the date, the command and every raw sample.
 ``--write-notes`` writes ``baseline_us``, ``floor_us`` and ``baseline_gpu``
-into each measured spec's ``notes``. ``--dry-run`` needs no GPU: it compiles
+into each measured spec's ``notes``; ``--notes-from RESULTS.json`` does the same
+from a results file measured elsewhere (the GPU machine's copy of the specs is
+not the one kept). ``--dry-run`` needs no GPU: it compiles
 every kernel and builds its inputs in the child, so the whole plan is checked
 on a CPU machine. Exit status 1 when some kernel failed.
 """
@@ -52,7 +55,7 @@ FP32_FLOPS_PER_S = 67e12
 """H200 FP32 (CUDA cores) peak the compute floors are computed at."""
 WARMUP_LAUNCHES = 3
 MAX_TRIALS = 200
-TRIAL_BUDGET_S = 1.0
+TRIAL_BUDGET_S = 0.5
 """Timed launches continue past ``--min-trials`` until this much wall time per kernel."""
 
 
@@ -197,6 +200,23 @@ def write_notes(name: str, median_us: float, floor: float | None, gpu_name: str 
         f.write("\n")
 
 
+def notes_from(results_path: str) -> int:
+    """Write baseline_us/floor_us from a results file into the specs of this checkout."""
+    with open(results_path, encoding="utf-8") as f:
+        results = json.load(f)
+    if results.get("dry_run"):
+        raise SystemExit(f"corpus_baseline: {results_path} is a dry run; it has no times")
+    gpu_name = ((results.get("machine") or {}).get("gpu") or {}).get("name")
+    known = set(entries(None))
+    written = 0
+    for row in results["kernels"]:
+        if row.get("median_us") is not None and row["name"] in known:
+            write_notes(row["name"], row["median_us"], row.get("floor_us"), gpu_name)
+            written += 1
+    print(f"notes written for {written} of {len(results['kernels'])} kernels (GPU: {gpu_name})")
+    return 0
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help="JSON results file (required unless --dry-run)")
@@ -207,10 +227,13 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--jobs", type=int, default=min(8, os.cpu_count() or 1), help="parallel nvcc compiles")
     parser.add_argument("--write-notes", action="store_true", help="record baseline_us/floor_us in each spec's notes")
     parser.add_argument("--dry-run", action="store_true", help="compile and build inputs only (no GPU)")
+    parser.add_argument("--notes-from", default=None, metavar="RESULTS", help="write the notes from a results JSON of an earlier run, then exit")
     parser.add_argument("--child", nargs=2, metavar=("JOB", "RESULT"), help=argparse.SUPPRESS)
     args = parser.parse_args(argv)
     if args.child:
         return child(*args.child)
+    if args.notes_from:
+        return notes_from(args.notes_from)
     if not args.out and not args.dry_run:
         parser.error("--out is required (or --dry-run)")
     names = entries({n.strip() for n in args.only.split(",") if n.strip()} or None)

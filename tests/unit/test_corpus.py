@@ -203,3 +203,52 @@ def test_kernel_compiles_for_sm90_with_its_entry(name: str, tmp_path: Path):
                 found = set(re.findall(rf"\btypedef\s+([\w ]+?)\s+{p.base_type}\s*;", pre.stdout))
                 assert len(found) == 1, (p.base_type, found)
                 assert spec_type_matches(sp.type, found.pop()), f"{p.name}: spec {sp.type} vs '{p.base_type}'"
+
+
+def _baseline_module():
+    import importlib.util
+
+    path = CORPUS.parent / "corpus_baseline.py"
+    module_spec = importlib.util.spec_from_file_location("corpus_baseline", path)
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def test_baseline_plans_a_floor_for_every_entry():
+    baseline = _baseline_module()
+    assert baseline.entries(None) == ENTRIES
+    for name in ENTRIES:
+        spec = spec_of(name)
+        floor, bound, bytes_min, flops = baseline.floor_us(spec)
+        assert floor is not None and floor > 0, name
+        assert floor >= 1e6 * bytes_min / baseline.DRAM_BYTES_PER_S
+        assert bound == ("fp32" if flops and flops / baseline.FP32_FLOPS_PER_S > bytes_min / baseline.DRAM_BYTES_PER_S else "dram")
+
+
+def test_baseline_writes_its_times_into_the_notes(tmp_path: Path, monkeypatch):
+    baseline = _baseline_module()
+    shutil.copytree(CORPUS / "shoc_triad", tmp_path / "shoc_triad")
+    monkeypatch.setattr(baseline, "CORPUS", str(tmp_path))
+    baseline.write_notes("shoc_triad", 45.6789, 11.7, "NVIDIA H200")
+    notes = json.loads((tmp_path / "shoc_triad" / "spec.json").read_text(encoding="utf-8"))["notes"]
+    assert (notes["baseline_us"], notes["floor_us"], notes["baseline_gpu"]) == (45.679, 11.7, "NVIDIA H200")
+    assert notes["category"] == "streaming"
+    assert parse_spec(json.loads((tmp_path / "shoc_triad" / "spec.json").read_text(encoding="utf-8"))).notes == notes
+
+
+def test_baseline_notes_come_from_a_results_file(tmp_path: Path, monkeypatch):
+    baseline = _baseline_module()
+    corpus = tmp_path / "corpus"
+    shutil.copytree(CORPUS / "shoc_triad", corpus / "shoc_triad")
+    monkeypatch.setattr(baseline, "CORPUS", str(corpus))
+    results = {"dry_run": False, "machine": {"gpu": {"name": "NVIDIA H200"}},
+               "kernels": [{"name": "shoc_triad", "median_us": 20.0, "floor_us": 11.7}, {"name": "not_here", "median_us": 1.0, "floor_us": 1.0},
+                           {"name": "shoc_triad_failed", "median_us": None, "floor_us": 2.0}]}
+    (tmp_path / "results.json").write_text(json.dumps(results), encoding="utf-8")
+    assert baseline.main(["--notes-from", str(tmp_path / "results.json")]) == 0
+    notes = json.loads((corpus / "shoc_triad" / "spec.json").read_text(encoding="utf-8"))["notes"]
+    assert (notes["baseline_us"], notes["floor_us"], notes["baseline_gpu"]) == (20.0, 11.7, "NVIDIA H200")
+    (tmp_path / "dry.json").write_text(json.dumps({**results, "dry_run": True}), encoding="utf-8")
+    with pytest.raises(SystemExit):
+        baseline.main(["--notes-from", str(tmp_path / "dry.json")])
