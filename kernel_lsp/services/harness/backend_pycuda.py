@@ -266,7 +266,7 @@ class PycudaBackend:
         with _device_errors():
             for name, ptr, nbytes in self.state.get(which, ()):
                 if name in values and len(values[name]) == nbytes:
-                    cuda.memcpy_htod(ptr, np.frombuffer(values[name], dtype=np.uint8))
+                    cuda.memcpy_htod(ptr, np.frombuffer(values[name], dtype=np.uint8).copy())
 
     # --- launches --------------------------------------------------------------------------------
 
@@ -283,10 +283,15 @@ class PycudaBackend:
         call or the query never returns, the parent ends the process.
         """
         deadline = time.monotonic() + limit_s
-        while not event.query():
-            if time.monotonic() > deadline:
-                raise LaunchTimeout(limit_s)
-            time.sleep(_POLL_S)
+        try:
+            while not event.query():
+                if time.monotonic() > deadline:
+                    raise LaunchTimeout(limit_s)
+                time.sleep(_POLL_S)
+        except cuda.Error:
+            # A fault ended the kernel: nothing runs any more, the deadline no longer applies.
+            self.watchdog.clear()
+            raise
         self.watchdog.clear()
 
     def launch(self, which: str, args: Sequence[Any], launch: Launch, limit_s: float) -> float:

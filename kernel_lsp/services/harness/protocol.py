@@ -426,6 +426,10 @@ class Verification:
             self._check(list(seeds))
         except _Rejected as rejected:
             self.outcome.fail(rejected.reason, str(rejected))
+        except LaunchTimeout as exc:
+            # The original itself (or a harness kernel) did not finish: the device is still busy with it.
+            self.outcome.abandoned = True
+            self.outcome.fail("timeout", f"the original kernel did not finish: {exc}")
         except LaunchFailed as exc:
             self.outcome.fail("launch_error", f"a kernel failed: {exc}")
         return self.outcome
