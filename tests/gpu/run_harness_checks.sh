@@ -37,17 +37,17 @@ step() {  # step NAME LIMIT_S COMMAND...
 }
 
 if python3 -c "import pytest" 2>/dev/null; then
-  step unit 60 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_compare.py tests/unit/test_inputs.py \
+  step unit 45 python3 -m pytest -q -p no:cacheprovider -o addopts="" tests/unit/test_compare.py tests/unit/test_inputs.py \
     tests/unit/test_harness_protocol.py tests/unit/test_harness_verify.py tests/unit/test_verdict.py
   tail -n 3 "$OUT/unit.log"
-  step gpu_tests 90 python3 -m pytest -v -m gpu -p no:cacheprovider -o addopts="" tests/gpu/test_harness_backend.py tests/gpu/test_harness_launch.py
+  step gpu_tests 60 python3 -m pytest -v -m gpu -p no:cacheprovider -o addopts="" tests/gpu/test_harness_backend.py tests/gpu/test_harness_launch.py
   grep -E "PASSED|FAILED|ERROR|SKIPPED|passed|failed" "$OUT/gpu_tests.log" | tail -n 40
 else
   echo "pytest is not installed here: skipping the unit and GPU tests; the manifest and the benchmark still check every verdict"
 fi
-step manifest 200 python3 examples/verify_manifest.py --out "$OUT/examples_verdicts.json" --timeout 120
+step manifest 170 python3 examples/verify_manifest.py --out "$OUT/examples_verdicts.json" --timeout 120
 cat "$OUT/manifest.log"
-step benchmark 170 python3 benchmarks/harness_overhead.py --out "$OUT/harness_overhead.json"
+step benchmark 150 python3 benchmarks/harness_overhead.py --out "$OUT/harness_overhead.json"
 cat "$OUT/benchmark.log"
 echo "total $(( $(date +%s) - start )) s, status $status"
 exit $status
