@@ -43,6 +43,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.server.documents import DocumentState, DocumentStore
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.jobs import JobManager
+from kernel_lsp.services.session import Session
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +94,11 @@ class ServerState:
         self.lens_parts: list[Callable[[ServerState, DocumentState, Any], str | None]] = []
         self._shown_once: set[str] = set()
         self._progress_ids = itertools.count(1)
+
+    def session(self) -> Session:
+        """The services wired for the current settings and workspace: build flags, specs, verifier options,
+        knowledge base and traces (:mod:`kernel_lsp.services.session`), the same for every feature."""
+        return Session(self.settings, workspace_root=self.workspace_root, compile_db=self.compile_db)
 
     def run_hooks(self, hooks: list[Callable[..., None]], *args: Any) -> None:
         """Call each hook; one that raises is logged (re-raised under tests) and the rest still run."""

@@ -88,7 +88,7 @@ def profiler_for(state: ServerState) -> prof.Profiler:
     ps = pstate(state)
     with ps.lock:
         if ps.profiler is None or ps.profiler_settings != state.settings:
-            ps.profiler = prof.Profiler(state.settings, ps.store)
+            ps.profiler = prof.Profiler(state.settings, ps.store, flags=state.session().build_flags)
             ps.profiler_settings = state.settings
         return ps.profiler
 

@@ -19,6 +19,7 @@ A bad spec (or a spec that does not describe the original) raises
 
 from __future__ import annotations
 
+import dataclasses
 import functools
 import json
 import os
@@ -31,7 +32,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import kernel_lsp
-from kernel_lsp.config import Settings
 from kernel_lsp.core import stats
 from kernel_lsp.core.inputs import NUMPY_DTYPES
 from kernel_lsp.core.spec import Spec, SpecError
@@ -40,6 +40,7 @@ from kernel_lsp.core.verdict import GpuInfo, KernelTiming, Reason, Verdict
 from kernel_lsp.services.harness.compile import CompileResult, compile_cubin, find_entry
 from kernel_lsp.services.harness.protocol import CANDIDATE, ORIGINAL, TimingOptions
 from kernel_lsp.services.proc import ToolMissing, run, which
+from kernel_lsp.services.toolchain import BuildFlags
 
 #: Where the default seeds start; the seeds used are always reported in the verdict.
 BASE_SEED = 1
@@ -65,11 +66,11 @@ class VerifyOptions:
     sanitize: bool = False
     """Run compute-sanitizer memcheck, racecheck and initcheck on the candidate at the smallest size."""
     arch: str | None = None
-    """``sm_90``; None: detected with nvidia-smi (``sm_90`` when that fails)."""
-    nvcc: str = "nvcc"
-    include_dirs: tuple[str, ...] = ()
-    extra_flags: tuple[str, ...] = ()
-    compile_timeout_s: float = 120.0
+    """``sm_90``; None: detected with nvidia-smi (``sm_90`` when that fails). Replaces ``build``'s architecture:
+    the verification runs on the GPU that is there, whatever the editor's occupancy estimate targets."""
+    build: BuildFlags = field(default_factory=BuildFlags)
+    """nvcc and its flags for both files: the session's :func:`~kernel_lsp.services.toolchain.build_flags` of the
+    original's path, the same ones its diagnostics compile with (compile database, include paths, extraFlags)."""
     timeout_s: float = 120.0
     """Longest the child (correctness + timing) may run before it is killed: reason ``timeout``."""
     timing: TimingOptions = field(default_factory=TimingOptions)
@@ -80,25 +81,6 @@ class VerifyOptions:
     python: str = sys.executable
     sanitizer: str = "compute-sanitizer"
     sanitizer_timeout_s: float = 300.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **overrides) -> VerifyOptions:
-        """Options from the user's settings (seeds, min speedup, timeouts, nvcc and its flags).
-
-        ``arch`` is left to detection: the verification runs on the GPU that is
-        there, whatever the editor's occupancy estimate targets.
-        """
-        fields = dict(
-            seeds=settings.verify_seeds,
-            min_speedup=settings.min_speedup,
-            nvcc=settings.nvcc_path,
-            include_dirs=settings.include_paths,
-            extra_flags=settings.extra_flags,
-            compile_timeout_s=settings.compile_timeout_s,
-            timeout_s=settings.verify_timeout_s,
-        )
-        fields.update(overrides)
-        return cls(**fields)
 
 
 @functools.lru_cache(maxsize=4)
@@ -208,9 +190,10 @@ def _verify_in(workdir, original_source, candidate_source, spec, options, cancel
 
 def _compile_both(workdir: str, original_source: str, candidate_source: str, options: VerifyOptions, cancel: threading.Event | None) -> tuple[CompileResult, CompileResult, str]:
     arch = options.arch or detect_arch()
+    flags = dataclasses.replace(options.build.for_arch(arch), nvcc=cuda_tool(options.build.nvcc))
 
     def build(stem: str, source: str) -> CompileResult:
-        return compile_cubin(source, workdir, stem, arch=arch, nvcc=cuda_tool(options.nvcc), include_dirs=options.include_dirs, extra_flags=options.extra_flags, timeout_s=options.compile_timeout_s, cancel=cancel)
+        return compile_cubin(source, workdir, stem, flags, cancel=cancel)
 
     with ThreadPoolExecutor(max_workers=2) as pool:
         original_build, candidate_build = pool.map(build, (ORIGINAL, CANDIDATE), (original_source, candidate_source))
