@@ -558,6 +558,11 @@ def _iter_units(root: Node, src: bytes, constants: dict[str, str]) -> Iterator[_
                 is_c = value is not None and b'"C"' in src[value.start_byte : value.end_byte]
                 inner_ctx = _Context(ctx.scope, is_c, ctx.in_template)
                 body = node.child_by_field_name("body")
+                if body is not None and (body.type == "function_definition" or
+                                         body.type == "declaration" and _is_function_declaration(body)):
+                    # ``extern "C" __global__ void k(...)``: the definition, and so its span, starts at ``extern``.
+                    yield _new_unit(_Unit, (node, body, inner_ctx, ctx.in_template))
+                    continue
                 if body is not None and body.type != "declaration_list":
                     stack.append((iter((body,)), inner_ctx))
                     continue
