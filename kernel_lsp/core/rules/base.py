@@ -18,8 +18,10 @@ from dataclasses import dataclass
 from functools import cached_property
 from typing import Any
 
+from kernel_lsp.core.analysis import KernelFacts, analyze
 from kernel_lsp.core.index import Function, KernelIndex
 from kernel_lsp.core.rules import text as T
+from kernel_lsp.core.source import Preprocessed, preprocess
 from kernel_lsp.core.spec import ArrayParam, Launch, Spec, SpecError
 
 #: Most threads per block on every CUDA GPU since compute capability 2.0.
@@ -42,12 +44,21 @@ class Rewrite:
 class RuleContext:
     """Everything a rule may look at, with the derived views computed once."""
 
-    def __init__(self, source: str, index: KernelIndex, kernel: Function, spec: Spec | None):
+    def __init__(self, source: str, index: KernelIndex, kernel: Function, spec: Spec | None,
+                 preprocessed: Preprocessed | None = None):
         self.source = source
         self.source_bytes = source.encode("utf-8")
         self.index = index
         self.kernel = kernel
         self.spec = spec
+        self._preprocessed = preprocessed
+
+    @cached_property
+    def facts(self) -> KernelFacts | None:
+        """The kernel's access analysis on the preprocessed view (macro bodies and helpers seen);
+        None when the kernel is not found there."""
+        pre = self._preprocessed if self._preprocessed is not None else preprocess(self.source)
+        return analyze(pre).get(self.kernel.name)
 
     @cached_property
     def body(self) -> tuple[int, int, str]:
@@ -63,7 +74,9 @@ class RuleContext:
 
     @cached_property
     def read_only(self) -> set[str]:
-        return T.read_only_pointers(self.kernel, self.body_masked)
+        """Pointer parameters the kernel provably never writes, through macros, aliases and helpers."""
+        facts = self.facts
+        return set(facts.read_only) if facts is not None else set()
 
     @property
     def param_names(self) -> set[str]:

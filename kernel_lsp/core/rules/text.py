@@ -103,28 +103,6 @@ def is_written_at(masked: str, sub: Subscript) -> bool:
     return bool(_BEFORE_INCDEC.search(before)) or before.endswith("&")
 
 
-def read_only_pointers(fn: Function, body_masked: str) -> set[str]:
-    """Pointer parameters the body provably never writes through.
-
-    Proven only when every mention of the parameter is an element read
-    ``p[i]`` (not assigned, incremented or address-taken). Any other use
-    (pointer arithmetic, passing it to a function, a local alias) counts as
-    "may be written": aliases are not followed.
-    """
-    proven = set()
-    for p in fn.params:
-        if p.pointer_depth != 1:
-            continue
-        mentions = occurrences(body_masked, p.name)
-        subs = subscripts(body_masked, p.name)
-        if len(mentions) != len(subs):
-            continue
-        if any(is_written_at(body_masked, s) for s in subs):
-            continue
-        proven.add(p.name)
-    return proven
-
-
 def rewrite_subscripts(masked: str, text: str, names: Iterable[str], fn: Callable[[str, str], str]) -> str:
     """Replace every ``name[index]`` read with ``fn(name, rewritten_index)``, innermost first.
 

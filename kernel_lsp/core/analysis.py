@@ -1,0 +1,1567 @@
+"""What a kernel means: every memory access, its index as a polynomial, loops and reductions.
+
+The analysis reads the preprocessed view (:mod:`kernel_lsp.core.source`), so a body written as a
+macro or split into ``__device__`` helpers is seen whole: helpers defined in the file are
+inlined for analysis (up to :data:`_MAX_INLINE_DEPTH` deep), their pointer parameters bound to
+the caller's arrays.
+
+For every subscript of a pointer parameter, a local pointer into one, a ``__shared__`` array or
+a local array it records an :class:`Access`: the array, read / write / update / atomic, and the
+index as a :class:`~kernel_lsp.core.poly.Poly` over ``tid.*``, ``bid.*``, ``bdim.*``, ``gdim.*``,
+scalar parameters and loop iteration counters. Anything it cannot model (a value loaded from
+memory, a division by a variable, a variable assigned in a branch) becomes an opaque term that
+remembers whether it depends on the thread index: a gather is reported as a gather, never
+guessed as coalesced.
+
+:func:`bind` then evaluates the accesses under a launch (a spec's block shape and scalar values):
+for the 32 lanes of a warp it computes the addresses, hence the 32-byte sectors one request
+touches, and names the pattern (coalesced, strided, broadcast, gather). Pure: no IO.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Iterator, Mapping
+from dataclasses import dataclass, field
+
+from tree_sitter import Node, Parser
+
+from kernel_lsp.core.consteval import TYPE_SIZES_BYTES, evaluate_int
+from kernel_lsp.core.parse import CUDA_LANGUAGE
+from kernel_lsp.core.poly import ONE, ZERO, Poly, is_iteration, is_opaque
+from kernel_lsp.core.source import Preprocessed
+
+_MAX_INLINE_DEPTH = 3
+_MAX_NODES = 200_000
+"""Expression nodes visited per kernel before the analysis stops (a generated 50,000-line kernel
+must not hold a worker for minutes); what was not reached is reported as not modelled."""
+_WARP = 32
+_SECTOR_BYTES = 32
+_BUILTINS = {"threadIdx": "tid", "blockIdx": "bid", "blockDim": "bdim", "gridDim": "gdim"}
+_WIDE_TYPES = ("long", "size_t", "int64_t", "uint64_t", "ptrdiff_t", "intptr_t", "uintptr_t", "long long")
+_SHUFFLES = ("__shfl_sync", "__shfl_down_sync", "__shfl_up_sync", "__shfl_xor_sync", "__shfl", "__shfl_down",
+             "__shfl_xor", "__shfl_up", "__reduce_add_sync", "__reduce_max_sync", "__reduce_min_sync")
+_SYNCS = ("__syncthreads", "__syncwarp", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or")
+_LOAD_INTRINSICS = ("__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv")
+_STORE_INTRINSICS = ("__stcg", "__stcs", "__stwb", "__stwt")
+_REDUCING_CALLS = {"max": "max", "fmaxf": "max", "fmax": "max", "min": "min", "fminf": "min", "fmin": "min"}
+_COMPOUND = {"+=": "+", "-=": "+", "*=": "*", "|=": "|", "&=": "&", "^=": "^", "/=": "/", "%=": "%",
+             "<<=": "<<", ">>=": ">>"}
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Access:
+    array: str
+    """The base array: a pointer parameter, a ``__shared__`` array or a local array."""
+    space: str
+    """``global``, ``shared`` or ``local``."""
+    kind: str
+    """``read``, ``write``, ``update`` (read-modify-write: ``+=``, ``++``) or ``atomic``."""
+    op: str | None
+    """The atomic function or the compound operator; None for plain reads and writes."""
+    index: Poly
+    """Element index into the base array (a struct element for arrays of structs)."""
+    elem_type: str
+    elem_bytes: int | None
+    field: str | None
+    """The struct member read or written (``ps[i].x`` → ``x``); None for whole elements."""
+    line: int
+    """0-based line in the preprocessed text."""
+    user_line: int | None
+    """0-based line in the user's file; None when the access sits in a local header."""
+    text: str
+    """The access as written (after expansion)."""
+    loops: tuple[int, ...]
+    """Ids of the enclosing loops, outermost first (:attr:`KernelFacts.loops`)."""
+    via: tuple[str, ...] = ()
+    """Helper functions inlined on the way to it, outermost first."""
+    wide: bool = False
+    """The index was computed in 64 bits (``long``, ``size_t`` or a cast to one)."""
+    field_offset_bytes: int | None = None
+    field_bytes: int | None = None
+    """Where the member sits in the struct and its size, when the struct's layout is known."""
+
+    @property
+    def writes(self) -> bool:
+        return self.kind in ("write", "update", "atomic")
+
+    @property
+    def reads(self) -> bool:
+        return self.kind in ("read", "update", "atomic")
+
+
+@dataclass(frozen=True)
+class LoopFact:
+    id: int
+    line: int
+    user_line: int | None
+    kind: str
+    """``for``, ``while`` or ``do``."""
+    var: str | None
+    """The induction variable, when there is one."""
+    start: Poly | None
+    step: Poly | None
+    """Added per iteration; None for a geometric or unknown update."""
+    bound: Poly | None
+    """Exclusive bound of the variable (``i < n`` → ``n``; ``i <= n`` → ``n + 1``); None when unknown."""
+    geometric: str | None
+    """``halving`` or ``doubling`` for ``s >>= 1`` / ``s *= 2`` style updates (reduction trees)."""
+    parent: int | None
+    trip_symbol: str
+    """The iteration counter symbol: the variable's value is ``start + step * trip_symbol``."""
+
+
+@dataclass(frozen=True)
+class Reduction:
+    kind: str
+    """``accumulator`` (a scalar carried by a loop), ``shared_tree`` (a halving/doubling tree in
+    shared memory, looped or unrolled), ``atomic`` (atomics onto addresses that do not depend on
+    the thread), ``atomic_scatter`` (atomics at data-dependent addresses: a histogram) or
+    ``warp_shuffle``."""
+    target: str
+    op: str
+    line: int
+    user_line: int | None
+    loop: int | None = None
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    kernel: str
+    params: tuple[tuple[str, str, bool], ...]
+    """(name, element or scalar type, is pointer) in order."""
+    accesses: tuple[Access, ...]
+    loops: tuple[LoopFact, ...]
+    reductions: tuple[Reduction, ...]
+    thread_dims: tuple[str, ...]
+    """Builtins used (``tid.x``, ``bid.y``, ``bdim.x`` …)."""
+    syncs: int
+    shuffles: int
+    unknowns: tuple[str, ...]
+    """What the analysis could not model, each with why."""
+    opaque: Mapping[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
+    """Opaque symbol -> (the expression it stands for, thread symbols it depends on)."""
+    escaped: tuple[str, ...] = ()
+    """Arrays whose address reaches code the analysis does not see (an unknown call, a store of
+    the pointer itself): they may be written there."""
+    complete: bool = True
+    """False when the analysis stopped early (budget, nesting): then nothing is proven read-only."""
+    line: int = 0
+    user_line: int | None = None
+
+    @property
+    def read_only(self) -> tuple[str, ...]:
+        """Pointer parameters provably never written: not written, not escaped, analysis complete."""
+        if not self.complete:
+            return ()
+        written = set(self.written) | set(self.escaped)
+        return tuple(name for name, _, is_pointer in self.params if is_pointer and name not in written)
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """Pointer parameters the kernel writes (directly, through aliases, macros or helpers)."""
+        pointers = {name for name, _, is_pointer in self.params if is_pointer}
+        return tuple(dict.fromkeys(a.array for a in self.accesses if a.writes and a.array in pointers))
+
+    @property
+    def read(self) -> tuple[str, ...]:
+        pointers = {name for name, _, is_pointer in self.params if is_pointer}
+        return tuple(dict.fromkeys(a.array for a in self.accesses if a.reads and a.array in pointers))
+
+    def loop(self, loop_id: int) -> LoopFact:
+        return self.loops[loop_id]
+
+    def thread_dependent(self, poly: Poly) -> bool:
+        return bool(thread_dependence(poly, self.opaque))
+
+    def accesses_on_line(self, user_line: int) -> tuple[Access, ...]:
+        return tuple(a for a in self.accesses if a.user_line == user_line)
+
+
+def thread_dependence(poly: Poly, opaque: Mapping[str, tuple[str, frozenset[str]]]) -> frozenset[str]:
+    """Thread-index symbols ``poly`` depends on, through opaque terms too."""
+    found: set[str] = set()
+    for s in poly.symbols:
+        if s.startswith("tid."):
+            found.add(s)
+        elif is_opaque(s):
+            found |= opaque.get(s, ("", frozenset()))[1]
+    return frozenset(found)
+
+
+# --------------------------------------------------------------------------------------------
+# Values during the walk
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class _Pointer:
+    """A pointer value: ``base`` array plus an element offset."""
+
+    base: str
+    space: str
+    offset: Poly
+    elem_type: str
+
+
+@dataclass(frozen=True)
+class _Array:
+    name: str
+    space: str
+    elem_type: str
+    dims: tuple[int | None, ...]
+    """Extents of a shared or local array, outermost first; () for a pointer parameter."""
+
+
+_Value = Poly | _Pointer
+
+
+def _text(src: bytes, node: Node) -> str:
+    return src[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
+
+
+def _strip_qualifiers(type_text: str) -> str:
+    words = [w for w in type_text.replace("*", " ").replace("&", " ").split()
+             if w not in ("const", "volatile", "__restrict__", "__restrict", "restrict", "struct", "unsigned",
+                          "signed", "static", "register")]
+    base = " ".join(words)
+    if "unsigned" in type_text.split() and base in ("", "int", "char", "short", "long", "long long"):
+        base = ("unsigned " + base).strip() if base else "unsigned"
+    return base or "int"
+
+
+class _Budget(Exception):
+    pass
+
+
+class _Walker:
+    def __init__(self, src: bytes, pre: Preprocessed | None, helpers: Mapping[str, Node],
+                 structs: Mapping[str, _Struct], constants: Mapping[str, str]) -> None:
+        self.src = src
+        self.pre = pre
+        self.helpers = helpers
+        self.structs = structs
+        self.constants = constants
+        self.accesses: list[Access] = []
+        self.loops: list[LoopFact] = []
+        self.reductions: list[Reduction] = []
+        self.unknowns: list[str] = []
+        self.opaque: dict[str, tuple[str, frozenset[str]]] = {}
+        self.builtins: set[str] = set()
+        self.syncs = 0
+        self.shuffles = 0
+        self.env: dict[str, _Value] = {}
+        self.arrays: dict[str, _Array] = {}
+        self.wide_vars: set[str] = set()
+        self.loop_stack: list[int] = []
+        self.via: list[str] = []
+        self.returns: list[_Value] = []
+        self.declared_in_loop: list[set[str]] = []
+        self.loop_vars: list[str | None] = []
+        self.escaped: set[str] = set()
+        self.complete = True
+        self.nodes = 0
+
+    # -- helpers ------------------------------------------------------------------------------
+    def user_line(self, line: int) -> int | None:
+        return self.pre.user_line(line) if self.pre is not None else line
+
+    def fresh(self, text: str, deps: Iterable[Poly | _Pointer | None] = ()) -> Poly:
+        thread: set[str] = set()
+        for d in deps:
+            if isinstance(d, Poly):
+                thread |= thread_dependence(d, self.opaque)
+            elif isinstance(d, _Pointer):
+                thread |= thread_dependence(d.offset, self.opaque)
+        name = f"?{len(self.opaque)}"
+        self.opaque[name] = (text[:80], frozenset(thread))
+        return Poly.sym(name)
+
+    def poly(self, value: _Value | None, node: Node) -> Poly:
+        if isinstance(value, Poly):
+            return value
+        return self.fresh(_text(self.src, node), [value] if value is not None else [])
+
+    def elem_bytes(self, elem_type: str) -> int | None:
+        if elem_type in TYPE_SIZES_BYTES:
+            return TYPE_SIZES_BYTES[elem_type]
+        layout = self.structs.get(elem_type)
+        return layout.size_bytes if layout is not None else None
+
+    def record(self, pointer: _Pointer, index: Poly, kind: str, op: str | None, node: Node, field_name: str | None = None,
+               wide: bool = False) -> None:
+        line = node.start_point[0]
+        layout = self.structs.get(pointer.elem_type)
+        member = layout.fields.get(field_name) if layout is not None and field_name is not None else None
+        self.accesses.append(Access(
+            array=pointer.base, space=pointer.space, kind=kind, op=op, index=pointer.offset + index,
+            elem_type=pointer.elem_type, elem_bytes=self.elem_bytes(pointer.elem_type), field=field_name,
+            line=line, user_line=self.user_line(line), text=_text(self.src, node)[:120],
+            loops=tuple(self.loop_stack), via=tuple(self.via), wide=wide,
+            field_offset_bytes=member[0] if member else None, field_bytes=member[1] if member else None,
+        ))
+
+    def tick(self) -> None:
+        self.nodes += 1
+        if self.nodes > _MAX_NODES:
+            raise _Budget
+
+    # -- expressions --------------------------------------------------------------------------
+    def expr(self, node: Node | None) -> _Value | None:
+        """The value of an expression (recording the accesses it makes as reads)."""
+        if node is None:
+            return None
+        self.tick()
+        kind = node.type
+        handler = getattr(self, "e_" + kind, None)
+        if handler is not None:
+            return handler(node)
+        values = [self.expr(c) for c in node.named_children]
+        return self.fresh(_text(self.src, node), values)
+
+    def e_number_literal(self, node: Node) -> _Value:
+        text = _text(self.src, node).rstrip("uUlL").replace("'", "")
+        try:
+            return Poly.const(int(text, 0))
+        except ValueError:
+            return self.fresh(text)
+
+    def e_true(self, node: Node) -> _Value:
+        return ONE
+
+    def e_false(self, node: Node) -> _Value:
+        return ZERO
+
+    def e_identifier(self, node: Node) -> _Value:
+        name = _text(self.src, node)
+        if name in self.env:
+            return self.env[name]
+        if name in self.arrays:
+            a = self.arrays[name]
+            return _Pointer(a.name, a.space, ZERO, a.elem_type)
+        if name == "warpSize":
+            return Poly.const(_WARP)
+        value = evaluate_int(name, self.constants) if name in self.constants else None
+        if value is not None:
+            return Poly.const(value)
+        return self.fresh(name)
+
+    def e_parenthesized_expression(self, node: Node) -> _Value | None:
+        inner = node.named_children
+        return self.expr(inner[-1]) if inner else None
+
+    def e_cast_expression(self, node: Node) -> _Value | None:
+        value = self.expr(node.child_by_field_name("value"))
+        type_text = _text(self.src, node.child_by_field_name("type")) if node.child_by_field_name("type") else ""
+        if isinstance(value, Poly) and any(w in type_text for w in ("float", "double", "half")):
+            return self.fresh(_text(self.src, node), [value])
+        if isinstance(value, _Pointer) and "*" in type_text:
+            return _Pointer(value.base, value.space, value.offset, _strip_qualifiers(type_text))
+        return value
+
+    def e_comma_expression(self, node: Node) -> _Value | None:
+        self.expr(node.child_by_field_name("left"))
+        return self.expr(node.child_by_field_name("right"))
+
+    def e_sizeof_expression(self, node: Node) -> _Value:
+        size = evaluate_int(_text(self.src, node), self.constants)
+        return Poly.const(size) if size is not None else self.fresh(_text(self.src, node))
+
+    def e_field_expression(self, node: Node) -> _Value | None:
+        arg = node.child_by_field_name("argument")
+        fld = node.child_by_field_name("field")
+        if arg is not None and arg.type == "identifier" and fld is not None:
+            prefix = _BUILTINS.get(_text(self.src, arg))
+            if prefix is not None and arg.text is not None and _text(self.src, arg) not in self.env:
+                symbol = f"{prefix}.{_text(self.src, fld)}"
+                self.builtins.add(symbol)
+                return Poly.sym(symbol)
+        if arg is not None and arg.type == "subscript_expression":
+            self.subscript(arg, "read", None, field_name=_text(self.src, fld) if fld is not None else None)
+            return self.fresh(_text(self.src, node), [])
+        value = self.expr(arg)
+        return self.fresh(_text(self.src, node), [value])
+
+    def e_unary_expression(self, node: Node) -> _Value | None:
+        op = node.child_by_field_name("operator")
+        value = self.expr(node.child_by_field_name("argument"))
+        text = _text(self.src, op) if op is not None else ""
+        if isinstance(value, Poly):
+            if text == "-":
+                return -value
+            if text == "+":
+                return value
+        return self.fresh(_text(self.src, node), [value])
+
+    def e_binary_expression(self, node: Node) -> _Value | None:
+        left = self.expr(node.child_by_field_name("left"))
+        right = self.expr(node.child_by_field_name("right"))
+        op_node = node.child_by_field_name("operator")
+        op = _text(self.src, op_node) if op_node is not None else ""
+        if isinstance(left, _Pointer) and isinstance(right, Poly) and op in "+-":
+            return _Pointer(left.base, left.space, left.offset + (right if op == "+" else -right), left.elem_type)
+        if isinstance(right, _Pointer) and isinstance(left, Poly) and op == "+":
+            return _Pointer(right.base, right.space, right.offset + left, right.elem_type)
+        if isinstance(left, Poly) and isinstance(right, Poly):
+            combined = _arith(op, left, right)
+            if combined is not None:
+                return combined
+        return self.fresh(_text(self.src, node), [left, right])
+
+    def e_conditional_expression(self, node: Node) -> _Value | None:
+        cond = self.expr(node.child_by_field_name("condition"))
+        a = self.expr(node.child_by_field_name("consequence"))
+        b = self.expr(node.child_by_field_name("alternative"))
+        if isinstance(a, Poly) and a == b:
+            return a
+        return self.fresh(_text(self.src, node), [cond, a, b])
+
+    def e_pointer_expression(self, node: Node) -> _Value | None:
+        op = node.child_by_field_name("operator")
+        arg = node.child_by_field_name("argument")
+        if op is not None and _text(self.src, op) == "&":
+            return self.address(arg)
+        pointer = self.expr(arg)
+        if isinstance(pointer, _Pointer):
+            self.record(pointer, ZERO, "read", None, node)
+            return self.fresh(_text(self.src, node), [pointer])
+        return self.fresh(_text(self.src, node), [pointer])
+
+    def e_subscript_expression(self, node: Node) -> _Value | None:
+        return self.subscript(node, "read", None)
+
+    def e_assignment_expression(self, node: Node) -> _Value | None:
+        return self.assign(node)
+
+    def e_update_expression(self, node: Node) -> _Value | None:
+        arg = node.child_by_field_name("argument")
+        op = node.child_by_field_name("operator")
+        op_text = _text(self.src, op) if op is not None else "++"
+        if arg is not None and arg.type == "identifier":
+            name = _text(self.src, arg)
+            old = self.env.get(name)
+            if isinstance(old, Poly):
+                self.env[name] = old + (ONE if op_text == "++" else -ONE)
+            elif isinstance(old, _Pointer):
+                self.env[name] = _Pointer(old.base, old.space, old.offset + (ONE if op_text == "++" else -ONE), old.elem_type)
+            return old
+        self.lvalue(arg, "update", op_text[0])
+        return self.fresh(_text(self.src, node))
+
+    def e_call_expression(self, node: Node) -> _Value | None:
+        return self.call(node)
+
+    def e_initializer_list(self, node: Node) -> _Value | None:
+        self.escape([self.expr(c) for c in node.named_children])
+        return None
+
+    # -- accesses -----------------------------------------------------------------------------
+    def element(self, node: Node) -> tuple[_Pointer, Poly, bool] | None:
+        """(base pointer, element index, 64-bit?) of a subscript chain ``a[i]`` / ``sh[y][x]``."""
+        chain: list[Node] = []
+        base = node
+        while base.type == "subscript_expression":
+            chain.append(base)
+            base = base.child_by_field_name("argument")
+            if base is None:
+                return None
+        indices: list[Poly] = []
+        wide = False
+        for sub in reversed(chain):
+            idx_list = sub.child_by_field_name("indices") or sub.child_by_field_name("index")
+            idx_nodes = idx_list.named_children if idx_list is not None and idx_list.type == "subscript_argument_list" else (
+                [idx_list] if idx_list is not None else [])
+            idx_node = idx_nodes[0] if idx_nodes else None
+            value = self.expr(idx_node)
+            wide = wide or (idx_node is not None and self.is_wide(idx_node))
+            indices.append(self.poly(value, idx_node) if idx_node is not None else ZERO)
+        pointer = self.expr(base)
+        if not isinstance(pointer, _Pointer):
+            return None
+        array = self.arrays.get(pointer.base)
+        dims = array.dims if array is not None and len(array.dims) == len(indices) else ()
+        flat = ZERO
+        if dims:
+            for k, idx in enumerate(indices):
+                stride = 1
+                for d in dims[k + 1 :]:
+                    stride = stride * d if d is not None and stride is not None else None
+                flat = flat + (idx.scale(stride) if stride is not None else self.fresh("row of " + pointer.base, [idx]))
+        elif len(indices) == 1:
+            flat = indices[0]
+        else:
+            # A pointer to pointers or to arrays (float (*a)[N]); each level is a load of its own.
+            flat = self.fresh(_text(self.src, node), indices)
+        return pointer, flat, wide
+
+    def subscript(self, node: Node, kind: str, op: str | None, field_name: str | None = None) -> _Value:
+        found = self.element(node)
+        if found is None:
+            return self.fresh(_text(self.src, node))
+        pointer, index, wide = found
+        self.record(pointer, index, kind, op, node, field_name, wide)
+        return self.fresh(_text(self.src, node), [index] if kind != "write" else [])
+
+    def lvalue(self, node: Node | None, kind: str, op: str | None) -> None:
+        """Record a store (or read-modify-write) to ``node``."""
+        if node is None:
+            return
+        if node.type == "parenthesized_expression" and node.named_children:
+            self.lvalue(node.named_children[-1], kind, op)
+        elif node.type == "subscript_expression":
+            self.subscript(node, kind, op)
+        elif node.type == "field_expression":
+            arg = node.child_by_field_name("argument")
+            fld = node.child_by_field_name("field")
+            if arg is not None and arg.type == "subscript_expression":
+                self.subscript(arg, kind, op, field_name=_text(self.src, fld) if fld is not None else None)
+            elif arg is not None and arg.type == "pointer_expression":
+                self.lvalue(arg, kind, op)
+            elif arg is not None:
+                self.expr(arg)
+        elif node.type == "pointer_expression":
+            pointer = self.expr(node.child_by_field_name("argument"))
+            if isinstance(pointer, _Pointer):
+                self.record(pointer, ZERO, kind, op, node)
+        elif node.type == "identifier":
+            name = _text(self.src, node)
+            if name in self.arrays and not self.arrays[name].dims:
+                a = self.arrays[name]
+                self.record(_Pointer(a.name, a.space, ZERO, a.elem_type), ZERO, kind, op, node)
+        else:
+            self.expr(node)
+
+    def address(self, node: Node | None) -> _Value | None:
+        """``&a[i]`` as a pointer value (no access: the callee or the store decides)."""
+        if node is None:
+            return None
+        if node.type == "subscript_expression":
+            found = self.element(node)
+            if found is not None:
+                pointer, index, _ = found
+                return _Pointer(pointer.base, pointer.space, pointer.offset + index, pointer.elem_type)
+        if node.type == "field_expression":
+            arg = node.child_by_field_name("argument")
+            if arg is not None and arg.type == "subscript_expression":
+                return self.address(arg)
+        if node.type == "identifier":
+            name = _text(self.src, node)
+            if name in self.arrays:
+                a = self.arrays[name]
+                return _Pointer(a.name, a.space, ZERO, a.elem_type)
+        return self.fresh(_text(self.src, node), [self.expr(node)])
+
+    def assign(self, node: Node) -> _Value | None:
+        left = node.child_by_field_name("left")
+        op_node = node.child_by_field_name("operator")
+        op = _text(self.src, op_node) if op_node is not None else "="
+        right_node = node.child_by_field_name("right")
+        right = self.expr(right_node)
+        if left is not None and left.type == "identifier":
+            name = _text(self.src, left)
+            if name in self.arrays and not self.arrays[name].dims:
+                self.lvalue(left, "write" if op == "=" else "update", _COMPOUND.get(op))
+                return right
+            old = self.env.get(name)
+            if op == "=":
+                self.env[name] = right if right is not None else self.fresh(name)
+                self.accumulator_by_call(name, right_node, node)
+            else:
+                self.note_accumulator(name, _COMPOUND.get(op, op), node)
+                combined = _arith(_COMPOUND.get(op, ""), old, right) if isinstance(old, Poly) and isinstance(right, Poly) else None
+                if isinstance(old, _Pointer) and isinstance(right, Poly) and op in ("+=", "-="):
+                    self.env[name] = _Pointer(old.base, old.space, old.offset + (right if op == "+=" else -right), old.elem_type)
+                else:
+                    self.env[name] = combined if combined is not None else self.fresh(name, [old, right])
+            return self.env[name]
+        self.lvalue(left, "write" if op == "=" else "update", _COMPOUND.get(op))
+        self.escape([right])
+        return right
+
+    def note_accumulator(self, name: str, op: str, node: Node) -> None:
+        if not self.loop_stack or name in self.declared_in_loop[-1] or op not in ("+", "*", "|", "&", "^", "max", "min"):
+            return
+        if name in self.loop_vars:
+            return
+        line = node.start_point[0]
+        if not any(r.target == name and r.loop == self.loop_stack[-1] for r in self.reductions):
+            self.reductions.append(Reduction("accumulator", name, op, line, self.user_line(line), self.loop_stack[-1]))
+
+    def accumulator_by_call(self, name: str, right: Node | None, node: Node) -> None:
+        """``acc = acc + f`` or ``acc = fmaxf(acc, f)`` inside a loop."""
+        if right is None or not self.loop_stack:
+            return
+        if right.type == "binary_expression":
+            left = right.child_by_field_name("left")
+            op_node = right.child_by_field_name("operator")
+            if left is not None and left.type == "identifier" and _text(self.src, left) == name and op_node is not None:
+                self.note_accumulator(name, _text(self.src, op_node), node)
+        elif right.type == "call_expression":
+            fn = right.child_by_field_name("function")
+            args = right.child_by_field_name("arguments")
+            fname = _text(self.src, fn) if fn is not None else ""
+            if fname in _REDUCING_CALLS and args is not None and any(
+                    a.type == "identifier" and _text(self.src, a) == name for a in args.named_children):
+                self.note_accumulator(name, _REDUCING_CALLS[fname], node)
+
+    def is_wide(self, node: Node) -> bool:
+        text = _text(self.src, node)
+        return any(w in text for w in _WIDE_TYPES) or any(
+            v in self.wide_vars for v in _identifiers(node, self.src))
+
+    # -- calls --------------------------------------------------------------------------------
+    def call(self, node: Node) -> _Value | None:
+        fn = node.child_by_field_name("function")
+        args_node = node.child_by_field_name("arguments")
+        args = list(args_node.named_children) if args_node is not None else []
+        name = _text(self.src, fn) if fn is not None else ""
+        short = name.split("<", 1)[0].rsplit("::", 1)[-1].strip()
+        if short.startswith("atomic") and args:
+            target = self.address(args[0]) if args[0].type == "pointer_expression" and _text(self.src, args[0]).startswith("&") else self.expr(args[0])
+            if args[0].type == "pointer_expression" and _text(self.src, args[0]).startswith("&"):
+                target = self.address(args[0].child_by_field_name("argument"))
+            values = [self.expr(a) for a in args[1:]]
+            if isinstance(target, _Pointer):
+                self.record(target, ZERO, "atomic", short, node)
+                index = target.offset
+                line = node.start_point[0]
+                loop = self.loop_stack[-1] if self.loop_stack else None
+                if not thread_dependence(index, self.opaque):
+                    self.reductions.append(Reduction("atomic", target.base, short, line, self.user_line(line), loop))
+                elif any(is_opaque(s) and self.opaque[s][1] for s in index.symbols):
+                    self.reductions.append(Reduction("atomic_scatter", target.base, short, line, self.user_line(line), loop))
+            else:
+                self.unknowns.append(f"line {self.user_line_text(node)}: {short} on `{_text(self.src, args[0])}`, "
+                                     "whose target array could not be resolved")
+            return self.fresh(_text(self.src, node), values)
+        if short in _SYNCS:
+            self.syncs += 1
+            return None
+        if short in _SHUFFLES:
+            self.shuffles += 1
+            values = [self.expr(a) for a in args]
+            line = node.start_point[0]
+            self.reductions.append(Reduction("warp_shuffle", short, short, line, self.user_line(line),
+                                             self.loop_stack[-1] if self.loop_stack else None))
+            return self.fresh(_text(self.src, node), values)
+        if short in _LOAD_INTRINSICS and args:
+            pointer = self.address(args[0].child_by_field_name("argument")) if (
+                args[0].type == "pointer_expression" and _text(self.src, args[0]).startswith("&")) else self.expr(args[0])
+            if isinstance(pointer, _Pointer):
+                self.record(pointer, ZERO, "read", None, node)
+            return self.fresh(_text(self.src, node), [pointer])
+        if short in _STORE_INTRINSICS and len(args) >= 2:
+            pointer = self.expr(args[0])
+            value = self.expr(args[1])
+            if isinstance(pointer, _Pointer):
+                self.record(pointer, ZERO, "write", None, node)
+            return value
+        if short in ("__mul24", "__umul24") and len(args) == 2:
+            a, b = self.expr(args[0]), self.expr(args[1])
+            if isinstance(a, Poly) and isinstance(b, Poly):
+                return a * b
+            return self.fresh(_text(self.src, node), [a, b])
+        helper = self.helpers.get(short)
+        if helper is not None and len(self.via) < _MAX_INLINE_DEPTH and short not in self.via:
+            return self.inline(short, helper, args, node)
+        values = [self.expr(a) for a in args]
+        self.escape(values)
+        return self.fresh(_text(self.src, node), values)
+
+    def escape(self, values: Iterable[_Value | None]) -> None:
+        """Pointers handed to code the analysis does not see may be written there."""
+        for v in values:
+            if isinstance(v, _Pointer):
+                self.escaped.add(v.base)
+
+    def user_line_text(self, node: Node) -> str:
+        line = self.user_line(node.start_point[0])
+        return str(line + 1) if line is not None else "?"
+
+    def inline(self, name: str, helper: Node, args: list[Node], node: Node) -> _Value | None:
+        values = [self.expr(a) for a in args]
+        params = _param_list(helper, self.src)
+        saved_env, saved_returns, saved_arrays = self.env, self.returns, dict(self.arrays)
+        env: dict[str, _Value] = {}
+        for (pname, ptype, is_pointer), value in zip(params, values):
+            if value is None:
+                value = self.fresh(pname)
+            if is_pointer and isinstance(value, Poly):
+                value = self.fresh(pname)
+            env[pname] = value
+        self.env, self.returns = env, []
+        self.via.append(name)
+        try:
+            body = helper.child_by_field_name("body")
+            if body is not None:
+                self.statement(body)
+        finally:
+            self.via.pop()
+            returns = self.returns
+            self.env, self.returns = saved_env, saved_returns
+            self.arrays = saved_arrays
+        if len(returns) == 1:
+            return returns[0]
+        return self.fresh(_text(self.src, node), returns)
+
+    # -- statements ---------------------------------------------------------------------------
+    def statement(self, node: Node | None) -> None:
+        if node is None:
+            return
+        self.tick()
+        kind = node.type
+        if kind == "compound_statement":
+            declared_before = set(self.env)
+            shadowed = {}
+            for child in node.named_children:
+                if child.type == "declaration":
+                    for name in _declared_names(child, self.src):
+                        if name in self.env and name not in shadowed:
+                            shadowed[name] = self.env[name]
+                self.statement(child)
+            for name in list(self.env):
+                if name not in declared_before:
+                    del self.env[name]
+            self.env.update(shadowed)
+        elif kind == "declaration":
+            self.declaration(node)
+        elif kind == "expression_statement":
+            for c in node.named_children:
+                self.expr(c)
+        elif kind == "if_statement":
+            self.if_statement(node)
+        elif kind in ("for_statement", "for_range_loop", "while_statement", "do_statement"):
+            self.loop(node)
+        elif kind == "return_statement":
+            value = self.expr(node.named_children[0]) if node.named_children else None
+            if value is not None:
+                self.returns.append(value)
+        elif kind in ("comment", "preproc_call", "break_statement", "continue_statement", "goto_statement"):
+            return
+        elif kind == "switch_statement":
+            self.expr(node.child_by_field_name("condition"))
+            before = dict(self.env)
+            self.statement(node.child_by_field_name("body"))
+            self.merge(before, [self.env])
+        else:
+            for c in node.named_children:
+                if c.type.endswith("statement") or c.type in ("declaration", "case_statement"):
+                    self.statement(c)
+                elif c.type not in ("comment",):
+                    self.expr(c)
+
+    def declaration(self, node: Node) -> None:
+        text = _text(self.src, node)
+        type_node = node.child_by_field_name("type")
+        base_type = _strip_qualifiers(_text(self.src, type_node)) if type_node is not None else "int"
+        shared = "__shared__" in text.split("=")[0]
+        wide = any(w == base_type or base_type.startswith(w) for w in _WIDE_TYPES)
+        for decl in node.children_by_field_name("declarator"):
+            target = decl.child_by_field_name("declarator") if decl.type == "init_declarator" else decl
+            value_node = decl.child_by_field_name("value") if decl.type == "init_declarator" else None
+            is_pointer = target is not None and target.type == "pointer_declarator"
+            if target is not None and target.type == "array_declarator":
+                name, dims = self.array_dims(target)
+                if name:
+                    self.arrays[name] = _Array(name, "shared" if shared else "local", base_type, dims)
+                    self.env.pop(name, None)
+                    if value_node is not None:
+                        self.expr(value_node)
+                continue
+            name = _declarator_name(target, self.src)
+            if not name:
+                continue
+            if self.declared_in_loop:
+                self.declared_in_loop[-1].add(name)
+            if wide:
+                self.wide_vars.add(name)
+            value = self.expr(value_node) if value_node is not None else None
+            if shared and not is_pointer:
+                self.arrays[name] = _Array(name, "shared", base_type, ())
+                continue
+            if is_pointer and isinstance(value, _Pointer):
+                self.env[name] = _Pointer(value.base, value.space, value.offset, base_type if base_type != "void" else value.elem_type)
+            elif value is None:
+                self.env[name] = self.fresh(name)
+            elif isinstance(value, Poly) and any(w in base_type for w in ("float", "double", "half", "bfloat")):
+                self.env[name] = self.fresh(name, [value])
+            else:
+                self.env[name] = value
+
+    def array_dims(self, node: Node) -> tuple[str | None, tuple[int | None, ...]]:
+        dims: list[int | None] = []
+        while node is not None and node.type == "array_declarator":
+            size = node.child_by_field_name("size")
+            dims.append(evaluate_int(_text(self.src, size), self.constants) if size is not None else None)
+            node = node.child_by_field_name("declarator")
+        name = _declarator_name(node, self.src) if node is not None else None
+        return name, tuple(reversed(dims))
+
+    def if_statement(self, node: Node) -> None:
+        cond = node.child_by_field_name("condition")
+        self.expr(cond.named_children[-1] if cond is not None and cond.named_children else cond)
+        before = dict(self.env)
+        self.statement(node.child_by_field_name("consequence"))
+        after_then = self.env
+        self.env = dict(before)
+        alt = node.child_by_field_name("alternative")
+        if alt is not None:
+            self.statement(alt.named_children[-1] if alt.type == "else_clause" and alt.named_children else alt)
+        self.merge(before, [after_then, self.env])
+
+    def merge(self, before: Mapping[str, _Value], branches: list[dict[str, _Value]]) -> None:
+        merged = dict(before)
+        for name in before:
+            values = [b.get(name) for b in branches]
+            if all(v == before[name] for v in values):
+                continue
+            first = values[0]
+            if all(v == first for v in values) and first is not None:
+                merged[name] = first
+            else:
+                merged[name] = self.fresh(name, [before[name], *values])
+        self.env = merged
+
+    def loop(self, node: Node) -> None:
+        loop_id = len(self.loops)
+        kind = {"for_statement": "for", "while_statement": "while", "do_statement": "do"}.get(node.type, "for")
+        body = node.child_by_field_name("body")
+        init = node.child_by_field_name("initializer")
+        cond = node.child_by_field_name("condition")
+        update = node.child_by_field_name("update")
+        self.declared_in_loop.append(set())
+        if init is not None:
+            if init.type == "declaration":
+                self.declaration(init)
+            else:
+                self.expr(init)
+        self.declared_in_loop[-1].clear()
+        assigned = _assigned_names(body, self.src) | (_assigned_names(update, self.src) if update is not None else set())
+        var, step, geometric = self.induction(update, body, cond)
+        trip_symbol = f"it@L{loop_id}:{var or '#'}"
+        start = self.env.get(var) if var is not None else None
+        start_poly = start if isinstance(start, Poly) else None
+        before = dict(self.env)
+        for name in assigned:
+            old = self.env.get(name)
+            if name == var and start_poly is not None and step is not None:
+                self.env[name] = start_poly + step * Poly.sym(trip_symbol)
+            elif isinstance(old, _Pointer):
+                self.env[name] = _Pointer(old.base, old.space, self.fresh(name, [old.offset]), old.elem_type)
+            elif name in self.env:
+                extra = []
+                if name == var:
+                    extra = [old]
+                self.env[name] = self.fresh(name, [old, *extra])
+        bound = self.bound(cond, var, before) if var is not None else None
+        line = node.start_point[0]
+        self.loops.append(LoopFact(loop_id, line, self.user_line(line), kind, var, start_poly if var else None,
+                                   step, bound, geometric, self.loop_stack[-1] if self.loop_stack else None, trip_symbol))
+        self.loop_stack.append(loop_id)
+        self.loop_vars.append(var)
+        try:
+            if cond is not None:
+                self.expr(cond.named_children[-1] if cond.type == "condition_clause" and cond.named_children else cond)
+            self.statement(body)
+            if update is not None:
+                self.expr(update)
+        finally:
+            self.loop_stack.pop()
+            self.loop_vars.pop()
+            self.declared_in_loop.pop()
+        after = self.env
+        self.env = dict(before)
+        for name in assigned:
+            if name in after and name in before:
+                self.env[name] = self.fresh(name, [before[name], after[name]])
+        if geometric is not None:
+            self.shared_tree(loop_id)
+
+    def induction(self, update: Node | None, body: Node | None, cond: Node | None) -> tuple[str | None, Poly | None, str | None]:
+        """The loop's counter: from the ``for`` update, else a single ``v += c`` at the body's top level."""
+        candidates: list[Node] = []
+        if update is not None:
+            candidates.append(update)
+        elif body is not None:
+            statements = body.named_children if body.type == "compound_statement" else [body]
+            cond_names = _identifiers(cond, self.src) if cond is not None else set()
+            for st in statements:
+                if st.type == "expression_statement" and st.named_children:
+                    e = st.named_children[0]
+                    if e.type in ("assignment_expression", "update_expression") and (_assigned_names(e, self.src) & cond_names):
+                        candidates.append(e)
+        for cand in candidates:
+            found = self.step_of(cand)
+            if found is not None:
+                return found
+        return None, None, None
+
+    def step_of(self, node: Node) -> tuple[str, Poly | None, str | None] | None:
+        if node.type == "comma_expression":
+            return self.step_of(node.child_by_field_name("left")) if node.child_by_field_name("left") else None
+        if node.type == "update_expression":
+            arg = node.child_by_field_name("argument")
+            op = node.child_by_field_name("operator")
+            if arg is not None and arg.type == "identifier":
+                return _text(self.src, arg), (ONE if op is not None and _text(self.src, op) == "++" else -ONE), None
+            return None
+        if node.type != "assignment_expression":
+            return None
+        left = node.child_by_field_name("left")
+        op_node = node.child_by_field_name("operator")
+        right = node.child_by_field_name("right")
+        if left is None or left.type != "identifier" or op_node is None or right is None:
+            return None
+        name, op = _text(self.src, left), _text(self.src, op_node)
+        if op in ("+=", "-="):
+            value = self.expr(right)
+            if isinstance(value, Poly) and not (value.symbols & _assigned_names(node.parent, self.src) - {name}):
+                return name, value if op == "+=" else -value, None
+            return name, None, None
+        if op in (">>=", "/="):
+            return name, None, "halving"
+        if op in ("<<=", "*="):
+            return name, None, "doubling"
+        if op == "=" and right.type == "binary_expression":
+            r_left = right.child_by_field_name("left")
+            r_op = right.child_by_field_name("operator")
+            if r_left is not None and r_left.type == "identifier" and _text(self.src, r_left) == name and r_op is not None:
+                text = _text(self.src, r_op)
+                if text in ("+", "-"):
+                    value = self.expr(right.child_by_field_name("right"))
+                    if isinstance(value, Poly):
+                        return name, value if text == "+" else -value, None
+                if text in (">>", "/"):
+                    return name, None, "halving"
+                if text in ("<<", "*"):
+                    return name, None, "doubling"
+        return name, None, None
+
+    def bound(self, cond: Node | None, var: str, env: Mapping[str, _Value]) -> Poly | None:
+        if cond is None:
+            return None
+        node = cond.named_children[-1] if cond.type == "condition_clause" and cond.named_children else cond
+        if node.type != "binary_expression":
+            return None
+        op_node = node.child_by_field_name("operator")
+        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+        op = _text(self.src, op_node) if op_node is not None else ""
+        if left is None or right is None or left.type != "identifier" or _text(self.src, left) != var:
+            return None
+        saved = self.env
+        self.env = dict(env)
+        try:
+            value = self.expr(right)
+        finally:
+            self.env = saved
+        if not isinstance(value, Poly):
+            return None
+        if op == "<":
+            return value
+        if op == "<=":
+            return value + ONE
+        return None
+
+    def shared_tree(self, loop_id: int) -> None:
+        """A halving/doubling loop that updates a shared array from another element of it."""
+        inside = [a for a in self.accesses if loop_id in a.loops and a.space == "shared"]
+        for w in inside:
+            if not w.writes:
+                continue
+            partners = [r for r in inside if r.array == w.array and r.kind == "read" and r.index != w.index]
+            if partners or w.kind == "update":
+                self.reductions.append(Reduction("shared_tree", w.array, w.op or "+", w.line, w.user_line, loop_id))
+                return
+
+
+def _arith(op: str, left: Poly, right: Poly) -> Poly | None:
+    if op == "+":
+        return left + right
+    if op == "-":
+        return left - right
+    if op == "*":
+        return left * right
+    k = right.constant
+    if op == "/" and k:
+        return left.exact_div(k)
+    if op == "<<" and k is not None and 0 <= k < 63:
+        return left.scale(1 << k)
+    if op == ">>" and k is not None and 0 <= k < 63:
+        return left.exact_div(1 << k)
+    if op == "%" and k and left.constant is not None:
+        return Poly.const(int(left.constant % k))
+    return None
+
+
+def _identifiers(node: Node | None, src: bytes) -> set[str]:
+    if node is None:
+        return set()
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            found.add(_text(src, n))
+        stack.extend(n.children)
+    return found
+
+
+def _assigned_names(node: Node | None, src: bytes) -> set[str]:
+    """Local names assigned anywhere under ``node`` (``x = …``, ``x += …``, ``x++``)."""
+    if node is None:
+        return set()
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "assignment_expression":
+            left = n.child_by_field_name("left")
+            if left is not None and left.type == "identifier":
+                found.add(_text(src, left))
+        elif n.type == "update_expression":
+            arg = n.child_by_field_name("argument")
+            if arg is not None and arg.type == "identifier":
+                found.add(_text(src, arg))
+        stack.extend(n.children)
+    return found
+
+
+def _declarator_name(node: Node | None, src: bytes) -> str | None:
+    while node is not None and node.type not in ("identifier", "field_identifier"):
+        inner = node.child_by_field_name("declarator")
+        if inner is None:
+            named = [c for c in node.named_children if c.type in ("identifier", "pointer_declarator", "reference_declarator",
+                                                                    "array_declarator", "init_declarator")]
+            inner = named[0] if named else None
+        node = inner
+    return _text(src, node) if node is not None else None
+
+
+def _declared_names(node: Node, src: bytes) -> list[str]:
+    names = []
+    for decl in node.children_by_field_name("declarator"):
+        target = decl.child_by_field_name("declarator") if decl.type == "init_declarator" else decl
+        while target is not None and target.type == "array_declarator":
+            target = target.child_by_field_name("declarator")
+        name = _declarator_name(target, src)
+        if name:
+            names.append(name)
+    return names
+
+
+def _param_list(fn: Node, src: bytes) -> list[tuple[str, str, bool]]:
+    declarator = fn.child_by_field_name("declarator")
+    while declarator is not None and declarator.type != "function_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    params = declarator.child_by_field_name("parameters") if declarator is not None else None
+    out: list[tuple[str, str, bool]] = []
+    for p in params.named_children if params is not None else []:
+        if p.type not in ("parameter_declaration", "optional_parameter_declaration"):
+            continue
+        type_node = p.child_by_field_name("type")
+        decl = p.child_by_field_name("declarator")
+        text = _text(src, p)
+        is_pointer = decl is not None and (decl.type in ("pointer_declarator", "array_declarator") or "*" in _text(src, decl).split(_declarator_name(decl, src) or "\0")[0])
+        name = _declarator_name(decl, src) if decl is not None else None
+        base = _strip_qualifiers(_text(src, type_node)) if type_node is not None else "int"
+        if "unsigned" in text.split() and base == "int":
+            base = "unsigned int"
+        out.append((name or f"_{len(out)}", base, is_pointer))
+    return out
+
+
+def _function_name(fn: Node, src: bytes) -> str | None:
+    declarator = fn.child_by_field_name("declarator")
+    while declarator is not None and declarator.type != "function_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    if declarator is None:
+        return None
+    name = declarator.child_by_field_name("declarator")
+    if name is None:
+        return None
+    text = _text(src, name)
+    return text.split("<", 1)[0].rsplit("::", 1)[-1].strip()
+
+
+def _functions(root: Node, src: bytes) -> Iterator[tuple[str, Node, str]]:
+    """(name, definition, qualifier text) for every function definition, through templates,
+    namespaces, ``extern "C"`` blocks and preprocessor conditionals."""
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for child in reversed(node.children):
+            if child.type == "function_definition":
+                name = _function_name(child, src)
+                if name:
+                    head = src[child.start_byte : (child.child_by_field_name("body") or child).start_byte].decode(
+                        "utf-8", errors="replace")
+                    yield name, child, head
+            elif child.type in ("template_declaration", "namespace_definition", "linkage_specification",
+                                "declaration_list", "preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif",
+                                "ERROR"):
+                stack.append(child)
+
+
+@dataclass(frozen=True)
+class _Struct:
+    size_bytes: int
+    fields: Mapping[str, tuple[int, int]]
+    """Member name -> (byte offset, byte size)."""
+
+
+def _struct_layouts(root: Node, src: bytes) -> dict[str, _Struct]:
+    """Layouts of file-scope structs whose members all have known sizes (natural alignment),
+    named by tag and by ``typedef``."""
+    layouts: dict[str, _Struct] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for child in node.children:
+            if child.type in ("struct_specifier", "class_specifier"):
+                layout = _layout(child, src, layouts)
+                name_node = child.child_by_field_name("name")
+                if layout is not None and name_node is not None:
+                    layouts[_text(src, name_node)] = layout
+            elif child.type == "type_definition":
+                inner = child.child_by_field_name("type")
+                alias = child.child_by_field_name("declarator")
+                if inner is not None and alias is not None and inner.type == "struct_specifier":
+                    layout = _layout(inner, src, layouts)
+                    if layout is not None:
+                        layouts[_text(src, alias)] = layout
+            elif child.type in ("declaration", "namespace_definition", "declaration_list", "linkage_specification",
+                                "template_declaration"):
+                stack.append(child)
+    return layouts
+
+
+def _layout(node: Node, src: bytes, known: Mapping[str, _Struct]) -> _Struct | None:
+    body = node.child_by_field_name("body")
+    if body is None:
+        return None
+    offset, align = 0, 1
+    fields: dict[str, tuple[int, int]] = {}
+    for f in body.named_children:
+        if f.type != "field_declaration":
+            continue
+        type_node = f.child_by_field_name("type")
+        if type_node is None:
+            return None
+        type_name = _strip_qualifiers(_text(src, type_node))
+        size = TYPE_SIZES_BYTES.get(type_name)
+        if size is None and type_name in known:
+            size = known[type_name].size_bytes
+        if size is None:
+            return None
+        a = min(size, 16) if size & (size - 1) == 0 else 4
+        for decl in f.children_by_field_name("declarator") or [None]:
+            count = 1
+            target = decl
+            while target is not None and target.type == "array_declarator":
+                extent = target.child_by_field_name("size")
+                n = evaluate_int(_text(src, extent)) if extent is not None else None
+                if n is None:
+                    return None
+                count *= n
+                target = target.child_by_field_name("declarator")
+            offset = (offset + a - 1) // a * a
+            if target is not None:
+                fields[_text(src, target)] = (offset, size)
+            offset += size * count
+        align = max(align, a)
+    return _Struct((offset + align - 1) // align * align, fields)
+
+
+# --------------------------------------------------------------------------------------------
+# Entry points
+# --------------------------------------------------------------------------------------------
+
+_PARSER_CACHE: list[Parser] = []
+
+
+def _parse(text: str) -> tuple[bytes, Node]:
+    parser = _PARSER_CACHE.pop() if _PARSER_CACHE else Parser(CUDA_LANGUAGE)
+    try:
+        src = text.encode("utf-8", errors="replace")
+        return src, parser.parse(src).root_node
+    finally:
+        _PARSER_CACHE.append(parser)
+
+
+def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None) -> dict[str, KernelFacts]:
+    """Facts for every ``__global__`` function of the (preprocessed) file, by kernel name."""
+    if isinstance(pre, str):
+        text, view = pre, None
+    else:
+        text, view = pre.text, pre
+    src, root = _parse(text)
+    functions = list(_functions(root, src))
+    helpers = {name: node for name, node, head in functions if "__global__" not in head and "__device__" in head}
+    structs = _struct_layouts(root, src)
+    consts = dict(view.object_macros()) if view is not None else {}
+    consts.update(constants or {})
+    consts.update(_file_constants(root, src))
+    out: dict[str, KernelFacts] = {}
+    for name, node, head in functions:
+        if "__global__" not in head or name in out:
+            continue
+        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts)
+    return out
+
+
+def _file_constants(root: Node, src: bytes) -> dict[str, str]:
+    """``const int N = 512, M = 4;`` and ``constexpr`` integers at file scope."""
+    found: dict[str, str] = {}
+    for child in root.children:
+        if child.type != "declaration":
+            continue
+        text = _text(src, child)
+        if not ("const" in text.split("=")[0] or "constexpr" in text.split("=")[0]):
+            continue
+        for decl in child.children_by_field_name("declarator"):
+            if decl.type == "init_declarator":
+                name = decl.child_by_field_name("declarator")
+                value = decl.child_by_field_name("value")
+                if name is not None and name.type == "identifier" and value is not None:
+                    found[_text(src, name)] = _text(src, value)
+    return found
+
+
+def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None, helpers: Mapping[str, Node],
+                    structs: Mapping[str, _Struct], constants: Mapping[str, str]) -> KernelFacts:
+    walker = _Walker(src, pre, helpers, structs, constants)
+    params = _param_list(node, src)
+    for pname, ptype, is_pointer in params:
+        if is_pointer:
+            walker.arrays[pname] = _Array(pname, "global", ptype, ())
+        else:
+            walker.env[pname] = Poly.sym(pname)
+            if any(w == ptype or ptype.startswith(w) for w in _WIDE_TYPES):
+                walker.wide_vars.add(pname)
+    try:
+        walker.statement(node.child_by_field_name("body"))
+    except _Budget:
+        walker.complete = False
+        walker.unknowns.append(f"the kernel is larger than the analysis budget ({_MAX_NODES} nodes): later accesses not modelled")
+    except RecursionError:
+        walker.complete = False
+        walker.unknowns.append("expressions nested too deeply to analyse: later accesses not modelled")
+    _unrolled_trees(walker)
+    line = node.start_point[0]
+    return KernelFacts(
+        kernel=name,
+        params=tuple(params),
+        accesses=tuple(walker.accesses),
+        loops=tuple(walker.loops),
+        reductions=tuple(walker.reductions),
+        thread_dims=tuple(sorted(walker.builtins)),
+        syncs=walker.syncs,
+        shuffles=walker.shuffles,
+        unknowns=tuple(dict.fromkeys(walker.unknowns)),
+        opaque=dict(walker.opaque),
+        escaped=tuple(sorted(walker.escaped)),
+        complete=walker.complete,
+        line=line,
+        user_line=walker.user_line(line),
+    )
+
+
+def _unrolled_trees(walker: _Walker) -> None:
+    """``sdata[tid] += sdata[tid + 32]; sdata[tid] += sdata[tid + 16]; …`` outside any loop: an
+    unrolled shared-memory tree (the warp-synchronous tail of classic reductions)."""
+    by_array: dict[str, list[Access]] = {}
+    for a in walker.accesses:
+        if a.space == "shared":
+            by_array.setdefault(a.array, []).append(a)
+    for array, accesses in by_array.items():
+        if any(r.kind == "shared_tree" and r.target == array for r in walker.reductions):
+            continue
+        offsets = set()
+        for w in accesses:
+            if not w.writes:
+                continue
+            for r in accesses:
+                if r.kind == "read" and r.line == w.line:
+                    delta = (r.index - w.index).constant
+                    if delta and delta > 0 and delta & (delta - 1) == 0:
+                        offsets.add(delta)
+        if len(offsets) >= 2:
+            first = next(a for a in accesses if a.writes)
+            walker.reductions.append(Reduction("shared_tree", array, first.op or "+", first.line, first.user_line))
+
+
+# --------------------------------------------------------------------------------------------
+# Binding to a launch: numbers for strides, sectors and trip counts
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Binding:
+    """The launch an analysis is evaluated under."""
+
+    values: Mapping[str, int]
+    """Integer scalar parameters by name."""
+    block: tuple[int, int, int]
+    grid: tuple[int, int, int] | None = None
+    elem_bytes: Mapping[str, int] = field(default_factory=dict)
+    """Element sizes by array name where the source cannot tell (templates): from the spec."""
+
+    @staticmethod
+    def from_spec(spec, variant: int | None = None) -> Binding:  # noqa: ANN001 - core.spec.Spec
+        from kernel_lsp.core.spec import FLOAT_TYPES, ArrayParam
+
+        resolved = spec.resolve(variant)
+        values = {k: int(v) for k, v in resolved.values.items()
+                  if not any(p.name == k and p.type in FLOAT_TYPES for p in spec.scalars)}
+        sizes = {"int8": 1, "uint8": 1, "float16": 2, "bfloat16": 2, "int32": 4, "uint32": 4, "float32": 4,
+                 "int64": 8, "uint64": 8, "float64": 8}
+        elem = {p.name: sizes[p.type] for p in spec.params if isinstance(p, ArrayParam) and p.type in sizes}
+        return Binding(values, resolved.original.block, resolved.original.grid, elem)
+
+
+@dataclass(frozen=True)
+class Pattern:
+    access: Access
+    pattern: str
+    """``coalesced``, ``strided``, ``broadcast`` (one address for the warp), ``gather`` (the index
+    depends on loaded data or on something not modelled that varies by thread) or ``unknown``."""
+    warp_stride_elems: int | None
+    """Elements between neighbouring lanes along ``threadIdx.x`` (None: not linear or not known)."""
+    sectors_per_request: int | None
+    ideal_sectors: int | None
+    loop_stride_elems: int | None
+    """Elements between consecutive iterations of the innermost enclosing loop, per thread."""
+    why: str
+
+    @property
+    def uncoalesced(self) -> bool:
+        return self.pattern in ("strided", "gather")
+
+
+def _lane_env(lane: int, block: tuple[int, int, int]) -> dict[str, int]:
+    bx, by, _ = block
+    return {"tid.x": lane % bx, "tid.y": (lane // bx) % max(by, 1), "tid.z": lane // (bx * max(by, 1))}
+
+
+def _base_env(facts: KernelFacts, binding: Binding) -> dict[str, int]:
+    env = dict(binding.values)
+    bx, by, bz = binding.block
+    env.update({"bdim.x": bx, "bdim.y": by, "bdim.z": bz, "bid.x": 1, "bid.y": 1, "bid.z": 1})
+    if binding.grid is not None:
+        gx, gy, gz = binding.grid
+        env.update({"gdim.x": gx, "gdim.y": gy, "gdim.z": gz})
+    for loop in facts.loops:
+        env[loop.trip_symbol] = 1
+    for name, (_, deps) in facts.opaque.items():
+        if not deps:
+            env[name] = 0
+    return env
+
+
+def bind(facts: KernelFacts, binding: Binding) -> tuple[Pattern, ...]:
+    """The pattern of every access of ``facts`` under ``binding``."""
+    base = _base_env(facts, binding)
+    lanes = [_lane_env(lane, binding.block) for lane in range(min(_WARP, binding.block[0] * binding.block[1] * binding.block[2]))]
+    return tuple(_pattern(a, facts, base, lanes, binding) for a in facts.accesses)
+
+
+def _pattern(a: Access, facts: KernelFacts, base: Mapping[str, int], lanes: list[dict[str, int]], binding: Binding) -> Pattern:
+    elem = a.elem_bytes or binding.elem_bytes.get(a.array)
+    loop_stride = None
+    if a.loops:
+        inner = facts.loops[a.loops[-1]]
+        coeff = a.index.coefficient(inner.trip_symbol)
+        loop_stride = coeff.evaluate(base) if coeff is not None else None
+    deps = thread_dependence(a.index, facts.opaque)
+    opaque_thread = any(is_opaque(s) and facts.opaque.get(s, ("", frozenset()))[1] for s in a.index.symbols)
+    if opaque_thread:
+        reason = next((facts.opaque[s][0] for s in sorted(a.index.symbols) if is_opaque(s) and facts.opaque[s][1]), "")
+        return Pattern(a, "gather", None, None, None, loop_stride, f"the index depends on `{reason}`, which varies by thread")
+    addresses = []
+    for lane in lanes:
+        value = a.index.evaluate({**base, **lane})
+        if value is None:
+            missing = sorted(s for s in a.index.symbols if s not in base and not s.startswith("tid."))
+            return Pattern(a, "unknown", None, None, None, loop_stride,
+                           f"the index needs {', '.join(missing) or 'values'} that the launch does not give")
+        addresses.append(value)
+    coeff_x = a.index.coefficient("tid.x")
+    stride = coeff_x.evaluate(base) if coeff_x is not None else None
+    if not deps or len(set(addresses)) == 1:
+        return Pattern(a, "broadcast", 0, 1, 1, loop_stride, "every thread of a warp uses the same element")
+    if elem is None:
+        return Pattern(a, "unknown", stride, None, None, loop_stride, "the element size is not known (template type?)")
+    offset, useful = (a.field_offset_bytes or 0), (a.field_bytes or elem)
+    sectors = len({(addr * elem + offset + k) // _SECTOR_BYTES for addr in addresses for k in (0, useful - 1)})
+    ideal = max(1, -(-len(set(addresses)) * useful // _SECTOR_BYTES))
+    if a.space == "shared":
+        banks = [((addr * elem) // 4) % 32 for addr in addresses]
+        words = {}
+        for addr, bank in zip(addresses, banks):
+            words.setdefault(bank, set()).add((addr * elem) // 4)
+        ways = max(len(w) for w in words.values())
+        pattern = "coalesced" if ways <= 1 else "strided"
+        return Pattern(a, pattern, stride, ways, 1, loop_stride,
+                       "no bank conflicts" if ways <= 1 else f"{ways}-way bank conflicts")
+    pattern = "coalesced" if sectors <= ideal + 1 else "strided"
+    return Pattern(a, pattern, stride, sectors, ideal, loop_stride,
+                   f"{sectors} sectors per request (ideal {ideal})")
+
+
+def describe(p: Pattern) -> str:
+    """One line for hover: ``store to `out`: 4096 elements apart across a warp, 32 sectors per request — uncoalesced``."""
+    a = p.access
+    verb = {"read": "load of", "write": "store to", "update": "update of", "atomic": f"{a.op} on"}[a.kind]
+    where = "" if a.space == "global" else f" ({a.space})"
+    target = f"`{a.array}{'.' + a.field if a.field else ''}`{where}"
+    if p.pattern == "broadcast":
+        body = "the same element for every thread of a warp (broadcast)"
+    elif p.pattern == "gather":
+        body = f"gather: {p.why}"
+    elif p.pattern == "unknown":
+        body = f"pattern unknown: {p.why}"
+    elif a.space == "shared":
+        body = f"{p.why}" + (f", {p.warp_stride_elems} elements apart across a warp" if p.warp_stride_elems not in (None, 1) else "")
+    else:
+        apart = ("unit stride across a warp" if p.warp_stride_elems == 1
+                 else f"{p.warp_stride_elems} elements apart across a warp" if p.warp_stride_elems is not None
+                 else "lanes not evenly spaced")
+        verdict = "coalesced" if p.pattern == "coalesced" else "uncoalesced"
+        body = f"{apart}, {p.sectors_per_request} sectors per request — {verdict}"
+    if p.loop_stride_elems not in (None, 0):
+        body += f"; {p.loop_stride_elems} element{'s' if abs(p.loop_stride_elems) != 1 else ''} further each loop iteration"
+    via = f" (in {' → '.join(a.via)})" if a.via else ""
+    return f"{verb} {target}{via}: {body}"
+
+
+def trip_count(facts: KernelFacts, loop: LoopFact, binding: Binding) -> int | None:
+    """Iterations of ``loop`` for thread 0 of block 0 under ``binding`` (None: not known)."""
+    env = _base_env(facts, binding)
+    env.update({"tid.x": 0, "tid.y": 0, "tid.z": 0, "bid.x": 0, "bid.y": 0, "bid.z": 0})
+    if loop.geometric is not None or loop.step is None or loop.start is None or loop.bound is None:
+        return None
+    start, step, bound = loop.start.evaluate(env), loop.step.evaluate(env), loop.bound.evaluate(env)
+    if start is None or step is None or bound is None or step <= 0:
+        return None
+    return max(0, -(-(bound - start) // step))
+
+
+# --------------------------------------------------------------------------------------------
+# Kernel-level summaries
+# --------------------------------------------------------------------------------------------
+
+
+def thread_mapping(facts: KernelFacts) -> str:
+    """How threads map onto work: ``grid-stride``, ``row-per-thread``, ``block-per-row``,
+    ``element`` (1-D), ``element-2d``/``element-3d``, ``tile`` or ``other``."""
+    writes = [a for a in facts.accesses if a.writes and a.space == "global"]
+    for loop in facts.loops:
+        if loop.step is not None and any(m for m, _ in loop.step.terms if "gdim.x" in m and "bdim.x" in m):
+            return "grid-stride"
+    for a in facts.accesses:
+        if a.space != "global" or not a.loops:
+            continue
+        inner = facts.loops[a.loops[-1]]
+        along_loop = a.index.coefficient(inner.trip_symbol)
+        along_x = a.index.coefficient("tid.x")
+        step = inner.step
+        if along_loop is None or along_x is None or along_x == Poly():
+            if along_x is not None and along_x == Poly() and step is not None and "bdim.x" in step.symbols \
+                    and a.index.coefficient("bid.x") not in (None, Poly()):
+                return "block-per-row"
+            continue
+        if along_loop.constant == 1 and (step is not None and step.constant == 1) and along_x.constant != 1:
+            return "row-per-thread"
+        if step is not None and "bdim.x" in step.symbols and along_x.constant == 1 and a.index.coefficient("bid.x") not in (None, Poly()) \
+                and "bdim.x" not in (a.index.coefficient("bid.x") or Poly()).symbols:
+            return "block-per-row"
+    if facts.syncs and any(a.space == "shared" for a in facts.accesses) and "tid.y" in facts.thread_dims:
+        return "tile"
+    if "tid.z" in facts.thread_dims or "bid.z" in facts.thread_dims:
+        return "element-3d"
+    if "tid.y" in facts.thread_dims or "bid.y" in facts.thread_dims:
+        return "element-2d"
+    if writes:
+        return "element"
+    return "other"
+
+
+def per_block_outputs(facts: KernelFacts) -> tuple[str, ...]:
+    """Global arrays written at an index that depends on the block but not on the thread
+    (``partial[blockIdx.x] = sdata[0]``): their size is the grid's, a rewrite must keep it."""
+    out = []
+    for a in facts.accesses:
+        if a.space != "global" or a.kind not in ("write", "update"):
+            continue
+        deps = thread_dependence(a.index, facts.opaque)
+        if not deps and any(s.startswith("bid.") for s in a.index.symbols):
+            out.append(a.array)
+    return tuple(dict.fromkeys(out))
+
+
+def stencil_offsets(facts: KernelFacts) -> dict[str, tuple[int, ...]]:
+    """Reads of one global array at constant offsets from each other within the same loop nest:
+    the neighbour offsets (in elements) a stencil reuses."""
+    groups: dict[tuple[str, tuple[int, ...]], list[Access]] = {}
+    for a in facts.accesses:
+        if a.space == "global" and a.kind == "read":
+            groups.setdefault((a.array, a.loops), []).append(a)
+    found: dict[str, tuple[int, ...]] = {}
+    for (array, _), reads in groups.items():
+        if len(reads) < 3:
+            continue
+        anchor = reads[0].index
+        deltas = []
+        for r in reads:
+            d = (r.index - anchor).constant
+            if d is None:
+                break
+            deltas.append(d)
+        else:
+            offsets = tuple(sorted(set(deltas)))
+            if len(offsets) >= 3:
+                centre = sorted(offsets)[len(offsets) // 2]
+                found[array] = tuple(o - centre for o in offsets)
+    return found
+
+
+def summary(facts: KernelFacts, binding: Binding | None) -> dict:
+    """A JSON-ready summary (``kernel-lsp check --json``, the knowledge base, model prompts)."""
+    patterns = bind(facts, binding) if binding is not None else ()
+    accesses = []
+    for i, a in enumerate(facts.accesses):
+        entry = {"array": a.array, "space": a.space, "kind": a.kind, "index": str(a.index),
+                 "line": (a.user_line + 1) if a.user_line is not None else None, "text": a.text}
+        if a.op:
+            entry["op"] = a.op
+        if a.via:
+            entry["via"] = list(a.via)
+        if a.wide:
+            entry["wide_index"] = True
+        if patterns:
+            p = patterns[i]
+            entry.update({"pattern": p.pattern, "warp_stride_elems": p.warp_stride_elems,
+                          "sectors_per_request": p.sectors_per_request, "describe": describe(p)})
+        accesses.append(entry)
+    return {
+        "kernel": facts.kernel,
+        "mapping": thread_mapping(facts),
+        "written": list(facts.written),
+        "read_only": [n for n in facts.read if n not in facts.written],
+        "accesses": accesses,
+        "loops": [{"line": (l.user_line + 1) if l.user_line is not None else None, "var": l.var,
+                   "step": str(l.step) if l.step is not None else None, "bound": str(l.bound) if l.bound is not None else None,
+                   "geometric": l.geometric, "trips": trip_count(facts, l, binding) if binding is not None else None}
+                  for l in facts.loops],
+        "reductions": [{"kind": r.kind, "target": r.target, "op": r.op,
+                        "line": (r.user_line + 1) if r.user_line is not None else None} for r in facts.reductions],
+        "per_block_outputs": list(per_block_outputs(facts)),
+        "stencil_offsets": {k: list(v) for k, v in stencil_offsets(facts).items()},
+        "syncs": facts.syncs,
+        "shuffles": facts.shuffles,
+        "unknowns": list(facts.unknowns),
+    }

@@ -1,0 +1,202 @@
+"""The preprocessed view of a CUDA file: its own macros and local headers expanded.
+
+Real kernels hide their bodies and sizes in macros (``#define BODY a[i] = b[i] + s*c[i];``
+then ``BODY;``; ``BLOCK_SIZE`` in ``common.cuh``). Every layer that needs to know what a kernel
+*means* (the access analysis, launch sizes, spec drafting, rules) reads this view, so a macro
+body is seen as the statements it stands for.
+
+What is expanded: ``#define``/``#undef`` and conditionals of the file and of the headers it
+includes with ``#include "…"`` (searched beside the including file, then in ``include_dirs``).
+System headers (``#include <…>``) and headers that cannot be read are passed through
+unexpanded: their declarations are known by name. The device view is taken (``__CUDACC__`` and
+``__CUDA_ARCH__`` are defined), as nvcc's device pass sees the file.
+
+Pure: files are read only through the ``read_file`` callable passed in (the services layer
+gives one that reads the disk or the editor's open buffers). The preprocessor is pcpp
+(pure Python, C99); its ``#line`` markers give the map from every expanded line back to the
+(file, line) the user wrote.
+"""
+
+from __future__ import annotations
+
+import io
+import posixpath
+import re
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+import pcpp
+
+ReadFile = Callable[[str], "str | None"]
+"""Returns a file's text, or None when it cannot be read (missing, outside the workspace, …)."""
+
+DEVICE_DEFINES: Mapping[str, str] = {"__CUDACC__": "1", "__CUDA_ARCH__": "900", "__NVCC__": "1"}
+_LINE_MARKER = re.compile(r'^#line (\d+)(?: "((?:[^"\\]|\\.)*)")?\s*$')
+_MAX_INCLUDE_DEPTH = 32
+
+
+@dataclass(frozen=True)
+class Macro:
+    name: str
+    params: tuple[str, ...] | None
+    """Parameter names of a function-like macro; None for an object-like one."""
+    body: str
+
+
+@dataclass(frozen=True)
+class Preprocessed:
+    """A file after expansion, with the way back to what the user wrote."""
+
+    text: str
+    """The expanded text; ``#line`` markers are blanked so lines stay one to one with ``origins``."""
+    path: str
+    """The main file's absolute path (``/<buffer>`` when it has none)."""
+    origins: tuple[tuple[str, int] | None, ...]
+    """Per expanded line (0-based): the (file, 0-based line) it came from; None for a blanked marker."""
+    macros: Mapping[str, Macro] = field(default_factory=dict)
+    """Macros defined at the end of the file (own and local headers'), predefined ones left out."""
+    includes: tuple[str, ...] = ()
+    """Local headers that were expanded, as resolved paths, in first-inclusion order."""
+    passed_through: tuple[str, ...] = ()
+    """``#include`` targets left unexpanded (system or unreadable headers), as written."""
+    errors: tuple[str, ...] = ()
+    """Preprocessor messages (``file:line: message``); expansion goes on past them."""
+
+    def origin(self, line: int) -> tuple[str, int] | None:
+        """Where expanded line ``line`` (0-based) came from, or None."""
+        return self.origins[line] if 0 <= line < len(self.origins) else None
+
+    def user_line(self, line: int) -> int | None:
+        """The main file's 0-based line for expanded ``line``; None when it came from a header."""
+        found = self.origin(line)
+        return found[1] if found is not None and found[0] == self.path else None
+
+    def lines_from(self, user_line: int) -> tuple[int, ...]:
+        """Expanded lines that came from the main file's ``user_line`` (0-based)."""
+        return tuple(i for i, o in enumerate(self.origins) if o is not None and o == (self.path, user_line))
+
+    def object_macros(self) -> dict[str, str]:
+        """Object-like macros as name -> replacement text (the form launch sizes and specs read)."""
+        return {m.name: m.body for m in self.macros.values() if m.params is None}
+
+
+class _Expander(pcpp.Preprocessor):
+    def __init__(self, read_file: ReadFile) -> None:
+        super().__init__()
+        self._read_file = read_file
+        self.messages: list[str] = []
+        self.expanded: list[str] = []
+        self.passed: list[str] = []
+        self.line_directive = "#line"
+        self.compress = 0
+        # pcpp rewrites marker paths relative to the process's working directory; the map needs
+        # them as resolved, so the main file and each header are recognised by their own names.
+        self.rewrite_paths = []
+
+    def add_path(self, path: str) -> None:
+        self.path.append(path)
+
+    def on_error(self, file: str, line: int, msg: str) -> None:
+        self.messages.append(f"{file}:{line}: {msg}")
+        self.return_code += 1
+
+    def on_file_open(self, is_system_include: bool, includepath: str) -> io.StringIO:
+        if is_system_include or self.include_depth > _MAX_INCLUDE_DEPTH:
+            raise OSError(includepath)
+        text = self._read_file(includepath)
+        if text is None:
+            raise OSError(includepath)
+        if includepath not in self.expanded:
+            self.expanded.append(includepath)
+        return io.StringIO(text[1:] if text.startswith("\ufeff") else text)
+
+    def on_include_not_found(self, is_malformed, is_system_include, curdir, includepath):  # noqa: ANN001
+        self.passed.append(includepath)
+        raise pcpp.OutputDirective(pcpp.Action.IgnoreAndPassThrough)
+
+    def on_directive_unknown(self, directive, toks, ifpassthru, precedingtoks):  # noqa: ANN001
+        if directive.value in ("error", "warning"):
+            text = "".join(tok.value for tok in toks).strip()
+            self.messages.append(f"{directive.source}:{directive.lineno}: #{directive.value} {text}")
+            return True
+        return None
+
+    def on_comment(self, tok) -> bool:  # noqa: ANN001
+        # Comments stay: the expanded text keeps the user's lines recognisable in hover and prompts.
+        return True
+
+
+def _predefined_names(defines: Mapping[str, str]) -> frozenset[str]:
+    return frozenset(defines) | {"__DATE__", "__TIME__", "__FILE__", "__LINE__", "__PCPP__", "__COUNTER__"}
+
+
+def preprocess(
+    text: str,
+    path: str | None = None,
+    read_file: ReadFile | None = None,
+    include_dirs: tuple[str, ...] = (),
+    defines: Mapping[str, str] | None = None,
+) -> Preprocessed:
+    """Expand ``text`` (the main file, at ``path``) with its own macros and local headers.
+
+    ``path`` should be absolute (a relative one is taken from ``/``; None names the text
+    ``/<buffer>`` with no folder to search). ``defines`` are command-line macros (``-D``), added
+    to the device-side predefined ones.
+    Never raises on bad input: malformed directives become ``errors`` and expansion goes on.
+    """
+    # pcpp names the main file by its absolute path in its markers: give it one, so the map can
+    # tell the main file's lines from a header's without asking for the working directory.
+    main = path if path and posixpath.isabs(path) else posixpath.join("/", path or "<buffer>")
+    expander = _Expander(read_file or (lambda _p: None))
+    predefined = {**DEVICE_DEFINES, **(defines or {})}
+    for name, value in predefined.items():
+        expander.define(f"{name} {value}")
+    base = posixpath.dirname(main) if path else ""
+    for folder in ((base,) if base else ()) + tuple(include_dirs):
+        expander.add_path(folder)
+    out = io.StringIO()
+    try:
+        expander.parse(text, main)
+        expander.write(out)
+    except Exception as exc:  # pcpp raises on some malformed input; the view then is the raw text
+        expander.messages.append(f"{main}:0: preprocessing stopped: {type(exc).__name__}: {exc}")
+        return Preprocessed(
+            text=text,
+            path=main,
+            origins=tuple((main, i) for i in range(text.count("\n") + 1)),
+            errors=tuple(expander.messages),
+        )
+    lines, origins = _strip_markers(out.getvalue(), main)
+    skip = _predefined_names(predefined)
+    macros = {
+        name: Macro(name, tuple(m.arglist) if m.arglist is not None else None, "".join(t.value for t in m.value).strip())
+        for name, m in expander.macros.items()
+        if name not in skip
+    }
+    return Preprocessed(
+        text="\n".join(lines),
+        path=main,
+        origins=tuple(origins),
+        macros=macros,
+        includes=tuple(expander.expanded),
+        passed_through=tuple(dict.fromkeys(expander.passed)),
+        errors=tuple(expander.messages),
+    )
+
+
+def _strip_markers(expanded: str, main: str) -> tuple[list[str], list[tuple[str, int] | None]]:
+    lines = expanded.split("\n")
+    origins: list[tuple[str, int] | None] = []
+    current_file, current_line = main, 0
+    for i, line in enumerate(lines):
+        marker = _LINE_MARKER.match(line) if line.startswith("#line") else None
+        if marker:
+            current_line = int(marker.group(1)) - 1
+            if marker.group(2) is not None:
+                current_file = marker.group(2).replace('\\"', '"').replace("\\\\", "\\")
+            lines[i] = ""
+            origins.append(None)
+            continue
+        origins.append((current_file, current_line))
+        current_line += 1
+    return lines, origins
