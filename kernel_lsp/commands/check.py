@@ -20,7 +20,8 @@ from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from kernel_lsp.config import resolve
 from kernel_lsp.core.index import build_index
 from kernel_lsp.services.kernel_report import KernelFacts, report
-from kernel_lsp.services.toolchain import CompileResult, compile_source
+from kernel_lsp.services.session import Session
+from kernel_lsp.services.toolchain import CompileResult
 from kernel_lsp.services.user_config import user_config_layer
 
 
@@ -111,14 +112,16 @@ def run(args: argparse.Namespace) -> int:
     for problem in settings.problems:
         print(f"kernel-lsp check: {problem}", file=sys.stderr)
     index = build_index(data)
+    session = Session(settings, workspace_root=str(Path.cwd()))
     compile = None
     if not args.no_compile:
-        compile = compile_source(data, str(path.resolve()), settings, workspace_root=str(Path.cwd()))
+        compile = session.compile(data, str(path.resolve()))
         if compile.tool_missing:
             print(f"kernel-lsp check: {compile.tool_missing}", file=sys.stderr)
         for problem in compile.problems:
             print(f"kernel-lsp check: {problem}", file=sys.stderr)
-    kernels = report(index, data, compile, settings.arch)
+    kernels = report(index, data, compile, settings.arch,
+                     pre=session.macro_view(str(path.resolve()), data.decode("utf-8", errors="replace")))
     if args.json:
         print(json.dumps({
             "file": str(path),

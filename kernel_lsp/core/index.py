@@ -241,6 +241,8 @@ class LaunchSite(NamedTuple):
     enclosing_function: str | None
     enclosing_span: Span | None = None
     """The whole definition of the enclosing function (host or device), for looking up local constants."""
+    template_args: tuple[str, ...] = ()
+    """Template arguments written at the launch (``scale<float, 4><<<...>>>`` -> ``("float", "4")``)."""
 
 
 @dataclass(frozen=True)
@@ -831,7 +833,10 @@ def _launch(call: Node, src: bytes, enclosing: str | None, enclosing_span: Span 
     if fn is None:
         return None
     name_node = fn
+    template_args: tuple[str, ...] = ()
     while name_node is not None and name_node.type in ("qualified_identifier", "template_function"):
+        if name_node.type == "template_function":
+            template_args = _args(name_node.child_by_field_name("arguments"), src)
         name_node = name_node.child_by_field_name("name")
     parts = [_normalize(_text(src, c)) for c in config.named_children if c.type != "comment"]
     parts += [""] * (2 - len(parts))
@@ -846,6 +851,7 @@ def _launch(call: Node, src: bytes, enclosing: str | None, enclosing_span: Span 
         kernel_span=_span(name_node if name_node is not None else fn),
         enclosing_function=enclosing,
         enclosing_span=enclosing_span,
+        template_args=template_args,
     )
 
 
@@ -994,6 +1000,7 @@ class _Shift(NamedTuple):
                 span(launch.kernel_span),
                 launch.enclosing_function,
                 unit_span,
+                launch.template_args,
             )
             for launch in launches
         )

@@ -40,6 +40,7 @@ from pygls.protocol import LanguageServerProtocol
 
 from kernel_lsp import __version__
 from kernel_lsp.config import Settings
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.server.documents import DocumentState, DocumentStore
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.jobs import JobManager
@@ -99,6 +100,15 @@ class ServerState:
         """The services wired for the current settings and workspace: build flags, specs, verifier options,
         knowledge base and traces (:mod:`kernel_lsp.services.session`), the same for every feature."""
         return Session(self.settings, workspace_root=self.workspace_root, compile_db=self.compile_db)
+
+    def macro_view(self, doc: DocumentState) -> Preprocessed | None:
+        """The document's preprocessed macro view (:meth:`Session.macro_view`), once per revision and settings;
+        None for a document that is not a file."""
+        if doc.path is None:
+            return None
+        path = doc.path
+        return doc.memo(f"macro-view:{hash((self.settings, self.workspace_root))}",
+                        lambda: self.session().macro_view(path, doc.text()))
 
     def run_hooks(self, hooks: list[Callable[..., None]], *args: Any) -> None:
         """Call each hook; one that raises is logged (re-raised under tests) and the rest still run."""

@@ -7,6 +7,9 @@ and trace store live) and answers everything that must agree between callers:
 * :meth:`Session.build_flags` — the nvcc flags of a file, for every nvcc run
   (diagnostics, ``kernel-lsp check``, the verifier, the profiler's build, the
   model's compile tool): the compile database, include paths, ``extraFlags``;
+* :meth:`Session.macro_view` — the file's preprocessed macro view (its own macros
+  and local headers expanded with the build flags' ``-I`` folders and ``-D``
+  macros), whose macro table launch sizes and spec drafts read;
 * :meth:`Session.resolve_spec` — a kernel's launch spec: ``--spec`` when given,
   else the sidecar ``<file>.<kernel>.spec.json``, else the in-source comment;
 * :meth:`Session.verify_options` — the verifier's options, built from the
@@ -29,23 +32,89 @@ import dataclasses
 import logging
 import os
 import threading
+from collections import OrderedDict
 from collections.abc import Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kernel_lsp.config import Settings
+from kernel_lsp.core.parse import comment_ranges
 from kernel_lsp.core.rules import RuleGenerator
 from kernel_lsp.core.spec import Spec, SpecError, find_inline_specs, parse_spec
 from kernel_lsp.services import optimizer
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.harness import VerifyOptions, load_spec_file
 from kernel_lsp.services.profiler import find_spec, sidecar_path
+from kernel_lsp.core.source import Preprocessed, preprocess
 from kernel_lsp.services.toolchain import BuildFlags, CompileResult, build_flags, compile_source
 
 log = logging.getLogger(__name__)
 
 #: The local model serves one conversation at a time: searches that use it take turns (per process).
 MODEL_LOCK = threading.Lock()
+#: Largest header the preprocessed view reads, in bytes (a generated table is not a header to expand).
+MAX_HEADER_BYTES = 4 * 1024 * 1024
+#: Macro views kept (per process): one per file and flag set being edited.
+_MACRO_VIEWS_KEPT = 32
+_MACRO_VIEWS: "OrderedDict[tuple[Any, ...], tuple[Preprocessed, tuple[tuple[str, float | None], ...]]]" = OrderedDict()
+_MACRO_VIEWS_LOCK = threading.Lock()
+
+
+def include_dirs(flags: BuildFlags) -> tuple[str, ...]:
+    """The ``-I`` folders of a command line, in order (``-I dir``, ``-Idir``, ``--include-path``)."""
+    out: list[str] = []
+    items = flags.flags
+    for i, flag in enumerate(items):
+        if flag in ("-I", "--include-path", "-isystem") and i + 1 < len(items):
+            out.append(items[i + 1])
+        elif flag.startswith("--include-path="):
+            out.append(flag.split("=", 1)[1])
+        elif flag.startswith("-I") and len(flag) > 2:
+            out.append(flag[2:])
+        elif flag.startswith("-isystem") and len(flag) > len("-isystem"):
+            out.append(flag[len("-isystem"):])
+    return tuple(dict.fromkeys(out))
+
+
+def read_header(path: str) -> str | None:
+    """A local header's text for the preprocessor, or None when it cannot (or should not) be read."""
+    try:
+        if os.path.getsize(path) > MAX_HEADER_BYTES:
+            return None
+        with open(path, encoding="utf-8", errors="replace") as f:
+            return f.read()
+    except OSError:
+        return None
+
+
+def _mtime(path: str) -> float | None:
+    try:
+        return os.stat(path).st_mtime
+    except OSError:
+        return None
+
+
+def directive_skeleton(text: str) -> str:
+    """``text`` with everything but preprocessor directives blanked, lines kept (comments found by tree-sitter).
+
+    The macro table at the end of a file depends on its directives alone, so
+    the skeleton preprocesses to the same table in a fraction of the time and
+    is the key under which a view is reused while only code lines change.
+    """
+    data = text.encode("utf-8", errors="replace")
+    blanked = bytearray(data)
+    for start, end in comment_ranges(data):
+        for i in range(start, end):
+            if blanked[i] != 0x0A:
+                blanked[i] = 0x20
+    lines = blanked.decode("utf-8", errors="replace").split("\n")
+    out: list[str] = []
+    continued = False
+    for line in lines:
+        keep = continued or line.lstrip().startswith("#")
+        out.append(line if keep else "")
+        continued = keep and line.rstrip().endswith("\\")
+    return "\n".join(out)
 
 
 @dataclass(frozen=True)
@@ -141,6 +210,34 @@ class Session:
     def compile(self, source: str | bytes, path: str, *, cancel: threading.Event | None = None) -> CompileResult:
         """Diagnostics and resources: ``source`` compiled as the file at ``path``."""
         return compile_source(source, path, flags=self.build_flags(path), cancel=cancel)
+
+    # --- the preprocessed view -------------------------------------------------
+
+    def macro_view(self, path: str | None, text: str) -> Preprocessed:
+        """The macro view of the file at ``path`` whose text is ``text``: its directives (own and local
+        headers') expanded with the build flags' ``-I`` folders and ``-D`` macros, so
+        :meth:`~kernel_lsp.core.source.Preprocessed.object_macros` is the table the compiler ends with.
+
+        Reused while the file's directives, the flags and the headers' modification times are unchanged:
+        hover, code lens and inlay hints ask after every edit.
+        """
+        flags = self.build_flags(path) if path else BuildFlags(flags=())
+        dirs = include_dirs(flags)
+        defines = flags.defines
+        skeleton = directive_skeleton(text)
+        key = (path, skeleton, dirs, tuple(sorted(defines.items())))
+        with _MACRO_VIEWS_LOCK:
+            hit = _MACRO_VIEWS.get(key)
+            if hit is not None and all(_mtime(header) == stamp for header, stamp in hit[1]):
+                _MACRO_VIEWS.move_to_end(key)
+                return hit[0]
+        view = preprocess(skeleton, os.path.abspath(path) if path else None, read_header, dirs, defines)
+        stamps = tuple((header, _mtime(header)) for header in view.includes)
+        with _MACRO_VIEWS_LOCK:
+            _MACRO_VIEWS[key] = (view, stamps)
+            while len(_MACRO_VIEWS) > _MACRO_VIEWS_KEPT:
+                _MACRO_VIEWS.popitem(last=False)
+        return view
 
     # --- specs -------------------------------------------------------------------
 
