@@ -18,9 +18,13 @@ from typing import Any
 
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from kernel_lsp.config import resolve
+from kernel_lsp.core.analysis import Binding, bind, describe, summary, thread_mapping
 from kernel_lsp.core.index import build_index
+from kernel_lsp.core.spec import Spec, SpecError
+from kernel_lsp.services.harness.specfile import load_spec_file
 from kernel_lsp.services.kernel_report import KernelFacts, report
 from kernel_lsp.services.session import Session
+from kernel_lsp.services.source_view import FileAnalysis
 from kernel_lsp.services.toolchain import CompileResult
 from kernel_lsp.services.user_config import user_config_layer
 
@@ -32,12 +36,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--arch", help="target architecture (default: settings, sm_90)")
     parser.add_argument("--nvcc", help="nvcc executable (default: settings, 'nvcc')")
     parser.add_argument("--no-compile", action="store_true", help="static analysis only, do not run nvcc")
+    parser.add_argument("--spec", help="a launch spec: its sizes and block shape turn access patterns into numbers")
     parser.set_defaults(func=run)
 
 
-def _kernel_json(facts: KernelFacts) -> dict[str, Any]:
+def _binding(spec: Spec | None, kernel: str) -> Binding | None:
+    if spec is None or spec.kernel != kernel:
+        return None
+    try:
+        return Binding.from_spec(spec)
+    except (SpecError, ValueError, ZeroDivisionError):
+        return None
+
+
+def _kernel_json(facts: KernelFacts, analysis: FileAnalysis, spec: Spec | None) -> dict[str, Any]:
     fn = facts.function
+    found = analysis.kernels.get(fn.name)
     return {
+        "analysis": summary(found, _binding(spec, fn.name)) if found is not None else None,
         "name": fn.name,
         "signature": fn.signature,
         "line": fn.name_span.start.line + 1,
@@ -67,8 +83,24 @@ def _message_line(m: Any) -> str:
     return f"{where}: {m.severity}{code}: {m.message}"
 
 
+def _print_analysis(analysis: FileAnalysis, name: str, spec: Spec | None) -> None:
+    found = analysis.kernels.get(name)
+    if found is None:
+        return
+    binding = _binding(spec, name)
+    print(f"  threads: {thread_mapping(found)}; writes {', '.join(found.written) or 'nothing'}"
+          + (f"; reductions: {', '.join(f'{r.kind} {r.target}' for r in found.reductions)}" if found.reductions else ""))
+    patterns = bind(found, binding) if binding is not None else ()
+    for i, access in enumerate(found.accesses):
+        where = f"line {access.user_line + 1}" if access.user_line is not None else "header"
+        text = describe(patterns[i]) if patterns else f"{access.kind} {access.array}[{access.index}]"
+        print(f"    {where}: {text}")
+    for unknown in found.unknowns:
+        print(f"    not modelled: {unknown}")
+
+
 def _print_text(path: str, kernels: tuple[KernelFacts, ...], compile: CompileResult | None, functions: int,
-                syntax_errors: int) -> None:
+                syntax_errors: int, analysis: FileAnalysis, spec: Spec | None) -> None:
     print(f"{path}: {functions} functions, {len(kernels)} kernels, {syntax_errors} syntax errors (tree-sitter)")
     if compile is not None:
         for m in compile.messages:
@@ -93,6 +125,7 @@ def _print_text(path: str, kernels: tuple[KernelFacts, ...], compile: CompileRes
                 print(f"{head} -> {lf.block_threads} threads, occupancy unknown")
             else:
                 print(f"{head} -> block size not a constant")
+        _print_analysis(analysis, facts.function.name, spec)
 
 
 def run(args: argparse.Namespace) -> int:
@@ -111,6 +144,13 @@ def run(args: argparse.Namespace) -> int:
     settings = resolve(user_config_layer(), ("command line", overrides))
     for problem in settings.problems:
         print(f"kernel-lsp check: {problem}", file=sys.stderr)
+    spec = None
+    if args.spec:
+        try:
+            spec = load_spec_file(args.spec)
+        except (OSError, SpecError, ValueError) as exc:
+            print(f"kernel-lsp check: --spec {args.spec}: {exc}", file=sys.stderr)
+            return EXIT_USAGE
     index = build_index(data)
     session = Session(settings, workspace_root=str(Path.cwd()))
     compile = None
@@ -120,8 +160,9 @@ def run(args: argparse.Namespace) -> int:
             print(f"kernel-lsp check: {compile.tool_missing}", file=sys.stderr)
         for problem in compile.problems:
             print(f"kernel-lsp check: {problem}", file=sys.stderr)
-    kernels = report(index, data, compile, settings.arch,
-                     pre=session.macro_view(str(path.resolve()), data.decode("utf-8", errors="replace")))
+    # The analysis and the launch sizes see the macros and headers the compile saw (the session's flags).
+    analysis = session.analysis(str(path.resolve()), data.decode("utf-8", errors="replace"))
+    kernels = report(index, data, compile, settings.arch, pre=analysis.preprocessed)
     if args.json:
         print(json.dumps({
             "file": str(path),
@@ -137,9 +178,12 @@ def run(args: argparse.Namespace) -> int:
                 "flags_source": compile.flags_source,
                 "messages": [asdict(m) for m in compile.messages],
             },
-            "kernels": [_kernel_json(k) for k in kernels],
+            "preprocessor": {"includes": list(analysis.preprocessed.includes),
+                             "not_expanded": list(analysis.preprocessed.passed_through),
+                             "messages": list(analysis.preprocessed.errors)},
+            "kernels": [_kernel_json(k, analysis, spec) for k in kernels],
         }, indent=2))
     else:
-        _print_text(str(path), kernels, compile, len(index.functions), len(index.syntax_errors))
+        _print_text(str(path), kernels, compile, len(index.functions), len(index.syntax_errors), analysis, spec)
     failed = compile is not None and (bool(compile.errors) or compile.timed_out)
     return EXIT_REJECTED if failed else EXIT_OK

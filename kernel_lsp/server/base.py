@@ -99,7 +99,8 @@ class ServerState:
     def session(self) -> Session:
         """The services wired for the current settings and workspace: build flags, specs, verifier options,
         knowledge base and traces (:mod:`kernel_lsp.services.session`), the same for every feature."""
-        return Session(self.settings, workspace_root=self.workspace_root, compile_db=self.compile_db)
+        buffers = {doc.path: doc.text() for doc in self.documents.all() if doc.path}
+        return Session(self.settings, workspace_root=self.workspace_root, compile_db=self.compile_db, buffers=buffers)
 
     def macro_view(self, doc: DocumentState) -> Preprocessed | None:
         """The document's preprocessed macro view (:meth:`Session.macro_view`), once per revision and settings;

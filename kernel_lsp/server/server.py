@@ -22,6 +22,7 @@ FEATURES: tuple[str, ...] = (
     "code_lens",
     "inlay_hints",
     "profiling",
+    "access_hover",
     "optimize_actions",
     "code_actions",
 )

@@ -45,6 +45,7 @@ from kernel_lsp.services import optimizer
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.harness import VerifyOptions, load_spec_file
 from kernel_lsp.services.profiler import find_spec, sidecar_path
+from kernel_lsp.services.source_view import FileAnalysis, analyze_source, header_reader
 from kernel_lsp.core.source import Preprocessed, preprocess
 from kernel_lsp.services.toolchain import BuildFlags, CompileResult, build_flags, compile_source
 
@@ -52,11 +53,9 @@ log = logging.getLogger(__name__)
 
 #: The local model serves one conversation at a time: searches that use it take turns (per process).
 MODEL_LOCK = threading.Lock()
-#: Largest header the preprocessed view reads, in bytes (a generated table is not a header to expand).
-MAX_HEADER_BYTES = 4 * 1024 * 1024
 #: Macro views kept (per process): one per file and flag set being edited.
 _MACRO_VIEWS_KEPT = 32
-_MACRO_VIEWS: "OrderedDict[tuple[Any, ...], tuple[Preprocessed, tuple[tuple[str, float | None], ...]]]" = OrderedDict()
+_MACRO_VIEWS: "OrderedDict[tuple[Any, ...], tuple[Preprocessed, tuple[tuple[str, Any], ...]]]" = OrderedDict()
 _MACRO_VIEWS_LOCK = threading.Lock()
 
 
@@ -74,17 +73,6 @@ def include_dirs(flags: BuildFlags) -> tuple[str, ...]:
         elif flag.startswith("-isystem") and len(flag) > len("-isystem"):
             out.append(flag[len("-isystem"):])
     return tuple(dict.fromkeys(out))
-
-
-def read_header(path: str) -> str | None:
-    """A local header's text for the preprocessor, or None when it cannot (or should not) be read."""
-    try:
-        if os.path.getsize(path) > MAX_HEADER_BYTES:
-            return None
-        with open(path, encoding="utf-8", errors="replace") as f:
-            return f.read()
-    except OSError:
-        return None
 
 
 def _mtime(path: str) -> float | None:
@@ -200,6 +188,8 @@ class Session:
     """The trace store; None: the per-user one."""
     keep_traces: bool = False
     """Record every verdict in the trace store even without a model (the CLI's ``--traces``)."""
+    buffers: Mapping[str, str] | None = None
+    """Open editor buffers by path: a header being edited is read from its buffer, not the disk."""
 
     # --- build flags ---------------------------------------------------------------
 
@@ -228,16 +218,30 @@ class Session:
         key = (path, skeleton, dirs, tuple(sorted(defines.items())))
         with _MACRO_VIEWS_LOCK:
             hit = _MACRO_VIEWS.get(key)
-            if hit is not None and all(_mtime(header) == stamp for header, stamp in hit[1]):
+            if hit is not None and all(self._stamp(header) == stamp for header, stamp in hit[1]):
                 _MACRO_VIEWS.move_to_end(key)
                 return hit[0]
-        view = preprocess(skeleton, os.path.abspath(path) if path else None, read_header, dirs, defines)
-        stamps = tuple((header, _mtime(header)) for header in view.includes)
+        absolute = os.path.abspath(path) if path else None
+        reader = header_reader(((os.path.dirname(absolute),) if absolute else ()) + dirs, self.buffers)
+        view = preprocess(skeleton, absolute, reader, dirs, defines)
+        stamps = tuple((header, self._stamp(header)) for header in view.includes)
         with _MACRO_VIEWS_LOCK:
             _MACRO_VIEWS[key] = (view, stamps)
             while len(_MACRO_VIEWS) > _MACRO_VIEWS_KEPT:
                 _MACRO_VIEWS.popitem(last=False)
         return view
+
+    def _stamp(self, header: str) -> tuple[float | None, int | None]:
+        """What decides whether a header changed: its modification time, or its open buffer's text."""
+        buffer = self.buffers.get(header) if self.buffers else None
+        return _mtime(header), hash(buffer) if buffer is not None else None
+
+    def analysis(self, path: str | None, text: str) -> FileAnalysis:
+        """The full preprocessed view of the file and every kernel's access analysis, with the same
+        ``-I`` folders and ``-D`` macros as its compile (:meth:`build_flags`)."""
+        flags = self.build_flags(path) if path else BuildFlags(flags=())
+        return analyze_source(text, os.path.abspath(path) if path else None, include_dirs(flags), flags.defines,
+                              self.buffers)
 
     # --- specs -------------------------------------------------------------------
 

@@ -1,0 +1,55 @@
+"""The preprocessed view and access analysis of a file on disk or in an editor buffer.
+
+The core's :func:`~kernel_lsp.core.source.preprocess` is pure and reads headers only through a
+callable; this module supplies one. A header is read only when it is a regular file under one
+of the allowed folders (the file's own folder and the configured include paths) and smaller
+than :data:`MAX_HEADER_BYTES`, so a workspace cannot make the analysis read ``/dev/zero`` or
+a file outside it. Open editor buffers win over the disk, as they do for the compiler.
+"""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+
+from kernel_lsp.core.analysis import KernelFacts, analyze
+from kernel_lsp.core.source import Preprocessed, preprocess
+
+MAX_HEADER_BYTES = 2_000_000
+
+
+@dataclass(frozen=True)
+class FileAnalysis:
+    preprocessed: Preprocessed
+    kernels: Mapping[str, KernelFacts]
+
+
+def header_reader(allowed_dirs: tuple[str, ...], buffers: Mapping[str, str] | None = None) -> Callable[[str], str | None]:
+    roots = tuple(os.path.realpath(d) for d in allowed_dirs if d)
+
+    def read(path: str) -> str | None:
+        if buffers is not None and path in buffers:
+            return buffers[path]
+        real = os.path.realpath(path)
+        if not any(real == r or real.startswith(r.rstrip(os.sep) + os.sep) for r in roots):
+            return None
+        try:
+            if not os.path.isfile(real) or os.path.getsize(real) > MAX_HEADER_BYTES:
+                return None
+            with open(real, encoding="utf-8", errors="replace") as f:
+                return f.read()
+        except OSError:
+            return None
+
+    return read
+
+
+def analyze_source(text: str, path: str | None, include_dirs: tuple[str, ...] = (),
+                   defines: Mapping[str, str] | None = None, buffers: Mapping[str, str] | None = None) -> FileAnalysis:
+    """Preprocess ``text`` (the file at ``path``, absolute) and analyse every kernel in it."""
+    folder = os.path.dirname(path) if path else ""
+    absolute = os.path.abspath(path) if path else None
+    reader = header_reader((folder, *include_dirs), buffers)
+    pre = preprocess(text, absolute, reader, tuple(include_dirs), defines)
+    return FileAnalysis(pre, analyze(pre))
