@@ -112,6 +112,8 @@ class Function:
     """The name with its namespaces and classes (``ns::kern``); equals ``name`` at file scope."""
     _layout: _Layout
     """Where the positions below come from (see :class:`_Layout`)."""
+    template_params: tuple[str, ...] = ()
+    """Names of the function's own template parameters, in order (``template <typename T, int B>`` -> ``("T", "B")``)."""
 
     # The positions below are read through the layout, once per Function: after an edit every
     # function below it moves, and only those someone looks into pay for it.
@@ -920,8 +922,23 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
         thread_index_uses=tuple(use.decode("utf-8", errors="replace") for use in index_uses),
         qualified_name=qualified,
         _layout=_Layout(found, (unit_span.start_byte, *unit_span.start), None),
+        template_params=_template_params(unit.node, src),
     )
     return _unit_result(unit_span, function, launches, body is not None)
+
+
+def _template_params(node: Node, src: bytes) -> tuple[str, ...]:
+    if node.type != "template_declaration":
+        return ()
+    params = node.child_by_field_name("parameters")
+    names = []
+    for param in params.named_children if params is not None else ():
+        name = next((c for c in param.children if c.type in ("type_identifier", "identifier")), None)
+        if name is None:
+            name = param.child_by_field_name("declarator") or param.child_by_field_name("name")
+        if name is not None:
+            names.append(_text(src, name))
+    return tuple(names)
 
 
 # The _Shift method that moves each item of a function's position tuples (see _Layout.placed).

@@ -45,6 +45,7 @@ from kernel_lsp.server.documents import DocumentState, DocumentStore
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.jobs import JobManager
 from kernel_lsp.services.session import Session
+from kernel_lsp.services.source_view import FileAnalysis
 
 log = logging.getLogger(__name__)
 
@@ -110,6 +111,15 @@ class ServerState:
         path = doc.path
         return doc.memo(f"macro-view:{hash((self.settings, self.workspace_root))}",
                         lambda: self.session().macro_view(path, doc.text()))
+
+    def file_analysis(self, doc: DocumentState) -> FileAnalysis | None:
+        """The document's full preprocessed view and access analysis (:meth:`Session.analysis`), once per
+        revision and settings; None for a document that is not a file."""
+        if doc.path is None:
+            return None
+        path = doc.path
+        return doc.memo(f"analysis:{hash((self.settings, self.workspace_root))}",
+                        lambda: self.session().analysis(path, doc.text()))
 
     def run_hooks(self, hooks: list[Callable[..., None]], *args: Any) -> None:
         """Call each hook; one that raises is logged (re-raised under tests) and the rest still run."""
