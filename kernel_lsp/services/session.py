@@ -236,6 +236,15 @@ class Session:
         buffer = self.buffers.get(header) if self.buffers else None
         return _mtime(header), hash(buffer) if buffer is not None else None
 
+    def preprocessed(self, path: str | None, text: str) -> Preprocessed:
+        """The full preprocessed view of the file (code included), with the ``-I`` folders and ``-D`` macros
+        of its compile: what the rules and the access analysis read."""
+        flags = self.build_flags(path) if path else BuildFlags(flags=())
+        dirs = include_dirs(flags)
+        absolute = os.path.abspath(path) if path else None
+        reader = header_reader(((os.path.dirname(absolute),) if absolute else ()) + dirs, self.buffers)
+        return preprocess(text, absolute, reader, dirs, flags.defines)
+
     def analysis(self, path: str | None, text: str) -> FileAnalysis:
         """The full preprocessed view of the file and every kernel's access analysis, with the same
         ``-I`` folders and ``-D`` macros as its compile (:meth:`build_flags`)."""
@@ -325,7 +334,9 @@ class Session:
         ``generators`` replaces the rules and model (tests)."""
         verifier = self.verifier(path, **dict(verify_overrides or {}))
         with self.stores(traces=model is not None) as stores:
-            chosen: list[Any] = list(generators) if generators is not None else [RuleGenerator()]
+            # The rules read the file as the compiler does: local headers' macros expanded with the file's flags.
+            pre = self.preprocessed(path, source) if generators is None else None
+            chosen: list[Any] = list(generators) if generators is not None else [RuleGenerator(preprocessed=pre)]
             if model is not None and generators is None:
                 # Model attempts (and every verdict of the search) become distillation data.
                 chosen.append(self.model_generator(model, spec, source, path, verifier=verifier if verify else None,

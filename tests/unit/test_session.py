@@ -187,3 +187,30 @@ def test_stores_open_for_one_search_and_report_problems(tmp_path: Path) -> None:
     (tmp_path / "blocker").write_text("a file where a folder should be")
     with Session(kb_path=str(tmp_path / "blocker" / "kb.sqlite3")).stores(traces=False) as stores:
         assert stores.kb is None and "knowledge base unavailable" in stores.messages[0]
+
+
+def test_the_rules_see_macros_from_local_headers(tmp_path: Path) -> None:
+    """A kernel body written as a macro in a header: restrict-const must see that it writes ``a``."""
+    (tmp_path / "body.cuh").write_text("#define BODY a[i] = b[i] + s * c[i];\n")
+    source = ('#include "body.cuh"\n'
+              "__global__ void triad(float *a, float *b, float *c, float s, int n) {\n"
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    if (i < n) { BODY; }\n"
+              "}\n")
+    path = tmp_path / "triad.cu"
+    path.write_text(source)
+    spec = {"kernel": "triad", "params": [
+        {"name": n, "array": "float32", "size": "n", "init": "uniform(-1,1)", "role": "inout"} for n in "abc"]
+        + [{"name": "s", "scalar": "float32", "value": 2.0}, {"name": "n", "scalar": "int32", "value": 1024}],
+        "grid": ["n/256", 1, 1], "block": [256, 1, 1]}
+    from kernel_lsp.core.spec import parse_spec
+
+    result = Session(Settings(), use_kb=False).optimize(source, str(path), "triad", parse_spec(spec, str(tmp_path)),
+                                                       verify=False)
+    restrict = [r.candidate for r in result.results if r.candidate.technique == "restrict-const"]
+    assert restrict, [r.candidate.technique for r in result.results]
+    for candidate in restrict:
+        # Read alone, the file shows no write to a (the body is in the header) and the rule made it const.
+        head = candidate.source.split("{", 1)[0]
+        assert "const float* a" not in head and "const float* __restrict__ a" not in head
+        assert "const float* b" in head or "const float* __restrict__ b" in head

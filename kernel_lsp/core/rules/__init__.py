@@ -19,6 +19,7 @@ from typing import Any
 
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest
 from kernel_lsp.core.index import KernelIndex, build_index
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.rules.simple import (
     BlockSizeSweep, GridStride, IndexSwap, LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst,
@@ -80,13 +81,17 @@ def evaluate(
     spec: Spec | Mapping[str, Any] | None,
     rules: Sequence[Rule] = RULES,
     index: KernelIndex | None = None,
+    preprocessed: Preprocessed | None = None,
 ) -> list[RuleOutcome]:
-    """Every rule's verdict on ``kernel`` in ``source``: refused with a reason, or its rewrites."""
+    """Every rule's verdict on ``kernel`` in ``source``: refused with a reason, or its rewrites.
+
+    ``preprocessed``: the file's view with its local headers expanded (the session's); without it the
+    file is preprocessed on its own."""
     index = index if index is not None else build_index(source)
     fn = next((f for f in index.kernels if f.name == kernel), None)
     if fn is None:
         return [RuleOutcome(r.name, r.technique, False, f"no __global__ function named {kernel}") for r in rules]
-    ctx = RuleContext(source, index, fn, _spec_of(spec))
+    ctx = RuleContext(source, index, fn, _spec_of(spec), preprocessed)
     out = []
     for rule in rules:
         ok, why = rule.preconditions(ctx)
@@ -107,8 +112,10 @@ class RuleGenerator:
 
     name = "rules"
 
-    def __init__(self, rules: Sequence[Rule] = RULES):
+    def __init__(self, rules: Sequence[Rule] = RULES, preprocessed: Preprocessed | None = None):
+        """``preprocessed``: the request file's preprocessed view, when the caller has it (headers expanded)."""
         self.rules = tuple(rules)
+        self.preprocessed = preprocessed
         self.outcomes: list[RuleOutcome] = []
 
     def ordered(self, request: OptimizeRequest) -> list[Rule]:
@@ -117,7 +124,8 @@ class RuleGenerator:
         return sorted(self.rules, key=lambda r: (rank.get(r.technique, len(rank)), default[r.name]))
 
     def generate(self, request: OptimizeRequest) -> Iterator[Candidate]:
-        self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request))
+        pre = self.preprocessed if self.preprocessed is not None and self.preprocessed.path == request.path else None
+        self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request), preprocessed=pre)
         seen: set[tuple[str, str]] = set()
         for outcome in self.outcomes:
             for rw in outcome.rewrites:
