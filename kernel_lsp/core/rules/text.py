@@ -9,42 +9,47 @@ rule refuses.
 
 from __future__ import annotations
 
+import bisect
+import itertools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
 from kernel_lsp.core.index import Function
+from kernel_lsp.core.parse import comment_and_literal_ranges
 
 IDENT = r"[A-Za-z_]\w*"
 _ASSIGN_AFTER = re.compile(r"\s*(=(?!=)|\+=|-=|\*=|/=|%=|&=|\|=|\^=|<<=|>>=|\+\+|--)")
 _BEFORE_INCDEC = re.compile(r"(\+\+|--)\s*$")
 
 
+_WRAP_HEAD, _WRAP_TAIL = b"void __kernel_lsp_body__() {", b"\n}"
+
+
 def mask(text: str) -> str:
-    """``text`` with comments and string/char literals replaced by spaces (newlines kept)."""
+    """``text`` (statements, such as a body's inside) with comments and string/char literals replaced by
+    spaces, newlines kept, the same length: where they are is what tree-sitter's lexer says, as for the index."""
+    data = text.encode("utf-8")
+    # Statements parse as a function body; outside one they would be error recovery.
+    ranges = comment_and_literal_ranges(_WRAP_HEAD + data + _WRAP_TAIL)
+    if not ranges:
+        return text
+    to_char = _char_offsets(text, data)
     out = list(text)
-    i, n = 0, len(text)
-    while i < n:
-        two = text[i : i + 2]
-        if two == "//":
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-        elif two == "/*":
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-        elif text[i] in "\"'":
-            quote, j = text[i], i + 1
-            while j < n and text[j] != quote and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n)
-        else:
-            i += 1
-            continue
-        for k in range(i, j):
+    for start, end in ranges:
+        start, end = max(start - len(_WRAP_HEAD), 0), min(end - len(_WRAP_HEAD), len(data))
+        for k in range(to_char(start), to_char(end)):
             if out[k] != "\n":
                 out[k] = " "
-        i = j
     return "".join(out)
+
+
+def _char_offsets(text: str, data: bytes) -> Callable[[int], int]:
+    """Byte offset -> character offset in ``text`` (identity for ASCII)."""
+    if len(data) == len(text):
+        return lambda offset: offset
+    starts = list(itertools.accumulate((len(ch.encode("utf-8")) for ch in text), initial=0))
+    return lambda offset: bisect.bisect_left(starts, offset)
 
 
 def match_close(text: str, open_at: int) -> int | None:
