@@ -192,14 +192,21 @@ def evaluate_launch(
 ) -> LaunchDims:
     """Grid, block and dynamic shared memory of a launch in one pass over the enclosing function.
 
-    ``pre`` is the file's preprocessed view (its macro table names the sizes that
-    local headers define). ``constants`` (e.g. ``-D`` flags) bind names under the
-    file's own definitions, except a name the file only defaults (``#ifndef NAME``
-    or ``#if !defined(NAME)``): there the command line wins, as it does in the compiler.
+    ``pre`` is the file's preprocessed view, expanded under ``constants`` (its macro
+    table names the sizes that local headers define). ``constants`` (e.g. ``-D``
+    flags) bind names under the file's own definitions, except a name the file only
+    defaults (``#ifndef NAME`` or ``#if !defined(NAME)``): there the command line
+    wins, as it does in the compiler. Without ``pre`` such guards are looked for in
+    the file's own text.
     """
     data = _source_bytes(source)
     known = file_constants(index, pre)
-    if constants:
+    if constants and pre is not None:
+        # The view was expanded under these -D macros: a name it does not define was only defaulted
+        # (``#ifndef NAME``) where the index saw a ``#define``, and the command line wins.
+        macros = pre.object_macros()
+        known = {**constants, **{k: v for k, v in known.items() if k not in constants or k in macros}}
+    elif constants:
         defaults = _defaulted(data, frozenset(constants))
         known = {**constants, **{k: v for k, v in known.items() if k not in defaults}}
     scope = _Scope(launch, data, known)

@@ -183,3 +183,15 @@ def test_check_json_shows_the_headers_block_size(project: Path, capsys, monkeypa
     (kernel,) = json.loads(capsys.readouterr().out)["kernels"]
     (launch,) = kernel["launches"]
     assert launch["block_threads"] == 128 and launch["occupancy_pct"] is not None
+
+
+def test_a_guarded_default_in_the_file_yields_to_the_command_line_through_the_view(tmp_path: Path) -> None:
+    src = ("#if !defined(TILE)\n#define TILE 16\n#endif\n__global__ void k(float *x) { x[threadIdx.x] = 0; }\n"
+           "int main() { float *x; k<<<4, TILE * TILE>>>(x); }\n")
+    path = tmp_path / "k.cu"
+    index = build_index(src)
+    plain = Session(Settings())
+    assert evaluate_launch(index.launches[0], src, index, pre=plain.macro_view(str(path), src)).block_threads == 256
+    flagged = Session(Settings(extra_flags=("-DTILE=8",)))
+    defines = flagged.build_flags(str(path)).defines
+    assert evaluate_launch(index.launches[0], src, index, defines, flagged.macro_view(str(path), src)).block_threads == 64
