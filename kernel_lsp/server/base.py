@@ -109,8 +109,7 @@ class ServerState:
         if doc.path is None:
             return None
         path = doc.path
-        return doc.memo(f"macro-view:{hash((self.settings, self.workspace_root))}",
-                        lambda: self.session().macro_view(path, doc.text()))
+        return self._per_view(doc, "macro-view", lambda: self.session().macro_view(path, doc.text()))
 
     def file_analysis(self, doc: DocumentState) -> FileAnalysis | None:
         """The document's full preprocessed view and access analysis (:meth:`Session.analysis`), once per
@@ -118,8 +117,20 @@ class ServerState:
         if doc.path is None:
             return None
         path = doc.path
-        return doc.memo(f"analysis:{hash((self.settings, self.workspace_root))}",
-                        lambda: self.session().analysis(path, doc.text()))
+        return self._per_view(doc, "analysis", lambda: self.session().analysis(path, doc.text()))
+
+    def _per_view(self, doc: DocumentState, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per revision of ``doc`` and view key: a view also changes with the settings and
+        with an open header's text (its buffer wins over the disk). Only the latest key is kept."""
+        others = tuple((d.uri, d.revision) for d in self.documents.all() if d is not doc)
+        key = hash((self.settings, self.workspace_root, others))
+        kept: dict[int, Any] = doc.memo(name, dict)
+        hit = kept.get(key)
+        if hit is None:
+            hit = compute()
+            kept.clear()
+            kept[key] = hit
+        return hit
 
     def run_hooks(self, hooks: list[Callable[..., None]], *args: Any) -> None:
         """Call each hook; one that raises is logged (re-raised under tests) and the rest still run."""
