@@ -268,5 +268,17 @@ def index_declaration(masked: str, axis: str = "x") -> re.Match[str] | None:
 
 
 def declared_type(masked: str, name: str) -> str | None:
-    m = re.search(rf"(?P<type>(?:const\s+)?(?:unsigned\s+int|unsigned|long\s+long|double|float|int|size_t|long))\s+{re.escape(name)}\s*=", masked)
-    return re.sub(r"\s+", " ", m.group("type")) if m else None
+    """The type (with ``const``, spaces squeezed) of the first initialized declaration of ``name`` in the
+    fragment, as tree-sitter parses it; None when there is none."""
+    root, to_char = _fragment(masked)
+    for node in _nodes(root, "declaration"):
+        type_node = node.child_by_field_name("type")
+        if type_node is None:
+            continue
+        for declarator in node.children_by_field_name("declarator"):
+            target = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else None
+            if target is not None and target.type == "identifier" and masked[to_char(target.start_byte) : to_char(target.end_byte)] == name:
+                words = [masked[to_char(c.start_byte) : to_char(c.end_byte)] for c in node.children if c.type == "type_qualifier"]
+                words.append(masked[to_char(type_node.start_byte) : to_char(type_node.end_byte)])
+                return " ".join(" ".join(words).split())
+    return None
