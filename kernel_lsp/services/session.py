@@ -29,7 +29,6 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import logging
 import os
 import threading
 from collections import OrderedDict
@@ -40,16 +39,14 @@ from typing import Any
 from kernel_lsp.config import Settings
 from kernel_lsp.core.parse import comment_ranges
 from kernel_lsp.core.rules import RuleGenerator
+from kernel_lsp.core.source import Preprocessed, preprocess
 from kernel_lsp.core.spec import Spec, SpecError, find_inline_specs, parse_spec
 from kernel_lsp.services import optimizer
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.harness import VerifyOptions, load_spec_file
 from kernel_lsp.services.profiler import find_spec, sidecar_path
 from kernel_lsp.services.source_view import FileAnalysis, analyze_source, header_reader
-from kernel_lsp.core.source import Preprocessed, preprocess
 from kernel_lsp.services.toolchain import BuildFlags, CompileResult, build_flags, compile_source
-
-log = logging.getLogger(__name__)
 
 #: The local model serves one conversation at a time: searches that use it take turns (per process).
 MODEL_LOCK = threading.Lock()
