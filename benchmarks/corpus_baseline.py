@@ -45,6 +45,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from kernel_lsp.core import expr  # noqa: E402
 from kernel_lsp.core.spec import FLOAT_TYPES, ArrayParam, Spec, parse_spec  # noqa: E402
+from kernel_lsp.services.toolchain import BuildFlags
 from kernel_lsp.services.harness.compile import compile_cubin, find_entry  # noqa: E402
 from kernel_lsp.services.proc import run  # noqa: E402
 
@@ -163,7 +164,7 @@ def compile_entry(name: str, spec: Spec, workdir: str, arch: str) -> dict:
     with open(os.path.join(folder, "kernel.cu"), encoding="utf-8") as f:
         source = f.read()
     os.makedirs(workdir, exist_ok=True)
-    result = compile_cubin(source, workdir, "kernel", arch=arch, include_dirs=(folder,), extra_flags=("-O3",))
+    result = compile_cubin(source, workdir, "kernel", BuildFlags(flags=("-I", folder, "-O3")).for_arch(arch))
     if not result.ok:
         return {"status": "compile_error", "message": result.log[-2000:]}
     entry, problem = find_entry(result.entries, spec.kernel)

@@ -30,6 +30,7 @@ HERE = os.path.dirname(os.path.abspath(__file__))
 sys.path.insert(0, os.path.dirname(HERE))
 
 from kernel_lsp.core.spec import with_candidate_launch  # noqa: E402
+from kernel_lsp.services.toolchain import BuildFlags  # noqa: E402
 from kernel_lsp.services.harness import VerifyOptions, load_spec_file, verify  # noqa: E402
 
 EXAMPLES = os.path.join(os.path.dirname(HERE), "examples")
@@ -63,7 +64,7 @@ def main() -> int:
         if entry.get("candidate_launch"):
             spec = with_candidate_launch(spec, entry["candidate_launch"])
         sanitize = bool(entry.get("needs_sanitize"))
-        options = VerifyOptions(sanitize=sanitize, include_dirs=(os.path.join(EXAMPLES, entry["example"]),))
+        options = VerifyOptions(sanitize=sanitize, build=BuildFlags(flags=("-I", os.path.join(EXAMPLES, entry["example"]))))
         name = f"{entry['candidate']} [{os.path.basename(entry['spec'])}]"
         for _ in range(args.repeat):
             verdict = verify(_read(entry["original"]), _read(entry["candidate"]), spec, options)

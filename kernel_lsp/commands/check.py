@@ -20,12 +20,12 @@ from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from kernel_lsp.config import resolve
 from kernel_lsp.core.analysis import Binding, bind, describe, summary, thread_mapping
 from kernel_lsp.core.index import build_index
-from kernel_lsp.core.launch_dims import defines_from_flags
 from kernel_lsp.core.spec import Spec, SpecError
 from kernel_lsp.services.harness.specfile import load_spec_file
 from kernel_lsp.services.kernel_report import KernelFacts, report
-from kernel_lsp.services.source_view import FileAnalysis, analyze_source
-from kernel_lsp.services.toolchain import CompileResult, compile_source
+from kernel_lsp.services.session import Session
+from kernel_lsp.services.source_view import FileAnalysis
+from kernel_lsp.services.toolchain import CompileResult
 from kernel_lsp.services.user_config import user_config_layer
 
 
@@ -152,17 +152,17 @@ def run(args: argparse.Namespace) -> int:
             print(f"kernel-lsp check: --spec {args.spec}: {exc}", file=sys.stderr)
             return EXIT_USAGE
     index = build_index(data)
+    session = Session(settings, workspace_root=str(Path.cwd()))
     compile = None
     if not args.no_compile:
-        compile = compile_source(data, str(path.resolve()), settings, workspace_root=str(Path.cwd()))
+        compile = session.compile(data, str(path.resolve()))
         if compile.tool_missing:
             print(f"kernel-lsp check: {compile.tool_missing}", file=sys.stderr)
         for problem in compile.problems:
             print(f"kernel-lsp check: {problem}", file=sys.stderr)
-    # The analysis sees the macros the compile saw: the compile database's and extraFlags' -D.
-    defines = compile.defines if compile is not None else defines_from_flags(list(settings.extra_flags))
-    analysis = analyze_source(data.decode("utf-8", errors="replace"), str(path.resolve()), settings.include_paths, defines)
-    kernels = report(index, data, compile, settings.arch)
+    # The analysis and the launch sizes see the macros and headers the compile saw (the session's flags).
+    analysis = session.analysis(str(path.resolve()), data.decode("utf-8", errors="replace"))
+    kernels = report(index, data, compile, settings.arch, pre=analysis.preprocessed)
     if args.json:
         print(json.dumps({
             "file": str(path),

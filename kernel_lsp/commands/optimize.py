@@ -22,7 +22,6 @@ import sys
 from typing import Any
 
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from kernel_lsp.core.spec import Spec, SpecError, find_inline_specs, parse_spec
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -52,36 +51,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def load_spec(path: str, source: str, spec_path: str | None, kernel: str | None) -> Spec:
-    """The kernel's spec: ``--spec``, else the sidecar ``<file>.<kernel>.spec.json``, else the in-source one."""
-    from kernel_lsp.services.harness import load_spec_file
+def _load_model(name: str) -> Any:
+    from kernel_lsp.services.llm import LlamaModel, LoadOptions
+    from kernel_lsp.services.models import resolve_model
 
-    if spec_path:
-        return load_spec_file(spec_path)
-    if kernel and os.path.isfile(f"{path}.{kernel}.spec.json"):
-        return load_spec_file(f"{path}.{kernel}.spec.json")
-    found = [s for s in find_inline_specs(source) if kernel in (None, s.kernel)]
-    if len(found) != 1:
-        raise SpecError(["--spec: not given, and no single sidecar or in-source spec found" + (f" for '{kernel}'" if kernel else "")])
-    if found[0].error:
-        raise SpecError([found[0].error])
-    return parse_spec(found[0].data, os.path.dirname(os.path.abspath(path)))
-
-
-def _generators(args: argparse.Namespace, spec: Spec, source: str, verifier: Any, budget: Any, traces: Any) -> list[Any]:
-    from kernel_lsp.core.rules import RuleGenerator
-
-    generators: list[Any] = [RuleGenerator()]
-    if args.model:
-        from kernel_lsp.services.llm import LlamaModel, LoadOptions
-        from kernel_lsp.services.models import resolve_model
-        from kernel_lsp.services.optimizer import model_generator
-
-        model = LlamaModel(resolve_model(args.model), LoadOptions(), name=os.path.basename(args.model))
-        generators.append(model_generator(model, spec, source, verifier=None if args.dry_run else verifier, budget=budget,
-                                          traces=traces, workspace_root=os.path.dirname(os.path.abspath(args.file)),
-                                          arch=args.arch or "sm_90"))
-    return generators
+    return LlamaModel(resolve_model(name), LoadOptions(), name=os.path.basename(name))
 
 
 def _print(result: Any, explain: list[Any] | None) -> None:
@@ -124,9 +98,9 @@ def run(args: argparse.Namespace) -> int:
     import dataclasses
 
     from kernel_lsp.core.rules import evaluate
-    from kernel_lsp.services.harness import VerifyOptions
     from kernel_lsp.services.harness.protocol import TimingOptions
-    from kernel_lsp.services.optimizer import Budget, harness_verifier, optimize
+    from kernel_lsp.services.optimizer import Budget
+    from kernel_lsp.services.session import cli_session
 
     try:
         with open(args.file, encoding="utf-8") as f:
@@ -137,53 +111,37 @@ def run(args: argparse.Namespace) -> int:
     if args.budget < 1 or args.seeds < 1:
         print("kernel-lsp optimize: --budget and --seeds must be at least 1", file=sys.stderr)
         return EXIT_USAGE
-    try:
-        spec = load_spec(args.file, source, args.spec, args.kernel)
-    except SpecError as exc:
-        print(f"kernel-lsp optimize: {exc}", file=sys.stderr)
+    # The user's settings (nvcc, extraFlags, include paths) under the command line, as the editor uses them.
+    session, problems = cli_session({"verifySeeds": args.seeds, "minSpeedup": args.min_speedup, "verifyTimeoutS": args.timeout},
+                                    kb_path=args.kb, use_kb=not args.no_kb, traces_path=args.traces,
+                                    keep_traces=bool(args.traces))
+    for problem in problems:
+        print(f"kernel-lsp optimize: {problem}", file=sys.stderr)
+    path = os.path.abspath(args.file)
+    found = session.resolve_spec(path, source, args.kernel, args.spec)
+    if found.spec is None:
+        print(f"kernel-lsp optimize: {found.problem}", file=sys.stderr)
         return EXIT_USAGE
+    spec = found.spec
     kernel = args.kernel or spec.kernel
     if kernel != spec.kernel:
         print(f"kernel-lsp optimize: --kernel {kernel} but the spec describes {spec.kernel}", file=sys.stderr)
         return EXIT_USAGE
-
-    options = VerifyOptions(seeds=args.seeds, min_speedup=args.min_speedup, arch=args.arch, timeout_s=args.timeout,
-                            include_dirs=(os.path.dirname(os.path.abspath(args.file)),),
-                            timing=dataclasses.replace(TimingOptions(), budget_s=args.time_budget))
-    verifier = harness_verifier(options)
-    budget = Budget(max_candidates=args.budget, max_seconds=args.seconds, max_tokens=args.tokens)
-    kb = traces = None
     try:
-        if not args.no_kb:
-            from kernel_lsp.services.kb import KbError, KnowledgeBase
+        model = _load_model(args.model) if args.model else None
+    except Exception as exc:  # a missing or broken model: say so, do not crash
+        print(f"kernel-lsp optimize: cannot use model {args.model}: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    budget = Budget(max_candidates=args.budget, max_seconds=args.seconds, max_tokens=args.tokens)
 
-            try:
-                kb = KnowledgeBase.open(args.kb)
-                for message in kb.messages:
-                    print(f"kernel-lsp optimize: {message}", file=sys.stderr)
-            except KbError as exc:
-                print(f"kernel-lsp optimize: knowledge base unavailable, continuing without it: {exc}", file=sys.stderr)
-        if args.traces or args.model:
-            from kernel_lsp.services.traces import TraceStore
+    def progress(message: str, pct: int | None) -> None:
+        if not args.json:
+            print(f"... {message}", file=sys.stderr)
 
-            traces = TraceStore(args.traces)
-        try:
-            generators = _generators(args, spec, source, verifier, budget, traces)
-        except Exception as exc:  # a missing or broken model: say so, do not crash
-            print(f"kernel-lsp optimize: cannot use model {args.model}: {exc}", file=sys.stderr)
-            return EXIT_USAGE
-        def progress(message: str, pct: int | None) -> None:
-            if not args.json:
-                print(f"... {message}", file=sys.stderr)
-
-        result = optimize(source, os.path.abspath(args.file), kernel, spec, generators=generators, verifier=verifier,
-                          kb=kb, profile=_last_profile(args.file, kernel), budget=budget, traces=traces,
-                          verify=not args.dry_run, progress=progress)
-    finally:
-        if kb is not None:
-            kb.close()
-        if traces is not None:
-            traces.close()
+    result = session.optimize(source, path, kernel, spec, model=model, budget=budget, verify=not args.dry_run,
+                              verify_overrides={"arch": args.arch,
+                                                "timing": dataclasses.replace(TimingOptions(), budget_s=args.time_budget)},
+                              profile=_last_profile(args.file, kernel), progress=progress)
 
     explain = evaluate(source, kernel, spec) if args.explain else None
     if args.save_candidates:

@@ -16,7 +16,6 @@ import sys
 import platformdirs
 
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from kernel_lsp.config import Settings
 from kernel_lsp.core.profiling_tree import TreeError
 
 
@@ -75,9 +74,16 @@ def run(args: argparse.Namespace) -> int:
             print(f"profile: no launch spec for {kernel}: give --spec, write {prof.sidecar_path(args.file, kernel)}, "
                   "or use --program", file=sys.stderr)
             return EXIT_USAGE
-    settings = Settings(ncu_path=args.ncu, arch=args.arch, profile_tree=args.tree, profile_timeout_s=args.timeout)
+    # The user's nvcc, extraFlags and include paths (and the compile database) build the kernel, as in the editor.
+    from kernel_lsp.services.session import cli_session
+
+    overrides = {"ncuPath": args.ncu, "arch": args.arch, "profileTree": args.tree, "profileTimeoutS": args.timeout}
+    session, problems = cli_session({k: v for k, v in overrides.items() if v is not None})
+    for problem in problems:
+        print(f"profile: {problem}", file=sys.stderr)
+    settings = session.settings
     try:
-        profiler = prof.Profiler(settings, prof.ProfileStore(_cache_dir(args)))
+        profiler = prof.Profiler(settings, prof.ProfileStore(_cache_dir(args)), flags=session.build_flags)
     except (TreeError, OSError) as exc:
         print(f"profile: {exc}", file=sys.stderr)
         return EXIT_USAGE

@@ -14,7 +14,7 @@ import os
 import sys
 
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from kernel_lsp.core.spec import SpecError, find_inline_specs, parse_spec, with_candidate_launch
+from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.verdict import Verdict
 
 
@@ -35,21 +35,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _load_spec(args: argparse.Namespace, original_source: str):
-    if args.spec:
-        # Imported when needed, like the harness in run(): cli.py imports every command module.
-        from kernel_lsp.services.harness import load_spec_file
-
-        spec = load_spec_file(args.spec)
-    else:
-        found = [s for s in find_inline_specs(original_source) if args.kernel in (None, s.kernel)]
-        if not found:
-            raise SpecError(["--spec: not given, and the original has no '// kernel-lsp: spec {...}' comment" + (f" above '{args.kernel}'" if args.kernel else "")])
-        if len(found) > 1:
-            raise SpecError([f"--kernel: the original has in-source specs for {', '.join(str(s.kernel) for s in found)}; pick one"])
-        if found[0].error:
-            raise SpecError([found[0].error])
-        spec = parse_spec(found[0].data, os.path.dirname(os.path.abspath(args.original)))
+def _load_spec(args: argparse.Namespace, original_source: str, session):
+    """The spec as the session resolves it for the original (``--spec``, sidecar, in-source comment)."""
+    found = session.resolve_spec(os.path.abspath(args.original), original_source, args.kernel, args.spec)
+    if found.spec is None:
+        raise SpecError([found.problem or "no launch spec"])
+    spec = found.spec
     if args.candidate_launch:
         try:
             override = json.loads(args.candidate_launch)
@@ -82,7 +73,8 @@ def _print(verdict: Verdict, as_json: bool) -> None:
 
 def run(args: argparse.Namespace) -> int:
     # Imported when the subcommand runs: cli.py imports every command module to build its parser.
-    from kernel_lsp.services.harness import GpuUnavailable, VerifyOptions, verify
+    from kernel_lsp.services.harness import GpuUnavailable, verify
+    from kernel_lsp.services.session import cli_session
     from kernel_lsp.services.harness.protocol import TimingOptions
 
     try:
@@ -96,21 +88,21 @@ def run(args: argparse.Namespace) -> int:
     if args.seeds < 1:
         print("kernel-lsp verify: --seeds must be at least 1", file=sys.stderr)
         return EXIT_USAGE
+    session, problems = cli_session({"verifySeeds": args.seeds, "minSpeedup": args.min_speedup, "verifyTimeoutS": args.timeout})
+    for problem in problems:
+        print(f"kernel-lsp verify: {problem}", file=sys.stderr)
     try:
-        spec = _load_spec(args, original)
+        spec = _load_spec(args, original, session)
     except SpecError as exc:
         print(f"kernel-lsp verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    include = tuple(dict.fromkeys(os.path.dirname(os.path.abspath(p)) for p in (args.original, args.candidate)))
-    options = VerifyOptions(
-        seeds=args.seeds,
-        min_speedup=args.min_speedup,
-        sanitize=args.sanitize,
-        arch=args.arch,
-        include_dirs=include,
-        timeout_s=args.timeout,
-        timing=dataclasses.replace(TimingOptions(), budget_s=args.time_budget),
-    )
+    options = session.verify_options(os.path.abspath(args.original), sanitize=args.sanitize, arch=args.arch,
+                                     timing=dataclasses.replace(TimingOptions(), budget_s=args.time_budget))
+    candidate_folder = os.path.dirname(os.path.abspath(args.candidate))
+    if candidate_folder != os.path.dirname(os.path.abspath(args.original)):
+        # The candidate's own local headers resolve too (its folder after the original's).
+        build = options.build
+        options = dataclasses.replace(options, build=dataclasses.replace(build, flags=build.flags + ("-I", candidate_folder)))
     try:
         verdict = verify(original, candidate, spec, options)
     except SpecError as exc:

@@ -112,6 +112,8 @@ class Function:
     """The name with its namespaces and classes (``ns::kern``); equals ``name`` at file scope."""
     _layout: _Layout
     """Where the positions below come from (see :class:`_Layout`)."""
+    template_params: tuple[str, ...] = ()
+    """Names of the function's own template parameters, in order (``template <typename T, int B>`` -> ``("T", "B")``)."""
 
     # The positions below are read through the layout, once per Function: after an edit every
     # function below it moves, and only those someone looks into pay for it.
@@ -241,6 +243,8 @@ class LaunchSite(NamedTuple):
     enclosing_function: str | None
     enclosing_span: Span | None = None
     """The whole definition of the enclosing function (host or device), for looking up local constants."""
+    template_args: tuple[str, ...] = ()
+    """Template arguments written at the launch (``scale<float, 4><<<...>>>`` -> ``("float", "4")``)."""
 
 
 @dataclass(frozen=True)
@@ -558,6 +562,11 @@ def _iter_units(root: Node, src: bytes, constants: dict[str, str]) -> Iterator[_
                 is_c = value is not None and b'"C"' in src[value.start_byte : value.end_byte]
                 inner_ctx = _Context(ctx.scope, is_c, ctx.in_template)
                 body = node.child_by_field_name("body")
+                if body is not None and (body.type == "function_definition" or
+                                         body.type == "declaration" and _is_function_declaration(body)):
+                    # ``extern "C" __global__ void k(...)``: the definition, and so its span, starts at ``extern``.
+                    yield _new_unit(_Unit, (node, body, inner_ctx, ctx.in_template))
+                    continue
                 if body is not None and body.type != "declaration_list":
                     stack.append((iter((body,)), inner_ctx))
                     continue
@@ -826,7 +835,10 @@ def _launch(call: Node, src: bytes, enclosing: str | None, enclosing_span: Span 
     if fn is None:
         return None
     name_node = fn
+    template_args: tuple[str, ...] = ()
     while name_node is not None and name_node.type in ("qualified_identifier", "template_function"):
+        if name_node.type == "template_function":
+            template_args = _args(name_node.child_by_field_name("arguments"), src)
         name_node = name_node.child_by_field_name("name")
     parts = [_normalize(_text(src, c)) for c in config.named_children if c.type != "comment"]
     parts += [""] * (2 - len(parts))
@@ -841,6 +853,7 @@ def _launch(call: Node, src: bytes, enclosing: str | None, enclosing_span: Span 
         kernel_span=_span(name_node if name_node is not None else fn),
         enclosing_function=enclosing,
         enclosing_span=enclosing_span,
+        template_args=template_args,
     )
 
 
@@ -909,8 +922,23 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
         thread_index_uses=tuple(use.decode("utf-8", errors="replace") for use in index_uses),
         qualified_name=qualified,
         _layout=_Layout(found, (unit_span.start_byte, *unit_span.start), None),
+        template_params=_template_params(unit.node, src),
     )
     return _unit_result(unit_span, function, launches, body is not None)
+
+
+def _template_params(node: Node, src: bytes) -> tuple[str, ...]:
+    if node.type != "template_declaration":
+        return ()
+    params = node.child_by_field_name("parameters")
+    names = []
+    for param in params.named_children if params is not None else ():
+        name = next((c for c in param.children if c.type in ("type_identifier", "identifier")), None)
+        if name is None:
+            name = param.child_by_field_name("declarator") or param.child_by_field_name("name")
+        if name is not None:
+            names.append(_text(src, name))
+    return tuple(names)
 
 
 # The _Shift method that moves each item of a function's position tuples (see _Layout.placed).
@@ -989,6 +1017,7 @@ class _Shift(NamedTuple):
                 span(launch.kernel_span),
                 launch.enclosing_function,
                 unit_span,
+                launch.template_args,
             )
             for launch in launches
         )

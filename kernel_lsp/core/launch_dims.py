@@ -2,11 +2,14 @@
 
 ``k<<<grid, block, smem>>>(...)``: the block size decides occupancy, so we
 resolve it when it is a literal (``256``), a ``dim3`` literal (``dim3(16, 16)``),
-a file constant (``#define BLOCK 256``, ``const int``/``constexpr int``), or a
-local declared earlier in the enclosing function (``dim3 block(32, 8);``,
-``int threads = 256;``, ``const int T = 2 * WARP;``). A local that is assigned
-again before the launch (``threads = n;``, ``block.x = 64;``) is unknown: the
-answer is None rather than a guess. Pure: source text and index in, ints out.
+a file constant (``const int``/``constexpr int``), a macro of the file or of a
+local header it includes (``BLOCK_SIZE`` in ``common.cuh``: the preprocessed
+view's macro table, :mod:`kernel_lsp.core.source`), or a local declared earlier
+in the enclosing function (``dim3 block(32, 8);``, ``int threads = 256;``,
+``const int M = 512, N = 384;``), as :mod:`kernel_lsp.core.host_code` reads them
+from the tree. A local that is assigned again before the launch (``threads = n;``,
+``block.x = 64;``) is unknown: the answer is None rather than a guess. Pure:
+source text, index and preprocessed view in, ints out.
 """
 
 from __future__ import annotations
@@ -17,21 +20,18 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 
 from kernel_lsp.core.consteval import evaluate_int
+from kernel_lsp.core.host_code import host_scope
 from kernel_lsp.core.index import KernelIndex, LaunchSite
+from kernel_lsp.core.source import Preprocessed
 
 Dims = tuple[int, int, int]
 
-_COMMENTS = re.compile(rb"//[^\n]*|/\*.*?(?:\*/|\Z)", re.S)
-_DIM3_DECL = re.compile(
-    r"\bdim3\s+(?P<name>[A-Za-z_]\w*)\s*(?:\((?P<paren>[^;]*)\)|\{(?P<brace>[^;]*)\}|=\s*(?P<init>[^;]+))\s*;"
-)
-_SCALAR_DECL = re.compile(
-    r"\b(?:(?:const|constexpr|static|register)\s+)*"
-    r"(?:unsigned\s+int|unsigned\s+long|unsigned|int|long\s+long|long|short|size_t|u?int(?:32|64)_t|auto)\s+"
-    r"(?P<name>[A-Za-z_]\w*)\s*(?:=\s*(?P<init>[^;,{]+)|\{(?P<brace>[^;}]*)\})\s*[;,]"
-)
-_LOCAL_DEFINE = re.compile(r"^[ \t]*#[ \t]*define[ \t]+(?P<name>[A-Za-z_]\w*)[ \t]+(?P<value>[^\n]+)$", re.M)
 _DIM3_CALL = re.compile(r"^\s*(?:dim3\s*)?[({](?P<args>.*)[)}]\s*$", re.S)
+#: Words of a declared type whose locals can hold a launch size (integers, or ``auto``).
+_INTEGER_WORDS = frozenset({
+    "const", "constexpr", "static", "register", "unsigned", "signed", "int", "long", "short", "size_t", "auto",
+    "int32_t", "uint32_t", "int64_t", "uint64_t",
+})
 
 
 def _split_args(text: str) -> list[str]:
@@ -49,44 +49,35 @@ def _split_args(text: str) -> list[str]:
     return [p.strip() for p in parts]
 
 
+def file_constants(index: KernelIndex, pre: Preprocessed | None) -> dict[str, str]:
+    """File-scope constants, with the preprocessed view's macros (local headers' included) over the index's own."""
+    constants = dict(index.constants)
+    if pre is not None:
+        constants.update(pre.object_macros())
+    return constants
+
+
 class _Scope:
     """File constants plus the locals of the enclosing function that are visible at the launch."""
 
-    def __init__(self, launch: LaunchSite, source: bytes, index: KernelIndex) -> None:
-        self.constants: dict[str, str] = dict(index.constants)
+    def __init__(self, launch: LaunchSite, source: bytes, constants: dict[str, str]) -> None:
+        self.constants = constants
         self.dim3: dict[str, list[str]] = {}
-        span = launch.enclosing_span
-        if span is None:
-            return
-        region = _COMMENTS.sub(b" ", source[span.start_byte : launch.span.start_byte]).decode("utf-8", "replace")
-        for m in _LOCAL_DEFINE.finditer(region):
-            self.constants[m.group("name")] = m.group("value").strip()
-        declared: dict[str, int] = {}
-        for m in _SCALAR_DECL.finditer(region):
-            init = m.group("init") if m.group("init") is not None else m.group("brace")
-            self.constants[m.group("name")] = init.strip()
-            self.dim3.pop(m.group("name"), None)
-            declared[m.group("name")] = m.end()
-        for m in _DIM3_DECL.finditer(region):
-            name = m.group("name")
-            if m.group("init") is not None:
-                init = m.group("init").strip()
-                call = _DIM3_CALL.match(init)
-                args = _split_args(call.group("args")) if call else [init]
-            else:
-                args = _split_args(m.group("paren") if m.group("paren") is not None else m.group("brace"))
-            if declared.get(name, -1) > m.end():
-                continue  # a later scalar declaration shadows this one
-            self.dim3[name] = args
-            self.constants.pop(name, None)
-            declared[name] = m.end()
-        # Locals reassigned after their declaration are not constants at the launch.
-        for name, end in declared.items():
-            if re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:\.\s*[xyz]\s*)?(?:[-+*/%&|^]|<<|>>)?=(?!=)", region[end:]):
-                self.constants.pop(name, None)
-                self.dim3.pop(name, None)
-            elif re.search(rf"(?<![\w.]){re.escape(name)}\s*(?:\+\+|--)|(?:\+\+|--)\s*{re.escape(name)}\b", region[end:]):
-                self.constants.pop(name, None)
+        scope = host_scope(source, launch)
+        for name, value in scope.defines:
+            self.constants[name] = value
+        for local in scope.locals:
+            # A later declaration of the name shadows an earlier one, whatever its kind.
+            self.constants.pop(local.name, None)
+            self.dim3.pop(local.name, None)
+            if scope.reassigned(local):
+                continue
+            if local.type_text.split()[-1] == "dim3":
+                self.dim3[local.name] = list(local.args) if local.args is not None else [local.value or "1"]
+            elif set(local.type_text.split()) <= _INTEGER_WORDS:
+                value = local.value if local.value is not None else (local.args[0] if local.args and len(local.args) == 1 else None)
+                if value is not None:
+                    self.constants[local.name] = value
 
     def value(self, text: str) -> int | None:
         return evaluate_int(text, self.constants)
@@ -131,17 +122,19 @@ def _defaulted(data: bytes, names: frozenset[str]) -> frozenset[str]:
     )
 
 
-def block_dims(launch: LaunchSite, source: str | bytes, index: KernelIndex, constants: Mapping[str, str] | None = None) -> Dims | None:
+def block_dims(launch: LaunchSite, source: str | bytes, index: KernelIndex, constants: Mapping[str, str] | None = None,
+               pre: Preprocessed | None = None) -> Dims | None:
     """(x, y, z) threads per block, or None when not a visible constant.
 
     ``constants`` adds name -> expression bindings (e.g. from ``-D`` flags) under the file's own.
     """
-    return evaluate_launch(launch, source, index, constants).block
+    return evaluate_launch(launch, source, index, constants, pre).block
 
 
-def block_threads(launch: LaunchSite, source: str | bytes, index: KernelIndex, constants: Mapping[str, str] | None = None) -> int | None:
+def block_threads(launch: LaunchSite, source: str | bytes, index: KernelIndex, constants: Mapping[str, str] | None = None,
+                  pre: Preprocessed | None = None) -> int | None:
     """Threads per block (x*y*z) of a launch, or None when unknown."""
-    return evaluate_launch(launch, source, index, constants).block_threads
+    return evaluate_launch(launch, source, index, constants, pre).block_threads
 
 
 @dataclass(frozen=True)
@@ -194,19 +187,29 @@ _MACRO_NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 def evaluate_launch(
-    launch: LaunchSite, source: str | bytes, index: KernelIndex, constants: Mapping[str, str] | None = None
+    launch: LaunchSite, source: str | bytes, index: KernelIndex, constants: Mapping[str, str] | None = None,
+    pre: Preprocessed | None = None,
 ) -> LaunchDims:
     """Grid, block and dynamic shared memory of a launch in one pass over the enclosing function.
 
-    ``constants`` (e.g. ``-D`` flags) bind names under the file's own definitions,
-    except a name the file only defaults (``#ifndef NAME`` or ``#if !defined(NAME)``):
-    there the command line wins, as it does in the compiler.
+    ``pre`` is the file's preprocessed view, expanded under ``constants`` (its macro
+    table names the sizes that local headers define). ``constants`` (e.g. ``-D``
+    flags) bind names under the file's own definitions, except a name the file only
+    defaults (``#ifndef NAME`` or ``#if !defined(NAME)``): there the command line
+    wins, as it does in the compiler. Without ``pre`` such guards are looked for in
+    the file's own text.
     """
     data = _source_bytes(source)
-    scope = _Scope(launch, data, index)
-    if constants:
+    known = file_constants(index, pre)
+    if constants and pre is not None:
+        # The view was expanded under these -D macros: a name it does not define was only defaulted
+        # (``#ifndef NAME``) where the index saw a ``#define``, and the command line wins.
+        macros = pre.object_macros()
+        known = {**constants, **{k: v for k, v in known.items() if k not in constants or k in macros}}
+    elif constants:
         defaults = _defaulted(data, frozenset(constants))
-        scope.constants = {**constants, **{k: v for k, v in scope.constants.items() if k not in defaults}}
+        known = {**constants, **{k: v for k, v in known.items() if k not in defaults}}
+    scope = _Scope(launch, data, known)
     grid = scope.dims(launch.grid)
     block = scope.dims(launch.block)
     grid = grid if grid is not None and all(d > 0 for d in grid) else None

@@ -19,10 +19,14 @@ Lines, as compilers print them, are 1-based; so are columns.
 
 from __future__ import annotations
 
+import functools
 import re
 from dataclasses import dataclass
 
+from tree_sitter import Parser, Query, QueryCursor
+
 from kernel_lsp.core.demangle import demangle
+from kernel_lsp.core.parse import CUDA_LANGUAGE
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -230,7 +234,19 @@ def parse_resource_usage(text: str) -> tuple[ResourceUsage, ...]:
     return tuple(ResourceUsage(name, arch, **fields) for (name, arch), fields in records.items())  # type: ignore[arg-type]
 
 
-_INCLUDE = re.compile(r'^[ \t]*#[ \t]*include[ \t]*[<"]([^>"]+)[>"]', re.MULTILINE)
+_INCLUDES = Query(CUDA_LANGUAGE, "(preproc_include path: (_) @path)")
+
+
+@functools.lru_cache(maxsize=8)
+def _include_names(source: str) -> tuple[tuple[int, str], ...]:
+    """(0-based line, name as written) of every ``#include`` tree-sitter finds (none in comments; those in
+    every ``#if`` arm, since the compile may take any); cached per text: one compile's messages about
+    several headers ask with the same text."""
+    data = source.encode("utf-8", errors="replace")
+    captures = QueryCursor(_INCLUDES).captures(Parser(CUDA_LANGUAGE).parse(data).root_node)
+    found = sorted((n.start_point[0], data[n.start_byte + 1 : n.end_byte - 1].decode("utf-8", "replace"))
+                   for n in captures.get("path", ()))
+    return tuple(found)
 
 
 def include_line(source: str, header_path: str) -> int | None:
@@ -243,10 +259,9 @@ def include_line(source: str, header_path: str) -> int | None:
     """
     parts = header_path.replace("\\", "/").split("/")
     best: tuple[int, int] | None = None
-    for match in _INCLUDE.finditer(source):
-        named = match.group(1).replace("\\", "/").removeprefix("./").split("/")
+    for line, name in _include_names(source):
+        named = name.replace("\\", "/").removeprefix("./").split("/")
         if len(named) <= len(parts) and parts[-len(named):] == named:
-            line = source.count("\n", 0, match.start())
             if best is None or len(named) > best[0]:
                 best = (len(named), line)
     return None if best is None else best[1]

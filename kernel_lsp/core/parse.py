@@ -16,7 +16,7 @@ import bisect
 import itertools
 
 import tree_sitter_cuda
-from tree_sitter import Language, Parser, Tree
+from tree_sitter import Language, Parser, Query, QueryCursor, Tree
 
 CUDA_LANGUAGE = Language(tree_sitter_cuda.language())
 
@@ -243,3 +243,34 @@ def _point_in(source: bytes, offset: int) -> tuple[int, int]:
     """(line, byte column) of ``offset``, counted in C without building a line table."""
     line = source.count(b"\n", 0, offset)
     return line, offset - (source.rfind(b"\n", 0, offset) + 1)
+
+
+_COMMENTS = Query(CUDA_LANGUAGE, "(comment) @c")
+_LITERALS = Query(CUDA_LANGUAGE, """
+    (comment) @c
+    (string_literal) @s
+    (char_literal) @s
+    (raw_string_literal) @s
+    (system_lib_string) @s
+""")
+
+
+def _ranges(query: Query, source: bytes) -> list[tuple[int, int]]:
+    captures = QueryCursor(query).captures(Parser(CUDA_LANGUAGE).parse(source).root_node)
+    found = sorted((n.start_byte, n.end_byte) for nodes in captures.values() for n in nodes)
+    merged: list[tuple[int, int]] = []
+    for start, end in found:
+        if merged and start < merged[-1][1]:
+            continue  # nested (a string inside a comment is the comment's)
+        merged.append((start, end))
+    return merged
+
+
+def comment_ranges(source: bytes) -> list[tuple[int, int]]:
+    """Byte ranges of the comments in ``source``, in order, as tree-sitter lexes them."""
+    return _ranges(_COMMENTS, source)
+
+
+def comment_and_literal_ranges(source: bytes) -> list[tuple[int, int]]:
+    """Byte ranges of comments and string/char literals (``"..."``, ``'x'``, ``R"(...)"``, ``<stdio.h>``), in order."""
+    return _ranges(_LITERALS, source)

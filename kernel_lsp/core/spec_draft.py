@@ -4,7 +4,10 @@ Nothing can run a kernel without its launch spec, and nobody wants to write one
 by hand for every kernel, so "Create launch spec for <kernel>" drafts it:
 
 * pointers become arrays; ``const`` data is ``in``; data the kernel only ever
-  assigns (``p[i] = ...``) is ``out``; everything else ``inout``;
+  writes (the access analysis' write and read sets, through macros and helpers:
+  :mod:`kernel_lsp.core.analysis`) is ``out``; everything else ``inout``;
+* a template kernel's types come from the launch's template arguments
+  (``scale<float><<<...>>>`` makes ``T *x`` a ``float32`` array);
 * scalars take the value passed at the launch site when it is a literal or a
   constant visible in the launching function or at file scope;
 * array sizes come from a visible ``cudaMalloc(&d_x, n * sizeof(float))``
@@ -13,8 +16,14 @@ by hand for every kernel, so "Create launch spec for <kernel>" drafts it:
   ``dim3`` variable declared in the launching function), rewritten in the
   kernel's scalar parameter names where the host passes those values.
 
+Constants are the file's, its macros as the preprocessed view ends with them
+(``#define M 512`` in a local header), and the launching function's locals as
+:mod:`kernel_lsp.core.host_code` reads them from the tree (comma declarations
+included; a local assigned again before the launch is not a constant).
+
 What cannot be read is left as :data:`PLACEHOLDER` and listed in ``todo`` so
-the editor can say what to fill in. Pure: text and index in, a draft out.
+the editor can say what to fill in. Pure: text, index and preprocessed view in,
+a draft out.
 """
 
 from __future__ import annotations
@@ -24,8 +33,12 @@ from collections.abc import Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from kernel_lsp.core.analysis import KernelFacts, analyze
 from kernel_lsp.core.consteval import evaluate_int
-from kernel_lsp.core.index import Function, KernelIndex, LaunchSite
+from kernel_lsp.core.host_code import host_scope
+from kernel_lsp.core.index import KernelIndex, LaunchSite
+from kernel_lsp.core.launch_dims import file_constants
+from kernel_lsp.core.source import Preprocessed
 
 PLACEHOLDER = "FILL_ME"
 
@@ -47,15 +60,6 @@ SCALAR_TYPES: dict[str, str] = {
     "unsigned long long": "uint64", "uint64_t": "uint64", "size_t": "uint64", "unsigned long": "uint64",
 }
 
-_DECL = re.compile(
-    r"(?:^|[;{}\s])(?:static\s+)?(?:const\s+|constexpr\s+)*"
-    r"(?P<type>(?:unsigned\s+|signed\s+)?(?:long\s+long|long|int|short|char|float|double|size_t|"
-    r"u?int(?:8|16|32|64)_t|unsigned|auto))\s+"
-    r"(?P<name>[A-Za-z_]\w*)\s*(?:=\s*(?P<value>[^;{}]+?)|\{(?P<brace>[^;{}]*)\})\s*;"
-)
-_DIM3_DECL = re.compile(r"\bdim3\s+(?P<decls>[^;]+);")
-_DIM3_ONE = re.compile(r"^(?P<name>[A-Za-z_]\w*)\s*(?:\((?P<args>.*)\)|=\s*dim3\s*\((?P<args2>.*)\)|\{(?P<args3>.*)\}|=\s*(?P<scalar>.+))?$", re.S)
-_MALLOC = re.compile(r"\bcudaMalloc(?:Managed|Async)?\s*\(")
 _SIZEOF = re.compile(r"sizeof\s*\(\s*(?P<type>[^()]+?)\s*\)")
 _FLOAT_LIT = re.compile(r"^[-+]?(?:\d+\.\d*|\.\d+|\d+)(?:[eE][-+]?\d+)?[fF]?$")
 _IDENT = re.compile(r"\b[A-Za-z_]\w*\b")
@@ -116,11 +120,6 @@ def _balanced(text: str, open_index: int) -> str | None:
     return None
 
 
-def _strip_comments(text: str) -> str:
-    text = re.sub(r"/\*.*?\*/", " ", text, flags=re.S)
-    return re.sub(r"//[^\n]*", " ", text)
-
-
 def _strip_casts(expr: str) -> str:
     """``(void **)&d_x`` -> ``d_x``; ``static_cast<int>(n)`` -> ``n``; ``(int)n`` -> ``n``."""
     e = expr.strip()
@@ -156,45 +155,27 @@ class _Scope:
         return None
 
 
-def _outermost_block_start(text: str) -> int:
-    """Offset of the ``{`` opening the top-level block (the host function) that ``text`` ends inside."""
-    depth, start = 0, 0
-    for i, ch in enumerate(text):
-        if ch == "{":
-            if depth == 0:
-                start = i
-            depth += 1
-        elif ch == "}":
-            depth = max(0, depth - 1)
-    return start if depth > 0 else len(text)
-
-
-def _scope(source: str, index: KernelIndex, launch: LaunchSite | None) -> _Scope:
-    exprs = dict(index.constants)
-    body = ""
-    if launch is not None:
-        before = _strip_comments(source.encode("utf-8")[: launch.span.start_byte].decode("utf-8", errors="replace"))
-        body = before[_outermost_block_start(before) :]
-    for m in _DECL.finditer(body):
-        value = m.group("value") if m.group("value") is not None else m.group("brace")
-        if value is not None:
-            exprs[m.group("name")] = " ".join(value.split())
+def _scope(source: str, index: KernelIndex, launch: LaunchSite | None, pre: Preprocessed | None) -> _Scope:
+    exprs = file_constants(index, pre)
     dim3: dict[str, list[str]] = {}
-    for m in _DIM3_DECL.finditer(body):
-        for declarator in _split_top(m.group("decls")):
-            one = _DIM3_ONE.match(declarator.strip())
-            if one is None:
-                continue
-            args = one.group("args") or one.group("args2") or one.group("args3") or one.group("scalar") or "1"
-            dim3[one.group("name")] = _split_top(args)
     mallocs: dict[str, str] = {}
-    for m in _MALLOC.finditer(body):
-        inner = _balanced(body, m.end() - 1)
-        if inner is None:
+    if launch is None:
+        return _Scope(exprs, dim3, mallocs)
+    host = host_scope(source, launch)
+    exprs.update(host.defines)
+    for local in host.locals:
+        # A later declaration of the name shadows an earlier one, whatever its kind.
+        exprs.pop(local.name, None)
+        dim3.pop(local.name, None)
+        if host.reassigned(local):
             continue
-        args = _split_top(inner)
-        if len(args) >= 2:
-            mallocs[_strip_casts(args[0])] = " ".join(args[1].split())
+        if local.type_text.split()[-1] == "dim3":
+            dim3[local.name] = list(local.args) if local.args is not None else [local.value or "1"]
+        elif local.value is not None:
+            exprs[local.name] = local.value
+        elif local.args is not None and len(local.args) == 1:
+            exprs[local.name] = local.args[0]
+    mallocs.update(host.mallocs)
     return _Scope(exprs, dim3, mallocs)
 
 
@@ -266,38 +247,33 @@ def _dims(text: str | None, host_to_param: Mapping[str, str], scope: _Scope) -> 
     return out, ok
 
 
-def _only_written(function: Function, name: str, source: str) -> bool:
-    """True when every use of ``name`` in the body is ``name[...] = ...`` (a plain store)."""
-    if function.body_span is None:
-        return False
-    body = _strip_comments(source.encode("utf-8")[function.body_span.start_byte : function.body_span.end_byte].decode("utf-8", "replace"))
-    uses = [m.start() for m in re.finditer(rf"\b{re.escape(name)}\b", body)]
-    if not uses:
-        return False
-    for start in uses:
-        rest = body[start + len(name) :].lstrip()
-        if not rest.startswith("["):
-            return False
-        depth, i = 0, 0
-        for i, ch in enumerate(rest):
-            depth += ch == "["
-            depth -= ch == "]"
-            if depth == 0:
-                break
-        after = rest[i + 1 :].lstrip()
-        if not (after.startswith("=") and not after.startswith("==")):
-            return False
-    return True
+def _role(param, facts: KernelFacts | None) -> str:
+    """``in`` for const data, ``out`` when the analysis proves the kernel writes the array and never reads it."""
+    if param.is_const:
+        return "in"
+    if (facts is not None and facts.complete and param.name in facts.written and param.name not in facts.read
+            and param.name not in facts.escaped):
+        return "out"
+    return "inout"
 
 
-def draft_spec(index: KernelIndex, source: str, kernel: str) -> SpecDraft:
-    """Draft the launch spec of ``kernel`` (a ``__global__`` function of ``index``)."""
+def draft_spec(index: KernelIndex, source: str, kernel: str, pre: Preprocessed | None = None,
+               facts: KernelFacts | None = None) -> SpecDraft:
+    """Draft the launch spec of ``kernel`` (a ``__global__`` function of ``index``).
+
+    ``pre`` is the file's preprocessed view (macros of local headers), ``facts`` the
+    kernel's access analysis on it; without them the file is read on its own.
+    """
     function = next((f for f in index.kernels if f.name == kernel), None)
     if function is None:
         raise ValueError(f"no __global__ function named '{kernel}' in this file")
     launches = index.launches_of(kernel)
     launch = launches[0] if launches else None
-    scope = _scope(source, index, launch)
+    scope = _scope(source, index, launch, pre)
+    if facts is None:
+        facts = analyze(pre if pre is not None else source).get(kernel)
+    # A template kernel's types as this launch instantiates it: ``scale<float>`` makes ``T`` float.
+    types = dict(zip(function.template_params, launch.template_args)) if launch is not None else {}
     todo: list[str] = []
     if launch is None:
         todo.append(f"no launch of {kernel} is visible in this file: fill in the scalar values, array sizes, grid and block")
@@ -310,9 +286,9 @@ def draft_spec(index: KernelIndex, source: str, kernel: str) -> SpecDraft:
     for i, param in enumerate(function.params):
         arg = args[i] if i < len(args) else None
         if param.pointer_depth >= 1:
-            params.append(_array_param(function, param, arg, scope, host_to_param, source, todo))
+            params.append(_array_param(param, arg, scope, host_to_param, facts, types, todo))
         else:
-            params.append(_scalar_param(param, arg, scope, todo))
+            params.append(_scalar_param(param, arg, scope, types, todo))
     grid, grid_ok = _dims(launch.grid if launch else None, host_to_param, scope)
     block, block_ok = _dims(launch.block if launch else None, host_to_param, scope)
     if launch is not None and not grid_ok:
@@ -328,8 +304,8 @@ def draft_spec(index: KernelIndex, source: str, kernel: str) -> SpecDraft:
     return SpecDraft(kernel, spec, tuple(todo), launch.span.start.line if launch else None)
 
 
-def _scalar_param(param, arg: str | None, scope: _Scope, todo: list[str]) -> dict[str, Any]:
-    spec_type = SCALAR_TYPES.get(param.base_type)
+def _scalar_param(param, arg: str | None, scope: _Scope, types: Mapping[str, str], todo: list[str]) -> dict[str, Any]:
+    spec_type = SCALAR_TYPES.get(types.get(param.base_type, param.base_type))
     entry: dict[str, Any] = {"name": param.name, "scalar": spec_type or PLACEHOLDER}
     if spec_type is None:
         todo.append(f"{param.name}: type '{param.type_text}' has no launch-spec scalar type")
@@ -345,21 +321,17 @@ def _scalar_param(param, arg: str | None, scope: _Scope, todo: list[str]) -> dic
     return entry
 
 
-def _array_param(function, param, arg, scope, host_to_param, source, todo) -> dict[str, Any]:
-    spec_type = ARRAY_TYPES.get(param.base_type) if param.pointer_depth == 1 else None
+def _array_param(param, arg, scope, host_to_param, facts, types: Mapping[str, str], todo) -> dict[str, Any]:
+    element = types.get(param.base_type, param.base_type)
+    spec_type = ARRAY_TYPES.get(element) if param.pointer_depth == 1 else None
     if spec_type is None:
         todo.append(f"{param.name}: element type '{param.type_text}' has no launch-spec array type")
-    if param.is_const:
-        role = "in"
-    elif _only_written(function, param.name, source):
-        role = "out"
-    else:
-        role = "inout"
+    role = _role(param, facts)
     size: Any = PLACEHOLDER
     if arg is not None:
         base = re.split(r"\s*[+-]\s*", _strip_casts(arg))[0]
         bytes_expr = scope.malloc_bytes.get(base)
-        elements = _elements(bytes_expr, param.base_type, scope) if bytes_expr else None
+        elements = _elements(bytes_expr, element, scope) if bytes_expr else None
         if elements is not None:
             converted = _in_param_names(elements, host_to_param, scope)
             if converted is not None:

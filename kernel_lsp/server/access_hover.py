@@ -20,7 +20,6 @@ from lsprotocol import types
 
 from kernel_lsp.core.analysis import Binding, KernelFacts, bind, describe, per_block_outputs, thread_mapping
 from kernel_lsp.core.index import KernelIndex
-from kernel_lsp.core.launch_dims import defines_from_flags
 from kernel_lsp.core.spec import SpecError, parse_spec
 from kernel_lsp.server.base import KernelLspServer, ServerState
 from kernel_lsp.server.convert import line_range
@@ -28,7 +27,7 @@ from kernel_lsp.server.documents import DocumentState
 from kernel_lsp.services import profiler as prof
 from kernel_lsp.services.harness.specfile import load_spec_file
 from kernel_lsp.services.jobs import JobKey
-from kernel_lsp.services.source_view import FileAnalysis, analyze_source
+from kernel_lsp.services.source_view import FileAnalysis
 
 log = logging.getLogger(__name__)
 
@@ -50,13 +49,11 @@ class _Result:
 def _schedule(state: ServerState, doc: DocumentState, delay_s: float) -> None:
     uri, revision, path = doc.uri, doc.revision, doc.path
     text = doc.text()
-    settings = state.settings
-    compile = doc.compile
-    defines = compile.defines if compile is not None else defines_from_flags(list(settings.extra_flags))
-    buffers = {d.path: d.text() for d in state.documents.all() if d.path and d is not doc}
+    # The session's flags: the compile database's and extraFlags' -I and -D, as the compile sees them.
+    session = state.session()
 
     def work(ctx):
-        return analyze_source(text, path, settings.include_paths, defines, buffers)
+        return session.analysis(path, text)
 
     def current_revision() -> int | None:
         current = state.documents.get(uri)

@@ -40,9 +40,12 @@ from pygls.protocol import LanguageServerProtocol
 
 from kernel_lsp import __version__
 from kernel_lsp.config import Settings
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.server.documents import DocumentState, DocumentStore
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.jobs import JobManager
+from kernel_lsp.services.session import Session
+from kernel_lsp.services.source_view import FileAnalysis
 
 log = logging.getLogger(__name__)
 
@@ -93,6 +96,41 @@ class ServerState:
         self.lens_parts: list[Callable[[ServerState, DocumentState, Any], str | None]] = []
         self._shown_once: set[str] = set()
         self._progress_ids = itertools.count(1)
+
+    def session(self) -> Session:
+        """The services wired for the current settings and workspace: build flags, specs, verifier options,
+        knowledge base and traces (:mod:`kernel_lsp.services.session`), the same for every feature."""
+        buffers = {doc.path: doc.text() for doc in self.documents.all() if doc.path}
+        return Session(self.settings, workspace_root=self.workspace_root, compile_db=self.compile_db, buffers=buffers)
+
+    def macro_view(self, doc: DocumentState) -> Preprocessed | None:
+        """The document's preprocessed macro view (:meth:`Session.macro_view`), once per revision and settings;
+        None for a document that is not a file."""
+        if doc.path is None:
+            return None
+        path = doc.path
+        return self._per_view(doc, "macro-view", lambda: self.session().macro_view(path, doc.text()))
+
+    def file_analysis(self, doc: DocumentState) -> FileAnalysis | None:
+        """The document's full preprocessed view and access analysis (:meth:`Session.analysis`), once per
+        revision and settings; None for a document that is not a file."""
+        if doc.path is None:
+            return None
+        path = doc.path
+        return self._per_view(doc, "analysis", lambda: self.session().analysis(path, doc.text()))
+
+    def _per_view(self, doc: DocumentState, name: str, compute: Callable[[], Any]) -> Any:
+        """``compute()`` once per revision of ``doc`` and view key: a view also changes with the settings and
+        with an open header's text (its buffer wins over the disk). Only the latest key is kept."""
+        others = tuple((d.uri, d.revision) for d in self.documents.all() if d is not doc)
+        key = hash((self.settings, self.workspace_root, others))
+        kept: dict[int, Any] = doc.memo(name, dict)
+        hit = kept.get(key)
+        if hit is None:
+            hit = compute()
+            kept.clear()
+            kept[key] = hit
+        return hit
 
     def run_hooks(self, hooks: list[Callable[..., None]], *args: Any) -> None:
         """Call each hook; one that raises is logged (re-raised under tests) and the rest still run."""

@@ -61,7 +61,7 @@ def kernel_report_text(facts: KernelFacts) -> str:
 def code_lenses(state: ServerState, doc: DocumentState) -> list[types.CodeLens]:
     index = doc.index()
     lenses: list[types.CodeLens] = []
-    for facts in report(index, doc.source_bytes, doc.compile, state.settings.arch):
+    for facts in report(index, doc.source_bytes, doc.compile, state.settings.arch, pre=state.macro_view(doc)):
         fn = facts.function
         parts = [lens_text(facts)]
         for extra in state.lens_parts:
@@ -107,7 +107,8 @@ def register(server: KernelLspServer) -> None:
             if fn is None:
                 state.show(f"kernel-lsp: no kernel named {kernel} in this file", types.MessageType.Warning)
                 return None
-            text = kernel_report_text(kernel_facts(index, doc.source_bytes, fn, doc.compile, state.settings.arch))
+            text = kernel_report_text(kernel_facts(index, doc.source_bytes, fn, doc.compile, state.settings.arch,
+                                                         pre=state.macro_view(doc)))
         state.show(text, types.MessageType.Info)
         return text
 

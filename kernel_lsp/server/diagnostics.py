@@ -113,15 +113,14 @@ def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float |
     if doc.path is None:
         return
     settings = state.settings
+    session = state.session()
     source = doc.source_bytes
     revision = doc.revision
     path = doc.path
     uri = doc.uri
 
     def work(ctx):
-        return toolchain.compile_source(
-            source, path, settings, workspace_root=state.workspace_root, compile_db=state.compile_db, cancel=ctx.cancel
-        )
+        return session.compile(source, path, cancel=ctx.cancel)
 
     def current_revision() -> int | None:
         current = state.documents.get(uri)

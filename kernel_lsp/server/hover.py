@@ -103,7 +103,7 @@ def hover_markdown(ctx: HoverContext) -> str:
         if ctx.launch is not None:
             launches = tuple(lf for lf in launches if lf.launch == ctx.launch) or (
                 launch_facts(ctx.index, ctx.doc.source_bytes, ctx.launch, facts.resources, arch,
-                             compile.defines if compile is not None else None),
+                             compile.defines if compile is not None else None, ctx.state.macro_view(ctx.doc)),
             )
         if launches:
             parts.append("**Occupancy** (theoretical)\n\n" + "\n".join(occupancy_line(lf) for lf in launches))
@@ -156,7 +156,8 @@ def context_at(state: ServerState, doc: DocumentState, index: KernelIndex, point
     facts = None
     if fn is not None and fn.is_kernel:
         launches = lookup.launches_by_kernel.get(fn.name, ())
-        facts = kernel_facts(index, doc.source_bytes, fn, doc.compile, state.settings.arch, launches=launches)
+        facts = kernel_facts(index, doc.source_bytes, fn, doc.compile, state.settings.arch, launches=launches,
+                             pre=state.macro_view(doc))
     return HoverContext(state, doc, index, point, fn, launch, facts)
 
 

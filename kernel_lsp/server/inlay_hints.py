@@ -24,7 +24,7 @@ def _in_range(position: types.Position, rng: types.Range) -> bool:
 def inlay_hints(state: ServerState, doc: DocumentState, rng: types.Range) -> list[types.InlayHint]:
     index = doc.index()
     hints: list[types.InlayHint] = []
-    for facts in report(index, doc.source_bytes, doc.compile, state.settings.arch):
+    for facts in report(index, doc.source_bytes, doc.compile, state.settings.arch, pre=state.macro_view(doc)):
         fn = facts.function
         usage = facts.resources
         if usage is not None and usage.registers_per_thread is not None:

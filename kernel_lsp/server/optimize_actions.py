@@ -14,11 +14,9 @@ Registered from :mod:`kernel_lsp.server.code_actions` (its provider list).
 
 from __future__ import annotations
 
-import contextlib
 import logging
 import os
 import re
-import threading
 import weakref
 from dataclasses import dataclass, field, replace
 from typing import Any
@@ -27,28 +25,15 @@ from lsprotocol import types
 
 from kernel_lsp.core.candidates import Candidate
 from kernel_lsp.core.parse import ParsedDocument
-from kernel_lsp.core.rules import RuleGenerator
-from kernel_lsp.core.spec import SpecError, parse_spec
 from kernel_lsp.core.verdict import Reason, Verdict
 from kernel_lsp.server import code_actions
 from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import byte_to_utf16, line_bytes
 from kernel_lsp.server.documents import DocumentState
 from kernel_lsp.server.profiling import result_for
-from kernel_lsp.services.harness import VerifyOptions, load_spec_file
 from kernel_lsp.services.jobs import JobKey
-from kernel_lsp.services.kb import KnowledgeBase
 from kernel_lsp.services.llm import model_from_settings
-from kernel_lsp.services.optimizer import (
-    Budget,
-    CandidateResult,
-    OptimizeResult,
-    harness_verifier,
-    model_generator,
-    optimize,
-)
-from kernel_lsp.services.profiler import find_spec
-from kernel_lsp.services.traces import TraceStore
+from kernel_lsp.services.optimizer import Budget, CandidateResult, OptimizeResult
 
 log = logging.getLogger(__name__)
 
@@ -57,7 +42,6 @@ CANCEL_COMMAND = "kernelLsp.cancelOptimize"
 #: Test-only command (registered when ``KERNEL_LSP_TEST_HOOKS=1``) that stores a fake verified result.
 INJECT_COMMAND = "kernelLsp.test.injectOptimizeResult"
 TEST_HOOKS_ENV = "KERNEL_LSP_TEST_HOOKS"
-_MODEL_LOCK = threading.Lock()
 _LINES = re.compile(r"[^\n]*\n|[^\n]+$")
 #: Apply actions shown per kernel (best first).
 MAX_APPLY_ACTIONS = 3
@@ -175,19 +159,12 @@ def _last_profile(state: ServerState, path: str | None, kernel: str) -> Any:
     return found.profile if found is not None else None
 
 
-def _spec_for(doc: DocumentState, kernel: str) -> tuple[Any, str | None]:
+def _spec_for(state: ServerState, doc: DocumentState, kernel: str) -> tuple[Any, str | None]:
     """(Spec, None) or (None, why not)."""
     if doc.path is None:
         return None, "the document is not a file"
-    spec_path, spec_data, problem = find_spec(doc.path, doc.text(), kernel)
-    try:
-        if spec_path:
-            return load_spec_file(spec_path), None
-        if spec_data is not None:
-            return parse_spec(spec_data, os.path.dirname(doc.path)), None
-    except SpecError as exc:
-        return None, f"the launch spec is invalid: {exc}"
-    return None, problem or f"no launch spec for {kernel}: use the code action 'Create launch spec for {kernel}' first"
+    found = state.session().resolve_spec(doc.path, doc.text(), kernel)
+    return found.spec, found.problem
 
 
 def _model(state: ServerState, load: Any) -> Any:
@@ -203,45 +180,20 @@ def _model(state: ServerState, load: Any) -> Any:
 
 
 def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, source: str, version: int | None, ctx: Any) -> OptimizeResult:
-    """The job's work (a worker thread): KB, generators, verifier from the settings."""
+    """The job's work (a worker thread): the session wires flags, verifier, KB and traces from the settings."""
     s = state.settings
-    options = VerifyOptions(seeds=s.verify_seeds, min_speedup=s.min_speedup, timeout_s=s.verify_timeout_s,
-                            nvcc=s.nvcc_path, include_dirs=tuple(s.include_paths) + ((os.path.dirname(doc.path),) if doc.path else ()))
-    verifier = harness_verifier(options)
     budget = Budget(max_candidates=s.optimize_budget_candidates, max_seconds=s.optimize_budget_s)
-    generators: list[Any] = [RuleGenerator()]
     messages: list[str] = []
-    traces = None
+    model = None
     if s.model:
         try:
             model = _model(state, model_from_settings)
-            if model is not None:
-                # Model attempts (and every verdict of the search) become distillation data.
-                traces = TraceStore()
-                generators.append(model_generator(model, spec, source, verifier=verifier, budget=budget, cancel=ctx.cancel,
-                                                  traces=traces, workspace_root=state.workspace_root, arch=s.arch,
-                                                  nvcc=s.nvcc_path))
         except Exception as exc:  # a missing model degrades to rules only, visibly
             messages.append(f"model unavailable ({exc}); rules only")
-    kb = None
-    try:
-        kb = KnowledgeBase.open(s.kb_path)
-        # A corrupt database was moved aside and replaced: the user must hear of it.
-        messages.extend(kb.messages)
-    except Exception as exc:
-        messages.append(f"knowledge base unavailable ({exc})")
-    try:
-        # The local model serves one conversation at a time: searches that use it take turns.
-        with _MODEL_LOCK if len(generators) > 1 else contextlib.nullcontext():
-            result = optimize(source, doc.path or doc.uri, kernel, spec, generators=generators, verifier=verifier, kb=kb,
-                              profile=_last_profile(state, doc.path, kernel), budget=budget, cancel=ctx.cancel,
-                              progress=lambda message, pct: ctx.report(message, pct), document_version=version,
-                              traces=traces)
-    finally:
-        if kb is not None:
-            kb.close()
-        if traces is not None:
-            traces.close()
+    path = doc.path or doc.uri
+    result = state.session().optimize(source, path, kernel, spec, model=model, budget=budget,
+                                      profile=_last_profile(state, doc.path, kernel), cancel=ctx.cancel,
+                                      progress=lambda message, pct: ctx.report(message, pct), document_version=version)
     if messages:
         result = replace(result, messages=result.messages + tuple(messages))
     return result
@@ -260,7 +212,7 @@ def finished_message(result: OptimizeResult) -> tuple[str, types.MessageType]:
 
 
 def start(state: ServerState, doc: DocumentState, kernel: str) -> str:
-    spec, problem = _spec_for(doc, kernel)
+    spec, problem = _spec_for(state, doc, kernel)
     if spec is None:
         state.show(f"Optimize {kernel}: {problem}", types.MessageType.Warning)
         return "no-spec"

@@ -88,7 +88,7 @@ def profiler_for(state: ServerState) -> prof.Profiler:
     ps = pstate(state)
     with ps.lock:
         if ps.profiler is None or ps.profiler_settings != state.settings:
-            ps.profiler = prof.Profiler(state.settings, ps.store)
+            ps.profiler = prof.Profiler(state.settings, ps.store, flags=state.session().build_flags)
             ps.profiler_settings = state.settings
         return ps.profiler
 
@@ -310,12 +310,15 @@ def spec_actions(ctx) -> list[types.CodeAction]:
         sidecar = prof.sidecar_path(doc.path, function.name)
         if os.path.exists(sidecar):
             continue
-        actions.append(create_spec_action(doc, ctx.index, function.name, sidecar))
+        actions.append(create_spec_action(ctx.state, doc, ctx.index, function.name, sidecar))
     return actions
 
 
-def create_spec_action(doc: DocumentState, index: KernelIndex, kernel: str, sidecar: str) -> types.CodeAction:
-    draft = draft_spec(index, doc.text(), kernel)
+def create_spec_action(state: ServerState, doc: DocumentState, index: KernelIndex, kernel: str, sidecar: str) -> types.CodeAction:
+    # The session's preprocessed view and analysis: sizes from local headers, roles through macros.
+    analysis = state.file_analysis(doc)
+    draft = draft_spec(index, doc.text(), kernel, analysis.preprocessed if analysis else None,
+                       analysis.kernels.get(kernel) if analysis else None)
     data = dict(draft.spec)
     if draft.todo:
         data["comment"] = "Fill in: " + " | ".join(draft.todo)

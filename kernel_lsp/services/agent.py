@@ -41,6 +41,7 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest, TechniqueHint
+from kernel_lsp.core.index import Function, KernelIndex, build_index
 from kernel_lsp.services.llm import ChatModel
 from kernel_lsp.services.models import ModelError
 from kernel_lsp.services.traces import AttemptRecord
@@ -122,145 +123,31 @@ class AgentBudgets:
     """Past (reply, feedback) pairs kept in the prompt beside the opening messages."""
 
 
-# --- locating and splicing kernels (pure) ----------------------------------------
+# --- locating and splicing kernels (pure, through the kernel index) ---------------
 
-_FUNC_HEAD = re.compile(r"\b([A-Za-z_]\w*)\s*\(")
-_NOT_FUNCTIONS = {"if", "for", "while", "switch", "return", "sizeof", "catch", "__launch_bounds__", "defined"}
-
-
-def mask_source(source: str) -> str:
-    """``source`` with comments and string/char literal contents blanked (same length, same newlines)."""
-    out = list(source)
-    i, n = 0, len(source)
-    while i < n:
-        two = source[i : i + 2]
-        if two == "//":
-            while i < n and source[i] != "\n":
-                out[i] = " "
-                i += 1
-        elif two == "/*":
-            end = source.find("*/", i + 2)
-            end = n if end < 0 else end + 2
-            for j in range(i, end):
-                if source[j] != "\n":
-                    out[j] = " "
-            i = end
-        elif source[i] in "\"'":
-            quote = source[i]
-            i += 1
-            while i < n and source[i] != quote and source[i] != "\n":
-                step = 2 if source[i] == "\\" else 1
-                for j in range(i, min(i + step, n)):
-                    out[j] = " "
-                i += step
-            i += 1
-        else:
-            i += 1
-    return "".join(out)
+_QUALIFIERS = re.compile(r"\b(?:const|__restrict__|__restrict|restrict)\b|\s+")
 
 
-def _match(masked: str, open_at: int, opening: str, closing: str) -> int | None:
-    depth = 0
-    for i in range(open_at, len(masked)):
-        if masked[i] == opening:
-            depth += 1
-        elif masked[i] == closing:
-            depth -= 1
-            if depth == 0:
-                return i
-    return None
+def find_kernel(source: str, name: str) -> Function | None:
+    """The ``__global__`` definition (with a body) named ``name``, as the kernel index finds it.
+
+    Its ``span`` covers the whole definition: ``template <...>`` and a braceless
+    ``extern "C"`` included; comments and strings never confuse it (tree-sitter).
+    """
+    return _definition(build_index(source), name)
 
 
-def _declaration_start(masked: str, name_at: int) -> int:
-    """Where the declaration containing the name at ``name_at`` begins (template/extern included)."""
-    boundary = max(masked.rfind(c, 0, name_at) for c in ";{}") + 1
-    line_start = boundary
-    for line in re.finditer(r"[^\n]*\n", masked[boundary:name_at]):
-        if line.group().lstrip().startswith("#"):
-            line_start = boundary + line.end()
-    start = line_start
-    while start < name_at and masked[start].isspace():
-        start += 1
-    return start
+def _definition(index: KernelIndex, name: str) -> Function | None:
+    return next((f for f in index.kernels if f.name == name and f.body_span is not None), None)
 
 
-@dataclass(frozen=True)
-class FunctionSpan:
-    name: str
-    start: int
-    """Offset of the declaration's first character (``template``, ``extern "C"``, ``__global__``)."""
-    params_start: int
-    params_end: int
-    """Offsets of the text between the parentheses."""
-    end: int
-    """Offset just past the closing brace."""
-    head: str
-    """The masked declaration text before the name."""
-
-    @property
-    def is_kernel(self) -> bool:
-        return "__global__" in self.head
+def _text_of(data: bytes, start: int, end: int) -> str:
+    return data[start:end].decode("utf-8", "replace")
 
 
-def function_definitions(source: str) -> tuple[FunctionSpan, ...]:
-    """Every function definition (with a body) in ``source``, outermost first."""
-    masked = mask_source(source)
-    found: list[FunctionSpan] = []
-    pos = 0
-    while (m := _FUNC_HEAD.search(masked, pos)) is not None:
-        pos = m.end()
-        name = m.group(1)
-        if name in _NOT_FUNCTIONS:
-            continue
-        close = _match(masked, m.end() - 1, "(", ")")
-        if close is None:
-            continue
-        after = close + 1
-        while after < len(masked) and masked[after].isspace():
-            after += 1
-        if after >= len(masked) or masked[after] != "{":
-            continue
-        body_end = _match(masked, after, "{", "}")
-        if body_end is None:
-            continue
-        start = _declaration_start(masked, m.start())
-        head = masked[start : m.start()]
-        if not head.strip() or "=" in head or "return" in head.split():
-            continue  # a call or an expression, not a definition
-        found.append(FunctionSpan(name, start, m.end(), close, body_end + 1, head))
-        pos = body_end + 1
-    return tuple(found)
-
-
-def find_kernel(source: str, name: str) -> FunctionSpan | None:
-    return next((f for f in function_definitions(source) if f.name == name and f.is_kernel), None)
-
-
-def param_types(params_text: str) -> tuple[str, ...]:
-    """Parameter types with names, ``const`` and ``__restrict__`` removed and spaces squeezed."""
-    parts: list[str] = []
-    depth, current = 0, []
-    for ch in params_text:
-        if ch in "<([":
-            depth += 1
-        elif ch in ">)]":
-            depth -= 1
-        if ch == "," and depth == 0:
-            parts.append("".join(current))
-            current = []
-        else:
-            current.append(ch)
-    parts.append("".join(current))
-    types: list[str] = []
-    for part in parts:
-        text = re.sub(r"\b(const|__restrict__|__restrict|restrict)\b", " ", part.split("=")[0]).strip()
-        if not text or text == "void":
-            continue
-        tokens = re.findall(r"[A-Za-z_]\w*|\S", text)
-        if len(tokens) >= 2 and re.fullmatch(r"[A-Za-z_]\w*", tokens[-1]):
-            tokens = tokens[:-1]
-        types.append("".join(tokens))
-    return tuple(types)
+def param_types(function: Function) -> tuple[str, ...]:
+    """Parameter types with ``const`` and ``__restrict__`` removed and spaces squeezed (names are free)."""
+    return tuple(_QUALIFIERS.sub("", p.type_text) for p in function.params)
 
 
 def extract_code(text: str) -> str:
@@ -287,49 +174,56 @@ class SpliceResult:
 
 def splice_kernel(file_source: str, kernel: str, answer: str) -> SpliceResult:
     """Replace ``kernel``'s definition in ``file_source`` with the one in ``answer``."""
-    original = find_kernel(file_source, kernel)
+    file_data = file_source.encode("utf-8")
+    file_index = build_index(file_data)
+    original = _definition(file_index, kernel)
     if original is None:
         return SpliceResult(None, f"the file has no __global__ function named {kernel}")
     code = extract_code(answer)
-    new = find_kernel(code, kernel)
+    code_data = code.encode("utf-8")
+    code_index = build_index(code_data)
+    new = _definition(code_index, kernel)
     if new is None:
-        names = [f.name for f in function_definitions(code) if f.is_kernel]
+        names = [f.name for f in code_index.kernels if f.body_span is not None]
         seen = f" (it defines {', '.join(names)})" if names else ""
         return SpliceResult(None, f"kernel_source has no __global__ function named {kernel}{seen}; keep the name {kernel}")
-    masked_file, masked_code = mask_source(file_source), mask_source(code)
-    old_types = param_types(masked_file[original.params_start : original.params_end])
-    new_types = param_types(masked_code[new.params_start : new.params_end])
-    if old_types != new_types:
-        was = file_source[original.params_start : original.params_end].strip()
-        now = code[new.params_start : new.params_end].strip()
+    if param_types(original) != param_types(new):
+        was = ", ".join(f"{p.type_text} {p.name}".strip() for p in original.params)
+        now = ", ".join(f"{p.type_text} {p.name}".strip() for p in new.params)
         return SpliceResult(None, f"the parameter list changed: it must stay ({was}) but is ({now})")
-    preamble, notes = _clean_preamble(file_source, code[: new.start], kernel)
-    if code[new.end :].strip():
+    preamble, notes = _clean_preamble(file_source, file_index, code_data[: new.span.start_byte], code_index, new)
+    if code_data[new.span.end_byte :].strip():
         notes.append("dropped text after the kernel (host code is not replaced)")
-    replacement = (preamble + "\n\n" if preamble else "") + code[new.start : new.end]
-    spliced = file_source[: original.start] + replacement + file_source[original.end :]
+    replacement = (preamble + "\n\n" if preamble else "") + _text_of(code_data, new.span.start_byte, new.span.end_byte)
+    spliced = (_text_of(file_data, 0, original.span.start_byte) + replacement
+               + _text_of(file_data, original.span.end_byte, len(file_data)))
     return SpliceResult(spliced, None, tuple(notes))
 
 
-def _clean_preamble(file_source: str, preamble: str, kernel: str) -> tuple[str, list[str]]:
-    """Keep what the new kernel needs before it, minus what the file already has."""
+def _clean_preamble(file_source: str, file_index: KernelIndex, preamble: bytes, code_index: KernelIndex,
+                    new: Function) -> tuple[str, list[str]]:
+    """Keep what the new kernel needs before it, minus what the file already has.
+
+    Device functions the file defines and other kernels are cut (the index finds
+    them); ``#include``/``#define`` lines the file has are dropped.
+    """
     notes: list[str] = []
-    defined = {f.name for f in function_definitions(file_source)}
+    defined = {f.name for f in file_index.functions if f.body_span is not None}
     cut: list[tuple[int, int]] = []
-    for func in function_definitions(preamble):
+    for func in code_index.functions:
+        if func.span.end_byte > new.span.start_byte or func.body_span is None:
+            continue
         if func.name in defined or func.is_kernel:
-            cut.append((func.start, func.end))
+            cut.append((func.span.start_byte, func.span.end_byte))
             notes.append(f"dropped a second definition of {func.name}")
     kept = preamble
     for start, end in reversed(cut):
         kept = kept[:start] + kept[end:]
     existing = {line.strip() for line in file_source.splitlines()}
     lines = []
-    for line in kept.splitlines():
+    for line in kept.decode("utf-8", "replace").splitlines():
         stripped = line.strip()
-        if stripped.startswith("#include") and stripped in existing:
-            continue
-        if stripped.startswith("#define") and stripped in existing:
+        if stripped.startswith(("#include", "#define")) and stripped in existing:
             continue
         lines.append(line)
     # Cutting definitions leaves runs of blank lines behind; keep at most one.
@@ -582,12 +476,12 @@ class ModelGenerator:
             self.prompt_tokens, self.completion_tokens = spend.prompt_tokens, spend.completion_tokens
 
     def _generate(self, request: OptimizeRequest, spend: _Spend) -> Iterator[Candidate]:
-        span = find_kernel(request.source, request.kernel)
+        found = find_kernel(request.source, request.kernel)
         hints = request.techniques[: self.budgets.max_techniques] or (GENERAL_TECHNIQUE,)
-        if span is None:
+        if found is None:
             self.stop_reason = f"no __global__ function named {request.kernel} in {request.path}"
             return
-        kernel_text = request.source[span.start : span.end]
+        kernel_text = _text_of(request.source.encode("utf-8"), found.span.start_byte, found.span.end_byte)
         seen: set[str] = {request.source}
         for index, hint in enumerate(hints):
             for sample in range(self.budgets.samples_per_technique):

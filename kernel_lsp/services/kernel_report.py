@@ -2,8 +2,8 @@
 
 Shared by the server (hover, code lens, inlay hints) and ``kernel-lsp check``,
 so both say the same thing. Pure apart from its inputs: no IO here, it only
-combines the index, a :class:`~kernel_lsp.services.toolchain.CompileResult` and
-the core's occupancy model. Unknown values stay None; nothing is guessed.
+combines the index, the preprocessed view (:meth:`kernel_lsp.services.session.Session.preprocessed`),
+a :class:`~kernel_lsp.services.toolchain.CompileResult` and the core's occupancy model. Unknown values stay None; nothing is guessed.
 """
 
 from __future__ import annotations
@@ -15,6 +15,7 @@ from kernel_lsp.core.index import Function, KernelIndex, LaunchSite
 from kernel_lsp.core.launch_dims import evaluate_launch
 from kernel_lsp.core.nvcc_output import ResourceUsage
 from kernel_lsp.core.occupancy import Occupancy, theoretical_occupancy
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.services.toolchain import CompileResult
 
 
@@ -43,10 +44,11 @@ class KernelFacts:
 
 def launch_facts(
     index: KernelIndex, source: bytes, launch: LaunchSite, resources: ResourceUsage | None, arch: str,
-    defines: Mapping[str, str] | None = None,
+    defines: Mapping[str, str] | None = None, pre: Preprocessed | None = None,
 ) -> LaunchFacts:
-    """``defines``: the compile's ``-D`` macros, so ``<<<grid, BLOCK>>>`` with ``-DBLOCK=256`` is known."""
-    dims = evaluate_launch(launch, source, index, defines)
+    """``defines``: the compile's ``-D`` macros, so ``<<<grid, BLOCK>>>`` with ``-DBLOCK=256`` is known;
+    ``pre``: the file's preprocessed view, so ``BLOCK_SIZE`` from a local header is too."""
+    dims = evaluate_launch(launch, source, index, defines, pre)
     threads, dynamic = dims.block_threads, dims.dynamic_shared_bytes
     occupancy = None
     if threads is not None and resources is not None and resources.registers_per_thread is not None and dynamic is not None:
@@ -62,12 +64,13 @@ def kernel_facts(
     compile: CompileResult | None,
     arch: str,
     launches: tuple[LaunchSite, ...] | None = None,
+    pre: Preprocessed | None = None,
 ) -> KernelFacts:
     """Facts of one kernel; ``launches`` (its launch sites) may be passed when the caller has them indexed."""
     resources = compile.resources_for(function.name) if compile is not None else None
     defines = compile.defines if compile is not None else None
     sites = index.launches_of(function.name) if launches is None else launches
-    launches_facts = tuple(launch_facts(index, source, launch, resources, arch, defines) for launch in sites)
+    launches_facts = tuple(launch_facts(index, source, launch, resources, arch, defines, pre) for launch in sites)
     return KernelFacts(function, resources, launches_facts)
 
 
@@ -85,7 +88,8 @@ def report(
     compile: CompileResult | None,
     arch: str,
     groups: dict[str, tuple[LaunchSite, ...]] | None = None,
+    pre: Preprocessed | None = None,
 ) -> tuple[KernelFacts, ...]:
     """Facts for every kernel of the file, in source order."""
     groups = group_launches(index) if groups is None else groups
-    return tuple(kernel_facts(index, source, fn, compile, arch, groups.get(fn.name, ())) for fn in index.kernels)
+    return tuple(kernel_facts(index, source, fn, compile, arch, groups.get(fn.name, ()), pre) for fn in index.kernels)

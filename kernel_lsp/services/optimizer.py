@@ -45,6 +45,7 @@ from kernel_lsp.services.agent import AgentBudgets, AgentTools, CompileFeedback,
 from kernel_lsp.services.harness import GpuUnavailable, VerifyCancelled, verify
 from kernel_lsp.services.harness.compile import compile_cubin
 from kernel_lsp.services.profiler import GPU_LOCK
+from kernel_lsp.services.toolchain import BuildFlags
 from kernel_lsp.services.traces import AttemptRecord
 
 log = logging.getLogger(__name__)
@@ -392,12 +393,16 @@ def _record(result: CandidateResult, kb: Any, traces: Any, state: str | None, **
 
 def model_generator(model: Any, spec: Spec, source: str, *, verifier: Verifier | None, budget: Budget,
                     cancel: threading.Event | None = None, traces: Any = None, workspace_root: str | None = None,
-                    arch: str = "sm_90", nvcc: str = "nvcc", techniques: int = 3, samples: int = 2,
+                    flags: BuildFlags | None = None, techniques: int = 3, samples: int = 2,
                     seconds: float | None = None) -> Any:
-    """A :class:`~kernel_lsp.services.agent.ModelGenerator` wired to our tools (compile, benchmark, kb_search)."""
+    """A :class:`~kernel_lsp.services.agent.ModelGenerator` wired to our tools (compile, benchmark, kb_search).
+
+    ``flags``: the file's build flags (the session's), so the model's compile tool sees what the verifier will."""
+    build = flags or BuildFlags()
+
     def compile_tool(candidate: str) -> CompileFeedback:
         with tempfile.TemporaryDirectory(prefix="kernel-lsp-agent-") as workdir:
-            result = compile_cubin(candidate, workdir, "candidate", arch=arch, nvcc=nvcc, timeout_s=120.0, cancel=cancel)
+            result = compile_cubin(candidate, workdir, "candidate", build, cancel=cancel)
         return CompileFeedback(result.ok, result.log.strip() or ("compiled" if result.ok else "failed"))
 
     def benchmark_tool(candidate: str) -> str:

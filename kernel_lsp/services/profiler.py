@@ -48,7 +48,9 @@ from kernel_lsp.core.index import Function, build_index
 from kernel_lsp.core.spec import find_inline_specs
 from kernel_lsp.core.profile import KernelProfile, Regression, profile_from_json, profile_to_json, regression
 from kernel_lsp.services import ncu_reader, proc
+from kernel_lsp.core.nvcc_output import ResourceUsage
 from kernel_lsp.services.harness.compile import compile_cubin, find_entry
+from kernel_lsp.services.toolchain import BuildFlags, build_flags
 from kernel_lsp.services.harness.launch import launches_before
 
 log = logging.getLogger(__name__)
@@ -76,8 +78,6 @@ def timed_launches(previous_duration_us: float | None) -> int:
         return FIRST_TIMED_LAUNCHES
     return max(2, min(TIMED_LAUNCHES, int(TIMING_BUDGET_S * 1e6 / previous_duration_us)))
 _PASSES = re.compile(r"- (\d+) passes?")
-_PTXAS_USED = re.compile(r"Used (\d+) registers(?:.*?(\d+) bytes smem)?")
-_PTXAS_SPILL = re.compile(r"(\d+) bytes spill stores, (\d+) bytes spill loads")
 
 ToolRunner = Callable[..., proc.ProcResult]
 
@@ -157,23 +157,18 @@ def load_costs(path: str | None = None) -> T.CostModel | None:
     return T.cost_model_from_json(data)
 
 
-def static_facts(function: Function | None, source: str = "", compile_log: str = "", entry: str | None = None,
+def static_facts(function: Function | None, source: str = "", resources: ResourceUsage | None = None,
                  constants: dict[str, str] | None = None) -> dict[str, float]:
-    """``static.*`` facts from the kernel's source and ``ptxas.*`` facts from ptxas's verbose log."""
+    """``static.*`` facts from the kernel's source and ``ptxas.*`` facts from its compile's resource usage."""
     facts: dict[str, float] = {}
     if function is not None:
         facts.update(T.static_facts(function, source, constants))
-    if compile_log and entry:
-        block = compile_log.split(f"Function properties for {entry}", 1)
-        if len(block) == 2:
-            tail = block[1].split("ptxas info    : Compiling", 1)[0]
-            used = _PTXAS_USED.search(tail)
-            if used:
-                facts["ptxas.registers"] = float(used.group(1))
-                facts["ptxas.smem_bytes"] = float(used.group(2) or 0)
-            spill = _PTXAS_SPILL.search(tail)
-            if spill:
-                facts["ptxas.spill_bytes"] = float(spill.group(1)) + float(spill.group(2))
+    if resources is not None:
+        if resources.registers_per_thread is not None:
+            facts["ptxas.registers"] = float(resources.registers_per_thread)
+            facts["ptxas.smem_bytes"] = float(resources.shared_bytes_static or 0)
+        if resources.spill_store_bytes is not None and resources.spill_load_bytes is not None:
+            facts["ptxas.spill_bytes"] = float(resources.spill_store_bytes + resources.spill_load_bytes)
     return facts
 
 
@@ -289,8 +284,12 @@ class Profiler:
         costs: T.CostModel | None = None,
         run: ToolRunner = proc.run,
         python: str = sys.executable,
+        flags: Callable[[str], BuildFlags] | None = None,
     ):
+        """``flags``: the build flags of a source path (the session's, with the compile database); by default
+        the settings' alone."""
         self.settings = settings
+        self.flags = flags or (lambda path: build_flags(settings, path))
         self.store = store
         self.tree = tree if tree is not None else load_tree(settings)
         self.costs = costs if costs is not None else load_costs()
@@ -308,9 +307,10 @@ class Profiler:
             except OSError:
                 spec_text = "<unreadable>"
         s = self.settings
+        flags = self.flags(target.source_path)
         parts = [
             target.source_text, target.kernel, spec_text, target.program or "", " ".join(target.program_args),
-            s.arch, s.ncu_path, s.nvcc_path, " ".join(s.extra_flags), " ".join(s.include_paths),
+            s.arch, s.ncu_path, flags.nvcc, " ".join(flags.arch_flags + flags.flags),
             json.dumps(T.tree_to_json(self.tree), sort_keys=True), str(full), str(TIMED_LAUNCHES),
             str(s.profile_line_counters),
         ]
@@ -355,7 +355,7 @@ class Profiler:
             launch = self._prepare(target, workdir, cancel,
                                    timed_launches(previous.duration_us if previous is not None else None))
             index = build_index(target.source_text)
-            facts = static_facts(index.function(target.kernel), target.source_text, launch.compile_log, launch.entry,
+            facts = static_facts(index.function(target.kernel), target.source_text, launch.resources,
                                  dict(index.constants))
             measured = T.facts_from_metrics(previous.metrics) if previous is not None else None
             started = time.monotonic()
@@ -413,13 +413,8 @@ class Profiler:
             with open(spec_path, "w", encoding="utf-8") as f:
                 json.dump(target.spec_data, f)
         if spec_path:
-            s = self.settings
             folder = os.path.dirname(os.path.abspath(target.source_path))
-            compiled = compile_cubin(
-                target.source_text, workdir, "kernel", arch=s.arch, nvcc=s.nvcc_path,
-                include_dirs=(folder, *s.include_paths), extra_flags=s.extra_flags,
-                timeout_s=s.compile_timeout_s, cancel=cancel,
-            )
+            compiled = compile_cubin(target.source_text, workdir, "kernel", self.flags(target.source_path), cancel=cancel)
             if not compiled.ok or compiled.cubin_path is None:
                 raise _Failure(f"the file does not compile: {compiled.log.strip()[:400]}")
             entry, problem = find_entry(compiled.entries, target.kernel)
@@ -429,13 +424,14 @@ class Profiler:
             argv = [self.python, "-m", "kernel_lsp.services.harness.launch", "--cubin", compiled.cubin_path,
                     "--kernel", entry, "--spec", os.path.abspath(spec_path), "--base-dir", folder,
                     "--timed", str(timed), "--timings-file", timings]
-            return _Launch(argv, ("--kernel-name-base", "mangled", "-k", entry), entry, compiled.log,
+            resources = next((u for u in compiled.resources.values() if u.mangled_name == entry), None)
+            return _Launch(argv, ("--kernel-name-base", "mangled", "-k", entry), entry, resources,
                            os.path.join(workdir, "kernel.cu"), launches_before(timed), timings)
         if self.settings.profile_program or target.program:
             program = target.program or self.settings.profile_program
             args = target.program_args or self.settings.profile_args
             name_filter = ("--kernel-name-base", "function", "-k", f"regex:^{re.escape(target.kernel)}(<|$)")
-            return _Launch([str(program), *args], name_filter, None, "", None)
+            return _Launch([str(program), *args], name_filter, None, None, None)
         raise _Failure(f"no launch spec for {target.kernel}: create one (code action \"Create launch spec for {target.kernel}\")")
 
     def _ncu(self, target, launch, workdir, tag, items, metrics, full, cancel) -> _RunOutput:
@@ -503,7 +499,8 @@ class _Launch:
     argv: list[str]
     kernel_filter: tuple[str, ...]
     entry: str | None
-    compile_log: str
+    resources: ResourceUsage | None
+    """ptxas's record of the entry (harness mode), read from the build's one CompileResult."""
     source_copy: str | None
     """The copy of the source that was compiled (its path is what ncu's line info names)."""
     skip: int = 0

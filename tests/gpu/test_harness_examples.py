@@ -13,6 +13,7 @@ import pytest
 
 from kernel_lsp.core.spec import with_candidate_launch
 from kernel_lsp.services.harness import VerifyOptions, load_spec_file, verify
+from kernel_lsp.services.toolchain import BuildFlags
 
 ROOT = os.path.join(os.path.dirname(__file__), "..", "..", "examples")
 
@@ -49,7 +50,8 @@ def test_example_verdict(entry):
     spec = load_spec_file(os.path.join(ROOT, entry["spec"]))
     if entry.get("candidate_launch"):
         spec = with_candidate_launch(spec, entry["candidate_launch"])
-    options = VerifyOptions(sanitize=bool(entry.get("needs_sanitize")), include_dirs=(os.path.dirname(os.path.join(ROOT, entry["original"])),))
+    options = VerifyOptions(sanitize=bool(entry.get("needs_sanitize")),
+                            build=BuildFlags(flags=("-I", os.path.dirname(os.path.join(ROOT, entry["original"])))))
     verdict = verify(_read(entry["original"]), _read(entry["candidate"]), spec, options)
     _RESULTS.append({"entry": entry, "verdict": verdict.to_json()})
     expected = entry["expect"]

@@ -12,6 +12,7 @@ import pytest
 from kernel_lsp.services.harness.compile import compile_cubin, find_entry
 from kernel_lsp.services.harness.verify import cuda_tool
 from kernel_lsp.services.proc import run
+from kernel_lsp.services.toolchain import BuildFlags
 
 from test_harness_examples import ROOT  # tests/gpu is on sys.path (pytest's prepend import mode)
 
@@ -22,7 +23,7 @@ pytestmark = pytest.mark.gpu
 def streaming(tmp_path_factory):
     workdir = str(tmp_path_factory.mktemp("launch"))
     with open(os.path.join(ROOT, "streaming", "original.cu"), encoding="utf-8") as f:
-        built = compile_cubin(f.read(), workdir, "original", arch="sm_90", nvcc=cuda_tool("nvcc"))
+        built = compile_cubin(f.read(), workdir, "original", BuildFlags(nvcc=cuda_tool("nvcc")).for_arch("sm_90"))
     assert built.ok, built.log
     entry, problem = find_entry(built.entries, "scale_add")
     assert entry, problem

@@ -261,12 +261,30 @@ def test_splice_handles_templates_launch_bounds_and_comments():
         "template <int B>\n__global__ void __launch_bounds__(B) scale(float *x, int n) {\n"
         '  const char *s = "}"; /* { */ x[0] = n;\n}\nint main() { scale<64><<<1, 64>>>(0, 0); }\n'
     )
-    span = find_kernel(source, "scale")
-    assert source[span.start : span.end].startswith("template <int B>\n__global__")
-    assert source[span.start : span.end].endswith("x[0] = n;\n}")
+    span = find_kernel(source, "scale").span
+    start, end = span.start_byte, span.end_byte  # the source is ASCII: byte offsets are str offsets
+    assert source[start:end].startswith("template <int B>\n__global__")
+    assert source[start:end].endswith("x[0] = n;\n}")
     new = "template <int B>\n__global__ void __launch_bounds__(B) scale(float *__restrict__ x, int count) { x[1] = count; }"
     result = splice_kernel(source, "scale", new)
-    assert result.source == source[: span.start] + new + source[span.end :]
+    assert result.source == source[:start] + new + source[end:]
+
+
+def test_splice_replaces_extern_c_kernels_whole_and_keeps_utf8_text():
+    source = '// größe\nextern "C" __global__ void scale(float *x, int n) { x[0] = n; }\nint main() {}\n'
+    new = 'extern "C" __global__ void scale(float *__restrict__ x, int n) { x[1] = n; }'
+    result = splice_kernel(source, "scale", new)
+    assert result.error is None
+    assert result.source == '// größe\n' + new + "\nint main() {}\n"
+
+
+def test_splice_drops_a_repeated_device_helper():
+    source = "__device__ float twice(float v) { return 2 * v; }\n" + SOURCE
+    answer = ("__device__ float twice(float v) { return 2 * v; }\n"
+              "__global__ void scale(float *out, const float *in, float a, int n) { out[0] = twice(a); }")
+    result = splice_kernel(source, "scale", answer)
+    assert result.error is None and result.source.count("float twice(") == 1
+    assert "dropped a second definition of twice" in result.notes
 
 
 def test_double_escaped_newlines_are_undone():

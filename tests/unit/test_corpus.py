@@ -182,10 +182,12 @@ def needs_nvcc(test):
 @pytest.mark.parametrize("name", ENTRIES)
 def test_kernel_compiles_for_sm90_with_its_entry(name: str, tmp_path: Path):
     from kernel_lsp.services.harness.compile import compile_cubin, find_entry
+    from kernel_lsp.services.toolchain import BuildFlags
     from kernel_lsp.services.proc import run
 
     folder = CORPUS / name
-    result = compile_cubin((folder / "kernel.cu").read_text(encoding="utf-8"), str(tmp_path), "kernel", arch="sm_90", include_dirs=(str(folder),))
+    result = compile_cubin((folder / "kernel.cu").read_text(encoding="utf-8"), str(tmp_path), "kernel",
+                           BuildFlags(flags=("-I", str(folder))).for_arch("sm_90"))
     assert result.ok, result.log
     spec = spec_of(name)
     entry, problem = find_entry(result.entries, spec.kernel)

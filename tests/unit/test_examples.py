@@ -19,6 +19,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.services import proc
+from kernel_lsp.services.toolchain import BuildFlags
 
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MANIFEST = EXAMPLES / "manifest.json"
@@ -336,7 +337,7 @@ def test_harness_rejects_the_pre_gpu_cheats_without_a_gpu():
     assert len(entries) >= 3
     for e in entries:
         spec = harness.load_spec_file(str(EXAMPLES / e["spec"]))
-        options = harness.VerifyOptions(arch="sm_90", include_dirs=(str(EXAMPLES / e["example"]),))
+        options = harness.VerifyOptions(arch="sm_90", build=BuildFlags(flags=("-I", str(EXAMPLES / e["example"]))))
         verdict = harness.verify(
             (EXAMPLES / e["original"]).read_text(), (EXAMPLES / e["candidate"]).read_text(), spec, options
         )

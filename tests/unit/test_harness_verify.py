@@ -10,6 +10,7 @@ from kernel_lsp.core.spec import SpecError, parse_spec
 from kernel_lsp.core.verdict import Reason, Verdict
 from kernel_lsp.services.harness import GpuUnavailable, VerifyCancelled, VerifyOptions, verify
 from kernel_lsp.services.harness.compile import compile_cubin, find_entry, mangled_base_name
+from kernel_lsp.services.toolchain import BuildFlags
 from kernel_lsp.services.harness.verify import smallest_variant
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc not on PATH")
@@ -57,8 +58,12 @@ def test_smallest_variant():
 
 @needs_nvcc
 def test_compile_reads_mangled_entries(tmp_path):
-    result = compile_cubin(ORIGINAL + "extern \"C\" __global__ void plain(float* p) { p[0] = 1; }\n", str(tmp_path), "k", arch="sm_90")
+    result = compile_cubin(ORIGINAL + "extern \"C\" __global__ void plain(float* p) { p[0] = 1; }\n", str(tmp_path), "k",
+                           BuildFlags().for_arch("sm_90"))
     assert result.ok and set(result.entries) == {"_Z5scaleiPKfPf", "plain"}
+    # Entries and resources come from one reading of ptxas's output.
+    assert {u.mangled_name for u in result.resources.values()} == set(result.entries)
+    assert result.resources_for("scale").registers_per_thread is not None
     assert (tmp_path / "k.cubin").stat().st_size > 0
 
 
@@ -149,11 +154,14 @@ def test_cli_rejection_exits_1_with_json(tmp_path, capsys):
     assert verdict["reason"] == "signature_changed" and verdict["accepted"] is False and verdict["seeds"] == [1, 2, 3]
 
 
-def test_options_from_settings():
+def test_options_from_the_session(tmp_path):
     from kernel_lsp.config import Settings
+    from kernel_lsp.services.session import Session
 
-    options = VerifyOptions.from_settings(Settings(verify_seeds=5, min_speedup=1.2, verify_timeout_s=30.0, extra_flags=("-O3",)), sanitize=True)
-    assert (options.seeds, options.min_speedup, options.timeout_s, options.extra_flags, options.sanitize) == (5, 1.2, 30.0, ("-O3",), True)
+    settings = Settings(verify_seeds=5, min_speedup=1.2, verify_timeout_s=30.0, extra_flags=("-O3",))
+    options = Session(settings).verify_options(str(tmp_path / "k.cu"), sanitize=True)
+    assert (options.seeds, options.min_speedup, options.timeout_s, options.sanitize) == (5, 1.2, 30.0, True)
+    assert options.build.flags == ("-I", str(tmp_path), "-O3")
     assert options.arch is None
 
 
@@ -173,7 +181,7 @@ extern "C" __global__ void k(float* y)
     counter++;
 }
 """
-    built = compile_cubin(source, str(tmp_path), "g", arch="sm_90")
+    built = compile_cubin(source, str(tmp_path), "g", BuildFlags().for_arch("sm_90"))
     assert built.ok, built.log
     found = dict(device_globals((tmp_path / "g.cubin").read_bytes()))
     assert found["counter"] == 4 and found["cache"] == 4096 and found["flag"] == 4

@@ -167,3 +167,4 @@ def test_include_line_finds_the_directive_that_brings_a_header_in():
     assert include_line(source, "/usr/include/cstdio") == 0
     assert include_line(source, "/w/nested.cuh") is None
     assert include_line("int x; // #include \"util.cuh\"\n", "/w/util.cuh") is None
+    assert include_line('/* old:\n#include "util.cuh"\n*/\n#include "util.cuh"\n', "/w/util.cuh") == 3

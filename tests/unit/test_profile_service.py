@@ -221,7 +221,9 @@ def test_ptxas_facts_from_the_compile_log():
         "    8 bytes stack frame, 4 bytes spill stores, 4 bytes spill loads\n"
         "ptxas info    : Used 168 registers, used 1 barriers, 4096 bytes smem, 360 bytes cmem[0]\n"
     )
-    facts = prof.static_facts(None, "", log, "_Z1kPf")
+    from kernel_lsp.core.nvcc_output import parse_resource_usage
+
+    facts = prof.static_facts(None, "", parse_resource_usage(log)[0])
     assert facts == {"ptxas.registers": 168.0, "ptxas.smem_bytes": 4096.0, "ptxas.spill_bytes": 8.0}
 
 

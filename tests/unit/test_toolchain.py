@@ -12,7 +12,7 @@ import pytest
 
 from kernel_lsp.config import Settings
 from kernel_lsp.services.compile_db import CompileDb
-from kernel_lsp.services.toolchain import build_argv, compile_source
+from kernel_lsp.services.toolchain import build_flags, compile_source, split_arch_flags
 
 
 
@@ -45,11 +45,25 @@ def _fake_tool(folder: Path, body: str) -> str:
 
 def test_argv_uses_settings_or_database_flags(tmp_path: Path) -> None:
     settings = Settings(arch="sm_80", include_paths=("/inc",), extra_flags=("-O3",))
-    argv = build_argv(settings, "k.cu", "/src", None)
-    assert argv == ["nvcc", "-arch=sm_80", "-cubin", "-Xptxas", "-v", "-lineinfo", "-I", "/src", "-I", "/inc",
+    src = tmp_path / "src"
+    src.mkdir()
+    argv = build_flags(settings, str(src / "k.cu")).argv("k.cu")
+    assert argv == ["nvcc", "-arch=sm_80", "-cubin", "-Xptxas", "-v", "-lineinfo", "-I", str(src), "-I", "/inc",
                     "-O3", "-o", "k.cubin", "k.cu"]
-    with_db = build_argv(settings, "k.cu", "/src", ("-arch=sm_75", "-DX"))
+    (tmp_path / "compile_commands.json").write_text(json.dumps(
+        [{"directory": str(src), "file": "k.cu", "arguments": ["nvcc", "-arch=sm_75", "-DX", "-c", "k.cu"]}]))
+    flags = build_flags(settings, str(src / "k.cu"), workspace_root=str(tmp_path), compile_db=CompileDb())
+    with_db = flags.argv("k.cu")
     assert "-arch=sm_80" not in with_db and with_db.count("-arch=sm_75") == 1 and "-DX" in with_db
+    assert flags.flags_source == "compile_commands.json" and flags.target_arch == "sm_75"
+    # The verifier builds for the GPU it measures on: only the architecture changes, never the -D flags.
+    assert flags.for_arch("sm_90").argv("k.cu") == [a if a != "-arch=sm_75" else "-arch=sm_90" for a in with_db]
+
+
+def test_arch_flags_are_split_from_the_rest() -> None:
+    assert split_arch_flags(("-DX", "-gencode", "arch=compute_80,code=sm_80", "-O3", "--gpu-architecture=sm_70")) == (
+        ("-gencode", "arch=compute_80,code=sm_80", "--gpu-architecture=sm_70"), ("-DX", "-O3"))
+    assert build_flags(Settings(extra_flags=("-arch=sm_86", "-DY")), "/x/k.cu").arch_flags == ("-arch=sm_86",)
 
 
 @needs_nvcc

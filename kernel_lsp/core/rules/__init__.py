@@ -19,6 +19,7 @@ from typing import Any
 
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest
 from kernel_lsp.core.index import KernelIndex, build_index
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.rules.simple import (
     BlockSizeSweep, GridStride, IndexSwap, LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst,
@@ -89,8 +90,8 @@ def evaluate(
 ) -> list[RuleOutcome]:
     """Every rule's verdict on ``kernel`` in ``source``: refused with a reason, or its rewrites.
 
-    ``preprocessed`` is the file's view with its local headers (the services layer reads them);
-    without it the analysis sees the file's own macros only."""
+    ``preprocessed``: the file's view with its local headers expanded (the session's); without it the
+    file is preprocessed on its own."""
     index = index if index is not None else build_index(source)
     fn = next((f for f in index.kernels if f.name == kernel), None)
     if fn is None:
@@ -116,8 +117,10 @@ class RuleGenerator:
 
     name = "rules"
 
-    def __init__(self, rules: Sequence[Rule] = RULES):
+    def __init__(self, rules: Sequence[Rule] = RULES, preprocessed: Preprocessed | None = None):
+        """``preprocessed``: the request file's preprocessed view, when the caller has it (headers expanded)."""
         self.rules = tuple(rules)
+        self.preprocessed = preprocessed
         self.outcomes: list[RuleOutcome] = []
 
     def ordered(self, request: OptimizeRequest) -> list[Rule]:
@@ -126,8 +129,8 @@ class RuleGenerator:
         return sorted(self.rules, key=lambda r: (rank.get(r.technique, len(rank)), default[r.name]))
 
     def generate(self, request: OptimizeRequest) -> Iterator[Candidate]:
-        self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request),
-                                 preprocessed=request.preprocessed)
+        pre = self.preprocessed if self.preprocessed is not None and self.preprocessed.path == request.path else None
+        self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request), preprocessed=pre)
         seen: set[tuple[str, str]] = set()
         for outcome in self.outcomes:
             for rw in outcome.rewrites:

@@ -130,8 +130,8 @@ class RuleContext:
     def with_helpers(self, new_source_body: str, helpers: str) -> str:
         """The file with the kernel's body replaced and ``helpers`` inserted before the kernel's first line."""
         start, end, _ = self.body
-        # The kernel's span starts at ``__global__``; an ``extern "C"`` before it on the same line must stay
-        # attached to the kernel, so the helpers go at the start of that line.
+        # The helpers go at the start of the line where the kernel's definition (``template``, ``extern "C"``
+        # or ``__global__``) begins, never between it and something written before it on that line.
         at = T.line_start(self.source_bytes, self.kernel.span.start_byte)
         b = self.source_bytes
         new = b[:at] + helpers.encode() + b[at:start] + new_source_body.encode() + b[end:]

@@ -312,7 +312,7 @@ class IndexSwap(Rule):
         x, y = dx.group("name"), dy.group("name")
         written = [
             sub for p in ctx.kernel.params if p.pointer_depth == 1
-            for sub in T.subscripts(ctx.body_masked, p.name) if T.is_written_at(ctx.body_masked, sub)
+            for sub in T.subscripts(ctx.body_masked, p.name) if sub.written
         ]
         row_major_on_x = [s for s in written if re.fullmatch(rf"\(?{x}\)?\*[\w()]+\+\(?{y}\)?", T.squash(s.index))]
         if not written or len(row_major_on_x) != len(written):

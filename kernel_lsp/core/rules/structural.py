@@ -100,7 +100,7 @@ class VectorizeElementwise(Rule):
         m = T.squash(ctx.body_masked)
         writes = [
             (p.name, sub) for p in ctx.kernel.params if p.pointer_depth == 1
-            for sub in T.subscripts(ctx.body_masked, p.name) if T.is_written_at(ctx.body_masked, sub)
+            for sub in T.subscripts(ctx.body_masked, p.name) if sub.written
         ]
         if len(writes) != 1:
             return None, "not exactly one array store"

@@ -1,50 +1,58 @@
-"""Text helpers the rewrite rules share: masking, bracket matching, read/write analysis, splicing.
+"""Text helpers the rewrite rules share: masking, subscripts and uses, splicing, statement shapes.
 
 Rules match patterns on the kernel body with comments and string literals
 blanked out (same length, so offsets stay valid) and splice into the original
-text. Everything here is conservative: when a helper cannot prove a fact
-(a pointer is never written, a statement has a given shape) it says so and the
-rule refuses.
+text. Where a comment or literal is, which ``p[i]`` accesses and uses of a name
+a fragment holds and whether an element is stored to, come from tree-sitter's
+parse of the fragment (the parser the kernel index uses), not from a scanner of
+their own. Everything here is conservative: when a helper cannot prove a fact
+(a statement has a given shape) it says so and the rule refuses.
 """
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import re
 from collections.abc import Callable, Iterable
 from dataclasses import dataclass
 
+from tree_sitter import Node, Parser
+
 from kernel_lsp.core.index import Function
+from kernel_lsp.core.parse import CUDA_LANGUAGE, comment_and_literal_ranges
 
 IDENT = r"[A-Za-z_]\w*"
-_ASSIGN_AFTER = re.compile(r"\s*(=(?!=)|\+=|-=|\*=|/=|%=|&=|\|=|\^=|<<=|>>=|\+\+|--)")
-_BEFORE_INCDEC = re.compile(r"(\+\+|--)\s*$")
+
+
+_WRAP_HEAD, _WRAP_TAIL = b"void __kernel_lsp_body__() {", b"\n}"
 
 
 def mask(text: str) -> str:
-    """``text`` with comments and string/char literals replaced by spaces (newlines kept)."""
+    """``text`` (statements, such as a body's inside) with comments and string/char literals replaced by
+    spaces, newlines kept, the same length: where they are is what tree-sitter's lexer says, as for the index."""
+    data = text.encode("utf-8")
+    # Statements parse as a function body; outside one they would be error recovery.
+    ranges = comment_and_literal_ranges(_WRAP_HEAD + data + _WRAP_TAIL)
+    if not ranges:
+        return text
+    to_char = _char_offsets(text, data)
     out = list(text)
-    i, n = 0, len(text)
-    while i < n:
-        two = text[i : i + 2]
-        if two == "//":
-            j = text.find("\n", i)
-            j = n if j < 0 else j
-        elif two == "/*":
-            j = text.find("*/", i + 2)
-            j = n if j < 0 else j + 2
-        elif text[i] in "\"'":
-            quote, j = text[i], i + 1
-            while j < n and text[j] != quote and text[j] != "\n":
-                j += 2 if text[j] == "\\" else 1
-            j = min(j + 1, n)
-        else:
-            i += 1
-            continue
-        for k in range(i, j):
+    for start, end in ranges:
+        start, end = max(start - len(_WRAP_HEAD), 0), min(end - len(_WRAP_HEAD), len(data))
+        for k in range(to_char(start), to_char(end)):
             if out[k] != "\n":
                 out[k] = " "
-        i = j
     return "".join(out)
+
+
+def _char_offsets(text: str, data: bytes) -> Callable[[int], int]:
+    """Byte offset -> character offset in ``text`` (identity for ASCII)."""
+    if len(data) == len(text):
+        return lambda offset: offset
+    starts = list(itertools.accumulate((len(ch.encode("utf-8")) for ch in text), initial=0))
+    return lambda offset: bisect.bisect_left(starts, offset)
 
 
 def match_close(text: str, open_at: int) -> int | None:
@@ -78,29 +86,71 @@ class Subscript:
     """Offset just past the closing ``]``."""
     index: str
     """The index expression as written."""
+    written: bool = False
+    """The element is assigned (``=``, ``+=``, also through a member or a further subscript), incremented,
+    or has its address taken (``&p[i]``, as atomics do)."""
+
+
+@functools.lru_cache(maxsize=512)
+def _fragment(text: str) -> tuple[Node, Callable[[int], int]]:
+    """Statements or an expression parsed as a function body: (root, fragment byte offset -> character offset)."""
+    data = text.encode("utf-8")
+    # A trailing ";" ends an expression fragment; after statements it is an empty statement.
+    root = Parser(CUDA_LANGUAGE).parse(_WRAP_HEAD + data + b"\n;" + _WRAP_TAIL).root_node
+    to_char = _char_offsets(text, data)
+    return root, lambda offset: to_char(offset - len(_WRAP_HEAD))
+
+
+def _nodes(root: Node, kind: str) -> list[Node]:
+    found, stack = [], [root]
+    while stack:
+        node = stack.pop()
+        if node.type == kind:
+            found.append(node)
+        stack.extend(reversed(node.children))
+    return found
+
+
+def _is_written(node: Node) -> bool:
+    """Whether the element ``node`` (a subscript) is a store target: climbs members and further subscripts."""
+    while node.parent is not None:
+        parent = node.parent
+        if parent.type in ("subscript_expression", "field_expression") and parent.child_by_field_name("argument") == node:
+            node = parent
+        elif parent.type == "parenthesized_expression":
+            node = parent
+        else:
+            break
+    parent = node.parent
+    if parent is None:
+        return False
+    if parent.type == "assignment_expression":
+        return parent.child_by_field_name("left") == node
+    if parent.type == "update_expression":
+        return True
+    return parent.type == "pointer_expression" and (parent.child_by_field_name("operator") is not None
+                                                   and parent.child_by_field_name("operator").type == "&")
 
 
 def subscripts(masked: str, name: str) -> list[Subscript]:
-    """Every ``name[...]`` in masked text (outer accesses; nested ones appear separately)."""
+    """Every ``name[...]`` in masked text, as tree-sitter parses it (nested ones appear separately)."""
+    root, to_char = _fragment(masked)
     out = []
-    for m in re.finditer(rf"(?<![\w.>]){re.escape(name)}\s*\[", masked):
-        close = match_close(masked, m.end() - 1)
-        if close is not None:
-            out.append(Subscript(name, m.start(), close + 1, masked[m.end() : close]))
+    for node in _nodes(root, "subscript_expression"):
+        argument, indices = node.child_by_field_name("argument"), node.child_by_field_name("indices")
+        if argument is None or indices is None or argument.type != "identifier":
+            continue
+        start, end = to_char(argument.start_byte), to_char(node.end_byte)
+        if masked[start:to_char(argument.end_byte)] != name or masked[end - 1 : end] != "]":
+            continue
+        out.append(Subscript(name, start, end, masked[to_char(indices.start_byte) + 1 : end - 1], _is_written(node)))
     return out
 
 
 def occurrences(masked: str, name: str) -> list[int]:
-    """Offsets of identifier ``name`` (not a member ``.name`` / ``->name``)."""
-    return [m.start() for m in re.finditer(rf"(?<![\w.])(?<!->){re.escape(name)}\b", masked)]
-
-
-def is_written_at(masked: str, sub: Subscript) -> bool:
-    """True when ``name[i]`` at ``sub`` is assigned, incremented, or has its address taken."""
-    if _ASSIGN_AFTER.match(masked, sub.end):
-        return True
-    before = masked[: sub.start].rstrip()
-    return bool(_BEFORE_INCDEC.search(before)) or before.endswith("&")
+    """Offsets of identifier ``name`` (not a member ``.name`` / ``->name``), as tree-sitter parses it."""
+    root, to_char = _fragment(masked)
+    return [to_char(n.start_byte) for n in _nodes(root, "identifier") if masked[to_char(n.start_byte) : to_char(n.end_byte)] == name]
 
 
 def rewrite_subscripts(masked: str, text: str, names: Iterable[str], fn: Callable[[str, str], str]) -> str:
@@ -111,23 +161,19 @@ def rewrite_subscripts(masked: str, text: str, names: Iterable[str], fn: Callabl
     names = set(names)
     if not names:
         return text
-    pattern = re.compile(r"(?<![\w.>])(" + "|".join(re.escape(n) for n in sorted(names)) + r")\s*\[")
+    found = sorted((s for n in names for s in subscripts(masked, n)), key=lambda s: s.start)
     out: list[str] = []
     pos = 0
-    while True:
-        m = pattern.search(masked, pos)
-        if m is None:
-            out.append(text[pos:])
-            return "".join(out)
-        close = match_close(masked, m.end() - 1)
-        if close is None:
-            out.append(text[pos:])
-            return "".join(out)
-        inner_text = text[m.end() : close]
-        inner = rewrite_subscripts(masked[m.end() : close], inner_text, names, fn)
-        out.append(text[pos : m.start()])
-        out.append(fn(m.group(1), inner))
-        pos = close + 1
+    for sub in found:
+        if sub.start < pos:
+            continue  # inside the index of one already rewritten: the recursion below handled it
+        open_at = masked.index("[", sub.start + len(sub.name))
+        inner = rewrite_subscripts(masked[open_at + 1 : sub.end - 1], text[open_at + 1 : sub.end - 1], names, fn)
+        out.append(text[pos : sub.start])
+        out.append(fn(sub.name, inner))
+        pos = sub.end
+    out.append(text[pos:])
+    return "".join(out)
 
 
 def body_text(source_bytes: bytes, fn: Function) -> tuple[int, int, str]:
@@ -222,5 +268,17 @@ def index_declaration(masked: str, axis: str = "x") -> re.Match[str] | None:
 
 
 def declared_type(masked: str, name: str) -> str | None:
-    m = re.search(rf"(?P<type>(?:const\s+)?(?:unsigned\s+int|unsigned|long\s+long|double|float|int|size_t|long))\s+{re.escape(name)}\s*=", masked)
-    return re.sub(r"\s+", " ", m.group("type")) if m else None
+    """The type (with ``const``, spaces squeezed) of the first initialized declaration of ``name`` in the
+    fragment, as tree-sitter parses it; None when there is none."""
+    root, to_char = _fragment(masked)
+    for node in _nodes(root, "declaration"):
+        type_node = node.child_by_field_name("type")
+        if type_node is None:
+            continue
+        for declarator in node.children_by_field_name("declarator"):
+            target = declarator.child_by_field_name("declarator") if declarator.type == "init_declarator" else None
+            if target is not None and target.type == "identifier" and masked[to_char(target.start_byte) : to_char(target.end_byte)] == name:
+                words = [masked[to_char(c.start_byte) : to_char(c.end_byte)] for c in node.children if c.type == "type_qualifier"]
+                words.append(masked[to_char(type_node.start_byte) : to_char(type_node.end_byte)])
+                return " ".join(" ".join(words).split())
+    return None

@@ -1,33 +1,22 @@
-"""nvcc to a cubin, and the kernel's (possibly mangled) entry name.
+"""nvcc to a cubin in the verifier's or profiler's folder, and the kernel's (possibly mangled) entry name.
 
-The entry names come from ptxas's verbose output ("Compiling entry function
-'_Z5saxpyifPKfPf' for 'sm_90'"), which lists exactly the kernels of the cubin, so
-no cuobjdump or cu++filt is needed. A C++ name is matched by reading its
-Itanium-mangled base name (:func:`mangled_base_name`).
+The compile itself is :func:`kernel_lsp.services.toolchain.compile_in` with the
+file's :class:`~kernel_lsp.services.toolchain.BuildFlags`: the same command and
+the same :class:`~kernel_lsp.services.toolchain.CompileResult` as the editor's
+diagnostics. Its entry names come from ptxas's verbose output ("Compiling entry
+function '_Z5saxpyifPKfPf' for 'sm_90'"), which lists exactly the kernels of the
+cubin, so no cuobjdump or cu++filt is needed. A C++ name is matched by reading
+its Itanium-mangled base name (:func:`mangled_base_name`).
 """
 
 from __future__ import annotations
 
-import os
-import re
 import struct
 import threading
-from dataclasses import dataclass
 
-from kernel_lsp.services.proc import ToolMissing, run
+from kernel_lsp.services.toolchain import BuildFlags, CompileResult, compile_in
 
-_ENTRY = re.compile(r"Compiling entry function '([^']+)'")
-
-
-@dataclass(frozen=True)
-class CompileResult:
-    ok: bool
-    cubin_path: str | None
-    entries: tuple[str, ...]
-    """Kernel entry names in the cubin, mangled as the linker sees them."""
-    log: str
-    """nvcc's stderr (errors, warnings, ptxas info)."""
-    wall_s: float
+__all__ = ["CompileResult", "compile_cubin", "device_globals", "find_entry", "mangled_base_name"]
 
 
 def mangled_base_name(symbol: str) -> str:
@@ -69,39 +58,6 @@ def find_entry(entries: tuple[str, ...], kernel: str) -> tuple[str | None, str]:
     return None, f"'{kernel}' is ambiguous in the cubin (overloads or template instances: {', '.join(matches)})"
 
 
-def compile_cubin(
-    source: str,
-    workdir: str,
-    stem: str,
-    *,
-    arch: str,
-    nvcc: str = "nvcc",
-    include_dirs: tuple[str, ...] = (),
-    extra_flags: tuple[str, ...] = (),
-    timeout_s: float = 120.0,
-    cancel: threading.Event | None = None,
-) -> CompileResult:
-    """Write ``source`` to ``workdir/stem.cu`` and compile it to ``stem.cubin`` for ``arch`` (``sm_90``)."""
-    src_path = os.path.join(workdir, f"{stem}.cu")
-    cubin_path = os.path.join(workdir, f"{stem}.cubin")
-    with open(src_path, "w", encoding="utf-8") as f:
-        f.write(source)
-    argv = [nvcc, "-cubin", f"-arch={arch}", "-lineinfo", "-Xptxas", "-v", "-o", cubin_path]
-    argv += [f"-I{d}" for d in include_dirs] + list(extra_flags) + [src_path]
-    try:
-        result = run(argv, timeout_s=timeout_s, cwd=workdir, cancel=cancel)
-    except ToolMissing as exc:
-        return CompileResult(False, None, (), f"{exc}. Install the CUDA toolkit or set nvccPath.", 0.0)
-    # Paths of the scratch folder mean nothing to the user: "candidate.cu(9): error" reads better.
-    log = (result.stdout + result.stderr).strip().replace(workdir + os.sep, "")
-    if result.timed_out:
-        return CompileResult(False, None, (), f"nvcc did not finish in {timeout_s:.0f} s", result.wall_s)
-    if not result.ok or not os.path.exists(cubin_path):
-        return CompileResult(False, None, (), log or f"nvcc exited with {result.returncode}", result.wall_s)
-    entries = tuple(dict.fromkeys(_ENTRY.findall(log)))
-    return CompileResult(True, cubin_path, entries, log, result.wall_s)
-
-
 def device_globals(cubin: bytes) -> tuple[tuple[str, int], ...]:
     """(symbol, bytes) of every ``__device__``/``__managed__`` variable in a cubin (an ELF64 file).
 
@@ -137,3 +93,9 @@ def device_globals(cubin: bytes) -> tuple[tuple[str, int], ...]:
             if names[st_shndx].startswith(".nv.global") and st_size > 0:
                 found[string(link, st_name)] = st_size
     return tuple(found.items())
+
+
+def compile_cubin(source: str, workdir: str, stem: str, flags: BuildFlags, *,
+                  cancel: threading.Event | None = None) -> CompileResult:
+    """Write ``source`` to ``workdir/stem.cu`` and compile it to ``workdir/stem.cubin`` (kept for the caller)."""
+    return compile_in(source, workdir, f"{stem}.cu", flags, cancel=cancel)

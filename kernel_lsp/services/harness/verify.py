@@ -30,6 +30,7 @@ A bad spec (or a spec that does not describe the original) raises
 from __future__ import annotations
 
 import atexit
+import dataclasses
 import functools
 import hashlib
 import json
@@ -46,7 +47,6 @@ from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
 import kernel_lsp
-from kernel_lsp.config import Settings
 from kernel_lsp.core import stats
 from kernel_lsp.core.inputs import NUMPY_DTYPES
 from kernel_lsp.core.spec import Spec, SpecError
@@ -56,6 +56,7 @@ from kernel_lsp.services.harness import device_kernels
 from kernel_lsp.services.harness.compile import CompileResult, compile_cubin, device_globals, find_entry
 from kernel_lsp.services.harness.protocol import CANDIDATE, ORIGINAL, Limits, TimingOptions
 from kernel_lsp.services.proc import ToolMissing, run, which
+from kernel_lsp.services.toolchain import BuildFlags
 
 #: Where the default seeds start; the seeds used are always reported in the verdict.
 BASE_SEED = 1
@@ -85,11 +86,11 @@ class VerifyOptions:
     sanitize: bool = False
     """Run compute-sanitizer memcheck, racecheck and initcheck on the candidate at the smallest size."""
     arch: str | None = None
-    """``sm_90``; None: detected with nvidia-smi (``sm_90`` when that fails)."""
-    nvcc: str = "nvcc"
-    include_dirs: tuple[str, ...] = ()
-    extra_flags: tuple[str, ...] = ()
-    compile_timeout_s: float = 120.0
+    """``sm_90``; None: detected with nvidia-smi (``sm_90`` when that fails). Replaces ``build``'s architecture:
+    the verification runs on the GPU that is there, whatever the editor's occupancy estimate targets."""
+    build: BuildFlags = field(default_factory=BuildFlags)
+    """nvcc and its flags for both files: the session's :func:`~kernel_lsp.services.toolchain.build_flags` of the
+    original's path, the same ones its diagnostics compile with (compile database, include paths, extraFlags)."""
     timeout_s: float = 120.0
     """Longest the child (correctness + timing) may run before it is killed: reason ``timeout``.
     The last resort: a hung candidate launch is stopped after ``limits`` allow."""
@@ -103,25 +104,6 @@ class VerifyOptions:
     python: str = sys.executable
     sanitizer: str = "compute-sanitizer"
     sanitizer_timeout_s: float = 300.0
-
-    @classmethod
-    def from_settings(cls, settings: Settings, **overrides) -> VerifyOptions:
-        """Options from the user's settings (seeds, min speedup, timeouts, nvcc and its flags).
-
-        ``arch`` is left to detection: the verification runs on the GPU that is
-        there, whatever the editor's occupancy estimate targets.
-        """
-        fields = dict(
-            seeds=settings.verify_seeds,
-            min_speedup=settings.min_speedup,
-            nvcc=settings.nvcc_path,
-            include_dirs=settings.include_paths,
-            extra_flags=settings.extra_flags,
-            compile_timeout_s=settings.compile_timeout_s,
-            timeout_s=settings.verify_timeout_s,
-        )
-        fields.update(overrides)
-        return cls(**fields)
 
 
 @functools.lru_cache(maxsize=4)
@@ -235,8 +217,8 @@ def _verify_in(workdir, original_source, candidate_source, spec, options, cancel
     return _speed_verdict(outcome["samples_ms"], options, verdict, common)
 
 
-def _compile_key(source: str, arch: str, options: VerifyOptions) -> str:
-    text = json.dumps([source, arch, options.nvcc, list(options.include_dirs), list(options.extra_flags)])
+def _compile_key(source: str, flags: BuildFlags) -> str:
+    text = json.dumps([source, flags.nvcc, list(flags.arch_flags), list(flags.flags)])
     return hashlib.sha256(text.encode("utf-8")).hexdigest()
 
 
@@ -251,26 +233,26 @@ def _process_cache_dir() -> str:
     return path
 
 
-def _compile_original(workdir: str, source: str, arch: str, options: VerifyOptions, cancel: threading.Event | None) -> CompileResult:
+def _compile_original(workdir: str, source: str, flags: BuildFlags, cancel: threading.Event | None) -> CompileResult:
     """The original's cubin, compiled once per process for the same source, arch and flags.
 
     Kept in memory only: headers in ``include_dirs`` may change between processes, and a
     stale original would be a wrong reference.
     """
-    key = _compile_key(source, arch, options)
+    key = _compile_key(source, flags)
     with _cache_lock:
         cached = _cubin_cache.get(key)
         if cached is not None and cached.cubin_path and os.path.exists(cached.cubin_path):
             _cubin_cache.move_to_end(key)
             return cached
-    built = _build(workdir, ORIGINAL, source, arch, options, cancel)
+    built = compile_cubin(source, workdir, ORIGINAL, flags, cancel=cancel)
     if built.ok and built.cubin_path:
         # Its own folder keeps the file name (original.cubin) that the GPU child reports.
         kept = os.path.join(_process_cache_dir(), key, f"{ORIGINAL}.cubin")
         os.makedirs(os.path.dirname(kept), exist_ok=True)
         shutil.copyfile(built.cubin_path, kept)
         with _cache_lock:
-            _cubin_cache[key] = CompileResult(True, kept, built.entries, built.log, built.wall_s)
+            _cubin_cache[key] = dataclasses.replace(built, cubin_path=kept)
             while len(_cubin_cache) > _CUBIN_CACHE_ENTRIES:
                 _, old = _cubin_cache.popitem(last=False)
                 if old.cubin_path:
@@ -284,12 +266,14 @@ def _cache_home() -> str:
 
 def helper_cubin(workdir: str, arch: str, options: VerifyOptions, cancel: threading.Event | None = None) -> CompileResult:
     """The harness's own kernels for ``arch``, from the disk cache when compiled before (keyed by their source)."""
-    digest = hashlib.sha256(json.dumps([device_kernels.SOURCE, arch, options.nvcc]).encode("utf-8")).hexdigest()[:16]
+    nvcc = cuda_tool(options.build.nvcc)
+    digest = hashlib.sha256(json.dumps([device_kernels.SOURCE, arch, nvcc]).encode("utf-8")).hexdigest()[:16]
     for folder in (_cache_home(), _process_cache_dir()):
         path = os.path.join(folder, f"helpers-{digest}-{arch}.cubin")
         if os.path.exists(path):
-            return CompileResult(True, path, (), "", 0.0)
-    built = compile_cubin(device_kernels.SOURCE, workdir, "harness_helpers", arch=arch, nvcc=cuda_tool(options.nvcc), timeout_s=options.compile_timeout_s, cancel=cancel)
+            return CompileResult(messages=(), cubin_path=path, returncode=0)
+    flags = BuildFlags(nvcc=nvcc, timeout_s=options.build.timeout_s).for_arch(arch)
+    built = compile_cubin(device_kernels.SOURCE, workdir, "harness_helpers", flags, cancel=cancel)
     if not built.ok or not built.cubin_path:
         return built
     for folder in (_cache_home(), _process_cache_dir()):
@@ -299,21 +283,18 @@ def helper_cubin(workdir: str, arch: str, options: VerifyOptions, cancel: thread
             # Copy, then rename: a concurrent verification never sees half a cubin.
             shutil.copyfile(built.cubin_path, path + f".{os.getpid()}.tmp")
             os.replace(path + f".{os.getpid()}.tmp", path)
-            return CompileResult(True, path, built.entries, built.log, built.wall_s)
+            return dataclasses.replace(built, cubin_path=path)
         except OSError:
             continue
     return built
 
 
-def _build(workdir: str, stem: str, source: str, arch: str, options: VerifyOptions, cancel: threading.Event | None) -> CompileResult:
-    return compile_cubin(source, workdir, stem, arch=arch, nvcc=cuda_tool(options.nvcc), include_dirs=options.include_dirs, extra_flags=options.extra_flags, timeout_s=options.compile_timeout_s, cancel=cancel)
-
-
 def _compile_both(workdir: str, original_source: str, candidate_source: str, options: VerifyOptions, cancel: threading.Event | None) -> tuple[CompileResult, CompileResult, CompileResult, str]:
     arch = options.arch or detect_arch()
+    flags = dataclasses.replace(options.build.for_arch(arch), nvcc=cuda_tool(options.build.nvcc))
     with ThreadPoolExecutor(max_workers=3) as pool:
-        original = pool.submit(_compile_original, workdir, original_source, arch, options, cancel)
-        candidate = pool.submit(_build, workdir, CANDIDATE, candidate_source, arch, options, cancel)
+        original = pool.submit(_compile_original, workdir, original_source, flags, cancel)
+        candidate = pool.submit(compile_cubin, candidate_source, workdir, CANDIDATE, flags, cancel=cancel)
         helpers = pool.submit(helper_cubin, workdir, arch, options, cancel)
         original_build, candidate_build, helper_build = original.result(), candidate.result(), helpers.result()
     if cancel is not None and cancel.is_set():
