@@ -45,7 +45,7 @@ sys.path.insert(0, os.path.dirname(HERE))
 
 from kernel_lsp.core import expr  # noqa: E402
 from kernel_lsp.core.spec import FLOAT_TYPES, ArrayParam, Spec, parse_spec  # noqa: E402
-from kernel_lsp.services.toolchain import BuildFlags
+from kernel_lsp.services.toolchain import BuildFlags  # noqa: E402
 from kernel_lsp.services.harness.compile import compile_cubin, find_entry  # noqa: E402
 from kernel_lsp.services.proc import run  # noqa: E402
 

@@ -1838,8 +1838,13 @@ def _pattern(a: Access, facts: KernelFacts, base: Mapping[str, int], lanes: list
             return Pattern(a, "gather", None, None, None, loop_stride, f"the index depends on `{reason}`, which varies by thread")
         if value is None:
             missing = sorted(s for s in a.index.symbols if s not in base and not s.startswith("tid."))
+            computed = [s for s in missing if s in facts.opaque and facts.opaque[s].recipe is not None]
+            if computed:
+                return Pattern(a, "unknown", None, None, None, loop_stride,
+                               f"`{facts.opaque[computed[0]].text}` has no value under this launch "
+                               "(a shift by 64 bits or more, or a division by zero)")
             return Pattern(a, "unknown", None, None, None, loop_stride,
-                           f"the index needs {', '.join(missing) or 'values'} that the launch does not give")
+                           f"the index needs {', '.join(missing) or 'values'}, which the launch does not give")
         addresses.append(value)
     coeff_x = a.index.coefficient("tid.x")
     stride = evaluate(coeff_x, base, facts.opaque) if coeff_x is not None and not any(

@@ -29,12 +29,14 @@ def test_every_corpus_kernel_has_a_recorded_analysis():
 def test_corpus_kernel_analysis(name):
     found = record(name)
     assert found["accesses"], "no memory access found"
-    unknown = [a for a in found["accesses"] if a.endswith(" unknown")]
-    assert not unknown or found["unknowns"], f"unexplained unknown patterns: {unknown}"
+    # An unknown pattern carries its reason, and the reason is not the launch lacking a value:
+    # every corpus spec gives every size its kernel uses.
+    unknown = [a for a in found["accesses"] if " unknown" in a]
+    assert all(a.endswith(")") and "launch does not give" not in a for a in unknown), unknown
     assert found == EXPECTED[name]
 
 
 def test_coverage_over_the_corpus():
-    accesses = Counter(a.rsplit(" ", 1)[1] for entry in EXPECTED.values() for a in entry["accesses"])
+    accesses = Counter(a.split(" (", 1)[0].rsplit(" ", 1)[1] for entry in EXPECTED.values() for a in entry["accesses"])
     total = sum(accesses.values())
     assert accesses["unknown"] <= total // 20, accesses

@@ -99,7 +99,7 @@ def _identifiers(text: str) -> set[str]:
 
 class RegisterAccumulate(Rule):
     name = "register-accumulate"
-    technique = "register-accumulate"
+    technique = "loop-invariant-hoisting"
     summary = "a loop-invariant global element read and written in a loop kept in a register across it"
 
     def plans(self, ctx: RuleContext) -> tuple[list[Plan], str]:
