@@ -37,9 +37,6 @@ class OptimizeRequest:
     """The knowledge base's performance state for this kernel."""
     techniques: tuple[TechniqueHint, ...] = ()
     """Techniques in the order the knowledge base picked them."""
-    preprocessed: Any = None
-    """The file's :class:`~kernel_lsp.core.source.Preprocessed` view with its local headers
-    (made by the services layer, which reads them); None: the file's own macros only."""
 
 
 @dataclass(frozen=True)
@@ -55,6 +52,9 @@ class Candidate:
     """The spec's ``candidate`` field (grid/block/dynamic_smem) when the rewrite needs another launch."""
     trace: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
     """Model tool calls and messages that produced it (empty for rules)."""
+    after: str | None = None
+    """The ``generator`` of the candidate this one extends (a sequence of transformations): it is
+    tried only once that one was accepted, so every intermediate step is verified."""
 
 
 class CandidateGenerator(Protocol):

@@ -303,6 +303,7 @@ def optimize(
     stopped: str | None = None
     gpu_error: str | None = None
     seen: set[str] = set()
+    accepted: set[str] = set()
 
     candidates = _interleave(generators, request)
     while True:
@@ -316,6 +317,8 @@ def optimize(
         digest = candidate_hash(candidate)
         if digest in seen:
             continue
+        if candidate.after is not None and candidate.after not in accepted:
+            continue
         seen.add(digest)
         spend.candidates += 1
         pct = int(100 * spend.candidates / max(budget.max_candidates, 1))
@@ -328,6 +331,8 @@ def optimize(
             results.append(result)
             break
         results.append(result)
+        if result.verdict is not None and result.verdict.accepted:
+            accepted.add(candidate.generator)
         _record(result, kb, traces, state, kernel_hash=kernel_hash, path=path, kernel=kernel, features=features,
                 original=source, metrics=metrics)
     wall = clock() - spend.start

@@ -219,7 +219,7 @@ class Session:
                 _MACRO_VIEWS.move_to_end(key)
                 return hit[0]
         absolute = os.path.abspath(path) if path else None
-        reader = header_reader(((os.path.dirname(absolute),) if absolute else ()) + dirs, self.buffers)
+        reader = header_reader(self._header_dirs(absolute, dirs), self.buffers)
         view = preprocess(skeleton, absolute, reader, dirs, defines)
         stamps = tuple((header, self._stamp(header)) for header in view.includes)
         with _MACRO_VIEWS_LOCK:
@@ -227,6 +227,10 @@ class Session:
             while len(_MACRO_VIEWS) > _MACRO_VIEWS_KEPT:
                 _MACRO_VIEWS.popitem(last=False)
         return view
+
+    def _header_dirs(self, absolute: str | None, dirs: tuple[str, ...]) -> tuple[str, ...]:
+        """Where the preprocessor may read headers: the file's folder, its ``-I`` folders, the workspace."""
+        return ((os.path.dirname(absolute),) if absolute else ()) + dirs + ((self.workspace_root,) if self.workspace_root else ())
 
     def _stamp(self, header: str) -> tuple[float | None, int | None]:
         """What decides whether a header changed: its modification time, or its open buffer's text."""
@@ -239,7 +243,7 @@ class Session:
         flags = self.build_flags(path) if path else BuildFlags(flags=())
         dirs = include_dirs(flags)
         absolute = os.path.abspath(path) if path else None
-        reader = header_reader(((os.path.dirname(absolute),) if absolute else ()) + dirs, self.buffers)
+        reader = header_reader(self._header_dirs(absolute, dirs), self.buffers)
         return preprocess(text, absolute, reader, dirs, flags.defines)
 
     def analysis(self, path: str | None, text: str) -> FileAnalysis:
@@ -247,7 +251,7 @@ class Session:
         ``-I`` folders and ``-D`` macros as its compile (:meth:`build_flags`)."""
         flags = self.build_flags(path) if path else BuildFlags(flags=())
         return analyze_source(text, os.path.abspath(path) if path else None, include_dirs(flags), flags.defines,
-                              self.buffers)
+                              self.buffers, self.workspace_root)
 
     # --- specs -------------------------------------------------------------------
 
@@ -333,7 +337,8 @@ class Session:
         with self.stores(traces=model is not None) as stores:
             # The rules read the file as the compiler does: local headers' macros expanded with the file's flags.
             pre = self.preprocessed(path, source) if generators is None else None
-            chosen: list[Any] = list(generators) if generators is not None else [RuleGenerator(preprocessed=pre)]
+            chosen: list[Any] = list(generators) if generators is not None else [RuleGenerator(
+                preprocessed=pre, reprocess=lambda text: self.preprocessed(path, text))]
             if model is not None and generators is None:
                 # Model attempts (and every verdict of the search) become distillation data.
                 chosen.append(self.model_generator(model, spec, source, path, verifier=verifier if verify else None,

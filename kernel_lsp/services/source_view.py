@@ -2,7 +2,7 @@
 
 The core's :func:`~kernel_lsp.core.source.preprocess` is pure and reads headers only through a
 callable; this module supplies one. A header is read only when it is a regular file under one
-of the allowed folders (the file's own folder and the configured include paths) and smaller
+of the allowed folders (the file's own folder, the configured include paths and the workspace root) and smaller
 than :data:`MAX_HEADER_BYTES`, so a workspace cannot make the analysis read ``/dev/zero`` or
 a file outside it. Open editor buffers win over the disk, as they do for the compiler.
 """
@@ -46,10 +46,14 @@ def header_reader(allowed_dirs: tuple[str, ...], buffers: Mapping[str, str] | No
 
 
 def analyze_source(text: str, path: str | None, include_dirs: tuple[str, ...] = (),
-                   defines: Mapping[str, str] | None = None, buffers: Mapping[str, str] | None = None) -> FileAnalysis:
-    """Preprocess ``text`` (the file at ``path``, absolute) and analyse every kernel in it."""
+                   defines: Mapping[str, str] | None = None, buffers: Mapping[str, str] | None = None,
+                   workspace_root: str | None = None) -> FileAnalysis:
+    """Preprocess ``text`` (the file at ``path``, absolute) and analyse every kernel in it.
+
+    Headers are read from the file's folder, the include folders and the workspace root (a
+    project's ``#include "../common/sizes.h"`` is the project's own)."""
     folder = os.path.dirname(path) if path else ""
     absolute = os.path.abspath(path) if path else None
-    reader = header_reader((folder, *include_dirs), buffers)
+    reader = header_reader((folder, *include_dirs, *((workspace_root,) if workspace_root else ())), buffers)
     pre = preprocess(text, absolute, reader, tuple(include_dirs), defines)
     return FileAnalysis(pre, analyze(pre))

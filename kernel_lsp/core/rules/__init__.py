@@ -13,7 +13,8 @@ compile or run anything. Each rule's ``technique`` is a name from
 
 from __future__ import annotations
 
-from collections.abc import Iterator, Mapping, Sequence
+import posixpath
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
@@ -53,6 +54,11 @@ RULES: tuple[Rule, ...] = (
     LaunchBounds(),
     PragmaUnroll(),
 )
+
+#: Transformations driven by the access analysis, which may follow one another in a sequence.
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row"})
+#: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
+MAX_STEPS = 3
 
 __all__ = ["RULES", "Rewrite", "Rule", "RuleContext", "RuleGenerator", "RuleOutcome", "evaluate", "rule_by_name"]
 
@@ -117,10 +123,15 @@ class RuleGenerator:
 
     name = "rules"
 
-    def __init__(self, rules: Sequence[Rule] = RULES, preprocessed: Preprocessed | None = None):
-        """``preprocessed``: the request file's preprocessed view, when the caller has it (headers expanded)."""
+    def __init__(self, rules: Sequence[Rule] = RULES, preprocessed: Preprocessed | None = None,
+                 reprocess: Callable[[str], Preprocessed] | None = None, max_steps: int = MAX_STEPS):
+        """``preprocessed``: the request file's preprocessed view, when the caller has it (headers expanded);
+        ``reprocess(text)``: the same view of a rewritten text of that file (for the later steps of a
+        sequence); ``max_steps``: the longest sequence of transformations tried."""
         self.rules = tuple(rules)
         self.preprocessed = preprocessed
+        self.reprocess = reprocess
+        self.max_steps = max_steps
         self.outcomes: list[RuleOutcome] = []
 
     def ordered(self, request: OptimizeRequest) -> list[Rule]:
@@ -129,7 +140,10 @@ class RuleGenerator:
         return sorted(self.rules, key=lambda r: (rank.get(r.technique, len(rank)), default[r.name]))
 
     def generate(self, request: OptimizeRequest) -> Iterator[Candidate]:
-        pre = self.preprocessed if self.preprocessed is not None and self.preprocessed.path == request.path else None
+        pre = self.preprocessed
+        if pre is not None and posixpath.normpath(pre.path) != posixpath.normpath(request.path) and not pre.path.endswith(
+                "/" + posixpath.normpath(request.path)):
+            pre = None
         self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request), preprocessed=pre)
         seen: set[tuple[str, str]] = set()
         for outcome in self.outcomes:
@@ -139,4 +153,30 @@ class RuleGenerator:
                     continue
                 seen.add(key)
                 name = f"rule:{outcome.rule}" + (f"[{rw.variant}]" if rw.variant else "")
-                yield Candidate(request.kernel, rw.source, outcome.technique, name, rw.description, rw.launch_override)
+                candidate = Candidate(request.kernel, rw.source, outcome.technique, name, rw.description, rw.launch_override)
+                yield candidate
+                if outcome.rule in COMPOSABLE and not rw.launch_override:
+                    yield from self._sequences(request, candidate, (outcome.rule,), seen)
+
+    def _sequences(self, request: OptimizeRequest, base: Candidate, done: tuple[str, ...],
+                   seen: set[tuple[str, str]]) -> Iterator[Candidate]:
+        """Sequences that extend ``base``, depth first, right after it: a transformation that prepares the
+        kernel (an element kept in a register) can let a later one apply (a warp per row then sees no
+        loop-invariant store). Each is tried only once ``base`` was accepted (``Candidate.after``), so every
+        intermediate step is verified."""
+        if len(done) >= self.max_steps:
+            return
+        view = self.reprocess(base.source) if self.reprocess is not None else None
+        later = [r for r in self.rules if r.name in COMPOSABLE and r.name not in done]
+        for outcome in evaluate(base.source, request.kernel, request.spec, later, preprocessed=view):
+            for rw in outcome.rewrites:
+                key = (rw.source, repr(sorted((rw.launch_override or {}).items())))
+                if key in seen:
+                    continue
+                seen.add(key)
+                sequence = (*done, outcome.rule)
+                candidate = Candidate(request.kernel, rw.source, outcome.technique, "rule:" + "+".join(sequence),
+                                      f"{base.description}; then {rw.description}", rw.launch_override, after=base.generator)
+                yield candidate
+                if not rw.launch_override:
+                    yield from self._sequences(request, candidate, sequence, seen)
