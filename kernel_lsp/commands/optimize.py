@@ -22,6 +22,7 @@ import sys
 from typing import Any
 
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from kernel_lsp.core.transforms.launch_edit import applied_source
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -150,8 +151,9 @@ def run(args: argparse.Namespace) -> int:
     best = result.best
     if best is not None and not args.dry_run:
         written = args.file if args.apply else (args.out or _default_out(args.file))
+        host = applied_source(best.candidate, source)
         with open(written, "w", encoding="utf-8") as f:
-            f.write(best.candidate.source)
+            f.write(host.source)
         if best.candidate.launch_override:
             with open(written + ".launch.json", "w", encoding="utf-8") as f:
                 json.dump({"candidate": dict(best.candidate.launch_override)}, f, indent=2)
@@ -164,6 +166,10 @@ def run(args: argparse.Namespace) -> int:
             print("dry run: candidates are UNVERIFIED; nothing was written or applied")
         elif written:
             print(f"best: {best.candidate.technique} ({best.verdict.speedup:.2f}x) written to {written}")  # type: ignore[union-attr]
+            if host.lines:
+                print(f"      the launch{'es' if len(host.lines) > 1 else ''} at line {', '.join(map(str, host.lines))} edited to match")
+            elif host.instruction:
+                print(f"      {host.instruction}")
             if best.candidate.launch_override:
                 print(f"      it needs the launch {json.dumps(dict(best.candidate.launch_override))} (also in {written}.launch.json)")
     if args.dry_run:

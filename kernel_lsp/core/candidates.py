@@ -52,6 +52,9 @@ class Candidate:
     """The spec's ``candidate`` field (grid/block/dynamic_smem) when the rewrite needs another launch."""
     trace: tuple[Mapping[str, Any], ...] = field(default=(), compare=False)
     """Model tool calls and messages that produced it (empty for rules)."""
+    grid_scale: tuple[int, int, int] | None = None
+    """Blocks per axis the host must launch relative to the original (a warp per row: (32, 1, 1)); the
+    launch sites in the file are edited to match (:mod:`kernel_lsp.core.transforms.launch_edit`)."""
     after: str | None = None
     """The ``generator`` of the candidate this one extends (a sequence of transformations): it is
     tried only once that one was accepted, so every intermediate step is verified."""

@@ -25,6 +25,7 @@ from lsprotocol import types
 
 from kernel_lsp.core.candidates import Candidate
 from kernel_lsp.core.parse import ParsedDocument
+from kernel_lsp.core.transforms.launch_edit import applied_source
 from kernel_lsp.core.verdict import Reason, Verdict
 from kernel_lsp.server import code_actions
 from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
@@ -71,7 +72,7 @@ def apply_title(result: CandidateResult) -> str:
     assert v is not None and v.speedup is not None
     err = f", max rel err {v.max_rel_error:.0e}" if v.max_rel_error is not None else ""
     title = f"Apply {result.candidate.technique}: {v.speedup:.2f}x faster (verified{err})"
-    if result.candidate.launch_override:
+    if result.candidate.launch_override and result.candidate.grid_scale is None:
         launch = result.candidate.launch_override
         title += f" [needs launch grid {list(launch.get('grid', []))}, block {list(launch.get('block', []))}]"
     return title
@@ -109,9 +110,14 @@ def apply_action(doc: DocumentState, result: OptimizeResult, candidate: Candidat
             disabled=types.CodeActionDisabled(
                 reason=f"the document changed since version {result.document_version} was verified; run Optimize {result.kernel} again"),
         )
+    host = applied_source(candidate.candidate, result.original_source)
+    if host.lines:
+        title += f" (launch{'es' if len(host.lines) > 1 else ''} at line {', '.join(map(str, host.lines))} edited too)"
+    elif host.instruction:
+        title += f" [{host.instruction}]"
     edit = types.WorkspaceEdit(document_changes=[types.TextDocumentEdit(
         text_document=types.OptionalVersionedTextDocumentIdentifier(uri=doc.uri, version=result.document_version),
-        edits=[minimal_edit(doc.parsed, candidate.candidate.source)],
+        edits=[minimal_edit(doc.parsed, host.source)],
     )])
     return types.CodeAction(title=title, kind=types.CodeActionKind.RefactorRewrite, edit=edit)
 
@@ -241,7 +247,9 @@ def start(state: ServerState, doc: DocumentState, kernel: str) -> str:
 def injected_result(doc: DocumentState, data: dict) -> OptimizeResult:
     """A fake finished search with one accepted candidate (tests only): the code action path without a GPU."""
     kernel = data["kernel"]
-    candidate = Candidate(kernel, data["source"], data.get("technique", "test-technique"), "test:injected", "injected")
+    scale = data.get("grid_scale")
+    candidate = Candidate(kernel, data["source"], data.get("technique", "test-technique"), "test:injected", "injected",
+                          data.get("launch_override"), grid_scale=tuple(scale) if scale else None)
     verdict = Verdict(accepted=True, reason=Reason.OK, speedup=float(data.get("speedup", 2.0)),
                       speedup_ci_low=float(data.get("speedup", 2.0)) * 0.95, speedup_ci_high=float(data.get("speedup", 2.0)) * 1.05,
                       max_rel_error=float(data.get("max_rel_error", 3e-7)))

@@ -38,6 +38,8 @@ class Rewrite:
     launch_override: Mapping[str, Any] | None = None
     """The spec's ``candidate`` field (grid/block/dynamic_smem expressions) for this rewrite, or None: original launch."""
     variant: str = ""
+    grid_scale: tuple[int, int, int] | None = None
+    """The launch change in the host's terms: blocks per axis relative to the original grid."""
     """Tells several rewrites of one rule apart (``block=512``)."""
 
 

@@ -246,7 +246,8 @@ class WarpPerRow(Rule):
         source = splice_body(ctx.source, ctx.kernel, edit.body(), helpers)
         note = " (macros used in the body appear expanded)" if ctx.preprocessed.macros else ""
         return (Rewrite(source, "a warp per row: the row loops split across the 32 lanes, accumulators combined with "
-                                f"warp shuffles; launched with 32 times the blocks{note}", self._launch(ctx)),)
+                                f"warp shuffles; launched with 32 times the blocks{note}", self._launch(ctx),
+                        grid_scale=(32, 1, 1)),)
 
 
 def _definitions(root: Node, src: bytes):
