@@ -37,7 +37,7 @@ async def test_hover_after_compile_shows_resources_and_occupancy(workspace: Path
     name_text = hover_text(on_name)
     registers = re.search(r"Registers: (\d+) per thread", name_text)
     assert registers and int(registers.group(1)) > 0
-    assert "Shared memory | 1024 B static" in name_text  # float cache[256]
+    assert "Shared memory: 1024 B static" in name_text  # float cache[256]
     assert "Spills" in name_text and "Stack" in name_text
     # BLOCK is #define'd as 256: the block size is known, so is the occupancy and its limiter.
     assert re.search(r"block 256 → \*\*\d+%\*\* occupancy \(limiter: \w+", name_text)
