@@ -109,7 +109,7 @@ end
 local kernel_lsp = require("kernel_lsp")
 local attached = {}
 local exited = nil
-kernel_lsp.setup({
+local options = {
   cmd = params.cmd,
   settings = params.settings,
   on_attach = function(client, bufnr)
@@ -120,7 +120,14 @@ kernel_lsp.setup({
       exited = string.format("server (client %s) exited with code %d, signal %d", tostring(client_id), code, signal)
     end
   end,
-})
+}
+if params.native_only then
+  -- Without setup(): lsp/kernel_lsp.lua on the runtimepath is the base config, as with nvim-lspconfig.
+  vim.lsp.config("kernel_lsp", options)
+  vim.lsp.enable("kernel_lsp")
+else
+  kernel_lsp.setup(options)
+end
 
 local function wait_attach(bufnr, count)
   local ok = vim.wait(params.wait_ms, function()
@@ -428,3 +435,26 @@ def test_one_server_per_root_and_one_for_files_outside_projects(tmp_path: Path, 
     seen = json.loads(result["hover_end"])
     assert seen.get("root_uri") is None
     assert [o["uri"] for o in seen["opened"]] == [p.as_uri() for p in loose]
+
+
+def test_lspconfig_style_enable_without_setup(tmp_path: Path, nvim: str) -> None:
+    """Neovim 0.11+: `vim.lsp.enable("kernel_lsp")` alone uses lsp/kernel_lsp.lua (filetypes, root markers)."""
+    if version_tuple(nvim) < (0, 11):
+        pytest.skip("vim.lsp.config/vim.lsp.enable arrived in Neovim 0.11")
+    project = tmp_path / "proj"
+    (project / "kernels").mkdir(parents=True)
+    (project / "CMakeLists.txt").write_text("project(p CUDA)\n", encoding="utf-8")
+    cu = project / "kernels" / "a.cu"
+    cu.write_text(SAXPY, encoding="utf-8")
+    server = tmp_path / "recording_server.py"
+    server.write_text(RECORDING_SERVER, encoding="utf-8")
+    settings = {"kernelLsp": {"arch": "sm_80"}}
+
+    result = run_nvim(tmp_path, nvim, cmd=[sys.executable, str(server)], settings=settings, file=str(cu),
+                      line=0, character=0, native_only=True)
+
+    seen = json.loads(result["hover"])
+    assert result["filetype"] == "cuda" and result["enabled"]
+    assert Path(result["root_dir"]) == project
+    assert seen["root_uri"] == project.as_uri()
+    assert seen["configuration"] == [settings["kernelLsp"]]
