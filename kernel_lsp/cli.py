@@ -19,6 +19,8 @@ from kernel_lsp import __version__, commands
 EXIT_OK = 0
 EXIT_REJECTED = 1
 EXIT_USAGE = 2
+#: Nothing could be measured: no GPU (or no pycuda) where a GPU is needed (verify, optimize).
+EXIT_NO_GPU = 3
 
 
 def build_parser() -> argparse.ArgumentParser:

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import argparse
+import importlib.util
 import json
 import sys
 
@@ -79,6 +80,9 @@ def _list(args: argparse.Namespace) -> int:
 @_guard
 def _install(args: argparse.Namespace) -> int:
     spec = _spec(args)
+    if importlib.util.find_spec("llama_cpp") is None:
+        print("kernel-lsp models: note: the model runtime llama-cpp-python is not installed; `make model` builds it"
+              " (or pip install 'kernel-lsp[model]'; about 9 minutes the first time)", file=sys.stderr)
     result = models.install(
         spec,
         from_dir=args.from_dir,

@@ -9,8 +9,13 @@ and written beside it as ``<out>.launch.json`` (the spec's ``candidate`` field).
 marked unverified; nothing is written or applied then, except with
 ``--save-candidates DIR`` (one file per candidate plus ``candidates.json``).
 
+The knowledge base draws the techniques to try with ``--seed`` (default 0): the
+same knowledge base and seed give the same list. Without a profile of the kernel,
+the state comes from the source's static features.
+
 Exit status: 0 a verified faster rewrite was found (or, with --dry-run,
-candidates were listed), 1 none was, 2 bad usage, spec or no GPU.
+candidates were listed), 1 none was accepted (or, with --dry-run, none was
+found), 2 bad usage or spec, 3 no GPU: nothing could be verified.
 """
 
 from __future__ import annotations
@@ -21,7 +26,7 @@ import os
 import sys
 from typing import Any
 
-from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from kernel_lsp.cli import EXIT_NO_GPU, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from kernel_lsp.core.transforms.launch_edit import applied_source
 
 
@@ -42,6 +47,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("--save-candidates", metavar="DIR", help="write every candidate and candidates.json to DIR")
     parser.add_argument("--explain", action="store_true", help="also list each rule's precondition verdict")
     parser.add_argument("--kb", help="knowledge-base file (default: the per-user one)")
+    parser.add_argument("--seed", type=int, default=0, help="seed of the knowledge base's draw of techniques (default 0)")
     parser.add_argument("--no-kb", action="store_true", help="neither consult nor update the knowledge base")
     parser.add_argument("--traces", help="trace store file (default: the per-user one)")
     parser.add_argument("--seeds", type=int, default=3, help="random input seeds per candidate (default 3)")
@@ -59,7 +65,9 @@ def _load_model(name: str) -> Any:
     return LlamaModel(resolve_model(name), LoadOptions(), name=os.path.basename(name))
 
 
-def _print(result: Any, explain: list[Any] | None) -> None:
+def _print(result: Any, explain: list[Any] | None, verified: bool) -> None:
+    from kernel_lsp.services.optimizer import outcome_line
+
     print(f"kernel {result.kernel}: state {result.state or 'unknown'}; techniques {', '.join(result.techniques) or '(rule order)'}")
     for i, r in enumerate(result.results, 1):
         c = r.candidate
@@ -76,11 +84,10 @@ def _print(result: Any, explain: list[Any] | None) -> None:
         print(f"    rule {outcome.rule}: {'applies' if outcome.applicable else 'refused'}: {outcome.why}")
     if result.stopped:
         print(f"stopped: {result.stopped}")
-    if result.gpu_error:
-        print(f"nothing verified: {result.gpu_error}")
     for message in result.messages:
         print(f"note: {message}")
     print(f"{len(result.results)} candidates, {result.wall_s:.1f} s, {result.tokens} model tokens")
+    print(outcome_line(result, verified))
 
 
 def _save_candidates(folder: str, result: Any) -> None:
@@ -142,7 +149,7 @@ def run(args: argparse.Namespace) -> int:
     result = session.optimize(source, path, kernel, spec, model=model, budget=budget, verify=not args.dry_run,
                               verify_overrides={"arch": args.arch,
                                                 "timing": dataclasses.replace(TimingOptions(), budget_s=args.time_budget)},
-                              profile=_last_profile(args.file, kernel), progress=progress)
+                              profile=_last_profile(args.file, kernel), progress=progress, seed=args.seed)
 
     explain = evaluate(source, kernel, spec) if args.explain else None
     if args.save_candidates:
@@ -161,9 +168,11 @@ def run(args: argparse.Namespace) -> int:
         print(json.dumps({**result.to_json(), "written": written, "dry_run": args.dry_run,
                           "rules": [dataclasses.asdict(o) | {"rewrites": len(o.rewrites)} for o in explain or ()]}, indent=2))
     else:
-        _print(result, explain)
+        _print(result, explain, not args.dry_run)
         if args.dry_run:
-            print("dry run: candidates are UNVERIFIED; nothing was written or applied")
+            print("dry run: nothing was written or applied; drop --dry-run on a machine with a GPU to verify")
+        elif result.gpu_error and best is None:
+            print("nothing was written; --dry-run lists the candidates without a GPU")
         elif written:
             print(f"best: {best.candidate.technique} ({best.verdict.speedup:.2f}x) written to {written}")  # type: ignore[union-attr]
             if host.lines:
@@ -175,7 +184,7 @@ def run(args: argparse.Namespace) -> int:
     if args.dry_run:
         return EXIT_OK if result.results else EXIT_REJECTED
     if result.gpu_error and not result.accepted:
-        return EXIT_USAGE
+        return EXIT_NO_GPU
     return EXIT_OK if best is not None else EXIT_REJECTED
 
 

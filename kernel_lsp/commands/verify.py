@@ -1,6 +1,6 @@
 """``kernel-lsp verify ORIGINAL.cu CANDIDATE.cu --spec SPEC.json``: accept or reject a rewrite.
 
-Exit status: 0 accepted, 1 rejected, 2 bad usage or spec (or no GPU to measure on).
+Exit status: 0 accepted, 1 rejected, 2 bad usage or spec, 3 no GPU (nothing was measured).
 ``--spec`` may be left out when the original carries an in-source spec
 (``// kernel-lsp: spec {...}`` above the kernel) and ``--kernel`` names it.
 """
@@ -13,7 +13,7 @@ import json
 import os
 import sys
 
-from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from kernel_lsp.cli import EXIT_NO_GPU, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.verdict import Verdict
 
@@ -109,7 +109,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernel-lsp verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     except GpuUnavailable as exc:
-        print(f"kernel-lsp verify: {exc}", file=sys.stderr)
-        return EXIT_USAGE
+        print(f"kernel-lsp verify: nothing verified, no GPU here: {exc}", file=sys.stderr)
+        return EXIT_NO_GPU
     _print(verdict, args.json)
     return EXIT_OK if verdict.accepted else EXIT_REJECTED

@@ -65,8 +65,9 @@ def resources_markdown(facts: KernelFacts, compile: Any, arch: str) -> str:
         ("Shared memory", f"{_bytes(usage.shared_bytes_static)} static"),
         ("Stack", _bytes(usage.stack_frame_bytes)),
     ]
-    table = "\n".join(f"| {name} | {value} |" for name, value in rows)
-    return f"**Resources** ({arch}, ptxas)\n\n| | |\n|---|---|\n{table}"
+    # A list, not a table: Neovim before 0.10 shows Markdown tables as raw pipes.
+    items = "\n".join(f"- {name}: {value}" for name, value in rows)
+    return f"**Resources** ({arch}, ptxas)\n\n{items}"
 
 
 def limiter_text(limiter: str) -> str:

@@ -2,10 +2,11 @@
 
 :func:`optimize` runs one search for one kernel:
 
-1. the kernel's performance signature (its last profile, when the caller has
-   one; otherwise an empty signature, which the knowledge base maps to its
-   fallback state) -> ``KnowledgeBase.match_state`` -> ``hints`` (techniques in
-   the order the KB picks, each with its closest verified example);
+1. the kernel's performance signature (its last profile) -> ``KnowledgeBase.match_state``,
+   or, without a profile, the state the static features suggest
+   (:mod:`kernel_lsp.core.static_state`) -> ``hints`` (techniques drawn by the KB
+   with the request's ``seed``, so the same KB gives the same list, each with
+   its closest verified example);
 2. candidates from the generators (rewrite rules, and the local model when one
    is configured) within the budgets: candidates, seconds, model tokens;
 3. each candidate through the verifier (the harness's ``verify``; tests inject
@@ -24,6 +25,7 @@ kills a running verification.
 from __future__ import annotations
 
 import hashlib
+import itertools
 import logging
 import tempfile
 import threading
@@ -34,12 +36,13 @@ from dataclasses import asdict, dataclass
 from typing import Any
 
 from kernel_lsp.core.candidates import Candidate, CandidateGenerator, OptimizeRequest, TechniqueHint
-from kernel_lsp.core.features import static_features
+from kernel_lsp.core.features import StaticFeatures, static_features
 from kernel_lsp.core.index import build_index
 from kernel_lsp.core.kb_logic import Attempt
 from kernel_lsp.core.profile_render import kernel_markdown
 from kernel_lsp.core.rules import RuleGenerator
 from kernel_lsp.core.spec import Spec, SpecError, with_candidate_launch
+from kernel_lsp.core.static_state import static_state
 from kernel_lsp.core.verdict import Reason, Verdict
 from kernel_lsp.services.agent import AgentBudgets, AgentTools, CompileFeedback, ModelGenerator, attempt_id_of
 from kernel_lsp.services.harness import GpuUnavailable, VerifyCancelled, verify
@@ -52,6 +55,8 @@ log = logging.getLogger(__name__)
 
 #: Techniques asked of the knowledge base per search.
 HINTS_PER_SEARCH = 6
+#: Seed of the knowledge base's weighted draw when the caller gives none: same KB, same techniques.
+DEFAULT_SEED = 0
 
 Verifier = Callable[[str, str, Spec, "threading.Event | None"], Verdict]
 """(original source, candidate source, spec with the candidate's launch, cancel) -> Verdict.
@@ -186,16 +191,16 @@ def _kernel_text(source: str, kernel: str) -> str:
     return source.encode("utf-8")[fn.span.start_byte : fn.span.end_byte].decode("utf-8", "replace")
 
 
-def _features(source: str, kernel: str) -> dict[str, Any]:
+def _features(source: str, kernel: str) -> StaticFeatures | None:
     index = build_index(source)
     fn = next((f for f in index.kernels if f.name == kernel), None)
     if fn is None:
-        return {}
+        return None
     try:
-        return asdict(static_features(fn, source, dict(index.constants)))
-    except Exception:  # features only rank examples; a failure must not stop the search
+        return static_features(fn, source, dict(index.constants))
+    except Exception:  # features only guide the search; a failure must not stop it
         log.exception("static features of %s failed", kernel)
-        return {}
+        return None
 
 
 def _attempt(result: CandidateResult, *, kernel_hash: str, path: str, kernel: str, state: str,
@@ -238,10 +243,16 @@ def _tokens(generators: Iterable[CandidateGenerator]) -> int:
     return sum(int(getattr(g, "prompt_tokens", 0) or 0) + int(getattr(g, "completion_tokens", 0) or 0) for g in generators)
 
 
-def _interleave(generators: Sequence[CandidateGenerator], request: OptimizeRequest) -> Iterator[Candidate]:
-    """Each generator's candidates in turn (rules are instant; a model is asked only when rules run dry)."""
-    for generator in generators:
-        yield from generator.generate(request)
+def _interleave(generators: Sequence[CandidateGenerator], request: OptimizeRequest) -> tuple[list[Candidate], Iterator[Candidate]]:
+    """Each generator's candidates in turn: the rules' whole list (pure and instant, so the
+    progress can count them), then the others' lazily (a model is asked only when rules run dry)."""
+    eager = [c for g in generators if isinstance(g, RuleGenerator) for c in g.generate(request)]
+    lazy = (c for g in generators if not isinstance(g, RuleGenerator) for c in g.generate(request))
+    return eager, itertools.chain(eager, lazy)
+
+
+def _distinct(candidates: Iterable[Candidate]) -> int:
+    return len({candidate_hash(c) for c in candidates})
 
 
 def optimize(
@@ -260,6 +271,7 @@ def optimize(
     traces: Any = None,
     document_version: int | None = None,
     verify: bool = True,
+    seed: int = DEFAULT_SEED,
     clock: Callable[[], float] = time.monotonic,
 ) -> OptimizeResult:
     """Search for a faster verified rewrite of ``kernel`` (see the module docstring).
@@ -268,6 +280,7 @@ def optimize(
     order only, nothing recorded); ``profile`` a :class:`~kernel_lsp.core.profile.KernelProfile`
     (or None); ``traces`` a :class:`~kernel_lsp.services.traces.TraceStore` (or None).
     ``verify=False`` lists candidates without running the harness (all unverified).
+    ``seed`` seeds the knowledge base's draw of techniques.
     """
     generators = list(generators) if generators is not None else [RuleGenerator()]
     verifier = verifier or harness_verifier()
@@ -279,12 +292,17 @@ def optimize(
     metrics = dict(getattr(profile, "metrics", {}) or {}) if profile is not None else {}
     state: str | None = None
     hints: tuple[TechniqueHint, ...] = ()
-    features = _features(source, kernel)
+    static = _features(source, kernel)
+    features = asdict(static) if static is not None else {}
+    guess = static_state(static) if profile is None and static is not None else None
     if kb is not None:
         try:
-            match = kb.match_state(signature)
-            state = match.state
-            hints = tuple(kb.hints(state, HINTS_PER_SEARCH, kernel_features=features))
+            if guess is not None:
+                state = guess.state
+                messages.append(f"no profile yet: state {state} from the source ({guess.why})")
+            else:
+                state = kb.match_state(signature).state
+            hints = tuple(kb.hints(state, HINTS_PER_SEARCH, kernel_features=features, rng_seed=seed))
         except Exception as exc:  # the KB guides the order; without it the rules' own order serves
             log.exception("knowledge base lookup failed")
             messages.append(f"knowledge base unavailable ({exc}); using the rules' default order")
@@ -305,7 +323,10 @@ def optimize(
     seen: set[str] = set()
     accepted: set[str] = set()
 
-    candidates = _interleave(generators, request)
+    listed, candidates = _interleave(generators, request)
+    # "n/total" when every candidate is known up front (rules only); a model's count is open.
+    only_rules = all(isinstance(g, RuleGenerator) for g in generators)
+    total = min(_distinct(listed), budget.max_candidates)
     while True:
         stopped = spend.stop_reason(cancel, _tokens(generators))
         if stopped is not None:
@@ -321,8 +342,9 @@ def optimize(
             continue
         seen.add(digest)
         spend.candidates += 1
-        pct = int(100 * spend.candidates / max(budget.max_candidates, 1))
-        say(f"{spend.candidates}/{budget.max_candidates}: {candidate.technique} ({candidate.generator})", min(pct, 99))
+        pct = int(100 * spend.candidates / max(total if only_rules else budget.max_candidates, 1))
+        count = f"{spend.candidates}/{total}" if only_rules else f"{spend.candidates} (at most {budget.max_candidates})"
+        say(f"{count}: {candidate.technique} ({candidate.generator})", min(pct, 99))
         result = _verify_one(candidate, digest, source, spec, verifier, cancel, verify and gpu_error is None, gpu_error)
         if result.note and result.note.startswith("no GPU"):
             gpu_error = result.note
@@ -338,10 +360,21 @@ def optimize(
     wall = clock() - spend.start
     out = OptimizeResult(kernel, path, source, document_version, state, tuple(h.name for h in hints), tuple(results),
                          stopped, gpu_error, wall, _tokens(generators), tuple(messages))
-    best = out.best
-    say(f"best: {best.candidate.technique} {best.verdict.speedup:.2f}x" if best and best.verdict and best.verdict.speedup
-        else "no verified speedup", 100)
+    say(outcome_line(out, verify), 100)
     return out
+
+
+def outcome_line(result: OptimizeResult, verified: bool) -> str:
+    """One line on what the search did: listed (not verified), no GPU, best speedup, or none faster."""
+    best = result.best
+    if not verified:
+        return f"{len(result.results)} candidates listed, none verified (verification was not asked for)"
+    if result.gpu_error and best is None:
+        return f"nothing verified: {result.gpu_error}"
+    if best is not None and best.verdict is not None and best.verdict.speedup:
+        return f"best: {best.candidate.technique} {best.verdict.speedup:.2f}x (verified)"
+    checked = sum(1 for r in result.results if r.verdict is not None)
+    return f"no verified speedup: {checked} of {len(result.results)} candidates verified, none accepted"
 
 
 def _verify_one(candidate: Candidate, digest: str, source: str, spec: Spec, verifier: Verifier,

@@ -329,6 +329,7 @@ class Session:
         progress: optimizer.ProgressFn | None = None,
         document_version: int | None = None,
         generators: Sequence[Any] | None = None,
+        seed: int = optimizer.DEFAULT_SEED,
     ) -> optimizer.OptimizeResult:
         """One search for ``kernel`` of the file at ``path`` (text ``source``): rules, plus ``model`` when given;
         every candidate verified with :meth:`verify_options`; the stores opened and closed around it.
@@ -347,7 +348,8 @@ class Session:
             with lock:
                 result = optimizer.optimize(source, path, kernel, spec, generators=chosen, verifier=verifier, kb=stores.kb,
                                             profile=profile, budget=budget, cancel=cancel, progress=progress,
-                                            traces=stores.traces, document_version=document_version, verify=verify)
+                                            traces=stores.traces, document_version=document_version, verify=verify,
+                                            seed=seed)
         if stores.messages:
             result = dataclasses.replace(result, messages=result.messages + stores.messages)
         return result

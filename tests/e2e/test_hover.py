@@ -35,9 +35,9 @@ async def test_hover_after_compile_shows_resources_and_occupancy(workspace: Path
         on_launch = await client.text_document_hover_async(_hover_params(uri, position_of(SAXPY, "saxpy<<<", 1)))
         on_template_launch = await client.text_document_hover_async(_hover_params(uri, position_of(SAXPY, "scale<4>", 1)))
     name_text = hover_text(on_name)
-    registers = re.search(r"Registers \| (\d+) per thread", name_text)
+    registers = re.search(r"Registers: (\d+) per thread", name_text)
     assert registers and int(registers.group(1)) > 0
-    assert "Shared memory | 1024 B static" in name_text  # float cache[256]
+    assert "Shared memory: 1024 B static" in name_text  # float cache[256]
     assert "Spills" in name_text and "Stack" in name_text
     # BLOCK is #define'd as 256: the block size is known, so is the occupancy and its limiter.
     assert re.search(r"block 256 → \*\*\d+%\*\* occupancy \(limiter: \w+", name_text)
@@ -46,7 +46,7 @@ async def test_hover_after_compile_shows_resources_and_occupancy(workspace: Path
     assert on_launch is not None and on_launch.range is not None
     # The template instance compiled as scale<4>: matched to the kernel by its base name.
     template_text = hover_text(on_template_launch)
-    assert re.search(r"Registers \| \d+ per thread", template_text)
+    assert re.search(r"Registers: \d+ per thread", template_text)
     assert re.search(r"block 1024 → \*\*\d+%\*\*", template_text)
 
 

@@ -56,7 +56,7 @@ def test_dry_run_json_and_saved_candidates(example: Path, capsys) -> None:
 @pytest.mark.skipif(HAS_GPU_STACK, reason="checks the no-GPU path")
 def test_without_a_gpu_nothing_is_written(example: Path, capsys) -> None:
     before = (example / "original.cu").read_text()
-    assert _run(example, "--budget", "2", "--apply") == 2
+    assert _run(example, "--budget", "2", "--apply") == cli.EXIT_NO_GPU
     out = capsys.readouterr().out
     assert "nothing verified: no GPU" in out
     assert (example / "original.cu").read_text() == before

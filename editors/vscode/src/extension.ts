@@ -32,6 +32,9 @@ function createClient(): LanguageClient | undefined {
     return undefined;
   }
   const serverOptions: ServerOptions = { command: argv.command, args: argv.args };
+  // One client, hence one server, for the whole window: every workspace folder is sent to it
+  // (workspace/didChangeWorkspaceFolders keeps it current) and files outside the folders use it too.
+  // A client per folder would start a server per folder (about 74 MB each).
   const clientOptions: LanguageClientOptions = {
     // 'cuda' is ours; 'cuda-cpp' is what VS Code's built-in C++ support (and
     // other CUDA extensions) call the same files, so serve whichever one wins.

@@ -2,20 +2,23 @@
 --
 --   require("kernel_lsp").setup({ settings = { kernelLsp = { arch = "sm_80" } } })
 --
--- Starts `kernel-lsp serve` for CUDA buffers: through vim.lsp.start where it
--- exists (0.8+), else vim.lsp.start_client + vim.lsp.buf_attach_client (0.7),
--- one client per root folder. See :help kernel_lsp.
+-- Starts `kernel-lsp serve` for CUDA buffers, one server per project root (the
+-- nearest folder upwards with a root marker); files outside any project share
+-- one server. On Neovim 0.11+ it registers a vim.lsp.config and enables it
+-- (the same config as lsp/kernel_lsp.lua, so `vim.lsp.enable("kernel_lsp")`
+-- alone works too); on 0.8-0.10 it calls vim.lsp.start; on 0.7
+-- vim.lsp.start_client + vim.lsp.buf_attach_client. See :help kernel_lsp.
 
 local M = {}
 
 local SECTION = "kernelLsp"
 
 M.defaults = {
-  name = "kernel-lsp",
+  name = "kernel_lsp",
   cmd = { "kernel-lsp", "serve" },
   filetypes = { "cuda" },
-  -- Nearest folder upwards holding one of these is the root (else the file's folder).
-  root_markers = { "compile_commands.json", ".git" },
+  -- Nearest folder upwards holding one of these is the root; no marker: the shared single-file server.
+  root_markers = { "compile_commands.json", ".git", "CMakeLists.txt", "Makefile" },
   -- { kernelLsp = { nvccPath = ..., arch = ..., ... } }; the keys are kernel-lsp's settings.
   settings = {},
   -- Defaults to settings.kernelLsp.
@@ -32,8 +35,13 @@ M.defaults = {
 }
 
 local config = nil
--- 0.7 only: root folder -> client id, so that buffers of one project share a server.
+-- 0.7 only: root folder (or "" for files outside any project) -> client id.
 local clients_by_root = {}
+
+--- Whether this Neovim has the 0.11 configuration API (vim.lsp.config / vim.lsp.enable).
+function M.has_native_config()
+  return vim.lsp.config ~= nil and vim.lsp.enable ~= nil
+end
 
 local function get_clients()
   if vim.lsp.get_clients then
@@ -72,14 +80,14 @@ local function is_dir_with(dir, marker)
   return vim.loop.fs_stat(dir .. "/" .. marker) ~= nil
 end
 
---- Root folder for a file path: nearest ancestor holding a root marker, else its folder.
+--- Root folder for a file path: the nearest ancestor holding a root marker, or nil
+--- when there is none (the file then shares the one server of files outside a project).
 function M.root_dir(path, markers)
   markers = markers or (config and config.root_markers) or M.defaults.root_markers
   if path == nil or path == "" then
-    return vim.loop.cwd()
+    return nil
   end
-  local start = vim.fn.fnamemodify(path, ":p:h")
-  local dir = start
+  local dir = vim.fn.fnamemodify(path, ":p:h")
   while dir do
     for _, marker in ipairs(markers) do
       if is_dir_with(dir, marker) then
@@ -92,11 +100,14 @@ function M.root_dir(path, markers)
     end
     dir = parent
   end
-  return start
+  return nil
 end
 
-local function on_attach(client, bufnr)
-  if config.codelens and client.server_capabilities and client.server_capabilities.codeLensProvider then
+--- Code lens refresh and inlay hints for a buffer; Neovim's API for both changed across versions.
+function M.enable_views(client, bufnr, opts)
+  opts = opts or { codelens = true, inlay_hints = true }
+  local caps = client.server_capabilities or {}
+  if opts.codelens and caps.codeLensProvider then
     local group = vim.api.nvim_create_augroup("kernel_lsp_codelens_" .. bufnr, { clear = true })
     local function refresh()
       -- pcall: the codelens API changed shape across versions; a failure must not break editing.
@@ -109,45 +120,72 @@ local function on_attach(client, bufnr)
     })
     refresh()
   end
-  if config.inlay_hints and vim.lsp.inlay_hint and client.server_capabilities.inlayHintProvider then
+  if opts.inlay_hints and vim.lsp.inlay_hint and caps.inlayHintProvider then
     pcall(vim.lsp.inlay_hint.enable, true, { bufnr = bufnr })
   end
+end
+
+local function on_attach(client, bufnr)
+  M.enable_views(client, bufnr, config)
   if config.on_attach then
     config.on_attach(client, bufnr)
   end
 end
 
-local function client_config(root)
-  local settings = config.settings
-  local init_options = config.init_options
-  if init_options == nil then
-    init_options = settings[SECTION]
+local function on_exit(code, signal, client_id)
+  if code ~= 0 then
+    notify(string.format("server exited with code %d (signal %d); :KernelLspRestart starts it again", code, signal or 0))
   end
+  if config.on_exit then
+    config.on_exit(code, signal, client_id)
+  end
+end
+
+local function init_options()
+  local options = config.init_options
+  if options == nil then
+    options = config.settings[SECTION]
+  end
+  return as_object(options)
+end
+
+--- The options every path shares (the 0.11 config adds filetypes and root markers).
+local function base_config()
   return {
     name = config.name,
     cmd = config.cmd,
-    root_dir = root,
-    workspace_folders = { { uri = vim.uri_from_fname(root), name = root } },
     -- `settings` answers workspace/configuration: Neovim's built-in handler
     -- looks the requested section up in it.
-    settings = settings,
-    init_options = as_object(init_options),
+    settings = config.settings,
+    init_options = init_options(),
     capabilities = config.capabilities or vim.lsp.protocol.make_client_capabilities(),
     handlers = config.handlers,
     on_attach = on_attach,
-    on_exit = function(code, signal, client_id)
-      if code ~= 0 then
-        notify(string.format("server exited with code %d (signal %d); :KernelLspRestart starts it again", code, signal or 0))
-      end
-      if config.on_exit then
-        config.on_exit(code, signal, client_id)
-      end
-    end,
+    on_exit = on_exit,
   }
 end
 
+local function client_config(root)
+  local conf = base_config()
+  conf.root_dir = root
+  conf.workspace_folders = root and { { uri = vim.uri_from_fname(root), name = root } } or nil
+  return conf
+end
+
+--- The vim.lsp.config table of Neovim 0.11+ (also what lsp/kernel_lsp.lua returns, with the defaults).
+function M.native_config(opts)
+  if opts ~= nil or config == nil then
+    M.configure(opts)
+  end
+  local conf = base_config()
+  conf.filetypes = config.filetypes
+  conf.root_markers = config.root_markers
+  return conf
+end
+
 local function start_legacy(bufnr, root)
-  local id = clients_by_root[root]
+  local key = root or ""
+  local id = clients_by_root[key]
   if id and not vim.lsp.client_is_stopped(id) then
     vim.lsp.buf_attach_client(bufnr, id)
     return id
@@ -157,7 +195,7 @@ local function start_legacy(bufnr, root)
     notify("could not start " .. table.concat(config.cmd, " ") .. ": " .. tostring(new_id), vim.log.levels.ERROR)
     return nil
   end
-  clients_by_root[root] = new_id
+  clients_by_root[key] = new_id
   vim.lsp.buf_attach_client(bufnr, new_id)
   return new_id
 end
@@ -177,7 +215,13 @@ function M.attach(bufnr)
   end
   local root = M.root_dir(vim.api.nvim_buf_get_name(bufnr))
   if vim.lsp.start then
-    return vim.lsp.start(client_config(root), { bufnr = bufnr })
+    -- Same root (nil for files outside a project included) and same name: one client.
+    return vim.lsp.start(client_config(root), {
+      bufnr = bufnr,
+      reuse_client = function(client, conf)
+        return client.name == conf.name and client.config.root_dir == conf.root_dir
+      end,
+    })
   end
   return start_legacy(bufnr, root)
 end
@@ -224,15 +268,26 @@ function M.restart()
     end
     return true
   end, 50)
+  if M.has_native_config() then
+    -- enable() runs its FileType handler again for every loaded buffer.
+    vim.lsp.enable(config.name)
+    return
+  end
   for _, bufnr in ipairs(matching_buffers()) do
     M.attach(bufnr)
   end
 end
 
-function M.setup(opts)
+--- Resolve the options (defaults < opts) without starting anything.
+function M.configure(opts)
   -- Shallow merge: list options (cmd, filetypes) replace the defaults whole.
   config = vim.tbl_extend("force", M.defaults, opts or {})
   config.settings = normalize_settings(config.settings)
+  return config
+end
+
+function M.setup(opts)
+  M.configure(opts)
 
   local group = vim.api.nvim_create_augroup("kernel_lsp", { clear = true })
   -- Neovim's own detection maps *.cu/*.cuh to cuda; this covers setups where detection is off.
@@ -247,6 +302,15 @@ function M.setup(opts)
       end
     end,
   })
+  vim.api.nvim_create_user_command("KernelLspRestart", M.restart, { desc = "Restart the kernel-lsp server" })
+
+  if M.has_native_config() then
+    -- Neovim's own root markers, reuse and FileType handling; enable() also attaches open buffers.
+    vim.lsp.config(config.name, M.native_config())
+    vim.lsp.enable(config.name)
+    return
+  end
+
   vim.api.nvim_create_autocmd("FileType", {
     group = group,
     pattern = config.filetypes,
@@ -254,8 +318,6 @@ function M.setup(opts)
       M.attach(args.buf)
     end,
   })
-  vim.api.nvim_create_user_command("KernelLspRestart", M.restart, { desc = "Restart the kernel-lsp server" })
-
   -- setup() may run after CUDA buffers were already opened (lazy loading).
   for _, bufnr in ipairs(matching_buffers()) do
     M.attach(bufnr)

@@ -119,6 +119,18 @@ test('starts the configured command with only the server settings the user set',
   assert.equal(client.state, State.Running);
 });
 
+test('one server for every workspace folder and for files outside them', async () => {
+  await activate({});
+  assert.equal(clients.length, 1);
+  const options = clients[0].clientOptions;
+  // Not bound to one folder: the client sends every workspace folder (and their changes) to one server.
+  assert.equal(options.workspaceFolder, undefined);
+  for (const selector of options.documentSelector) {
+    assert.equal(selector.pattern, undefined, 'a selector pattern would split files between servers');
+  }
+  assert.ok(options.documentSelector.some((s: { scheme: string }) => s.scheme === 'untitled'));
+});
+
 test('answers workspace/configuration for kernelLsp without client-only keys', async () => {
   await activate({ 'kernelLsp.arch': 'sm_75', 'kernelLsp.server.command': ['kernel-lsp', 'serve'] });
   const middleware = clients[0].clientOptions.middleware.workspace;
