@@ -434,7 +434,8 @@ def _access_features(source: str | bytes, kernel: str) -> _AccessFeatures:
                     weight *= max(1, -(-(last - first) // step))
         gather = any(s in facts.opaque and facts.opaque[s].deps and facts.opaque[s].recipe is None for s in a.index.symbols)
         if a.space == "shared":
-            if along_x is not None and along_x.constant is not None and math.gcd(along_x.constant, 32) > 1:
+            # A stride of 0 is a broadcast (one word for the whole warp), never a conflict.
+            if along_x is not None and along_x.constant not in (None, 0) and math.gcd(along_x.constant, 32) > 1:
                 column += 1
             elif along_x is not None and along_x.constant is None and not gather:
                 column += 1
