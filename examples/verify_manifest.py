@@ -25,8 +25,10 @@ from kernel_lsp.services import proc
 EXAMPLES = Path(__file__).resolve().parent
 
 
-def verify_argv(entry: dict, kernel_lsp: str, extra: list[str]) -> list[str]:
-    argv = [kernel_lsp, "verify", str(EXAMPLES / entry["original"]), str(EXAMPLES / entry["candidate"]),
+def verify_argv(entry: dict, kernel_lsp: str | list[str], extra: list[str]) -> list[str]:
+    """``kernel_lsp``: the executable, or the argv that runs it (``[python, "-m", "kernel_lsp"]``)."""
+    prefix = [kernel_lsp] if isinstance(kernel_lsp, str) else list(kernel_lsp)
+    argv = [*prefix, "verify", str(EXAMPLES / entry["original"]), str(EXAMPLES / entry["candidate"]),
             "--spec", str(EXAMPLES / entry["spec"]), "--json"]
     if entry["candidate_launch"] is not None:
         argv += ["--candidate-launch", json.dumps(entry["candidate_launch"])]
@@ -35,7 +37,7 @@ def verify_argv(entry: dict, kernel_lsp: str, extra: list[str]) -> list[str]:
     return argv + extra
 
 
-def run_entry(entry: dict, kernel_lsp: str, extra: list[str], timeout_s: float) -> dict:
+def run_entry(entry: dict, kernel_lsp: str | list[str], extra: list[str], timeout_s: float) -> dict:
     res = proc.run(verify_argv(entry, kernel_lsp, extra), timeout_s=timeout_s)
     try:
         verdict = json.loads(res.stdout)
@@ -59,7 +61,9 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--timeout", type=float, default=900.0, help="seconds per verification")
     parser.add_argument("extra", nargs="*", help="extra arguments for kernel-lsp verify (after --)")
     args = parser.parse_args(argv)
-    kernel_lsp = shutil.which("kernel-lsp") or str(Path(sys.executable).with_name("kernel-lsp"))
+    # The installed entry point, else this Python running the package (a checkout on PYTHONPATH).
+    installed = shutil.which("kernel-lsp") or str(Path(sys.executable).with_name("kernel-lsp"))
+    kernel_lsp = installed if Path(installed).exists() else [sys.executable, "-m", "kernel_lsp"]
     entries = [e for e in json.loads((EXAMPLES / "manifest.json").read_text()) if args.only in (None, e["example"])]
     results = []
     started = time.time()
@@ -72,6 +76,8 @@ def main(argv: list[str] | None = None) -> int:
         mark = "" if r["agrees"] else "  <-- UNEXPECTED"
         print(f"{entry['example']:10s} {Path(entry['candidate']).name:28s} {expected[:40]:40s} "
               f"{str(v.get('reason'))[:18]:18s} {_speedup(v):22s} {r['wall_s']:.1f}s{mark}", flush=True)
+        # Written after every entry: a run stopped by a time limit still leaves what it measured.
+        Path(args.out).write_text(json.dumps({"started": started, "results": results}, indent=2))
     Path(args.out).write_text(json.dumps({"started": started, "results": results}, indent=2))
     bad = [r for r in results if not r["agrees"]]
     print(f"{len(results) - len(bad)}/{len(results)} verdicts as expected; details in {args.out}")

@@ -21,7 +21,8 @@ touches, and names the pattern (coalesced, strided, broadcast, gather). Pure: no
 from __future__ import annotations
 
 from collections.abc import Iterable, Iterator, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
+from typing import NamedTuple
 
 from tree_sitter import Node, Parser
 
@@ -31,6 +32,8 @@ from kernel_lsp.core.poly import ONE, ZERO, Poly, is_iteration, is_opaque
 from kernel_lsp.core.source import Preprocessed
 
 _MAX_INLINE_DEPTH = 3
+_MAX_EXPR_DEPTH = 150
+"""Expression nesting the walk follows by recursion; deeper parts are scanned flat."""
 _MAX_NODES = 200_000
 """Expression nodes visited per kernel before the analysis stops (a generated 50,000-line kernel
 must not hold a worker for minutes); what was not reached is reported as not modelled."""
@@ -43,6 +46,7 @@ _SHUFFLES = ("__shfl_sync", "__shfl_down_sync", "__shfl_up_sync", "__shfl_xor_sy
 _SYNCS = ("__syncthreads", "__syncwarp", "__syncthreads_count", "__syncthreads_and", "__syncthreads_or")
 _LOAD_INTRINSICS = ("__ldg", "__ldcg", "__ldca", "__ldcs", "__ldlu", "__ldcv")
 _STORE_INTRINSICS = ("__stcg", "__stcs", "__stwb", "__stwt")
+_COMPUTABLE = ("/", "%", "&", "|", "^", ">>", "<<")
 _REDUCING_CALLS = {"max": "max", "fmaxf": "max", "fmax": "max", "min": "min", "fminf": "min", "fmin": "min"}
 _COMPOUND = {"+=": "+", "-=": "+", "*=": "*", "|=": "|", "&=": "&", "^=": "^", "/=": "/", "%=": "%",
              "<<=": "<<", ">>=": ">>"}
@@ -84,6 +88,8 @@ class Access:
     field_offset_bytes: int | None = None
     field_bytes: int | None = None
     """Where the member sits in the struct and its size, when the struct's layout is known."""
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the access in the preprocessed text (for transformations)."""
 
     @property
     def writes(self) -> bool:
@@ -113,6 +119,10 @@ class LoopFact:
     parent: int | None
     trip_symbol: str
     """The iteration counter symbol: the variable's value is ``start + step * trip_symbol``."""
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the whole loop statement in the preprocessed text."""
+    calls_unknown: bool = False
+    """The body calls code the analysis does not see."""
 
 
 @dataclass(frozen=True)
@@ -143,8 +153,12 @@ class KernelFacts:
     shuffles: int
     unknowns: tuple[str, ...]
     """What the analysis could not model, each with why."""
-    opaque: Mapping[str, tuple[str, frozenset[str]]] = field(default_factory=dict)
-    """Opaque symbol -> (the expression it stands for, thread symbols it depends on)."""
+    opaque: Mapping[str, Opaque] = field(default_factory=dict)
+    """Opaque symbol -> what it stands for."""
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the kernel's definition in the preprocessed text."""
+    body_span: tuple[int, int] = (0, 0)
+    """Byte range of its body (the braces included)."""
     escaped: tuple[str, ...] = ()
     """Arrays whose address reaches code the analysis does not see (an unknown call, a store of
     the pointer itself): they may be written there."""
@@ -182,14 +196,31 @@ class KernelFacts:
         return tuple(a for a in self.accesses if a.user_line == user_line)
 
 
-def thread_dependence(poly: Poly, opaque: Mapping[str, tuple[str, frozenset[str]]]) -> frozenset[str]:
+class Opaque(NamedTuple):
+    """What an opaque symbol stands for."""
+
+    text: str
+    """The expression as written."""
+    deps: frozenset[str]
+    """Thread-index symbols it depends on (``tid.x`` …), directly or through other terms."""
+    recipe: tuple | None = None
+    """How to compute it once the launch binds its operands: ``(op, a, b)`` for ``/ % & | ^ >> <<
+    min max`` on polynomials, ``("select", l, cmp, r, a, b)`` for ``l cmp r ? a : b``; None for
+    values the analysis cannot compute (a load from memory, an unknown call): a gather."""
+    created_in: tuple[int, ...] = ()
+    """Loops (ids, outermost first) the term was made in: it may change from one iteration to the next."""
+
+
+def thread_dependence(poly: Poly, opaque: Mapping[str, Opaque]) -> frozenset[str]:
     """Thread-index symbols ``poly`` depends on, through opaque terms too."""
     found: set[str] = set()
     for s in poly.symbols:
         if s.startswith("tid."):
             found.add(s)
         elif is_opaque(s):
-            found |= opaque.get(s, ("", frozenset()))[1]
+            entry = opaque.get(s)
+            if entry is not None:
+                found |= entry.deps
     return frozenset(found)
 
 
@@ -250,7 +281,7 @@ class _Walker:
         self.loops: list[LoopFact] = []
         self.reductions: list[Reduction] = []
         self.unknowns: list[str] = []
-        self.opaque: dict[str, tuple[str, frozenset[str]]] = {}
+        self.opaque: dict[str, Opaque] = {}
         self.builtins: set[str] = set()
         self.syncs = 0
         self.shuffles = 0
@@ -261,8 +292,13 @@ class _Walker:
         self.via: list[str] = []
         self.returns: list[_Value] = []
         self.declared_in_loop: list[set[str]] = []
-        self.loop_vars: list[str | None] = []
+        self.loop_vars: list[set[str]] = []
         self.escaped: set[str] = set()
+        self.overrides: dict[int, _Value | None] = {}
+        self.depth = 0
+        self.unknown_calls = 0
+        self.types: dict[str, str] = {}
+        """Template type parameters bound by the instantiation (``T`` → ``float``)."""
         self.complete = True
         self.nodes = 0
 
@@ -270,7 +306,7 @@ class _Walker:
     def user_line(self, line: int) -> int | None:
         return self.pre.user_line(line) if self.pre is not None else line
 
-    def fresh(self, text: str, deps: Iterable[Poly | _Pointer | None] = ()) -> Poly:
+    def fresh(self, text: str, deps: Iterable[Poly | _Pointer | None] = (), recipe: tuple | None = None) -> Poly:
         thread: set[str] = set()
         for d in deps:
             if isinstance(d, Poly):
@@ -278,7 +314,7 @@ class _Walker:
             elif isinstance(d, _Pointer):
                 thread |= thread_dependence(d.offset, self.opaque)
         name = f"?{len(self.opaque)}"
-        self.opaque[name] = (text[:80], frozenset(thread))
+        self.opaque[name] = Opaque(text[:80], frozenset(thread), recipe, tuple(self.loop_stack))
         return Poly.sym(name)
 
     def poly(self, value: _Value | None, node: Node) -> Poly:
@@ -303,6 +339,7 @@ class _Walker:
             line=line, user_line=self.user_line(line), text=_text(self.src, node)[:120],
             loops=tuple(self.loop_stack), via=tuple(self.via), wide=wide,
             field_offset_bytes=member[0] if member else None, field_bytes=member[1] if member else None,
+            span=(node.start_byte, node.end_byte),
         ))
 
     def tick(self) -> None:
@@ -316,11 +353,34 @@ class _Walker:
         if node is None:
             return None
         self.tick()
+        if self.depth > _MAX_EXPR_DEPTH:
+            return self.flat_reads(node)
         kind = node.type
         handler = getattr(self, "e_" + kind, None)
-        if handler is not None:
-            return handler(node)
-        values = [self.expr(c) for c in node.named_children]
+        self.depth += 1
+        try:
+            if handler is not None:
+                return handler(node)
+            values = [self.expr(c) for c in node.named_children]
+            return self.fresh(_text(self.src, node), values)
+        finally:
+            self.depth -= 1
+
+    def flat_reads(self, node: Node) -> _Value:
+        """An expression nested deeper than the walk recurses (a generated 3,000-term sum): its
+        subscripts are still recorded as reads, found without recursion, and its value is opaque."""
+        stack = [node]
+        values: list[_Value | None] = []
+        while stack:
+            n = stack.pop()
+            if n.type == "subscript_expression":
+                saved, self.depth = self.depth, 0
+                try:
+                    values.append(self.subscript(n, "read", None))
+                finally:
+                    self.depth = saved
+                continue
+            stack.extend(n.named_children)
         return self.fresh(_text(self.src, node), values)
 
     def e_number_literal(self, node: Node) -> _Value:
@@ -355,13 +415,110 @@ class _Walker:
         return self.expr(inner[-1]) if inner else None
 
     def e_cast_expression(self, node: Node) -> _Value | None:
-        value = self.expr(node.child_by_field_name("value"))
-        type_text = _text(self.src, node.child_by_field_name("type")) if node.child_by_field_name("type") else ""
+        if node.id in self.overrides:
+            return self.overrides[node.id]
+        type_node = node.child_by_field_name("type")
+        value_node = node.child_by_field_name("value")
+        type_text = _text(self.src, type_node) if type_node is not None else ""
+        misread = self.misread_cast(type_text.strip(), value_node)
+        if misread is not None:
+            return misread
+        value = self.expr(value_node)
         if isinstance(value, Poly) and any(w in type_text for w in ("float", "double", "half")):
             return self.fresh(_text(self.src, node), [value])
         if isinstance(value, _Pointer) and "*" in type_text:
-            return _Pointer(value.base, value.space, value.offset, _strip_qualifiers(type_text))
+            return self.retype(value, self.ty(_strip_qualifiers(type_text)), node)
         return value
+
+    def ty(self, name: str) -> str:
+        return self.types.get(name, name)
+
+    def bind_template(self, fn: Node, args: list[str]) -> tuple[dict[str, str], dict[str, str]]:
+        """(types, constants) for ``fn``'s template parameters bound to ``args`` (texts), which are
+        read in the current binding (``scanLocalMem<T, blockSize>`` inside an instance)."""
+        types: dict[str, str] = {}
+        consts: dict[str, str] = {}
+        for (name, is_type), arg in zip(_template_params(fn, self.src), args):
+            if is_type:
+                types[name] = self.ty(_strip_qualifiers(arg))
+            else:
+                value = evaluate_int(arg, self.constants)
+                if value is not None:
+                    consts[name] = str(value)
+        return types, consts
+
+    def unresolved(self, name: str, elem_type: str, origin: Node | None) -> _Pointer:
+        """A pointer whose target the analysis cannot name (returned by a method, loaded from a
+        struct): its accesses are still recorded, on an array named after the pointer, in
+        memory of ``unknown`` space, and the reason is kept."""
+        where = f" (from `{_text(self.src, origin)[:60]}`)" if origin is not None else ""
+        self.unknowns.append(f"`{name}` points to memory the analysis cannot resolve{where}")
+        return _Pointer(name, "unknown", ZERO, elem_type)
+
+    def retype(self, pointer: _Pointer, elem_type: str, node: Node) -> _Value:
+        """A pointer cast to another element type (``reinterpret_cast<float4*>(&a[4*i])``): the
+        offset is re-expressed in the new elements, exactly or not at all."""
+        if elem_type in ("void", pointer.elem_type):
+            return pointer
+        old, new = self.elem_bytes(pointer.elem_type), self.elem_bytes(elem_type)
+        if old is None or new is None:
+            return self.fresh(_text(self.src, node), [pointer])
+        scaled = pointer.offset.scale(old).exact_div(new)
+        if scaled is None:
+            return self.fresh(_text(self.src, node), [pointer])
+        return _Pointer(pointer.base, pointer.space, scaled, elem_type)
+
+    def regroup_misread_cast(self, node: Node) -> _Value | None:
+        """``(i)+a*b`` parses as ``((i)+a) * b`` once the cast is misread (see :meth:`misread_cast`):
+        the multiplicative chain above the cast is evaluated with ``a`` in its place, then added."""
+        leftmost = node.child_by_field_name("left")
+        while leftmost is not None and leftmost.type == "binary_expression" and _text(
+                self.src, leftmost.child_by_field_name("operator") or leftmost) in ("*", "/", "%"):
+            leftmost = leftmost.child_by_field_name("left")
+        if leftmost is None or leftmost.type != "cast_expression" or leftmost.id in self.overrides:
+            return None
+        type_node = leftmost.child_by_field_name("type")
+        value_node = leftmost.child_by_field_name("value")
+        name = _text(self.src, type_node).strip() if type_node is not None else ""
+        if value_node is None or value_node.type != "unary_expression" or name not in self.env:
+            return None
+        op_node = value_node.child_by_field_name("operator")
+        sign = _text(self.src, op_node) if op_node is not None else ""
+        if sign not in ("+", "-"):
+            return None
+        self.overrides[leftmost.id] = self.expr(value_node.child_by_field_name("argument"))
+        try:
+            rest = self.expr(node)
+        finally:
+            self.overrides.pop(leftmost.id, None)
+        base = self.env[name]
+        if isinstance(base, Poly) and isinstance(rest, Poly):
+            return base + rest if sign == "+" else base - rest
+        if isinstance(base, _Pointer) and isinstance(rest, Poly):
+            return _Pointer(base.base, base.space, base.offset + (rest if sign == "+" else -rest), base.elem_type)
+        return self.fresh(_text(self.src, node), [base, rest])
+
+    def misread_cast(self, name: str, value_node: Node | None) -> _Value | None:
+        """``(i)+n*k`` parses as a cast of ``+n*k`` to a type named ``i`` (C's own ambiguity,
+        resolved by tree-sitter without knowing which names are types; macro bodies write
+        ``(_i)+_nx*…`` all the time). When ``i`` is a variable, it was an addition."""
+        if value_node is None or value_node.type not in ("unary_expression", "pointer_expression"):
+            return None
+        if name not in self.env and name not in self.arrays:
+            return None
+        op_node = value_node.child_by_field_name("operator")
+        op = _text(self.src, op_node) if op_node is not None else ""
+        if op not in ("+", "-", "*", "&"):
+            return None
+        left = self.env[name] if name in self.env else _Pointer(name, self.arrays[name].space, ZERO, self.arrays[name].elem_type)
+        right = self.expr(value_node.child_by_field_name("argument"))
+        if isinstance(left, _Pointer) and isinstance(right, Poly) and op in "+-":
+            return _Pointer(left.base, left.space, left.offset + (right if op == "+" else -right), left.elem_type)
+        if isinstance(left, Poly) and isinstance(right, Poly):
+            combined = _arith(op, left, right)
+            if combined is not None:
+                return combined
+        return self.fresh(name + op + _text(self.src, value_node), [left, right])
 
     def e_comma_expression(self, node: Node) -> _Value | None:
         self.expr(node.child_by_field_name("left"))
@@ -398,6 +555,11 @@ class _Walker:
         return self.fresh(_text(self.src, node), [value])
 
     def e_binary_expression(self, node: Node) -> _Value | None:
+        op_node = node.child_by_field_name("operator")
+        if op_node is not None and _text(self.src, op_node) in ("*", "/", "%"):
+            regrouped = self.regroup_misread_cast(node)
+            if regrouped is not None:
+                return regrouped
         left = self.expr(node.child_by_field_name("left"))
         right = self.expr(node.child_by_field_name("right"))
         op_node = node.child_by_field_name("operator")
@@ -410,6 +572,8 @@ class _Walker:
             combined = _arith(op, left, right)
             if combined is not None:
                 return combined
+            if op in _COMPUTABLE:
+                return self.fresh(_text(self.src, node), [left, right], (op, left, right))
         return self.fresh(_text(self.src, node), [left, right])
 
     def e_conditional_expression(self, node: Node) -> _Value | None:
@@ -418,7 +582,27 @@ class _Walker:
         b = self.expr(node.child_by_field_name("alternative"))
         if isinstance(a, Poly) and a == b:
             return a
-        return self.fresh(_text(self.src, node), [cond, a, b])
+        recipe = self.select_recipe(node.child_by_field_name("condition"), a, b)
+        return self.fresh(_text(self.src, node), [cond, a, b], recipe)
+
+    def select_recipe(self, cond: Node | None, a: _Value | None, b: _Value | None) -> tuple | None:
+        """``l < r ? a : b`` on polynomials: computable once the launch binds them."""
+        while cond is not None and cond.type in ("parenthesized_expression", "condition_clause") and cond.named_children:
+            cond = cond.named_children[-1]
+        if cond is None or cond.type != "binary_expression" or not isinstance(a, Poly) or not isinstance(b, Poly):
+            return None
+        op_node = cond.child_by_field_name("operator")
+        op = _text(self.src, op_node) if op_node is not None else ""
+        if op not in ("<", "<=", ">", ">=", "==", "!="):
+            return None
+        # The condition's operands were evaluated with the condition itself; their values are
+        # re-read without recording their accesses a second time.
+        saved = len(self.accesses)
+        left, right = self.expr(cond.child_by_field_name("left")), self.expr(cond.child_by_field_name("right"))
+        del self.accesses[saved:]
+        if not isinstance(left, Poly) or not isinstance(right, Poly):
+            return None
+        return ("select", left, op, right, a, b)
 
     def e_pointer_expression(self, node: Node) -> _Value | None:
         op = node.child_by_field_name("operator")
@@ -539,6 +723,8 @@ class _Walker:
         """``&a[i]`` as a pointer value (no access: the callee or the store decides)."""
         if node is None:
             return None
+        if node.type == "parenthesized_expression" and node.named_children:
+            return self.address(node.named_children[-1])
         if node.type == "subscript_expression":
             found = self.element(node)
             if found is not None:
@@ -585,7 +771,7 @@ class _Walker:
     def note_accumulator(self, name: str, op: str, node: Node) -> None:
         if not self.loop_stack or name in self.declared_in_loop[-1] or op not in ("+", "*", "|", "&", "^", "max", "min"):
             return
-        if name in self.loop_vars:
+        if any(name in counters for counters in self.loop_vars):
             return
         line = node.start_point[0]
         if not any(r.target == name and r.loop == self.loop_stack[-1] for r in self.reductions):
@@ -619,7 +805,16 @@ class _Walker:
         args_node = node.child_by_field_name("arguments")
         args = list(args_node.named_children) if args_node is not None else []
         name = _text(self.src, fn) if fn is not None else ""
-        short = name.split("<", 1)[0].rsplit("::", 1)[-1].strip()
+        short = name.split("<", 1)[0].rsplit("::", 1)[-1].rsplit(".", 1)[-1].rsplit("->", 1)[-1].strip()
+        if short in ("reinterpret_cast", "static_cast", "const_cast") and fn is not None and fn.type == "template_function" and args:
+            type_args = fn.child_by_field_name("arguments")
+            type_text = _text(self.src, type_args).strip("<> ") if type_args is not None else ""
+            value = self.expr(args[0])
+            if isinstance(value, _Pointer) and "*" in type_text:
+                return self.retype(value, self.ty(_strip_qualifiers(type_text)), node)
+            if isinstance(value, Poly) and not any(w in type_text for w in ("float", "double", "half")):
+                return value
+            return self.fresh(_text(self.src, node), [value])
         if short.startswith("atomic") and args:
             target = self.address(args[0]) if args[0].type == "pointer_expression" and _text(self.src, args[0]).startswith("&") else self.expr(args[0])
             if args[0].type == "pointer_expression" and _text(self.src, args[0]).startswith("&"):
@@ -632,7 +827,7 @@ class _Walker:
                 loop = self.loop_stack[-1] if self.loop_stack else None
                 if not thread_dependence(index, self.opaque):
                     self.reductions.append(Reduction("atomic", target.base, short, line, self.user_line(line), loop))
-                elif any(is_opaque(s) and self.opaque[s][1] for s in index.symbols):
+                elif any(is_opaque(s) and self.opaque[s].deps and self.opaque[s].recipe is None for s in index.symbols):
                     self.reductions.append(Reduction("atomic_scatter", target.base, short, line, self.user_line(line), loop))
             else:
                 self.unknowns.append(f"line {self.user_line_text(node)}: {short} on `{_text(self.src, args[0])}`, "
@@ -665,11 +860,18 @@ class _Walker:
             if isinstance(a, Poly) and isinstance(b, Poly):
                 return a * b
             return self.fresh(_text(self.src, node), [a, b])
+        if short in ("min", "max", "umin", "umax", "llmin", "llmax") and len(args) == 2:
+            a, b = self.expr(args[0]), self.expr(args[1])
+            if isinstance(a, Poly) and isinstance(b, Poly):
+                return self.fresh(_text(self.src, node), [a, b], (short.lstrip("ul"), a, b))
+            return self.fresh(_text(self.src, node), [a, b])
         helper = self.helpers.get(short)
         if helper is not None and len(self.via) < _MAX_INLINE_DEPTH and short not in self.via:
             return self.inline(short, helper, args, node)
         values = [self.expr(a) for a in args]
         self.escape(values)
+        if not _is_pure_math(short):
+            self.unknown_calls += 1
         return self.fresh(_text(self.src, node), values)
 
     def escape(self, values: Iterable[_Value | None]) -> None:
@@ -684,13 +886,20 @@ class _Walker:
 
     def inline(self, name: str, helper: Node, args: list[Node], node: Node) -> _Value | None:
         values = [self.expr(a) for a in args]
-        params = _param_list(helper, self.src)
+        params = [(n, self.ty(t), p) for n, t, p in _param_list(helper, self.src)]
         saved_env, saved_returns, saved_arrays = self.env, self.returns, dict(self.arrays)
+        saved_types, saved_constants = self.types, self.constants
+        fn = node.child_by_field_name("function")
+        type_args = fn.child_by_field_name("arguments") if fn is not None and fn.type == "template_function" else None
+        if type_args is not None:
+            types, consts = self.bind_template(helper, [_text(self.src, a) for a in type_args.named_children])
+            self.types = {**self.types, **types}
+            self.constants = {**self.constants, **consts}
         env: dict[str, _Value] = {}
-        for (pname, ptype, is_pointer), value in zip(params, values):
-            if value is None:
-                value = self.fresh(pname)
-            if is_pointer and isinstance(value, Poly):
+        for (pname, ptype, is_pointer), value, arg in zip(params, values, args):
+            if is_pointer and not isinstance(value, _Pointer):
+                value = self.unresolved(pname, ptype, arg)
+            elif value is None:
                 value = self.fresh(pname)
             env[pname] = value
         self.env, self.returns = env, []
@@ -704,6 +913,7 @@ class _Walker:
             returns = self.returns
             self.env, self.returns = saved_env, saved_returns
             self.arrays = saved_arrays
+            self.types, self.constants = saved_types, saved_constants
         if len(returns) == 1:
             return returns[0]
         return self.fresh(_text(self.src, node), returns)
@@ -757,7 +967,7 @@ class _Walker:
     def declaration(self, node: Node) -> None:
         text = _text(self.src, node)
         type_node = node.child_by_field_name("type")
-        base_type = _strip_qualifiers(_text(self.src, type_node)) if type_node is not None else "int"
+        base_type = self.ty(_strip_qualifiers(_text(self.src, type_node))) if type_node is not None else "int"
         shared = "__shared__" in text.split("=")[0]
         wide = any(w == base_type or base_type.startswith(w) for w in _WIDE_TYPES)
         for decl in node.children_by_field_name("declarator"):
@@ -785,6 +995,8 @@ class _Walker:
                 continue
             if is_pointer and isinstance(value, _Pointer):
                 self.env[name] = _Pointer(value.base, value.space, value.offset, base_type if base_type != "void" else value.elem_type)
+            elif is_pointer and value_node is not None:
+                self.env[name] = self.unresolved(name, base_type, value_node)
             elif value is None:
                 self.env[name] = self.fresh(name)
             elif isinstance(value, Poly) and any(w in base_type for w in ("float", "double", "half", "bfloat")):
@@ -802,6 +1014,9 @@ class _Walker:
         return name, tuple(reversed(dims))
 
     def if_statement(self, node: Node) -> None:
+        found = conditional_update(node, self.src)
+        if found is not None:
+            self.note_accumulator(found[0], found[1], node)
         cond = node.child_by_field_name("condition")
         self.expr(cond.named_children[-1] if cond is not None and cond.named_children else cond)
         before = dict(self.env)
@@ -846,10 +1061,15 @@ class _Walker:
         start = self.env.get(var) if var is not None else None
         start_poly = start if isinstance(start, Poly) else None
         before = dict(self.env)
+        inductions = self.secondary_inductions(body, assigned, var)
+        if var is not None and start_poly is not None and step is not None:
+            inductions[var] = (start_poly, step)
         for name in assigned:
             old = self.env.get(name)
-            if name == var and start_poly is not None and step is not None:
-                self.env[name] = start_poly + step * Poly.sym(trip_symbol)
+            if name in inductions:
+                first, increment = inductions[name]
+                self.env[name] = (first + increment * Poly.sym(trip_symbol) if isinstance(first, Poly)
+                                  else _Pointer(first.base, first.space, first.offset + increment * Poly.sym(trip_symbol), first.elem_type))
             elif isinstance(old, _Pointer):
                 self.env[name] = _Pointer(old.base, old.space, self.fresh(name, [old.offset]), old.elem_type)
             elif name in self.env:
@@ -860,9 +1080,12 @@ class _Walker:
         bound = self.bound(cond, var, before) if var is not None else None
         line = node.start_point[0]
         self.loops.append(LoopFact(loop_id, line, self.user_line(line), kind, var, start_poly if var else None,
-                                   step, bound, geometric, self.loop_stack[-1] if self.loop_stack else None, trip_symbol))
+                                   step, bound, geometric, self.loop_stack[-1] if self.loop_stack else None, trip_symbol,
+                                   span=(node.start_byte, node.end_byte)))
+        escaped_before = set(self.escaped)
+        unknown_calls_before = self.unknown_calls
         self.loop_stack.append(loop_id)
-        self.loop_vars.append(var)
+        self.loop_vars.append(set(inductions) | ({var} if var else set()))
         try:
             if cond is not None:
                 self.expr(cond.named_children[-1] if cond.type == "condition_clause" and cond.named_children else cond)
@@ -873,13 +1096,69 @@ class _Walker:
             self.loop_stack.pop()
             self.loop_vars.pop()
             self.declared_in_loop.pop()
+        if self.unknown_calls != unknown_calls_before or self.escaped != escaped_before:
+            self.loops[loop_id] = replace(self.loops[loop_id], calls_unknown=True)
         after = self.env
         self.env = dict(before)
+        trips = None
         for name in assigned:
-            if name in after and name in before:
+            if name not in after or name not in before:
+                continue
+            if name in inductions:
+                # After the loop a counter stands at its start plus a whole number of steps: the
+                # number of iterations is one value for the warp unless the bounds vary by thread.
+                if trips is None:
+                    loop = self.loops[loop_id]
+                    trips = self.fresh(f"iterations of the loop at line {(loop.user_line or 0) + 1}",
+                                       [loop.start, loop.bound] + ([] if loop.bound is not None else [self.fresh("?", [after[name]])]))
+                first, increment = inductions[name]
+                self.env[name] = (first + increment * trips if isinstance(first, Poly)
+                                  else _Pointer(first.base, first.space, first.offset + increment * trips, first.elem_type))
+            else:
                 self.env[name] = self.fresh(name, [before[name], after[name]])
         if geometric is not None:
             self.shared_tree(loop_id)
+
+    def secondary_inductions(self, body: Node | None, assigned: set[str], var: str | None) -> dict[str, tuple[_Value, Poly]]:
+        """Variables stepped once per iteration by a loop-invariant amount (``c += xy;`` at the body's
+        top level, assigned nowhere else in it): ``value = start + step * iteration``."""
+        found: dict[str, tuple[_Value, Poly]] = {}
+        if body is None:
+            return found
+        statements = body.named_children if body.type == "compound_statement" else [body]
+        counts = _assignment_counts(body, self.src)
+        declared = _declared_anywhere(body, self.src)
+        invariant = set(self.env) - assigned - declared
+        for st in statements:
+            if st.type != "expression_statement" or not st.named_children:
+                continue
+            e = st.named_children[0]
+            left = e.child_by_field_name("left") if e.type == "assignment_expression" else e.child_by_field_name("argument")
+            if left is None or left.type != "identifier":
+                continue
+            name = _text(self.src, left)
+            if name == var or counts.get(name) != 1 or name not in self.env:
+                continue
+            if e.type == "update_expression":
+                op = e.child_by_field_name("operator")
+                step: _Value | None = ONE if op is not None and _text(self.src, op) == "++" else -ONE
+            else:
+                op_node = e.child_by_field_name("operator")
+                op = _text(self.src, op_node) if op_node is not None else ""
+                right = e.child_by_field_name("right")
+                # Only an increment the loop cannot change: names bound before the loop, never
+                # assigned or declared in it (a float accumulator ``acc += x[j]`` is no counter).
+                if op not in ("+=", "-=") or right is None or not _identifiers(right, self.src) <= invariant | _BUILTIN_NAMES:
+                    continue
+                saved = len(self.accesses)
+                step = self.expr(right)
+                del self.accesses[saved:]
+                if isinstance(step, Poly) and op == "-=":
+                    step = -step
+            start = self.env[name]
+            if isinstance(step, Poly) and isinstance(start, (Poly, _Pointer)):
+                found[name] = (start, step)
+        return found
 
     def induction(self, update: Node | None, body: Node | None, cond: Node | None) -> tuple[str | None, Poly | None, str | None]:
         """The loop's counter: from the ``for`` update, else a single ``v += c`` at the body's top level."""
@@ -968,7 +1247,7 @@ class _Walker:
 
     def shared_tree(self, loop_id: int) -> None:
         """A halving/doubling loop that updates a shared array from another element of it."""
-        inside = [a for a in self.accesses if loop_id in a.loops and a.space == "shared"]
+        inside = [a for a in self.accesses if loop_id in a.loops and a.space in ("shared", "unknown")]
         for w in inside:
             if not w.writes:
                 continue
@@ -976,6 +1255,54 @@ class _Walker:
             if partners or w.kind == "update":
                 self.reductions.append(Reduction("shared_tree", w.array, w.op or "+", w.line, w.user_line, loop_id))
                 return
+
+
+_MATH_PREFIXES = ("__f", "__d", "__int2", "__float2", "__half2", "__expf", "__logf", "__powf", "__sinf", "__cosf")
+
+
+def _is_pure_math(name: str) -> bool:
+    """Functions of values only (no memory side effects): the CUDA math library and intrinsics."""
+    if name.startswith(_MATH_PREFIXES) or name in ("__saturatef", "__popc", "__clz", "__ffs", "__brev"):
+        return True
+    base = name[:-1] if name.endswith("f") else name
+    return base in _MATH_FUNCTIONS
+
+
+_MATH_FUNCTIONS = frozenset({
+    "sqrt", "rsqrt", "cbrt", "exp", "exp2", "exp10", "expm1", "log", "log2", "log10", "log1p", "pow", "sin", "cos", "tan",
+    "asin", "acos", "atan", "atan2", "sinh", "cosh", "tanh", "asinh", "acosh", "atanh", "fabs", "abs", "floor", "ceil",
+    "round", "trunc", "fmod", "fma", "fmax", "fmin", "max", "min", "erf", "erfc", "hypot", "copysign", "rint", "lrint",
+    "sincos", "normcdf", "isnan", "isinf", "isfinite", "signbit", "frexp", "ldexp", "rcbrt", "rhypot", "norm3d",
+    "float", "int", "double",
+})
+
+
+def conditional_update(node: Node, src: bytes) -> tuple[str, str] | None:
+    """``if (x > m) m = x;`` (or ``<``, ``>=``, ``<=``, either side): (``m``, ``max``/``min``)."""
+    if node.type != "if_statement" or node.child_by_field_name("alternative") is not None:
+        return None
+    cond = node.child_by_field_name("condition")
+    while cond is not None and cond.type in ("condition_clause", "parenthesized_expression") and cond.named_children:
+        cond = cond.named_children[-1]
+    body = node.child_by_field_name("consequence")
+    while body is not None and body.type == "compound_statement" and body.named_child_count == 1:
+        body = body.named_children[0]
+    if cond is None or cond.type != "binary_expression" or body is None or body.type != "expression_statement":
+        return None
+    assign = body.named_children[0] if body.named_children else None
+    if assign is None or assign.type != "assignment_expression" or _text(src, assign.child_by_field_name("operator")) != "=":
+        return None
+    target, value = assign.child_by_field_name("left"), assign.child_by_field_name("right")
+    left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
+    op = _text(src, cond.child_by_field_name("operator"))
+    if target is None or value is None or left is None or right is None or target.type != "identifier":
+        return None
+    t, v, l, r = (_text(src, n).replace(" ", "") for n in (target, value, left, right))
+    if op in (">", ">=") and (l, r) == (v, t) or op in ("<", "<=") and (l, r) == (t, v):
+        return _text(src, target), "max"
+    if op in ("<", "<=") and (l, r) == (v, t) or op in (">", ">=") and (l, r) == (t, v):
+        return _text(src, target), "min"
+    return None
 
 
 def _arith(op: str, left: Poly, right: Poly) -> Poly | None:
@@ -1028,6 +1355,37 @@ def _assigned_names(node: Node | None, src: bytes) -> set[str]:
                 found.add(_text(src, arg))
         stack.extend(n.children)
     return found
+
+
+_BUILTIN_NAMES = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})
+
+
+def _declared_anywhere(node: Node, src: bytes) -> set[str]:
+    found: set[str] = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "declaration":
+            found.update(_declared_names(n, src))
+        stack.extend(n.children)
+    return found
+
+
+def _assignment_counts(node: Node, src: bytes) -> dict[str, int]:
+    counts: dict[str, int] = {}
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        target = None
+        if n.type == "assignment_expression":
+            target = n.child_by_field_name("left")
+        elif n.type == "update_expression":
+            target = n.child_by_field_name("argument")
+        if target is not None and target.type == "identifier":
+            name = _text(src, target)
+            counts[name] = counts.get(name, 0) + 1
+        stack.extend(n.children)
+    return counts
 
 
 def _declarator_name(node: Node | None, src: bytes) -> str | None:
@@ -1102,7 +1460,8 @@ def _functions(root: Node, src: bytes) -> Iterator[tuple[str, Node, str]]:
                     yield name, child, head
             elif child.type in ("template_declaration", "namespace_definition", "linkage_specification",
                                 "declaration_list", "preproc_if", "preproc_ifdef", "preproc_else", "preproc_elif",
-                                "ERROR"):
+                                "ERROR", "class_specifier", "struct_specifier", "field_declaration_list",
+                                "access_specifier"):
                 stack.append(child)
 
 
@@ -1202,6 +1561,7 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     functions = list(_functions(root, src))
     helpers = {name: node for name, node, head in functions if "__global__" not in head and "__device__" in head}
     structs = _struct_layouts(root, src)
+    instances = _instantiations(root, src)
     consts = dict(view.object_macros()) if view is not None else {}
     consts.update(constants or {})
     consts.update(_file_constants(root, src))
@@ -1209,8 +1569,54 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     for name, node, head in functions:
         if "__global__" not in head or name in out:
             continue
-        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts)
+        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts, instances.get(name))
     return out
+
+
+def _template_params(fn: Node, src: bytes) -> list[tuple[str, bool]]:
+    """(name, is a type) of the template parameters of ``fn`` (empty when it is no template)."""
+    parent = fn.parent
+    if parent is None or parent.type != "template_declaration":
+        return []
+    plist = parent.child_by_field_name("parameters")
+    out: list[tuple[str, bool]] = []
+    for p in plist.named_children if plist is not None else []:
+        if p.type in ("type_parameter_declaration", "optional_type_parameter_declaration"):
+            ident = next((c for c in p.named_children if c.type == "type_identifier"), None)
+            if ident is not None:
+                out.append((_text(src, ident), True))
+        elif p.type in ("parameter_declaration", "optional_parameter_declaration"):
+            name = _declarator_name(p.child_by_field_name("declarator"), src)
+            if name:
+                out.append((name, False))
+    return out
+
+
+def _instantiations(root: Node, src: bytes) -> dict[str, tuple[str, ...]]:
+    """Template arguments of the first explicit instantiation of each function
+    (``template __global__ void reduce<float, 256>(…);``) or, failing that, of its first launch
+    with explicit arguments (``reduce<float, 256><<<…>>>``)."""
+    found: dict[str, tuple[str, ...]] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type in ("template_instantiation", "call_expression", "cuda_kernel_call_expression") or node.type.endswith("kernel_call"):
+            tf = next((d for d in _descendants(node, 3) if d.type == "template_function"), None)
+            if tf is not None:
+                name_node = tf.child_by_field_name("name")
+                args = tf.child_by_field_name("arguments")
+                if name_node is not None and args is not None:
+                    found.setdefault(_text(src, name_node).rsplit("::", 1)[-1],
+                                     tuple(_text(src, a) for a in args.named_children))
+        stack.extend(reversed(node.children))
+    return found
+
+
+def _descendants(node: Node, depth: int) -> Iterator[Node]:
+    frontier = [node]
+    for _ in range(depth):
+        frontier = [c for n in frontier for c in n.named_children]
+        yield from frontier
 
 
 def _file_constants(root: Node, src: bytes) -> dict[str, str]:
@@ -1232,9 +1638,14 @@ def _file_constants(root: Node, src: bytes) -> dict[str, str]:
 
 
 def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None, helpers: Mapping[str, Node],
-                    structs: Mapping[str, _Struct], constants: Mapping[str, str]) -> KernelFacts:
+                    structs: Mapping[str, _Struct], constants: Mapping[str, str],
+                    instance: tuple[str, ...] | None = None) -> KernelFacts:
     walker = _Walker(src, pre, helpers, structs, constants)
-    params = _param_list(node, src)
+    if instance is not None:
+        types, consts = walker.bind_template(node, list(instance))
+        walker.types = types
+        walker.constants = {**walker.constants, **consts}
+    params = [(n, walker.ty(t), p) for n, t, p in _param_list(node, src)]
     for pname, ptype, is_pointer in params:
         if is_pointer:
             walker.arrays[pname] = _Array(pname, "global", ptype, ())
@@ -1242,8 +1653,9 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
             walker.env[pname] = Poly.sym(pname)
             if any(w == ptype or ptype.startswith(w) for w in _WIDE_TYPES):
                 walker.wide_vars.add(pname)
+    body = node.child_by_field_name("body")
     try:
-        walker.statement(node.child_by_field_name("body"))
+        walker.statement(body)
     except _Budget:
         walker.complete = False
         walker.unknowns.append(f"the kernel is larger than the analysis budget ({_MAX_NODES} nodes): later accesses not modelled")
@@ -1265,6 +1677,8 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
         opaque=dict(walker.opaque),
         escaped=tuple(sorted(walker.escaped)),
         complete=walker.complete,
+        span=(node.start_byte, node.end_byte),
+        body_span=(body.start_byte, body.end_byte) if body is not None else (0, 0),
         line=line,
         user_line=walker.user_line(line),
     )
@@ -1356,10 +1770,49 @@ def _base_env(facts: KernelFacts, binding: Binding) -> dict[str, int]:
         env.update({"gdim.x": gx, "gdim.y": gy, "gdim.z": gz})
     for loop in facts.loops:
         env[loop.trip_symbol] = 1
-    for name, (_, deps) in facts.opaque.items():
-        if not deps:
-            env[name] = 0
     return env
+
+
+def evaluate(poly: Poly, env: Mapping[str, int], opaque: Mapping[str, Opaque]) -> int | None:
+    """``poly``'s value under ``env``, computing opaque terms from their recipes; an opaque term
+    without one counts 0 when it does not depend on the thread (the same for every lane, so it
+    moves no address relative to another) and makes the value unknown otherwise."""
+    values: dict[str, int] = {}
+    for s in poly.symbols:
+        if s in env:
+            continue
+        entry = opaque.get(s)
+        if entry is None:
+            return None
+        value = _compute(entry, env, opaque) if entry.recipe is not None else (None if entry.deps else 0)
+        if value is None:
+            return None
+        values[s] = value
+    return poly.evaluate({**env, **values}) if values else poly.evaluate(env)
+
+
+def _compute(entry: Opaque, env: Mapping[str, int], opaque: Mapping[str, Opaque]) -> int | None:
+    recipe = entry.recipe
+    if recipe[0] == "select":
+        _, l, cmp, r, a, b = recipe
+        lv, rv = evaluate(l, env, opaque), evaluate(r, env, opaque)
+        if lv is None or rv is None:
+            return None
+        taken = {"<": lv < rv, "<=": lv <= rv, ">": lv > rv, ">=": lv >= rv, "==": lv == rv, "!=": lv != rv}[cmp]
+        return evaluate(a if taken else b, env, opaque)
+    op, a, b = recipe
+    av, bv = evaluate(a, env, opaque), evaluate(b, env, opaque)
+    if av is None or bv is None:
+        return None
+    if op in ("/", "%"):
+        if bv == 0:
+            return None
+        q = abs(av) // abs(bv) * (1 if (av >= 0) == (bv >= 0) else -1)  # C truncates toward zero
+        return q if op == "/" else av - q * bv
+    if op in (">>", "<<") and not 0 <= bv < 64:
+        return None
+    return {"&": av & bv, "|": av | bv, "^": av ^ bv, ">>": av >> bv if op == ">>" else 0, "<<": av << bv if op == "<<" else 0,
+            "min": min(av, bv), "max": max(av, bv)}[op]
 
 
 def bind(facts: KernelFacts, binding: Binding) -> tuple[Pattern, ...]:
@@ -1377,20 +1830,28 @@ def _pattern(a: Access, facts: KernelFacts, base: Mapping[str, int], lanes: list
         coeff = a.index.coefficient(inner.trip_symbol)
         loop_stride = coeff.evaluate(base) if coeff is not None else None
     deps = thread_dependence(a.index, facts.opaque)
-    opaque_thread = any(is_opaque(s) and facts.opaque.get(s, ("", frozenset()))[1] for s in a.index.symbols)
-    if opaque_thread:
-        reason = next((facts.opaque[s][0] for s in sorted(a.index.symbols) if is_opaque(s) and facts.opaque[s][1]), "")
-        return Pattern(a, "gather", None, None, None, loop_stride, f"the index depends on `{reason}`, which varies by thread")
     addresses = []
     for lane in lanes:
-        value = a.index.evaluate({**base, **lane})
+        value = evaluate(a.index, {**base, **lane}, facts.opaque)
+        if value is None and _data_dependent(a.index, facts.opaque):
+            reason = _data_term(a.index, facts.opaque)
+            return Pattern(a, "gather", None, None, None, loop_stride, f"the index depends on `{reason}`, which varies by thread")
         if value is None:
             missing = sorted(s for s in a.index.symbols if s not in base and not s.startswith("tid."))
+            computed = [s for s in missing if s in facts.opaque and facts.opaque[s].recipe is not None]
+            if computed:
+                return Pattern(a, "unknown", None, None, None, loop_stride,
+                               f"`{facts.opaque[computed[0]].text}` has no value under this launch "
+                               "(a shift by 64 bits or more, or a division by zero)")
             return Pattern(a, "unknown", None, None, None, loop_stride,
-                           f"the index needs {', '.join(missing) or 'values'} that the launch does not give")
+                           f"the index needs {', '.join(missing) or 'values'}, which the launch does not give")
         addresses.append(value)
     coeff_x = a.index.coefficient("tid.x")
-    stride = coeff_x.evaluate(base) if coeff_x is not None else None
+    stride = evaluate(coeff_x, base, facts.opaque) if coeff_x is not None and not any(
+        opaque_symbol in facts.opaque and facts.opaque[opaque_symbol].deps for opaque_symbol in a.index.symbols) else None
+    if stride is None and len(addresses) > 1 and binding.block[0] > 1:
+        steps = {addresses[i + 1] - addresses[i] for i in range(min(len(addresses), binding.block[0]) - 1)}
+        stride = steps.pop() if len(steps) == 1 else None
     if not deps or len(set(addresses)) == 1:
         return Pattern(a, "broadcast", 0, 1, 1, loop_stride, "every thread of a warp uses the same element")
     if elem is None:
@@ -1412,11 +1873,39 @@ def _pattern(a: Access, facts: KernelFacts, base: Mapping[str, int], lanes: list
                    f"{sectors} sectors per request (ideal {ideal})")
 
 
+def _data_dependent(poly: Poly, opaque: Mapping[str, Opaque], depth: int = 0) -> bool:
+    """True when a thread-dependent term of ``poly`` has no recipe (a loaded value, an unknown call)."""
+    if depth > 64:
+        return True
+    for s in poly.symbols:
+        entry = opaque.get(s)
+        if entry is None or not entry.deps:
+            continue
+        if entry.recipe is None:
+            return True
+        polys = [x for x in entry.recipe if isinstance(x, Poly)]
+        if any(_data_dependent(x, opaque, depth + 1) for x in polys):
+            return True
+    return False
+
+
+def _data_term(poly: Poly, opaque: Mapping[str, Opaque]) -> str:
+    for s in sorted(poly.symbols):
+        entry = opaque.get(s)
+        if entry is not None and entry.deps:
+            if entry.recipe is None:
+                return entry.text
+            inner = next((_data_term(x, opaque) for x in entry.recipe if isinstance(x, Poly) and _data_dependent(x, opaque)), "")
+            if inner:
+                return inner
+    return ""
+
+
 def describe(p: Pattern) -> str:
     """One line for hover: ``store to `out`: 4096 elements apart across a warp, 32 sectors per request — uncoalesced``."""
     a = p.access
     verb = {"read": "load of", "write": "store to", "update": "update of", "atomic": f"{a.op} on"}[a.kind]
-    where = "" if a.space == "global" else f" ({a.space})"
+    where = {"global": "", "unknown": " (memory not resolved)"}.get(a.space, f" ({a.space})")
     target = f"`{a.array}{'.' + a.field if a.field else ''}`{where}"
     if p.pattern == "broadcast":
         body = "the same element for every thread of a warp (broadcast)"

@@ -37,6 +37,9 @@ class OptimizeRequest:
     """The knowledge base's performance state for this kernel."""
     techniques: tuple[TechniqueHint, ...] = ()
     """Techniques in the order the knowledge base picked them."""
+    preprocessed: Any = None
+    """The file's :class:`~kernel_lsp.core.source.Preprocessed` view with its local headers
+    (made by the services layer, which reads them); None: the file's own macros only."""
 
 
 @dataclass(frozen=True)

@@ -238,3 +238,60 @@ def arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
         return False
     width = _UINT_OF_WIDTH[a.dtype.itemsize]
     return bool(np.array_equal(np.ascontiguousarray(a).view(width), np.ascontiguousarray(b).view(width)))
+
+
+# --- red zones ---------------------------------------------------------------------------------
+
+#: Bytes of red zone before and after every array. A multiple of 256 keeps every array at the
+#: alignment cudaMalloc gives (vector loads stay legal); 64 KiB reaches a row or more past the end
+#: of the examples' matrices, so an off-by-one-row write lands in it rather than in another buffer.
+GUARD_BYTES = 64 * 1024
+
+#: Input red zones of floating-point arrays: 0x7FF8 in every 16-bit unit is a NaN read as float16,
+#: bfloat16, float32 (0x7FF87FF8) and float64 (0x7FF87FF87FF87FF8), so a value read out of range
+#: poisons whatever it is combined into: the output shows NaN where the original's has none.
+INPUT_FLOAT_GUARD = (2, 0x7FF8)
+#: Integer input red zones: 0xA5 bytes (int32 -1515870811): an index read out of range points far
+#: outside every array, a count read out of range is absurd, either way the result changes.
+INPUT_INT_GUARD = (1, 0xA5)
+#: Output and in-out red zones: a pattern no honest store leaves; any change is a write out of range.
+OUTPUT_GUARD = (1, 0x5A)
+
+
+def guard_fill(array_type: str, role: str) -> tuple[int, int]:
+    """(unit width in bytes, value) that fills the red zones of an array of this type and role."""
+    if role != "in":
+        return OUTPUT_GUARD
+    return INPUT_FLOAT_GUARD if array_type in FLOAT_TYPES else INPUT_INT_GUARD
+
+
+def guard_expected(array_type: str, role: str, nbytes: int) -> np.ndarray:
+    """The bytes a red zone of ``nbytes`` holds while nothing wrote into it."""
+    width, value = guard_fill(array_type, role)
+    units = np.full(-(-nbytes // width), value, dtype=_UINT_OF_WIDTH[width])
+    return units.view(np.uint8)[:nbytes]
+
+
+def check_guards(name: str, array_type: str, role: str, size: int, front: np.ndarray, back: np.ndarray) -> str | None:
+    """Why the red zones of array ``name`` (``size`` elements) show a write out of range, or None.
+
+    ``front`` and ``back`` are the bytes just before and just after the array as read back after a
+    launch. The message names the array, the side and the first changed element index relative to
+    the array's start (negative before it), so the author can find the stray store.
+    """
+    itemsize = NUMPY_DTYPES[array_type].itemsize
+    problems = []
+    for side, zone in (("before", front), ("after", back)):
+        changed = np.flatnonzero(np.asarray(zone, dtype=np.uint8) != guard_expected(array_type, role, zone.size))
+        if not changed.size:
+            continue
+        if side == "before":
+            # The byte nearest the array is the likeliest culprit (x[-1]); report the last changed one.
+            offset = int(changed[-1]) - zone.size
+        else:
+            offset = size * itemsize + int(changed[0])
+        index = offset // itemsize
+        problems.append(f"{changed.size} bytes of the red zone {side} it changed (first at element {name}[{index}], byte offset {offset} from its start)")
+    if not problems:
+        return None
+    return f"'{name}' ({size} elements) was written out of range: " + "; ".join(problems)

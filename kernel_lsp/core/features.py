@@ -22,9 +22,15 @@ from dataclasses import dataclass, fields
 
 from tree_sitter import Node, Parser, Query, QueryCursor
 
+import functools
+import math
+
+from kernel_lsp.core.analysis import KernelFacts, analyze, per_block_outputs, thread_mapping
 from kernel_lsp.core.consteval import evaluate_int
 from kernel_lsp.core.index import Function
 from kernel_lsp.core.parse import CUDA_LANGUAGE, to_source_bytes
+from kernel_lsp.core.poly import Poly
+from kernel_lsp.core.source import preprocess
 
 FEATURE_DOCS: dict[str, str] = {
     "params": "Number of parameters.",
@@ -44,6 +50,12 @@ FEATURE_DOCS: dict[str, str] = {
     "shared_atomics": "Atomic calls whose target is a __shared__ variable.",
     "uses_2d_index": "Uses a .y or .z thread/block index or dimension (2D/3D decomposition).",
     "grid_stride_loop": "Has a loop that strides by blockDim * gridDim (grid-stride loop).",
+    "gather_accesses": "Global accesses whose index depends on a value loaded from memory (x[col[j]]): gathers and scatters.",
+    "shared_tree_reduction": "A reduction tree in shared memory (halving or doubling strides, looped or unrolled).",
+    "loop_accumulators": "Scalars accumulated across loop iterations (acc += …, m = fmaxf(m, …)).",
+    "atomic_scatter": "Atomics at data-dependent addresses (a histogram): privatisation candidates.",
+    "row_per_thread": "Each thread walks a row of its own in a loop (softmax, GEMV, CSR rows): uncoalesced across a warp.",
+    "per_block_outputs": "Global arrays written once per block (partial[blockIdx.x] = …): their size follows the grid.",
     "warp_shuffles": "Warp shuffle calls (__shfl_sync, __shfl_down_sync, ...).",
     "warp_votes": "Warp vote/match calls (__ballot_sync, __any_sync, __all_sync, __match_any_sync).",
     "has_launch_bounds": "Declares __launch_bounds__.",
@@ -51,12 +63,13 @@ FEATURE_DOCS: dict[str, str] = {
     "global_loads_per_thread_est": "Estimated global-memory loads per thread: subscripted reads of pointer parameters, "
     "times constant trip counts of enclosing loops (unknown-trip loops count once).",
     "global_stores_per_thread_est": "Estimated global-memory stores per thread, counted like loads.",
-    "strided_global_loads": "Global reads whose index multiplies a threadIdx.x-derived value (x[threadIdx.x * K]): uncoalesced.",
-    "strided_global_stores": "Global writes whose index multiplies a threadIdx.x-derived value: uncoalesced.",
-    "transposed_store": "A global write indexed as out[x * N + y] with x from threadIdx.x and y from threadIdx.y "
+    "strided_global_loads": "Global reads whose index moves by more than one element per threadIdx.x step "
+    "(x[threadIdx.x * K], a row per thread): uncoalesced. From the access analysis, through macros and helpers.",
+    "strided_global_stores": "Global writes whose index moves by more than one element per threadIdx.x step: uncoalesced.",
+    "transposed_store": "A global write whose index is unit-stride in threadIdx.y but not in threadIdx.x "
     "(column-major store, the naive transpose).",
-    "shared_column_access": "2D __shared__ arrays indexed with a threadIdx.x-derived value in the outer subscript "
-    "(tile[tx][...]): bank conflicts unless the row is padded.",
+    "shared_column_access": "__shared__ accesses whose threadIdx.x stride shares a factor with the 32 banks "
+    "(tile[tx][...] on an unpadded tile): bank conflicts.",
     "thread_dependent_branches": "if/switch/while/?: conditions that depend on the thread index.",
     "intra_warp_divergence_hints": "Thread-dependent conditions that split a warp: comparisons with a constant "
     "(threadIdx.x == 0, tid < 16) or tests of tid % K / tid & K.",
@@ -92,6 +105,12 @@ class StaticFeatures:
     shared_atomics: int
     uses_2d_index: bool
     grid_stride_loop: bool
+    gather_accesses: int
+    shared_tree_reduction: bool
+    loop_accumulators: int
+    atomic_scatter: bool
+    row_per_thread: bool
+    per_block_outputs: int
     warp_shuffles: int
     warp_votes: int
     has_launch_bounds: bool
@@ -306,36 +325,7 @@ def static_features(function: Function, source: str | bytes, constants: dict[str
     shared_2d = {d.name for d in function.shared if len(d.dims) >= 2}
     loops = [(lp.span.start_byte - start, lp.span.end_byte - start, lp.trip_count) for lp in function.loops]
 
-    loads = stores = strided_loads = strided_stores = column_access = 0
-    transposed = False
-    for sub in captures.get("subscript", []):
-        if sub.parent is not None and sub.parent.type == "subscript_expression":
-            continue  # counted at the outermost subscript
-        base, indices = _subscript_base(sub)
-        if base is None or base.type != "identifier" or not indices:
-            continue
-        name = an.text(base)
-        if name in shared_2d and len(indices) >= 2:
-            outer = an.taint(indices[0])
-            inner = an.taint(indices[-1])
-            if (outer.x or outer.x_strided) and not (inner.x or inner.x_strided):
-                column_access += 1
-        if name not in global_names:
-            continue
-        is_read, is_write = _access_kind(sub)
-        weight = _loop_weight(sub, loops)
-        taint = _CLEAN
-        for index in indices:
-            taint = taint | an.taint(index)
-        if is_read:
-            loads += weight
-            strided_loads += taint.x_strided
-        if is_write:
-            stores += weight
-            strided_stores += taint.x_strided
-            if taint.x_strided and taint.y and not taint.x:
-                transposed = True
-
+    access = _access_features(source, function.name)
     dependent = hints = 0
     for cond in captures.get("condition", []):
         if not an.taint(cond).any:
@@ -343,12 +333,6 @@ def static_features(function: Function, source: str | bytes, constants: dict[str
         dependent += 1
         if _splits_warp(cond, an):
             hints += 1
-
-    grid_stride = False
-    for loop in captures.get("for", []):
-        update = loop.child_by_field_name("update")
-        if update is not None and _mentions_grid_stride(update, an, pairs):
-            grid_stride = True
 
     call_names = [c.name for c in function.calls]
     text = src.decode("utf-8", "replace")
@@ -375,17 +359,23 @@ def static_features(function: Function, source: str | bytes, constants: dict[str
         atomics=len(function.atomics),
         shared_atomics=shared_atomics,
         uses_2d_index=any(u.endswith((".y", ".z")) for u in function.thread_index_uses),
-        grid_stride_loop=grid_stride,
+        grid_stride_loop=access.mapping == "grid-stride",
+        gather_accesses=access.gathers,
+        shared_tree_reduction=access.shared_tree,
+        loop_accumulators=access.accumulators,
+        atomic_scatter=access.atomic_scatter,
+        row_per_thread=access.mapping == "row-per-thread",
+        per_block_outputs=access.per_block_outputs,
         warp_shuffles=sum(1 for n in call_names if _SHUFFLE.match(n)),
         warp_votes=sum(1 for n in call_names if _VOTE.match(n)),
         has_launch_bounds=bool(function.launch_bounds),
         launch_bounds_max_threads=bounds_threads,
-        global_loads_per_thread_est=loads + sum(1 for n in call_names if n == "__ldg"),
-        global_stores_per_thread_est=stores,
-        strided_global_loads=strided_loads,
-        strided_global_stores=strided_stores,
-        transposed_store=transposed,
-        shared_column_access=column_access,
+        global_loads_per_thread_est=access.loads,
+        global_stores_per_thread_est=access.stores,
+        strided_global_loads=access.strided_loads,
+        strided_global_stores=access.strided_stores,
+        transposed_store=access.transposed,
+        shared_column_access=access.column_access,
         thread_dependent_branches=dependent,
         intra_warp_divergence_hints=hints,
         ldg_calls=sum(1 for n in call_names if n == "__ldg"),
@@ -396,6 +386,80 @@ def static_features(function: Function, source: str | bytes, constants: dict[str
         uses_async_copy=bool(re.search(r"cp\.async|memcpy_async|__pipeline_memcpy_async|cp_async|\btma\b|cuda::barrier", text)),
         uses_cooperative_groups=bool(re.search(r"\bcooperative_groups\b|\bcg::", text)),
         body_lines=(body.end.line - body.start.line + 1) if body is not None else 0,
+    )
+
+
+@dataclass(frozen=True)
+class _AccessFeatures:
+    loads: int = 0
+    stores: int = 0
+    strided_loads: int = 0
+    strided_stores: int = 0
+    transposed: bool = False
+    column_access: int = 0
+    gathers: int = 0
+    shared_tree: bool = False
+    accumulators: int = 0
+    atomic_scatter: bool = False
+    mapping: str = "other"
+    per_block_outputs: int = 0
+
+
+@functools.lru_cache(maxsize=16)
+def _file_facts(source: str | bytes) -> dict[str, KernelFacts]:
+    text = source.decode("utf-8", "replace") if isinstance(source, bytes) else source
+    return analyze(preprocess(text))
+
+
+def _moves_more_than_one(stride: Poly | None) -> bool:
+    return stride is not None and stride.constant not in (0, 1, -1)
+
+
+def _access_features(source: str | bytes, kernel: str) -> _AccessFeatures:
+    """The access-derived features, read from the access analysis of the file's own view (its
+    macros expanded, helpers inlined); symbolic, so they need no launch spec."""
+    facts = _file_facts(source).get(kernel)
+    if facts is None:
+        return _AccessFeatures()
+    loads = stores = strided_loads = strided_stores = column = gathers = 0
+    transposed = False
+    for a in facts.accesses:
+        along_x = a.index.coefficient("tid.x")
+        weight = 1
+        for loop_id in a.loops:
+            loop = facts.loops[loop_id]
+            if loop.start is not None and loop.bound is not None and loop.step is not None:
+                first, last, step = loop.start.constant, loop.bound.constant, loop.step.constant
+                if first is not None and last is not None and step:
+                    weight *= max(1, -(-(last - first) // step))
+        gather = any(s in facts.opaque and facts.opaque[s].deps and facts.opaque[s].recipe is None for s in a.index.symbols)
+        if a.space == "shared":
+            if along_x is not None and along_x.constant is not None and math.gcd(along_x.constant, 32) > 1:
+                column += 1
+            elif along_x is not None and along_x.constant is None and not gather:
+                column += 1
+            continue
+        if a.space != "global":
+            continue
+        strided = _moves_more_than_one(along_x)
+        gathers += gather
+        if a.reads:
+            loads += weight
+            strided_loads += strided
+        if a.writes:
+            stores += weight
+            strided_stores += strided
+            along_y = a.index.coefficient("tid.y")
+            if strided and along_y is not None and along_y.constant == 1:
+                transposed = True
+    return _AccessFeatures(
+        loads=loads, stores=stores, strided_loads=strided_loads, strided_stores=strided_stores, transposed=transposed,
+        column_access=column, gathers=gathers,
+        shared_tree=any(r.kind == "shared_tree" for r in facts.reductions),
+        accumulators=sum(1 for r in facts.reductions if r.kind == "accumulator"),
+        atomic_scatter=any(r.kind == "atomic_scatter" for r in facts.reductions),
+        mapping=thread_mapping(facts),
+        per_block_outputs=len(per_block_outputs(facts)),
     )
 
 

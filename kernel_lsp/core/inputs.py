@@ -13,6 +13,7 @@ Pure: ``file(NAME.npy)`` arrays are passed in by the caller, already loaded.
 from __future__ import annotations
 
 from collections.abc import Mapping
+from dataclasses import dataclass
 
 import numpy as np
 
@@ -187,3 +188,150 @@ def scalar_args(spec: Spec, variant: int | None = None) -> dict[str, np.generic]
 def file_names(spec: Spec) -> tuple[str, ...]:
     """The ``file(NAME.npy)`` names the caller must load (relative to ``spec.base_dir``)."""
     return tuple(p.init.args[0] for p in spec.arrays if p.init.kind == "file")
+
+
+# --- counter-based inputs, drawn on the device -----------------------------------------------------
+
+_M64 = (1 << 64) - 1
+_GOLDEN = 0x9E3779B97F4A7C15
+
+#: Kind codes of the harness's generator kernels (services/harness/device_kernels.py).
+KIND_UNIFORM, KIND_NORMAL, KIND_FILL, KIND_ARANGE, KIND_RANDINT = range(5)
+
+#: Generator kernel for each element type: one per storage width for integers (the bits of a
+#: signed and an unsigned value are the same), one per float type.
+GEN_KERNELS: dict[str, str] = {
+    "float32": "klsp_gen_f32", "float16": "klsp_gen_f16", "bfloat16": "klsp_gen_bf16", "float64": "klsp_gen_f64",
+    "int8": "klsp_gen_i8", "uint8": "klsp_gen_i8", "int32": "klsp_gen_i32", "uint32": "klsp_gen_i32",
+    "int64": "klsp_gen_i64", "uint64": "klsp_gen_i64",
+}
+
+
+@dataclass(frozen=True)
+class DevicePlan:
+    """How the generator kernel draws one array: ``kernel(out, size, key, kind, a, b)``.
+
+    Floats: ``value = draw * a + b`` (uniform: ``a = high - low``, ``b = low``; normal:
+    ``a = std``, ``b = mean``; fill: ``a`` itself). Integers: ``a`` is the low bound (or the
+    fill value) and ``b`` the span ``high - low + 1``, both as unsigned 64-bit words.
+    """
+
+    kernel: str
+    size: int
+    key: int
+    kind: int
+    a: float | int
+    b: float | int
+
+
+def _splitmix(z: int) -> int:
+    z = (z + _GOLDEN) & _M64
+    z = ((z ^ (z >> 30)) * 0xBF58476D1CE4E5B9) & _M64
+    z = ((z ^ (z >> 27)) * 0x94D049BB133111EB) & _M64
+    return z ^ (z >> 31)
+
+
+def array_key(seed: int, index: int) -> int:
+    """The generator key of the ``index``-th array for ``seed``: unrelated keys for unrelated pairs."""
+    return _splitmix((_splitmix(seed & _M64) + index) & _M64)
+
+
+def device_plan(param: ArrayParam, size: int, env: Mapping[str, int], seed: int, index: int) -> DevicePlan | None:
+    """The device draw of ``param`` for ``seed`` (``index``: its position among the spec's arrays),
+    or None when its initializer needs the host (``list``, ``perm``, the CSR structure, ``file``).
+
+    The values differ from :func:`make_array`'s for the same seed (another generator); both
+    kernels of a verification see the same ones, which is all a comparison needs.
+    """
+    problem = check_init_at(param.init, param.type, size, env)
+    if problem:
+        raise InputError(f"{param.name}: {problem}")
+    kind, args = param.init.kind, param.init.args
+    kernel, key = GEN_KERNELS[param.type], array_key(seed, index)
+    if param.type in FLOAT_TYPES:
+        match kind:
+            case "uniform":
+                low, high = float(args[0]), float(args[1])
+                return DevicePlan(kernel, size, key, KIND_UNIFORM, high - low, low)
+            case "normal":
+                return DevicePlan(kernel, size, key, KIND_NORMAL, float(args[1]), float(args[0]))
+            case "zeros" | "ones" | "fill":
+                value = {"zeros": 0.0, "ones": 1.0}.get(kind) if kind != "fill" else float(args[0])
+                return DevicePlan(kernel, size, key, KIND_FILL, value, 0.0)
+            case "arange":
+                return DevicePlan(kernel, size, key, KIND_ARANGE, 0.0, 0.0)
+        return None
+    match kind:
+        case "randint":
+            low, high = (expr.evaluate(a, env) for a in args)
+            return DevicePlan(kernel, size, key, KIND_RANDINT, low & _M64, (high - low + 1) & _M64)
+        case "zeros" | "ones" | "fill":
+            value = {"zeros": 0, "ones": 1}.get(kind) if kind != "fill" else int(np.rint(float(args[0])))
+            return DevicePlan(kernel, size, key, KIND_FILL, value & _M64, 0)
+        case "arange":
+            return DevicePlan(kernel, size, key, KIND_ARANGE, 0, 0)
+    return None
+
+
+def _mix_array(key: int, n: int) -> np.ndarray:
+    """``klsp_mix(key, i)`` for i in 0..n-1 (uint64 arithmetic wraps like the device's)."""
+    z = np.arange(1, n + 1, dtype=np.uint64) * np.uint64(_GOLDEN) + np.uint64(key)
+    z = (z ^ (z >> np.uint64(30))) * np.uint64(0xBF58476D1CE4E5B9)
+    z = (z ^ (z >> np.uint64(27))) * np.uint64(0x94D049BB133111EB)
+    return z ^ (z >> np.uint64(31))
+
+
+def counter_values(plan: DevicePlan, array_type: str) -> np.ndarray:
+    """The values the generator kernel writes for ``plan``, computed on the host (its numpy twin).
+
+    Used by the CPU tests' stand-in for the device; the same formulas as the kernels, rounded the
+    same way (every float step is one IEEE operation in the stated width).
+    """
+    n = plan.size
+    index = np.arange(n, dtype=np.uint64)
+    if array_type in FLOAT_TYPES:
+        wide = array_type == "float64"
+        work = np.float64 if wide else np.float32
+        z = _mix_array(plan.key, n)
+        if plan.kind == KIND_UNIFORM:
+            u = (z >> np.uint64(11 if wide else 40)).astype(work) * work(2.0**-53 if wide else 2.0**-24)
+            values = u * work(plan.a) + work(plan.b)
+        elif plan.kind == KIND_NORMAL:
+            if wide:
+                u1 = ((z >> np.uint64(11)) + np.uint64(1)).astype(work) * work(2.0**-53)
+                u2 = (_mix_array(plan.key ^ 0xD1B54A32D192ED03, n) >> np.uint64(11)).astype(work) * work(2.0**-53)
+            else:
+                u1 = ((z >> np.uint64(40)) + np.uint64(1)).astype(work) * work(2.0**-24)
+                u2 = ((z >> np.uint64(16)) & np.uint64(0xFFFFFF)).astype(work) * work(2.0**-24)
+            values = (np.sqrt(work(-2.0) * np.log(u1)) * np.cos(work(2 * np.pi) * u2)).astype(work) * work(plan.a) + work(plan.b)
+        elif plan.kind == KIND_ARANGE:
+            values = index.astype(work)
+        else:
+            values = np.full(n, plan.a, dtype=work)
+        return _cast(values.astype(work, copy=False), array_type)
+    if plan.kind == KIND_RANDINT:
+        z = _mix_array(plan.key, n)
+        bits = np.uint64(plan.a) + (z % np.uint64(plan.b) if plan.b else z)
+    elif plan.kind == KIND_ARANGE:
+        bits = index
+    else:
+        bits = np.full(n, plan.a, dtype=np.uint64)
+    dtype = NUMPY_DTYPES[array_type]
+    return bits.astype(np.dtype(f"u{dtype.itemsize}")).view(dtype)
+
+
+def draw_arrays(spec: Spec, seed: int, variant: int | None, files: Mapping[str, np.ndarray] | None = None) -> dict[str, DevicePlan | np.ndarray]:
+    """Every ``in``/``inout`` array of the spec for ``seed``: a :class:`DevicePlan` where the device
+    can draw it, else the host array (drawn as :func:`make_inputs` would). ``out`` arrays are left out.
+    """
+    resolved = spec.resolve(variant)
+    env = {k: int(v) for k, v in resolved.values.items() if isinstance(v, int)}
+    children = np.random.SeedSequence(seed).spawn(len(spec.arrays))
+    drawn: dict[str, DevicePlan | np.ndarray] = {}
+    for index, (p, child) in enumerate(zip(spec.arrays, children)):
+        if p.role == "out":
+            continue
+        size = resolved.sizes[p.name]
+        plan = device_plan(p, size, env, seed, index)
+        drawn[p.name] = plan if plan is not None else make_array(p, size, env, np.random.default_rng(child), files)
+    return drawn

@@ -108,7 +108,7 @@ class _Expander(pcpp.Preprocessor):
             raise OSError(includepath)
         if includepath not in self.expanded:
             self.expanded.append(includepath)
-        return io.StringIO(text[1:] if text.startswith("\ufeff") else text)
+        return io.StringIO(blank_comments(text[1:] if text.startswith("\ufeff") else text))
 
     def on_include_not_found(self, is_malformed, is_system_include, curdir, includepath):  # noqa: ANN001
         self.passed.append(includepath)
@@ -121,9 +121,44 @@ class _Expander(pcpp.Preprocessor):
             return True
         return None
 
-    def on_comment(self, tok) -> bool:  # noqa: ANN001
-        # Comments stay: the expanded text keeps the user's lines recognisable in hover and prompts.
-        return True
+
+
+def blank_comments(text: str) -> str:
+    """``text`` with every comment replaced by spaces, newlines kept.
+
+    Done before pcpp sees the text: pcpp folds a multi-line comment into one space (every later
+    line would then map to the wrong user line) and keeps a comment that ends a ``#define``
+    in the macro's body (``#define H 16 // rows`` would comment out the rest of each line that
+    uses ``H``). String and character literals are left alone.
+    """
+    out: list[str] = []
+    i, n = 0, len(text)
+    start = 0
+    while i < n:
+        c = text[i]
+        if c == "/" and i + 1 < n and text[i + 1] in "/*":
+            out.append(text[start:i])
+            if text[i + 1] == "/":
+                j = text.find("\n", i)
+                j = n if j < 0 else j
+                # A line comment ending in a backslash continues on the next line.
+                while j < n and j > 0 and text[j - 1] == "\\":
+                    nxt = text.find("\n", j + 1)
+                    j = n if nxt < 0 else nxt
+            else:
+                j = text.find("*/", i + 2)
+                j = n if j < 0 else j + 2
+            out.append("".join("\n" if ch == "\n" else " " for ch in text[i:j]))
+            i = start = j
+        elif c in "\"'":
+            j = i + 1
+            while j < n and text[j] != c and text[j] != "\n":
+                j += 2 if text[j] == "\\" else 1
+            i = min(j + 1, n)
+        else:
+            i += 1
+    out.append(text[start:])
+    return "".join(out)
 
 
 def _predefined_names(defines: Mapping[str, str]) -> frozenset[str]:
@@ -156,7 +191,7 @@ def preprocess(
         expander.add_path(folder)
     out = io.StringIO()
     try:
-        expander.parse(text, main)
+        expander.parse(blank_comments(text), main)
         expander.write(out)
     except Exception as exc:  # pcpp raises on some malformed input; the view then is the raw text
         expander.messages.append(f"{main}:0: preprocessing stopped: {type(exc).__name__}: {exc}")

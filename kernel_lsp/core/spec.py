@@ -1,4 +1,4 @@
-"""Launch spec v1 (``shared/spec/LAUNCH_SPEC.md``): parse, validate, resolve.
+"""Launch spec v1 (``LAUNCH_SPEC.md`` at the repository root): parse, validate, resolve.
 
 :func:`parse_spec` takes the JSON object (or its text) and returns a frozen
 :class:`Spec`, or raises :class:`SpecError` listing every problem, each naming
@@ -25,7 +25,7 @@ import json
 import math
 import re
 from collections.abc import Mapping, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 
 from kernel_lsp.core import expr
@@ -72,7 +72,7 @@ INITIALIZERS: dict[str, tuple[int, int | None]] = {
 _INT_ARG_INITS = frozenset(("randint", "perm", "csr_rowptr", "csr_colidx"))
 
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
-_TOP_KEYS = frozenset(("kernel", "params", "grid", "block", "dynamic_smem", "tolerance", "variants", "candidate"))
+_TOP_KEYS = frozenset(("kernel", "params", "grid", "block", "dynamic_smem", "tolerance", "variants", "candidate", "notes"))
 #: Keys tolerated for documentation; they carry no meaning.
 _DOC_KEYS = frozenset(("version", "description", "comment", "$schema"))
 _MAX_THREADS_PER_BLOCK = 1024
@@ -109,6 +109,8 @@ class ArrayParam:
     """Element count: an integer expression in the scalar names."""
     init: Init
     role: str
+    struct: str | None = None
+    """The C struct the kernel's pointer points to (an array of structs), described as ``size`` elements of ``type``."""
 
 
 Param = ScalarParam | ArrayParam
@@ -159,6 +161,8 @@ class Spec:
     variants: tuple[tuple[tuple[str, int | float], ...], ...] = ()
     base_dir: str | None = None
     """Folder ``file(NAME.npy)`` paths are relative to (the spec file's folder)."""
+    notes: Mapping[str, Any] | None = field(default=None, compare=False)
+    """The free-form ``notes`` object (category, bytes moved, measured times); the harness ignores it."""
 
     @property
     def scalars(self) -> tuple[ScalarParam, ...]:
@@ -192,7 +196,8 @@ class Spec:
         def param(p: Param) -> dict[str, Any]:
             if isinstance(p, ScalarParam):
                 return {"name": p.name, "scalar": p.type, "value": p.value}
-            return {"name": p.name, "array": p.type, "size": p.size, "init": p.init.text, "role": p.role}
+            out = {"name": p.name, "array": p.type, "size": p.size, "init": p.init.text, "role": p.role}
+            return {**out, "struct": p.struct} if p.struct else out
 
         def launch(c: LaunchConfig) -> dict[str, Any]:
             return {"grid": list(c.grid), "block": list(c.block), "dynamic_smem": c.dynamic_smem}
@@ -205,6 +210,8 @@ class Spec:
             out["variants"] = [dict(v) for v in self.variants]
         if self.candidate_launch != self.launch:
             out["candidate"] = launch(self.candidate_launch)
+        if self.notes is not None:
+            out["notes"] = dict(self.notes)
         return out
 
 
@@ -489,8 +496,12 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
             params.append(ScalarParam(name, type_, value))
             continue
         for key in p:
-            if key not in ("name", "array", "size", "init", "role"):
-                errors.add(f"{where}.{key}", "unknown field for an array (known: name, array, size, init, role)")
+            if key not in ("name", "array", "size", "init", "role", "struct"):
+                errors.add(f"{where}.{key}", "unknown field for an array (known: name, array, size, init, role, struct)")
+        struct = p.get("struct")
+        if struct is not None and (not isinstance(struct, str) or not _IDENT.match(struct)):
+            errors.add(f"{where}.struct", f"expected the C struct's name (an identifier), got {struct!r}")
+            continue
         type_ = p["array"]
         if type_ not in ARRAY_TYPES:
             errors.add(f"{where}.array", f"unknown element type {type_!r} (known: {', '.join(ARRAY_TYPES)})")
@@ -515,7 +526,7 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
             continue
         _check_init_static(init, type_, f"{where}.init", int_names, float_names, errors)
         if size is not None:
-            params.append(ArrayParam(name, type_, size, init, role))
+            params.append(ArrayParam(name, type_, size, init, role, struct))
 
     launch = _launch_config(data, "", int_names, float_names, errors, None)
     candidate_data = data.get("candidate", {})
@@ -545,6 +556,10 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
                     found[key] = float(value)
             tolerance = (found.get("rtol"), found.get("atol"))
 
+    notes = data.get("notes")
+    if notes is not None and not isinstance(notes, Mapping):
+        errors.add("notes", f"expected an object, got {notes!r}")
+
     variants: list[tuple[tuple[str, int | float], ...]] = []
     variants_data = data.get("variants", [])
     if not isinstance(variants_data, list):
@@ -571,7 +586,7 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
             errors.add("", "incomplete spec")
         raise SpecError(errors.items)
 
-    spec = Spec(kernel, tuple(params), launch, candidate_launch, tolerance, tuple(variants), base_dir)
+    spec = Spec(kernel, tuple(params), launch, candidate_launch, tolerance, tuple(variants), base_dir, dict(notes) if notes is not None else None)
     _check_values(spec, errors)
     if errors.items:
         raise SpecError(errors.items)

@@ -458,9 +458,14 @@ def _canonical_type(base_type: str) -> str:
     return " ".join(words)
 
 
-def spec_type_matches(spec_type: str, base_type: str) -> bool:
-    """Whether a C parameter type can hold the spec's element type (vector types like float4 count as their element)."""
+def spec_type_matches(spec_type: str, base_type: str, struct: str | None = None) -> bool:
+    """Whether a C parameter type can hold the spec's element type (vector types like float4 count as their element).
+
+    ``struct``: the spec's ``struct`` field; an array of structs matches the struct's name only.
+    """
     canonical = _canonical_type(base_type)
+    if struct is not None:
+        return canonical == struct
     if canonical in _C_TYPES.get(spec_type, frozenset()):
         return True
     match = re.fullmatch(r"(float|double|int|uint|half)[1-4]", canonical)
@@ -499,7 +504,7 @@ def check_signature(original_src: str, candidate_src: str, spec: Spec) -> Signat
             if is_array != (p.pointer_depth > 0):
                 kind = "an array" if is_array else "a scalar"
                 spec_errors.append(f"params[{i}]: the spec says {kind}, the kernel's parameter '{p.name}' is '{p.type_text}'")
-            elif not spec_type_matches(sp.type, p.base_type):
+            elif not spec_type_matches(sp.type, p.base_type, getattr(sp, "struct", None)):
                 warnings.append(f"params[{i}]: spec type {sp.type} vs the kernel's '{p.base_type}' for '{p.name}'")
     if candidate is None:
         names = ", ".join(f.name for f in build_index(candidate_src).functions if f.is_kernel) or "none"

@@ -22,6 +22,11 @@ class Reason(str, enum.Enum):
     NAN_OR_INF = "nan_or_inf"
     INPUT_MODIFIED = "input_modified"
     NONDETERMINISTIC = "nondeterministic"
+    OUT_OF_BOUNDS = "out_of_bounds"
+    """A red zone around an array changed: the candidate stores out of range."""
+    HISTORY_DEPENDENT = "history_dependent"
+    """The candidate matched once and then failed in the same buffers, at other addresses or after
+    other launches: its results depend on state kept across launches."""
     SANITIZER = "sanitizer"
     STATIC_CHECK = "static_check"
     NOT_FASTER = "not_faster"

@@ -25,7 +25,7 @@ elif python3 -c "import pytest" 2>/dev/null; then
     tests/unit/test_harness_verify.py tests/unit/test_verdict.py >"$OUT/unit.log" 2>&1 || status=1
   tail -n 5 "$OUT/unit.log"
   HARNESS_RESULTS="$OUT/harness_examples.json" python3 -m pytest -v -s -m gpu -p no:cacheprovider -o addopts="" \
-    tests/gpu/test_harness_examples.py tests/gpu/test_harness_launch.py >"$OUT/gpu_tests.log" 2>&1 || status=1
+    tests/gpu/test_harness_examples.py tests/gpu/test_harness_launch.py tests/gpu/test_harness_backend.py >"$OUT/gpu_tests.log" 2>&1 || status=1
   grep -E "PASSED|FAILED|ERROR|SKIPPED|ACCEPTED|REJECTED|passed|failed" "$OUT/gpu_tests.log" | tail -n 80
 else
   echo "pytest is not installed here: the benchmark below checks every manifest verdict instead"

@@ -251,16 +251,21 @@ def test_tiled_kernel_shared_bank_conflicts():
     assert thread_mapping(facts) == "tile"
 
 
-def test_opaque_index_is_never_guessed():
+def test_loaded_index_is_a_gather_and_arithmetic_is_computed_under_the_launch():
     src = """
     __global__ void perm(const float* a, float* b, const int* idx, int k) {
       int i = threadIdx.x;
       b[i] = a[idx[i] * k];
-      b[i / k] = a[i];
+      b[i / k] = a[i % k == 0 ? i : i * k];
     }"""
-    facts, patterns = check(src, ["read idx: coalesced", "read a: gather", "write b: coalesced", "write b: gather",
-                                  "read a: coalesced"], values={"k": 3})
-    assert all(p.pattern != "coalesced" for p in patterns if "/ k" in p.access.text)
+    facts, patterns = check(src, ["read idx: coalesced", "read a: gather", "write b: coalesced", "write b: coalesced",
+                                  "read a: strided None"], values={"k": 3})
+    gather = next(p for p in patterns if p.pattern == "gather")
+    assert "idx[i]" in gather.why
+    # i / 3 over 32 lanes: 11 elements, 2 sectors; the select visits i or 3*i: not evenly spaced.
+    by_text = {p.access.text: p for p in patterns}
+    assert by_text["b[i / k]"].sectors_per_request == 2
+    assert describe(by_text["a[i % k == 0 ? i : i * k]"]).startswith("load of `a`: lanes not evenly spaced")
 
 
 def test_summary_is_json_ready_and_names_lines():

@@ -162,3 +162,43 @@ def test_unwritten_elements_are_found_when_the_reference_itself_holds_poison():
     c = poison("float32", 10)
     result = compare("y", "float32", r, c, TOL, poisoned=True)
     assert not result.ok and result.bad_elements == 9 and "first at index 0" in result.message
+
+
+# --- red zones ---------------------------------------------------------------------------------
+
+from kernel_lsp.core.compare import GUARD_BYTES, check_guards, guard_expected  # noqa: E402
+
+
+@pytest.mark.parametrize("array_type", ["float16", "bfloat16", "float32", "float64"])
+def test_float_input_red_zones_read_as_nan_in_every_width(array_type):
+    from kernel_lsp.core.inputs import NUMPY_DTYPES, bf16_to_float32
+
+    zone = guard_expected(array_type, "in", 64).view(NUMPY_DTYPES[array_type])
+    values = bf16_to_float32(zone) if array_type == "bfloat16" else zone.astype(np.float64)
+    assert np.isnan(values).all()
+
+
+def test_integer_and_output_red_zones_are_byte_patterns():
+    assert (guard_expected("int32", "in", 8) == 0xA5).all()
+    assert (guard_expected("float32", "out", 8) == 0x5A).all() and (guard_expected("int8", "inout", 3) == 0x5A).all()
+    assert GUARD_BYTES % 256 == 0  # arrays stay at cudaMalloc's alignment
+
+
+def test_untouched_red_zones_pass():
+    zone = guard_expected("float32", "out", 1024)
+    assert check_guards("z", "float32", "out", 100, zone, zone.copy()) is None
+
+
+def test_a_store_after_the_end_names_the_element():
+    front, back = guard_expected("float32", "out", 1024), guard_expected("float32", "out", 1024).copy()
+    back[8:12] = 0
+    message = check_guards("z", "float32", "out", 100, front, back)
+    assert "'z' (100 elements)" in message and "4 bytes of the red zone after it" in message and "z[102]" in message and "byte offset 408" in message
+
+
+def test_a_store_before_the_start_names_the_nearest_element():
+    front, back = guard_expected("int32", "in", 1024).copy(), guard_expected("int32", "in", 1024)
+    front[-8:-4] = 0
+    front[100] = 1
+    message = check_guards("idx", "int32", "in", 10, front, back)
+    assert "before it" in message and "idx[-2]" in message and "5 bytes" in message

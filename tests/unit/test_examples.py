@@ -27,7 +27,7 @@ MANIFEST = EXAMPLES / "manifest.json"
 # The harness's verdict reasons (issue 3, item 1).
 REASONS = {
     "ok", "compile_error", "signature_changed", "launch_error", "timeout", "mismatch", "nan_or_inf",
-    "input_modified", "nondeterministic", "sanitizer", "static_check", "not_faster",
+    "input_modified", "nondeterministic", "out_of_bounds", "history_dependent", "sanitizer", "static_check", "not_faster",
 }
 ENTRY_KEYS = {"example", "original", "candidate", "spec", "expect", "candidate_launch", "needs_sanitize", "why"}
 SCALAR_TYPES = {"int32", "uint32", "int64", "uint64", "float32", "float64"}

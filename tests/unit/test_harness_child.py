@@ -39,10 +39,16 @@ SOURCE = """extern "C" __global__ void scale(int n, const float* x, float* y)
 OPTIONS = VerifyOptions(arch="sm_90", timeout_s=60, timing=TimingOptions(budget_s=0.2, min_trials=5, max_trials=20, warmup=1))
 
 
+#: The same kernel with module variables, for the behaviours that keep state in them.
+STATEFUL = "__device__ unsigned int calls;\n__device__ unsigned int last_n;\n" + SOURCE.replace("y[i] = 2.0f * x[i];", "{ y[i] = 2.0f * x[i]; calls += 1; last_n = n; }")
+
+
 @pytest.fixture
-def fake_gpu(monkeypatch):
+def fake_gpu(monkeypatch, tmp_path):
     def use(**behaviour):
         monkeypatch.setenv("PYTHONPATH", os.pathsep.join([os.path.abspath(FAKE), os.environ.get("PYTHONPATH", "")]))
+        # The harness's kernels are cached per machine; here, per test.
+        monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
         monkeypatch.setenv("FAKE_PYCUDA_KERNELS", json.dumps(behaviour))
 
     return use
@@ -70,6 +76,9 @@ def test_slower_candidate_is_not_faster(fake_gpu):
         ("nothing", Reason.MISMATCH, "never written"),
         ("modify", Reason.INPUT_MODIFIED, "'x'"),
         ("fault", Reason.LAUNCH_ERROR, "illegal memory access"),
+        ("oob_write", Reason.OUT_OF_BOUNDS, "'y' (4096 elements) was written out of range: 4 bytes of the red zone after it changed (first at element y[4096]"),
+        ("oob_read", Reason.NAN_OR_INF, "NaN red zones"),
+        ("pointer_cache", Reason.HISTORY_DEPENDENT, "seed 2"),
     ],
 )
 def test_broken_candidates(fake_gpu, behaviour, reason, text):
@@ -78,11 +87,53 @@ def test_broken_candidates(fake_gpu, behaviour, reason, text):
     assert verdict.reason is reason and text in verdict.errors[0]
 
 
-def test_a_hung_kernel_is_a_timeout(fake_gpu):
-    fake_gpu(candidate="hang")
-    options = VerifyOptions(arch="sm_90", timeout_s=5)
-    verdict = verify(SOURCE, SOURCE, SPEC, options)
-    assert verdict.reason is Reason.TIMEOUT and verdict.wall_s < 30
+@pytest.mark.parametrize("behaviour, where", [("hang", "seed 1"), ("hang_small", "variants[0]")])
+def test_a_hung_kernel_is_a_timeout_within_seconds_not_the_overall_timeout(fake_gpu, behaviour, where):
+    fake_gpu(candidate=behaviour)
+    verdict = verify(SOURCE, SOURCE, SPEC, VerifyOptions(arch="sm_90", timeout_s=60))
+    assert verdict.reason is Reason.TIMEOUT and where in verdict.errors[0] and "1 s" in verdict.errors[0]
+    assert verdict.wall_s < 15
+
+
+def test_a_child_stuck_in_a_launch_call_is_killed_by_the_watchdog(fake_gpu):
+    fake_gpu(candidate="hang_hard")
+    verdict = verify(SOURCE, SOURCE, SPEC, VerifyOptions(arch="sm_90", timeout_s=60))
+    assert verdict.reason is Reason.TIMEOUT and "past its limit" in verdict.errors[0] and verdict.wall_s < 20
+
+
+def test_module_state_that_changes_results_after_other_launches_is_history_dependent(fake_gpu):
+    fake_gpu(candidate="stale_after_resize")
+    verdict = verify(SOURCE, STATEFUL, SPEC, OPTIONS)
+    assert verdict.reason is Reason.HISTORY_DEPENDENT and "replayed after" in verdict.errors[0]
+    assert any("calls, last_n" in w for w in verdict.warnings)
+
+
+def test_module_state_that_does_not_change_results_is_accepted(fake_gpu):
+    fake_gpu(candidate="counter")
+    verdict = verify(SOURCE, STATEFUL, SPEC, OPTIONS)
+    assert verdict.reason is Reason.NOT_FASTER and "correctness" not in verdict.errors[0]
+    assert any("writes module state the original does not (calls)" in w for w in verdict.warnings)
+
+
+def test_the_compiled_original_is_reused_across_candidates(fake_gpu, monkeypatch):
+    import importlib
+
+    verify_module = importlib.import_module("kernel_lsp.services.harness.verify")
+
+    fake_gpu(candidate="fast")
+    built = []
+    real = verify_module.compile_cubin
+
+    def counting(source, workdir, stem, flags, **kw):
+        if stem != "harness_helpers":
+            built.append(stem)
+        return real(source, workdir, stem, flags, **kw)
+
+    monkeypatch.setattr(verify_module, "compile_cubin", counting)
+    original = SOURCE + "// a search's original\n"
+    assert verify(original, SOURCE, SPEC, OPTIONS).accepted
+    assert verify(original, SOURCE, SPEC, OPTIONS).accepted
+    assert built == ["original", "candidate", "candidate"]
 
 
 def test_no_device_is_an_exception_not_a_verdict(fake_gpu, monkeypatch):

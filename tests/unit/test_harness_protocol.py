@@ -1,7 +1,10 @@
-"""The verification protocol driven by numpy-emulated kernels (no GPU needed).
+"""The verification protocol driven by numpy-emulated kernels and a numpy device (no GPU needed).
 
-Each fake kernel is a Python function ``kernel(args, launch)`` that mutates the
-host arrays in ``args`` in place, as a CUDA kernel would mutate device buffers.
+:class:`NumpyBackend` is a second implementation of the Backend contract: every array is one
+byte buffer ``[red zone | data | red zone]`` at a fake address; a fake kernel is a Python function
+``kernel(args, launch, backend)`` that mutates the data views in ``args`` as a CUDA kernel would
+mutate device memory, and may return its duration in milliseconds. ``backend.state[which]`` plays
+the kernel module's ``__device__`` variables.
 """
 
 import itertools
@@ -9,10 +12,12 @@ import itertools
 import numpy as np
 import pytest
 
+from kernel_lsp.core.compare import GUARD_BYTES, POISON_BITS, guard_expected, poison
+from kernel_lsp.core.inputs import NUMPY_DTYPES, counter_values
 from kernel_lsp.core.spec import parse_spec
-from kernel_lsp.core.compare import poison
-from kernel_lsp.core.inputs import make_inputs
-from kernel_lsp.services.harness.protocol import CANDIDATE, ORIGINAL, LaunchFailed, TimingOptions, build_args, check_correctness, measure
+from kernel_lsp.services.harness.protocol import (
+    CANDIDATE, ORIGINAL, LaunchFailed, LaunchTimeout, Limits, TimingOptions, Verification, candidate_limit_s,
+)
 
 SPEC = parse_spec({
     "kernel": "axpy",
@@ -28,16 +33,30 @@ SPEC = parse_spec({
 })
 
 TINY = parse_spec({**SPEC.to_json(), "params": [*SPEC.to_json()["params"][:2], {"name": "x", "array": "float32", "size": "n", "init": "uniform(-1e-8,1e-8)", "role": "in"}, SPEC.to_json()["params"][3]]})
+_addresses = itertools.count(0x10000, 0x100000)
 
 
-def axpy(args, launch):
-    n, a, x, z = args
-    z[:n] = a * x[:n]
+class Arr:
+    def __init__(self, array_type, size, guard_fill):
+        self.type, self.size = array_type, size
+        self.dtype = NUMPY_DTYPES[array_type]
+        self.nbytes = size * self.dtype.itemsize
+        self.guard = GUARD_BYTES if guard_fill else 0
+        self.raw = np.zeros(2 * self.guard + self.nbytes, dtype=np.uint8)
+        self.address = next(_addresses)
+
+    @property
+    def data(self):
+        return self.raw[self.guard : self.guard + self.nbytes].view(self.dtype)
+
+    def beyond(self, count):
+        """The data and ``count`` elements after it (what a kernel reading or writing past the end touches)."""
+        return self.raw[self.guard : self.guard + self.nbytes + count * self.dtype.itemsize].view(self.dtype)
 
 
 class FakeTimer:
-    def __init__(self, backend):
-        self.backend = backend
+    def __init__(self, backend, restores):
+        self.backend, self.restores = backend, restores
         self.closed = False
 
     def time_ms(self, which):
@@ -48,7 +67,7 @@ class FakeTimer:
         self.closed = True
 
 
-class FakeBackend:
+class NumpyBackend:
     def __init__(self, original, candidate, times_ms=None):
         self.kernels = {ORIGINAL: original, CANDIDATE: candidate}
         self.launches = []
@@ -56,35 +75,111 @@ class FakeBackend:
         self.times_ms = times_ms or {ORIGINAL: 2.0, CANDIDATE: 1.0}
         self.rng = np.random.default_rng(0)
         self.timers = []
+        self.state = {ORIGINAL: {}, CANDIDATE: {}}
 
-    def run(self, which, args, launch):
-        self.launches.append((which, launch))
-        arrays = [a.copy() if isinstance(a, np.ndarray) else a for a in args]
-        self.kernels[which](arrays, launch)
-        return [a if isinstance(a, np.ndarray) else None for a in arrays]
+    def alloc(self, array_type, size, guard_fill):
+        arr = Arr(array_type, size, guard_fill)
+        if guard_fill:
+            self.fill_guards(arr, guard_fill)
+        return arr
 
-    def timer(self, args, launches, restore):
-        self.restore = list(restore)
-        timer = FakeTimer(self)
+    def address(self, h):
+        return h.address
+
+    def free(self, h):
+        h.raw = None
+
+    def upload(self, h, host):
+        h.data[:] = host
+
+    def generate(self, h, plan, array_type):
+        h.data[:] = counter_values(plan, array_type)
+
+    def download(self, h):
+        return h.data.copy()
+
+    def guards(self, h):
+        return h.raw[: h.guard].copy(), h.raw[h.guard + h.nbytes :].copy()
+
+    def fill_guards(self, h, guard_fill):
+        h.raw[: h.guard] = guard_expected(h.type, "in" if guard_fill[0] == 2 or guard_fill[1] == 0xA5 else "out", h.guard)
+        h.raw[h.guard + h.nbytes :] = h.raw[: h.guard]
+
+    def poison(self, h, array_type):
+        h.data[:] = poison(array_type, h.size)
+
+    def copy(self, dst, src):
+        dst.data[:] = src.data
+
+    def differ(self, a, b):
+        diff = np.flatnonzero(a.data.view(np.uint8) != b.data.view(np.uint8))
+        return (len(set(diff // 4)), int(diff[0]) // 4 * 4) if diff.size else (0, 0)
+
+    def launch(self, which, args, launch, limit_s):
+        self.launches.append((which, launch, [a.address for a in args if isinstance(a, Arr)], limit_s))
+        views = [a.data if isinstance(a, Arr) else a for a in args]
+        self._arrs = [a for a in args if isinstance(a, Arr)]
+        ms = self.kernels[which](views, launch, self)
+        if isinstance(ms, float) and ms > limit_s * 1000:
+            raise LaunchTimeout(limit_s)
+        return ms if isinstance(ms, float) else 1.0
+
+    def arr(self, view):
+        """The device array behind a kernel argument (for kernels that reach past its ends)."""
+        return next(a for a in self._arrs if np.shares_memory(a.raw, view))
+
+    def globals(self, which):
+        return {k: bytes(v) for k, v in self.state[which].items()}
+
+    def set_globals(self, which, values):
+        # A module's variables are a fixed set; here, names added since the snapshot did not exist then.
+        self.state[which] = {k: bytearray(v) for k, v in values.items()}
+
+    def timer(self, args, restores, launches, limits_s):
+        self.restores = restores
+        self.limits_s = limits_s
+        timer = FakeTimer(self, restores)
         self.timers.append(timer)
         return timer
 
 
-def outcome_of(candidate, spec=SPEC, seeds=(1, 2, 3)):
-    return check_correctness(FakeBackend(axpy, candidate), spec, list(seeds))
+def axpy(args, launch, backend=None):
+    n, a, x, z = args
+    z[:n] = a * x[:n]
 
 
-def test_identical_kernel_passes_every_seed_and_variant():
-    backend = FakeBackend(axpy, axpy)
-    outcome = check_correctness(backend, SPEC, [1, 2, 3])
-    assert outcome.reason is None and outcome.max_abs_error == 0
-    # 3 seeds x (original + candidate twice) + 2 variants x (original + candidate)
-    assert [w for w, _ in backend.launches].count(CANDIDATE) == 3 * 2 + 2
-    assert {launch.grid for _, launch in backend.launches} == {(16, 1, 1), (4, 1, 1), (1, 1, 1)}
+def outcome_of(candidate, spec=SPEC, seeds=(1, 2, 3), original=axpy):
+    return Verification(NumpyBackend(original, candidate), spec).check(list(seeds))
+
+
+def test_identical_kernel_passes_every_check_in_the_planned_order():
+    backend = NumpyBackend(axpy, axpy)
+    outcome = Verification(backend, SPEC).check([1, 2, 3])
+    assert outcome.reason is None and outcome.max_abs_error == 0 and outcome.warnings == []
+    # 3 seeds x (original + candidate twice), one run at other addresses, 2 variants
+    candidate_runs = [a for w, _, a, _ in backend.launches if w == CANDIDATE]
+    assert len(candidate_runs) == 3 * 2 + 1 + 2
+    # Same buffers, new contents: every seed's first candidate run reads x at the same address.
+    assert candidate_runs[0][0] == candidate_runs[2][0] == candidate_runs[4][0]
+    # The run at other addresses shares no pointer with the main buffers.
+    assert not set(candidate_runs[6]) & set(candidate_runs[0] + candidate_runs[1])
+    assert {launch.grid for _, launch, _, _ in backend.launches} == {(16, 1, 1), (4, 1, 1), (1, 1, 1)}
+    assert set(outcome.original_ms) == {"seed 1", "seed 2", "seed 3", "seed 1 at other addresses", "seed 1, variants[0] {'n': 1000}", "seed 1, variants[1] {'n': 3}"}
+
+
+def test_seeds_write_new_contents_into_the_same_inputs():
+    seen = []
+
+    def recording(args, launch, backend):
+        seen.append(args[2].copy())
+        axpy(args, launch)
+
+    outcome_of(recording, seeds=(1, 2))
+    assert not np.array_equal(seen[0], seen[2]) and np.array_equal(seen[0], seen[1])
 
 
 def test_reordered_arithmetic_within_tolerance_passes():
-    def candidate(args, launch):
+    def candidate(args, launch, backend):
         n, a, x, z = args
         z[:n] = (x[:n].astype(np.float64) * float(a)).astype(np.float32)
 
@@ -92,12 +187,12 @@ def test_reordered_arithmetic_within_tolerance_passes():
 
 
 def test_a_kernel_that_writes_nothing_fails():
-    outcome = outcome_of(lambda args, launch: None)
+    outcome = outcome_of(lambda args, launch, backend: None)
     assert outcome.reason == "mismatch" and "never written" in outcome.errors[0]
 
 
 def test_skipped_tail_fails_at_a_size_that_is_not_a_multiple():
-    def candidate(args, launch):
+    def candidate(args, launch, backend):
         n, a, x, z = args
         m = n - n % 8
         z[:m] = a * x[:m]
@@ -108,36 +203,121 @@ def test_skipped_tail_fails_at_a_size_that_is_not_a_multiple():
 
 
 def test_zeros_for_tiny_outputs_fail():
-    outcome = check_correctness(FakeBackend(axpy, lambda args, launch: args[3].fill(0)), TINY, [1])
+    outcome = outcome_of(lambda args, launch, backend: args[3].fill(0), spec=TINY, seeds=(1,))
     assert outcome.reason == "mismatch" and "relative error norm" in outcome.errors[0]
 
 
 def test_modified_input_fails():
-    def candidate(args, launch):
+    def candidate(args, launch, backend):
         axpy(args, launch)
-        args[2][0] = 0
+        args[2][7] = 0
 
     outcome = outcome_of(candidate)
-    assert outcome.reason == "input_modified" and "'x'" in outcome.errors[0]
+    assert outcome.reason == "input_modified" and "'x'" in outcome.errors[0] and "element 7" in outcome.errors[0]
 
 
-def test_results_cached_across_launches_fail():
-    cache = {}
-
-    def candidate(args, launch):
-        if "z" not in cache:
-            axpy(args, launch)
-            cache["z"] = args[3].copy()
-        args[3][:] = cache["z"][: args[3].size] if cache["z"].size >= args[3].size else 0
+def test_a_write_past_the_end_names_the_array_and_the_offset():
+    def candidate(args, launch, backend):
+        n, a, x, z = args
+        wide = backend.arr(z).beyond(3)
+        wide[: n + 3] = 0
+        axpy(args, launch)
 
     outcome = outcome_of(candidate)
-    assert outcome.reason == "mismatch" and outcome.errors[0].startswith("seed 2")
+    assert outcome.reason == "out_of_bounds"
+    assert "'z' (4096 elements)" in outcome.errors[0] and "z[4096]" in outcome.errors[0] and "12 bytes" in outcome.errors[0]
+
+
+def test_a_write_before_the_start_is_out_of_bounds():
+    def candidate(args, launch, backend):
+        axpy(args, launch)
+        arr = backend.arr(args[3])
+        arr.raw[arr.guard - 4 : arr.guard] = 0
+
+    outcome = outcome_of(candidate)
+    assert outcome.reason == "out_of_bounds" and "z[-1]" in outcome.errors[0] and "before it" in outcome.errors[0]
+
+
+def test_a_read_past_the_end_poisons_the_output_with_nan():
+    def candidate(args, launch, backend):
+        n, a, x, z = args
+        wide = backend.arr(x).beyond(1)
+        z[:n] = a * wide[:n] + np.float32(0) * wide[1 : n + 1]
+
+    outcome = outcome_of(candidate)
+    assert outcome.reason == "nan_or_inf" and "index 4095" in outcome.errors[0] and "red zones" in outcome.errors[0]
+
+
+def test_an_original_that_writes_out_of_range_is_only_a_warning_about_the_spec():
+    def original(args, launch, backend):
+        axpy(args, launch)
+        backend.arr(args[3]).beyond(1)[args[0]] = 1
+
+    outcome = outcome_of(axpy, seeds=(1,), original=original)
+    assert outcome.reason is None and any("original kernel writes out of range" in w for w in outcome.warnings)
+
+
+def test_a_cache_keyed_by_pointer_and_shape_is_history_dependent():
+    def candidate(args, launch, backend):
+        n, a, x, z = args
+        key = f"{backend.arr(x).address}:{n}"
+        cache = backend.state[CANDIDATE]
+        if key not in cache:
+            cache[key] = bytearray((a * x[:n]).tobytes())
+        z[:n] = np.frombuffer(bytes(cache[key]), dtype=np.float32)
+
+    outcome = outcome_of(candidate)
+    assert outcome.reason == "history_dependent" and outcome.errors[0].startswith("seed 2") and "fresh addresses" in outcome.errors[0]
+
+
+def test_a_cache_keyed_by_shape_only_is_history_dependent():
+    def candidate(args, launch, backend):
+        n, a, x, z = args
+        cache = backend.state[CANDIDATE]
+        if str(n) not in cache:
+            cache[str(n)] = bytearray((a * x[:n]).tobytes())
+        z[:n] = np.frombuffer(bytes(cache[str(n)]), dtype=np.float32)
+
+    assert outcome_of(candidate).reason == "history_dependent"
+
+
+def test_a_result_that_depends_on_an_earlier_launch_at_another_size_fails_the_replay():
+    def candidate(args, launch, backend):
+        n, a, x, z = args
+        state = backend.state[CANDIDATE]
+        last = int.from_bytes(state.get("last_n", bytes(4)), "little")
+        z[:n] = a * x[:n] + (1 if last not in (0, n) and n == 4096 else 0)
+        state["last_n"] = bytearray(int(n).to_bytes(4, "little"))
+
+    outcome = outcome_of(candidate)
+    assert outcome.reason == "history_dependent" and "replayed after" in outcome.errors[0] and "last_n" in outcome.errors[0]
+    assert any("writes module state" in w for w in outcome.warnings)
+
+
+def test_module_state_that_does_not_change_results_passes_with_a_warning():
+    def candidate(args, launch, backend):
+        axpy(args, launch)
+        calls = backend.state[CANDIDATE]
+        calls["calls"] = bytearray((int.from_bytes(calls.get("calls", bytes(4)), "little") + 1).to_bytes(4, "little"))
+
+    outcome = outcome_of(candidate)
+    assert outcome.reason is None and any("(calls)" in w for w in outcome.warnings)
+
+
+def test_state_the_original_keeps_too_is_not_a_finding():
+    def counting(args, launch, backend, which=CANDIDATE):
+        axpy(args, launch)
+        backend.state[which]["calls"] = bytearray(np.random.default_rng().bytes(4))
+
+    backend = NumpyBackend(lambda *a: counting(*a, which=ORIGINAL), counting)
+    outcome = Verification(backend, SPEC).check([1])
+    assert outcome.reason is None and not any("module state" in w for w in outcome.warnings)
 
 
 def test_run_to_run_differences_are_nondeterministic():
     counter = itertools.count()
 
-    def candidate(args, launch):
+    def candidate(args, launch, backend):
         axpy(args, launch)
         args[3][next(counter) % 7] += 0.5
 
@@ -146,7 +326,7 @@ def test_run_to_run_differences_are_nondeterministic():
 
 
 def test_nan_output_is_nan_or_inf():
-    def candidate(args, launch):
+    def candidate(args, launch, backend):
         axpy(args, launch)
         args[3][5] = np.inf
 
@@ -154,34 +334,43 @@ def test_nan_output_is_nan_or_inf():
 
 
 def test_a_launch_failure_is_launch_error():
-    def candidate(args, launch):
+    def candidate(args, launch, backend):
         raise LaunchFailed("an illegal memory access was encountered")
 
     outcome = outcome_of(candidate)
     assert outcome.reason == "launch_error" and "illegal memory access" in outcome.errors[0]
 
 
-def test_an_original_that_modifies_its_input_is_a_warning_about_the_spec():
-    def original(args, launch):
+def test_limit_arithmetic():
+    limits = Limits()
+    assert candidate_limit_s(0.05, limits) == 1.0  # fast kernels: the floor
+    assert candidate_limit_s(40.0, limits) == pytest.approx(2.0)  # 50 x 40 ms
+    assert candidate_limit_s(None, limits) == limits.original_s
+    assert candidate_limit_s(10.0, Limits(floor_s=0.1, factor=5)) == pytest.approx(0.1)
+
+
+def test_a_hang_is_a_timeout_at_fifty_times_the_original():
+    def original(args, launch, backend):
         axpy(args, launch)
-        args[2][0] = 1
+        return 40.0
 
-    outcome = check_correctness(FakeBackend(original, axpy), SPEC, [1])
-    assert outcome.reason is None and any("spec's role" in w for w in outcome.warnings)
+    def candidate(args, launch, backend):
+        axpy(args, launch)
+        return float("inf") if args[0] == 3 else 40.0
+
+    backend = NumpyBackend(original, candidate)
+    outcome = Verification(backend, SPEC).check([1, 2])
+    assert outcome.reason == "timeout" and "variants[1]" in outcome.errors[0] and outcome.abandoned
+    # The original ran first on every input, so each candidate launch got 50 x its time (2 s), not the overall timeout.
+    assert [limit for w, _, _, limit in backend.launches if w == CANDIDATE] == pytest.approx([2.0] * 7)
+    assert outcome.original_ms["seed 1, variants[1] {'n': 3}"] == 40.0
 
 
-def test_the_candidate_launch_is_used_for_the_candidate():
-    spec = parse_spec({**SPEC.to_json(), "candidate": {"grid": ["min(ceil_div(n,1024), 2)", 1, 1]}})
-    backend = FakeBackend(axpy, axpy)
-    check_correctness(backend, spec, [1])
-    assert {launch.grid for w, launch in backend.launches if w == CANDIDATE} <= {(2, 1, 1), (1, 1, 1)}
-    assert (16, 1, 1) in {launch.grid for w, launch in backend.launches if w == ORIGINAL}
-
-
-def test_timing_interleaves_and_stops_at_the_budget():
-    backend = FakeBackend(axpy, axpy)
-    ticks = itertools.count()
-    samples = measure(backend, SPEC, 1, TimingOptions(budget_s=30, min_trials=5, max_trials=100, warmup=2), clock=lambda: next(ticks))
+def test_timing_interleaves_restores_outputs_and_stops_at_the_budget():
+    backend = NumpyBackend(axpy, axpy)
+    verification = Verification(backend, SPEC, clock=iter(itertools.count()).__next__)
+    assert verification.check([1]).reason is None
+    samples = verification.measure(1, TimingOptions(budget_s=30, min_trials=5, max_trials=100, warmup=2))
     # The fake clock advances 1 s per look and is looked at from the 5th pair (min_trials) on:
     # the 30 s budget is spent at the 30th look, after 4 + 30 pairs.
     assert len(samples[ORIGINAL]) == len(samples[CANDIDATE]) == 34
@@ -189,28 +378,34 @@ def test_timing_interleaves_and_stops_at_the_budget():
     assert timed[:4] == [ORIGINAL, CANDIDATE, CANDIDATE, ORIGINAL]
     assert np.median(samples[ORIGINAL]) == pytest.approx(2.0, rel=0.02)
     assert backend.timers[0].closed
-    assert backend.restore == [False, False, False, True]  # only the out array is rewritten between trials
+    # Only the out array is restored between trials, to poison, in each kernel's own buffer.
+    assert [(action, kind) for action, _, kind in backend.restores[CANDIDATE]] == [("poison", "float32")]
+    assert backend.restores[ORIGINAL][0][1] is not backend.restores[CANDIDATE][0][1]
+    assert backend.limits_s[CANDIDATE] == 1.0
 
 
 def test_timing_runs_at_least_min_trials():
-    backend = FakeBackend(axpy, axpy)
-    samples = measure(backend, SPEC, 1, TimingOptions(budget_s=0, min_trials=7, max_trials=100, warmup=0), clock=lambda: 0.0)
+    backend = NumpyBackend(axpy, axpy)
+    verification = Verification(backend, SPEC, clock=lambda: 0.0)
+    verification.check([1])
+    samples = verification.measure(1, TimingOptions(budget_s=0, min_trials=7, max_trials=100, warmup=0))
     assert len(samples[CANDIDATE]) == 7
 
 
-def test_timing_reuses_the_inputs_drawn_for_correctness():
-    backend = FakeBackend(axpy, axpy)
-    kept = {}
-    assert check_correctness(backend, SPEC, [5, 6], keep_inputs=kept).reason is None
-    assert list(kept) == [5] and np.array_equal(kept[5]["x"], make_inputs(SPEC, 5)["x"])
-    received = {}
-    backend.timer = lambda args, launches, restore: received.update(args) or FakeTimer(backend)
-    measure(backend, SPEC, 5, TimingOptions(budget_s=0, min_trials=1, max_trials=1, warmup=0), clock=lambda: 0.0, inputs=kept)
-    assert received[ORIGINAL][2] is kept[5]["x"]
+def test_inout_arrays_start_from_the_pristine_input_in_every_run():
+    spec = parse_spec({
+        "kernel": "inc", "params": [
+            {"name": "n", "scalar": "int32", "value": 256},
+            {"name": "v", "array": "int32", "size": "n", "init": "randint(0,9)", "role": "inout"},
+        ], "grid": [1, 1, 1], "block": [256, 1, 1],
+    })
+    starts = []
 
+    def inc(args, launch, backend):
+        starts.append(args[1].copy())
+        args[1][:] += 1
 
-def test_poison_is_shared_and_read_only():
-    first = build_args(SPEC, make_inputs(SPEC, 1), None)[3]
-    second = build_args(SPEC, make_inputs(SPEC, 2), None)[3]
-    assert first is second and not first.flags.writeable
-    assert np.array_equal(first.view(np.uint32), poison("float32", 4096).view(np.uint32))
+    outcome = Verification(NumpyBackend(inc, inc), spec).check([1, 2])
+    assert outcome.reason is None
+    assert all(np.array_equal(s, starts[0]) for s in starts[:3]) and starts[0].max() <= 9
+    assert POISON_BITS["int32"] not in {int(v) for v in starts[0].view(np.uint32)}

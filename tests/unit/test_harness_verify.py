@@ -163,3 +163,41 @@ def test_options_from_the_session(tmp_path):
     assert (options.seeds, options.min_speedup, options.timeout_s, options.sanitize) == (5, 1.2, 30.0, True)
     assert options.build.flags == ("-I", str(tmp_path), "-O3")
     assert options.arch is None
+
+
+@needs_nvcc
+def test_module_variables_are_read_from_the_cubin(tmp_path):
+    from kernel_lsp.services.harness.compile import device_globals
+
+    source = """
+__device__ unsigned int counter;
+__device__ float cache[1024];
+__managed__ int flag;
+__constant__ float coef[4];
+namespace ns { __device__ int hidden; }
+extern "C" __global__ void k(float* y)
+{
+    y[threadIdx.x] = cache[threadIdx.x] + coef[0] + flag + ns::hidden;
+    counter++;
+}
+"""
+    built = compile_cubin(source, str(tmp_path), "g", BuildFlags().for_arch("sm_90"))
+    assert built.ok, built.log
+    found = dict(device_globals((tmp_path / "g.cubin").read_bytes()))
+    assert found["counter"] == 4 and found["cache"] == 4096 and found["flag"] == 4
+    assert "coef" not in found  # __constant__: no kernel can write it
+    assert any(name.startswith("_ZN2ns") for name in found)
+    assert device_globals(b"not an elf file") == ()
+
+
+@needs_nvcc
+def test_the_harness_kernels_compile_and_are_cached_on_disk(tmp_path, monkeypatch):
+    from kernel_lsp.services.harness.verify import helper_cubin
+
+    monkeypatch.setenv("XDG_CACHE_HOME", str(tmp_path / "cache"))
+    first = helper_cubin(str(tmp_path), "sm_90", OPTIONS)
+    assert first.ok, first.log
+    assert {"klsp_gen_f32", "klsp_gen_i64", "klsp_fill_u64", "klsp_diff"} <= set(first.entries)
+    assert first.cubin_path.startswith(str(tmp_path / "cache"))
+    again = helper_cubin(str(tmp_path), "sm_90", OPTIONS)
+    assert again.cubin_path == first.cubin_path and again.wall_s == 0.0

@@ -142,3 +142,49 @@ def test_chunked_draws_equal_one_whole_array_draw(monkeypatch, dtype, init):
 def test_zeros_are_made_in_the_array_type(dtype):
     x = make_inputs(spec_with([("x", dtype, "n", "zeros")]), 0)["x"]
     assert x.dtype == inputs_module.NUMPY_DTYPES[dtype] and x.size == 1000 and not x.view(np.uint8).any()
+
+
+# --- counter-based inputs drawn on the device ----------------------------------------------------
+
+from kernel_lsp.core.inputs import DevicePlan, counter_values, device_plan, draw_arrays  # noqa: E402
+
+
+def _draw_spec(init, array_type="float32", n=10000):
+    return parse_spec({
+        "kernel": "k", "params": [
+            {"name": "n", "scalar": "int32", "value": n},
+            {"name": "x", "array": array_type, "size": "n", "init": init, "role": "in"},
+            {"name": "y", "array": "float32", "size": "n", "role": "out"},
+        ], "grid": [1, 1, 1], "block": [32, 1, 1],
+    })
+
+
+def test_device_draws_follow_the_initializer():
+    plan = draw_arrays(_draw_spec("uniform(-3,5)"), 1, None)["x"]
+    assert isinstance(plan, DevicePlan) and plan.kernel == "klsp_gen_f32" and (plan.a, plan.b) == (8.0, -3.0)
+    values = counter_values(plan, "float32")
+    assert values.dtype == np.float32 and -3 <= values.min() < -2.9 and 4.9 < values.max() < 5
+    ints = counter_values(draw_arrays(_draw_spec("randint(-2,3)", "int32"), 1, None)["x"], "int32")
+    assert set(np.unique(ints)) == {-2, -1, 0, 1, 2, 3}
+    normal = counter_values(draw_arrays(_draw_spec("normal(1,2)", "float64"), 1, None)["x"], "float64")
+    assert abs(normal.mean() - 1) < 0.1 and abs(normal.std() - 2) < 0.1
+    assert (counter_values(draw_arrays(_draw_spec("fill(7)", "int8"), 1, None)["x"], "int8") == 7).all()
+    assert np.array_equal(counter_values(draw_arrays(_draw_spec("arange", "float16"), 1, None)["x"], "float16")[:4], [0, 1, 2, 3])
+
+
+def test_device_draws_differ_by_seed_and_array_and_repeat_for_a_seed():
+    spec = _draw_spec("uniform(0,1)")
+    a, b = draw_arrays(spec, 1, None)["x"], draw_arrays(spec, 2, None)["x"]
+    assert a.key != b.key and not np.array_equal(counter_values(a, "float32"), counter_values(b, "float32"))
+    assert np.array_equal(counter_values(a, "float32"), counter_values(draw_arrays(spec, 1, None)["x"], "float32"))
+    # Element i depends on the key and i only: a longer array starts with the shorter one's values.
+    longer = DevicePlan(a.kernel, a.size * 2, a.key, a.kind, a.a, a.b)
+    assert np.array_equal(counter_values(longer, "float32")[: a.size], counter_values(a, "float32"))
+
+
+def test_structured_initializers_stay_on_the_host():
+    drawn = draw_arrays(_draw_spec("perm(n)", "int32", n=100), 1, None)
+    assert isinstance(drawn["x"], np.ndarray) and sorted(drawn["x"]) == list(range(100))
+    assert "y" not in drawn  # out arrays start as poison, not as drawn values
+    spec = _draw_spec("uniform(0,1)")
+    assert device_plan(spec.arrays[0], 5, {"n": 5}, 1, 0).size == 5

@@ -152,6 +152,7 @@ def test_expressions_in_every_launch_field():
         ({"candidate": {"stream": 1}}, "candidate.stream: unknown field"),
         ({"candidate": {"block": [4096, 1, 1]}}, "candidate.block: 4096 threads per block exceeds 1024"),
         ({"grdi": [1, 1, 1]}, "grdi: unknown field"),
+        ({"notes": ["fast"]}, "notes: expected an object"),
         ({"params": "x"}, "params: missing or not a list"),
     ],
 )
@@ -194,6 +195,7 @@ def test_bad_specs_name_the_field(change, expected):
         ({"name": "a", "scalar": "int32", "value": 1}, "params[2].name: duplicate parameter name 'a'"),
         ({"name": "2x", "scalar": "int32", "value": 1}, "params[2].name: expected an identifier"),
         ({"name": "x", "array": "float32", "size": "n-n-1", "init": "zeros", "role": "in"}, "params[2].size: evaluates to -1"),
+        ({"name": "x", "array": "float32", "size": "n", "init": "zeros", "role": "in", "struct": "struct Body"}, "params[2].struct: expected the C struct's name"),
         ("not an object", "params[2]: expected an object"),
     ],
 )
@@ -268,3 +270,37 @@ def test_examples_specs_parse():
     for path in paths:
         with open(path) as f:
             parse_spec(json.load(f))
+
+
+def test_notes_are_kept_and_carry_no_meaning():
+    notes = {"category": "streaming", "control": True, "bytes_min": "12*n"}
+    spec = parse_spec(with_changes(notes=notes))
+    assert spec.notes == notes
+    assert spec == parse_spec(SAXPY)  # notes do not make a different launch
+    assert parse_spec(spec.to_json()).notes == notes
+    assert with_candidate_launch(spec, {"block": [128, 1, 1]}).notes == notes
+    assert parse_spec(SAXPY).notes is None and "notes" not in parse_spec(SAXPY).to_json()
+
+
+def test_an_array_of_structs_names_its_struct():
+    data = with_changes()
+    data["params"] = [
+        {"name": "p", "array": "float32", "size": "n*6", "init": "uniform(-1,1)", "role": "inout", "struct": "Body"},
+        {"name": "dt", "scalar": "float32", "value": 0.01},
+        {"name": "n", "scalar": "int32", "value": 1000},
+    ]
+    spec = parse_spec(data)
+    body = spec.params[0]
+    assert isinstance(body, ArrayParam) and body.struct == "Body" and spec.resolve().sizes == {"p": 6000}
+    assert parse_spec(spec.to_json()).params[0] == body
+    assert "struct" not in parse_spec(SAXPY).to_json()["params"][2]
+
+
+def test_struct_arrays_match_the_struct_type_only():
+    from kernel_lsp.core.static_check import spec_type_matches
+
+    assert spec_type_matches("float32", "Body", struct="Body")
+    assert spec_type_matches("float32", "struct Body", struct="Body")
+    assert not spec_type_matches("float32", "float", struct="Body")
+    assert not spec_type_matches("float32", "Body")
+    assert spec_type_matches("float32", "float4")

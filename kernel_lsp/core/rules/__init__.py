@@ -28,10 +28,15 @@ from kernel_lsp.core.rules.structural import (
     AtomicPerBlock, PrivatizedHistogram, RowParallel, TiledMatmul, TiledTranspose, TreeReductionToShuffle, VectorCsr,
     VectorizeElementwise,
 )
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
+from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
+from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Default order: structural templates (large, pattern-proven wins) first, then local edits.
 RULES: tuple[Rule, ...] = (
+    RegisterAccumulate(),
+    WarpPerRow(),
     TiledTranspose(),
     TiledMatmul(),
     TreeReductionToShuffle(),

@@ -54,11 +54,14 @@ class RuleContext:
         self._preprocessed = preprocessed
 
     @cached_property
+    def preprocessed(self) -> Preprocessed:
+        return self._preprocessed if self._preprocessed is not None else preprocess(self.source)
+
+    @cached_property
     def facts(self) -> KernelFacts | None:
         """The kernel's access analysis on the preprocessed view (macro bodies and helpers seen);
         None when the kernel is not found there."""
-        pre = self._preprocessed if self._preprocessed is not None else preprocess(self.source)
-        return analyze(pre).get(self.kernel.name)
+        return analyze(self.preprocessed).get(self.kernel.name)
 
     @cached_property
     def body(self) -> tuple[int, int, str]:

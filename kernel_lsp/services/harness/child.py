@@ -5,12 +5,16 @@ with a timeout; one child per verification, so a fault poisons only this
 process's CUDA context and a hang is ended by killing it.
 
 JOB.json: ``{"spec": <v1 JSON>, "base_dir": str|null, "kernels": {"original":
-[cubin, entry], "candidate": [cubin, entry]}, "seeds": [int], "timing": {...}
-(TimingOptions fields), "skip_timing": bool}``.
+[cubin, entry], "candidate": [cubin, entry]}, "helpers": cubin, "state":
+{"original": [[symbol, bytes]], "candidate": [...]}, "watch_path": str, "limits":
+{...} (Limits fields), "seeds": [int], "timing": {...} (TimingOptions fields),
+"skip_timing": bool}``.
 
 RESULT.json: ``{"status": "done"|"no_gpu"|"error", "message": str, "outcome":
-{reason, errors, warnings, max_abs_error, max_rel_error, samples_ms}, "gpu":
-{...}}``. Timing runs only when correctness passed.
+{reason, errors, warnings, max_abs_error, max_rel_error, samples_ms, original_ms,
+abandoned}, "gpu": {...}}``. Timing runs only when correctness passed. When a
+launch hangs, the result is written and the process exits at once
+(``abandoned``): the parent sees a finished child with a ``timeout`` outcome.
 """
 
 from __future__ import annotations
@@ -25,7 +29,7 @@ import numpy as np
 
 from kernel_lsp.core.inputs import file_names
 from kernel_lsp.core.spec import Spec, parse_spec
-from kernel_lsp.services.harness.protocol import LaunchFailed, Outcome, TimingOptions, check_correctness, measure
+from kernel_lsp.services.harness.protocol import Limits, LaunchFailed, LaunchTimeout, Outcome, TimingOptions, Verification
 from kernel_lsp.services.proc import ToolMissing, run
 
 
@@ -52,35 +56,57 @@ def smi_clocks() -> dict:
     return {"driver": fields[0], "sm_clock_mhz": number(fields[1]), "mem_clock_mhz": number(fields[2]), "max_sm_clock_mhz": number(fields[3])}
 
 
-def execute(job: dict) -> dict:
+def execute(job: dict, result_path: str | None = None) -> dict:
     spec = parse_spec(job["spec"], job.get("base_dir"))
     files = load_files(spec)
     kernels = {which: tuple(pair) for which, pair in job["kernels"].items()}
+    state = {which: [tuple(s) for s in symbols] for which, symbols in job.get("state", {}).items()}
     # Imported only when a GPU job runs: backend_pycuda imports pycuda, which machines without a GPU lack.
     from kernel_lsp.services.harness.backend_pycuda import GpuMissing, PycudaBackend
 
     try:
-        backend = PycudaBackend(kernels)
+        backend = PycudaBackend(kernels, job.get("helpers"), state, job.get("watch_path"))
     except GpuMissing as exc:
         return {"status": "no_gpu", "message": str(exc)}
     except LaunchFailed as exc:
         return {"status": "done", "outcome": dataclasses.asdict(Outcome().fail("launch_error", str(exc)))}
     gpu = backend.info()
+    verification = Verification(backend, spec, files, Limits(**job.get("limits", {})))
+    outcome = verification.check(list(job["seeds"]))
+    if outcome.abandoned:
+        _abandon({"status": "done", "outcome": dataclasses.asdict(outcome), "gpu": gpu}, result_path)
     try:
-        inputs: dict = {}
-        outcome = check_correctness(backend, spec, list(job["seeds"]), files, keep_inputs=inputs)
         if outcome.reason is None and not job.get("skip_timing"):
             try:
-                outcome.samples_ms = measure(backend, spec, job["seeds"][0], TimingOptions(**job.get("timing", {})), files, inputs=inputs)
+                outcome.samples_ms = verification.measure(job["seeds"][0], TimingOptions(**job.get("timing", {})))
+            except LaunchTimeout as exc:
+                outcome.abandoned = True
+                outcome.fail("timeout", f"while timing: {exc}: a hang; it was killed")
+                _abandon({"status": "done", "outcome": dataclasses.asdict(outcome), "gpu": gpu}, result_path)
             except LaunchFailed as exc:
                 outcome.fail("launch_error", f"while timing: {exc}")
             gpu.update({k: v for k, v in smi_clocks().items() if v is not None})
     finally:
         try:
+            verification.close()
             backend.close()
         except Exception:  # noqa: BLE001 - a context broken by a fault cannot always be popped; the process ends anyway
             pass
     return {"status": "done", "outcome": dataclasses.asdict(outcome), "gpu": gpu}
+
+
+def _abandon(result: dict, result_path: str | None) -> None:
+    """Write the result and end the process at once: a kernel still runs, and any CUDA call
+    (freeing, popping the context) would wait for it. The driver ends the kernel with the process."""
+    if result_path is not None:
+        _write(result_path, result)
+        os._exit(0)
+
+
+def _write(path: str, result: dict) -> None:
+    with open(path + ".tmp", "w", encoding="utf-8") as f:
+        json.dump(result, f)
+    os.replace(path + ".tmp", path)
 
 
 def main(argv: list[str]) -> int:
@@ -88,13 +114,12 @@ def main(argv: list[str]) -> int:
     with open(job_path, encoding="utf-8") as f:
         job = json.load(f)
     try:
-        result = execute(job)
+        result = execute(job, result_path)
     except ImportError as exc:
         result = {"status": "no_gpu", "message": f"no CUDA GPU available: pycuda cannot be imported ({exc})"}
     except Exception as exc:  # noqa: BLE001 - the parent turns this into a verdict with the traceback
         result = {"status": "error", "message": f"{type(exc).__name__}: {exc}\n{traceback.format_exc()}"}
-    with open(result_path, "w", encoding="utf-8") as f:
-        json.dump(result, f)
+    _write(result_path, result)
     return 0
 
 

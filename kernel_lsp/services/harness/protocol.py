@@ -1,70 +1,153 @@
 """The verification protocol, independent of how kernels are run.
 
-A :class:`Backend` runs a kernel on host arrays (upload, launch, sync, download)
-and times launches; the real one is :class:`~kernel_lsp.services.harness.backend_pycuda.PycudaBackend`
-(in the child process), tests use numpy-emulated kernels. This module decides
-what to run and what the results mean:
+A :class:`Backend` owns device arrays (each with red zones before and after it),
+fills, compares and launches; the real one is
+:class:`~kernel_lsp.services.harness.backend_pycuda.PycudaBackend` (in the child
+process), the CPU tests use numpy. This module decides what to run and what the
+results mean. Arrays stay on the device: inputs are drawn there
+(:func:`kernel_lsp.core.inputs.draw_arrays`), outputs are compared there bit for
+bit, and only outputs that differ in some bit come back to the host for the
+tolerance rules of :mod:`kernel_lsp.core.compare`.
 
-Correctness, for each seed (fresh inputs each time, all in one process):
-  original once, candidate twice on the same inputs; ``out`` buffers start as
-  poison; every ``in`` array must come back bit-identical; the two candidate
-  runs must agree within tolerance (else ``nondeterministic``); the first must
-  match the original (else ``mismatch``/``nan_or_inf``). Then each spec variant
-  once (original and candidate, the first seed). Running the candidate on
-  several inputs in one process is what exposes results cached across launches.
+Correctness, in this order (each check says beside it what it catches):
+
+1. **Seeds in the same buffers.** For every seed, fresh inputs are written into
+   the *same* allocations; the original runs once, the candidate twice, each
+   into its own poisoned output. A candidate that caches results keyed by
+   pointers and shapes returns the previous seed's answer here.
+2. **Red zones** around every array are checked after every candidate launch
+   (:func:`kernel_lsp.core.compare.check_guards`): a store out of range is
+   ``out_of_bounds``, naming the array and the offset. Input red zones of float
+   arrays hold NaN, so a read out of range shows as NaN in the output.
+3. **Inputs unchanged**: every ``in`` array is compared with its pristine copy.
+4. **Different addresses**: the first seed once more in a second set of
+   allocations (made while the first is alive, so every pointer differs).
+5. **Variants**: each spec variant once, in its own allocations.
+6. **Module state**: when a candidate launch changed a ``__device__`` or
+   ``__managed__`` variable that the original does not change, the first seed is
+   replayed after the launches of 4 and 5 and must match again.
+
+A candidate that matched once and then failed in buffers an earlier launch used
+is re-run on the same inputs at fresh addresses: when it matches there, the
+failure depended on launch history (``history_dependent``), not on the inputs.
+
+Hangs: the original is timed on every input first; a candidate launch running
+longer than ``max(1 s, 50 x the original's time on that input)`` is abandoned
+(``timeout``) and the child exits, killing the kernel with its context.
 
 Timing: warm-up, then original and candidate trials interleaved (the order
-alternating every pair), each trial after a restore of the arrays and an L2
+alternating every pair), each trial after a restore of the outputs and an L2
 flush, until ``max_trials`` or the time budget (at least ``min_trials``).
 """
 
 from __future__ import annotations
 
 import time
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Protocol
+from typing import Any, Protocol
 
 import numpy as np
 
-from kernel_lsp.core.compare import CompareResult, arrays_equal, compare, poison
-from kernel_lsp.core.inputs import make_inputs, scalar_args
-from kernel_lsp.core.spec import ArrayParam, Launch, Spec
+from kernel_lsp.core.compare import CompareResult, check_guards, compare, guard_fill, poison
+from kernel_lsp.core.inputs import NUMPY_DTYPES, DevicePlan, draw_arrays, scalar_args
+from kernel_lsp.core.spec import FLOAT_TYPES, ArrayParam, Launch, Spec
 
 ORIGINAL = "original"
 CANDIDATE = "candidate"
+#: The candidate's second run on the same inputs (its own output buffers).
+REPEAT = "repeat"
 
 
 class LaunchFailed(RuntimeError):
     """A launch or a copy failed on the device (bad cubin, fault, illegal address)."""
 
 
-Args = list[np.ndarray | np.generic]
+class LaunchTimeout(LaunchFailed):
+    """A launch ran past its limit; the device may still be running it."""
+
+    def __init__(self, limit_s: float):
+        super().__init__(f"the launch ran longer than its limit of {limit_s:.3g} s")
+        self.limit_s = limit_s
+
+
+@dataclass(frozen=True)
+class Limits:
+    """How long a candidate launch may run before it counts as hung."""
+
+    floor_s: float = 1.0
+    """Never less than this: launch overhead, clocks ramping up and a busy GPU can cost milliseconds."""
+    factor: float = 50.0
+    """Times the original's duration on the same input: no honest rewrite is 50x slower, a hang is infinitely so."""
+    original_s: float = 120.0
+    """The original's own launches (it is trusted; the child's overall timeout still applies)."""
+
+
+def candidate_limit_s(original_ms: float | None, limits: Limits) -> float:
+    """Seconds a candidate launch may run on an input the original ran in ``original_ms``."""
+    if original_ms is None:
+        return limits.original_s
+    return max(limits.floor_s, limits.factor * original_ms / 1000.0)
+
+
+class Backend(Protocol):
+    """Device arrays are opaque handles made by :meth:`alloc`; scalars are numpy scalars."""
+
+    def alloc(self, array_type: str, size: int, guard_fill: tuple[int, int] | None) -> Any:
+        """An array of ``size`` elements; with ``guard_fill`` (width, value), red zones of
+        :data:`kernel_lsp.core.compare.GUARD_BYTES` before and after it, filled with that pattern."""
+        ...
+
+    def address(self, handle: Any) -> int: ...
+
+    def free(self, handle: Any) -> None: ...
+
+    def upload(self, handle: Any, host: np.ndarray) -> None: ...
+
+    def generate(self, handle: Any, plan: DevicePlan, array_type: str) -> None: ...
+
+    def download(self, handle: Any) -> np.ndarray: ...
+
+    def guards(self, handle: Any) -> tuple[np.ndarray, np.ndarray]:
+        """The red zones' bytes (before, after), read back."""
+        ...
+
+    def fill_guards(self, handle: Any, guard_fill: tuple[int, int]) -> None: ...
+
+    def poison(self, handle: Any, array_type: str) -> None:
+        """Fill the array with :func:`kernel_lsp.core.compare.poison`'s pattern."""
+        ...
+
+    def copy(self, dst: Any, src: Any) -> None: ...
+
+    def differ(self, a: Any, b: Any) -> tuple[int, int]:
+        """(number of differing 4-byte words, byte offset of the first) between two arrays of one size."""
+        ...
+
+    def launch(self, which: str, args: Sequence[Any], launch: Launch, limit_s: float) -> float:
+        """Launch once, wait at most ``limit_s`` (else :class:`LaunchTimeout`); milliseconds on the GPU."""
+        ...
+
+    def globals(self, which: str) -> dict[str, bytes]:
+        """The current bytes of every ``__device__``/``__managed__`` variable of that kernel's module."""
+        ...
+
+    def set_globals(self, which: str, values: Mapping[str, bytes]) -> None:
+        """Write back module variables (as :meth:`globals` read them)."""
+        ...
+
+    def timer(self, args: Mapping[str, Sequence[Any]], restores: Mapping[str, Sequence[tuple[str, Any, Any]]], launches: Mapping[str, Launch], limits_s: Mapping[str, float]) -> Timer:
+        """Repeated timed launches of both kernels; ``restores[which]``: ``("poison", handle, type)``
+        or ``("copy", dst, src)`` done before every trial."""
+        ...
 
 
 class Timer(Protocol):
     def time_ms(self, which: str) -> float:
-        """Restore the arrays, flush L2, launch ``which`` once between CUDA events; milliseconds."""
+        """Restore the outputs, flush L2, launch ``which`` once between CUDA events; milliseconds."""
         ...
 
     def close(self) -> None: ...
-
-
-class Backend(Protocol):
-    def run(self, which: str, args: Args, launch: Launch) -> list[np.ndarray | None]:
-        """Copy the arrays in ``args`` to fresh device buffers, launch once, sync, return every array (None for scalars).
-
-        ``args`` itself must be left unchanged: the same host arrays feed the next run.
-        """
-        ...
-
-    def timer(self, args: Mapping[str, Args], launches: Mapping[str, Launch], restore: Sequence[bool]) -> Timer:
-        """Device buffers for both kernels, prepared for repeated timed launches.
-
-        ``restore[i]``: argument i is rewritten from a pristine copy before every trial
-        (``out`` and ``inout`` arrays; inputs were checked unchanged by correctness).
-        """
-        ...
 
 
 @dataclass(frozen=True)
@@ -89,6 +172,10 @@ class Outcome:
     max_abs_error: float | None = None
     max_rel_error: float | None = None
     samples_ms: dict[str, list[float]] = field(default_factory=dict)
+    original_ms: dict[str, float] = field(default_factory=dict)
+    """The original's launch time per input ("seed 1", "variants[0]"), which set the candidate's limits."""
+    abandoned: bool = False
+    """A launch was still running when given up on: the context cannot be closed, only the process ended."""
 
     def fail(self, reason: str, message: str) -> Outcome:
         self.reason = reason
@@ -96,140 +183,354 @@ class Outcome:
         return self
 
 
-#: Poison arrays kept for reuse across seeds and the timing run, up to this many bytes in all.
-_POISON_CACHE_BYTES = 1 << 30
-_poison_cache: dict[tuple[str, int], np.ndarray] = {}
+class _Rejected(Exception):
+    def __init__(self, reason: str, message: str):
+        super().__init__(message)
+        self.reason = reason
 
 
-def _shared_poison(array_type: str, size: int) -> np.ndarray:
-    """A read-only poison array, made once per (type, size): filling 64M elements costs ~0.4 s of CPU per seed.
-
-    Read-only so that a backend that wrongly wrote into its ``args`` fails loudly instead of
-    corrupting the poison of later runs.
-    """
-    key = (array_type, size)
-    cached = _poison_cache.get(key)
-    if cached is None:
-        cached = poison(array_type, size)
-        cached.flags.writeable = False
-        if sum(a.nbytes for a in _poison_cache.values()) + cached.nbytes > _POISON_CACHE_BYTES:
-            _poison_cache.clear()
-        _poison_cache[key] = cached
-    return cached
+@dataclass
+class _Array:
+    param: ArrayParam
+    size: int
+    work: Any = None
+    """``in`` arrays: the one buffer every kernel reads."""
+    pristine: Any = None
+    """``in``/``inout``: the inputs as drawn, to check and restore from."""
+    slots: dict[str, Any] = field(default_factory=dict)
+    """``out``/``inout``: one guarded buffer per run (original, candidate, repeat)."""
 
 
-def build_args(spec: Spec, arrays: Mapping[str, np.ndarray], variant: int | None) -> Args:
-    """Kernel arguments in parameter order; ``out`` arrays replaced by (shared, read-only) poison."""
+@dataclass
+class _Buffers:
+    """One set of device arrays at one size (the main size or a variant)."""
+
+    variant: int | None
+    arrays: list[_Array]
+    scalars: dict[str, np.generic]
+
+    def handles(self) -> Iterator[Any]:
+        for a in self.arrays:
+            yield from (h for h in (a.work, a.pristine, *a.slots.values()) if h is not None)
+
+    def addresses(self, backend: Backend) -> set[int]:
+        return {backend.address(h) for a in self.arrays for h in (a.work, *a.slots.values()) if h is not None}
+
+
+def _guard_fill(p: ArrayParam) -> tuple[int, int]:
+    return guard_fill(p.type, p.role)
+
+
+def build_args(spec: Spec, arrays: Mapping[str, np.ndarray], variant: int | None) -> list[np.ndarray | np.generic]:
+    """Host arguments in parameter order for a one-off launch (``launch.py``): ``out`` arrays as poison."""
     scalars = scalar_args(spec, variant)
-    args: Args = []
-    for p in spec.params:
-        if isinstance(p, ArrayParam):
-            args.append(_shared_poison(p.type, arrays[p.name].size) if p.role == "out" else arrays[p.name])
-        else:
-            args.append(scalars[p.name])
-    return args
+    return [(poison(p.type, arrays[p.name].size) if p.role == "out" else arrays[p.name]) if isinstance(p, ArrayParam) else scalars[p.name]
+            for p in spec.params]
 
 
-def _check_inputs(spec: Spec, sent: Args, returned: list[np.ndarray | None]) -> list[str]:
-    modified = []
-    for p, before, after in zip(spec.params, sent, returned):
-        if isinstance(p, ArrayParam) and p.role == "in" and after is not None and not arrays_equal(before, after):
-            changed = int(np.count_nonzero(np.ascontiguousarray(before).view(np.uint8) != np.ascontiguousarray(after).view(np.uint8)))
-            modified.append(f"'{p.name}' is an input (role in) but {changed} of its bytes changed")
-    return modified
+class Verification:
+    """Correctness (:meth:`check`) and then timing (:meth:`measure`) of one candidate against the original."""
 
+    def __init__(self, backend: Backend, spec: Spec, files: Mapping[str, np.ndarray] | None = None, limits: Limits | None = None, clock: Callable[[], float] = time.perf_counter):
+        self.backend, self.spec, self.files = backend, spec, files
+        self.limits = limits or Limits()
+        self.clock = clock
+        self.outcome = Outcome()
+        self.main: _Buffers | None = None
+        self.writes_state: tuple[str, ...] = ()
+        self._initial_state: dict[str, bytes] = {}
+        self._original_ms: dict[tuple[int | None, int], float] = {}
+        self._drawn: dict[tuple[int, int | None], dict] = {}
 
-def _compare_outputs(spec: Spec, reference: list, candidate: list) -> list[CompareResult]:
-    results = []
-    for p, r, c in zip(spec.params, reference, candidate):
-        if isinstance(p, ArrayParam) and p.role in ("out", "inout"):
-            results.append(compare(p.name, p.type, r, c, spec.tolerance_for(p.type), poisoned=p.role == "out"))
-    return results
+    # --- buffers -----------------------------------------------------------------------------
 
+    def _buffers(self, variant: int | None) -> _Buffers:
+        resolved = self.spec.resolve(variant)
+        arrays = []
+        for p in self.spec.arrays:
+            size = resolved.sizes[p.name]
+            a = _Array(p, size)
+            if p.role == "in":
+                a.work = self.backend.alloc(p.type, size, _guard_fill(p))
+            if p.role != "out":
+                a.pristine = self.backend.alloc(p.type, size, None)
+            if p.role != "in":
+                a.slots = {slot: self.backend.alloc(p.type, size, _guard_fill(p)) for slot in (ORIGINAL, CANDIDATE, REPEAT)}
+            arrays.append(a)
+        return _Buffers(variant, arrays, scalar_args(self.spec, variant))
 
-def _merge_errors(outcome: Outcome, results: list[CompareResult]) -> None:
-    for r in results:
-        if r.max_abs_error is not None:
-            outcome.max_abs_error = max(outcome.max_abs_error or 0.0, r.max_abs_error)
-        if r.max_rel_error is not None:
-            outcome.max_rel_error = max(outcome.max_rel_error or 0.0, r.max_rel_error)
+    def _free(self, buffers: _Buffers) -> None:
+        for h in buffers.handles():
+            self.backend.free(h)
 
+    def _fill_inputs(self, buffers: _Buffers, seed: int) -> None:
+        """Write seed's inputs into the existing allocations (same pointers, new contents)."""
+        key = (seed, buffers.variant)
+        drawn = self._drawn.get(key)
+        if drawn is None:
+            drawn = draw_arrays(self.spec, seed, buffers.variant, self.files)
+            # The first seed's draws are used again (other addresses, replay, timing): host-drawn arrays
+            # such as a 40M-entry CSR structure cost a second each.
+            if not self._drawn:
+                self._drawn[key] = drawn
+        for a in buffers.arrays:
+            if a.pristine is None:
+                continue
+            values = drawn[a.param.name]
+            if isinstance(values, DevicePlan):
+                self.backend.generate(a.pristine, values, a.param.type)
+            else:
+                self.backend.upload(a.pristine, values)
+            if a.work is not None:
+                self.backend.copy(a.work, a.pristine)
 
-#: Inputs shared by :func:`check_correctness` and :func:`measure`, keyed by seed (main size only).
-InputCache = dict[int, Mapping[str, np.ndarray]]
+    def _args(self, buffers: _Buffers, slot: str) -> list[Any]:
+        by_name = {a.param.name: a for a in buffers.arrays}
+        args: list[Any] = []
+        for p in self.spec.params:
+            if isinstance(p, ArrayParam):
+                a = by_name[p.name]
+                args.append(a.work if p.role == "in" else a.slots[slot])
+            else:
+                args.append(buffers.scalars[p.name])
+        return args
 
+    # --- one launch and its checks -------------------------------------------------------------
 
-def check_correctness(
-    backend: Backend, spec: Spec, seeds: list[int], files: Mapping[str, np.ndarray] | None = None, keep_inputs: InputCache | None = None,
-) -> Outcome:
-    """``keep_inputs``: receives the first seed's main-size inputs, for :func:`measure` to reuse
-    (drawing 64M-element arrays again costs about as much as a seed's comparisons)."""
-    outcome = Outcome()
-    runs: list[tuple[int | None, int, bool]] = [(None, s, True) for s in seeds]
-    if seeds:
-        runs += [(v, seeds[0], False) for v in range(len(spec.variants))]
-    for variant, seed, twice in runs:
-        where = f"seed {seed}" + ("" if variant is None else f", variants[{variant}] {dict(spec.variants[variant])}")
-        resolved = spec.resolve(variant)
-        arrays = make_inputs(spec, seed, variant, files)
-        if keep_inputs is not None and variant is None and seed == seeds[0]:
-            keep_inputs[seed] = arrays
-        args = build_args(spec, arrays, variant)
+    def _launch(self, buffers: _Buffers, which: str, slot: str, where: str, seed: int) -> None:
+        for a in buffers.arrays:
+            if a.param.role == "out":
+                # Poison, not zeros: an element the kernel never writes is then seen as unwritten.
+                self.backend.poison(a.slots[slot], a.param.type)
+            elif a.param.role == "inout":
+                self.backend.copy(a.slots[slot], a.pristine)
+        resolved = self.spec.resolve(buffers.variant)
+        key = (buffers.variant, seed)
+        if which == ORIGINAL:
+            ms = self.backend.launch(ORIGINAL, self._args(buffers, slot), resolved.original, self.limits.original_s)
+            # The fastest of the original's runs on this input sets the limit: a first, cold launch is the slowest.
+            self._original_ms[key] = min(ms, self._original_ms.get(key, ms))
+            self.outcome.original_ms[where] = self._original_ms[key]
+            self._after_original(buffers, slot, where)
+            return
+        limit_s = candidate_limit_s(self._original_ms.get(key), self.limits)
         try:
-            stage = "original"
-            reference = backend.run(ORIGINAL, args, resolved.original)
-            stage = "candidate"
-            first = backend.run(CANDIDATE, args, resolved.candidate)
-            second = backend.run(CANDIDATE, args, resolved.candidate) if twice else None
+            self.backend.launch(CANDIDATE, self._args(buffers, slot), resolved.candidate, limit_s)
+        except LaunchTimeout:
+            self.outcome.abandoned = True
+            original = self._original_ms.get(key)
+            raise _Rejected("timeout", f"{where}: the candidate was still running after {limit_s:.3g} s "
+                            f"(limit max({self.limits.floor_s:g} s, {self.limits.factor:g} x the original's "
+                            f"{original if original is not None else float('nan'):.3g} ms on the same input)): a hang; it was killed") from None
+        self._after_candidate(buffers, slot, where)
+
+    def _guard_problems(self, buffers: _Buffers, slot: str) -> list[str]:
+        problems = []
+        for a in buffers.arrays:
+            handle = a.work if a.param.role == "in" else a.slots[slot]
+            front, back = self.backend.guards(handle)
+            problem = check_guards(a.param.name, a.param.type, a.param.role, a.size, front, back)
+            if problem:
+                problems.append(problem)
+                self.backend.fill_guards(handle, _guard_fill(a.param))
+        return problems
+
+    def _modified_inputs(self, buffers: _Buffers) -> list[str]:
+        modified = []
+        for a in buffers.arrays:
+            if a.work is None:
+                continue
+            words, first = self.backend.differ(a.work, a.pristine)
+            if words:
+                itemsize = NUMPY_DTYPES[a.param.type].itemsize
+                modified.append(f"'{a.param.name}' is an input (role in) but {words} of its 4-byte words changed (first at element {first // itemsize})")
+                self.backend.copy(a.work, a.pristine)
+        return modified
+
+    def _after_original(self, buffers: _Buffers, slot: str, where: str) -> None:
+        for problem in self._guard_problems(buffers, slot):
+            self._warn(f"{where}: the original kernel writes out of range: {problem} (is the spec's size right?)")
+        for problem in self._modified_inputs(buffers):
+            self._warn(f"{where}: the original kernel modifies its input: {problem} (is the spec's role right?)")
+
+    def _after_candidate(self, buffers: _Buffers, slot: str, where: str) -> None:
+        # Red zones first: a stray store can also land in an input's red zone or corrupt outputs.
+        problems = self._guard_problems(buffers, slot)
+        if problems:
+            raise _Rejected("out_of_bounds", f"{where}: {problems[0]}")
+        modified = self._modified_inputs(buffers)
+        if modified:
+            raise _Rejected("input_modified", f"{where}: {modified[0]}")
+
+    def _warn(self, message: str) -> None:
+        if message not in self.outcome.warnings:
+            self.outcome.warnings.append(message)
+
+    # --- comparisons ---------------------------------------------------------------------------
+
+    def _compare(self, buffers: _Buffers, reference: str, other: str) -> CompareResult | None:
+        """The first output that fails the rules of :mod:`kernel_lsp.core.compare`, or None."""
+        for a in buffers.arrays:
+            if a.param.role == "in":
+                continue
+            words, _ = self.backend.differ(a.slots[reference], a.slots[other])
+            if not words:
+                # Bit-identical on the device: no copy back, no errors to record.
+                self._merge(CompareResult(True, None, "", 0.0, 0.0, 0.0, 0))
+                continue
+            result = compare(a.param.name, a.param.type, self.backend.download(a.slots[reference]), self.backend.download(a.slots[other]),
+                             self.spec.tolerance_for(a.param.type), poisoned=a.param.role == "out")
+            if reference == ORIGINAL:
+                self._merge(result)
+            if not result.ok:
+                return result
+        return None
+
+    def _merge(self, result: CompareResult) -> None:
+        if result.max_abs_error is not None:
+            self.outcome.max_abs_error = max(self.outcome.max_abs_error or 0.0, result.max_abs_error)
+        if result.max_rel_error is not None:
+            self.outcome.max_rel_error = max(self.outcome.max_rel_error or 0.0, result.max_rel_error)
+
+    def _mismatch(self, result: CompareResult, where: str) -> _Rejected:
+        message = f"{where}: {result.message}"
+        if result.reason == "nan_or_inf" and any(p.role == "in" and p.type in FLOAT_TYPES for p in self.spec.arrays):
+            message += " (float inputs are surrounded by NaN red zones: does the candidate read out of range?)"
+        return _Rejected(result.reason or "mismatch", message)
+
+    def _run_pair(self, buffers: _Buffers, seed: int, where: str) -> CompareResult | None:
+        """Original and candidate once each on ``seed``'s inputs in ``buffers``; the first failing output."""
+        self._fill_inputs(buffers, seed)
+        self._launch(buffers, ORIGINAL, ORIGINAL, where, seed)
+        self._launch(buffers, CANDIDATE, CANDIDATE, where, seed)
+        return self._compare(buffers, ORIGINAL, CANDIDATE)
+
+    def _state_changes(self, which: str, before: dict[str, bytes]) -> set[str]:
+        after = self.backend.globals(which)
+        return {name for name, value in after.items() if before.get(name) != value}
+
+    def _elsewhere_matches(self, seed: int, where: str) -> bool:
+        """Whether the candidate matches on ``seed`` at fresh addresses with its module state as
+        loaded (after failing in buffers and with state that earlier launches used)."""
+        fresh = self._buffers(None)
+        self.backend.set_globals(CANDIDATE, self._initial_state)
+        try:
+            return self._run_pair(fresh, seed, where + ", fresh buffers") is None
+        finally:
+            self._free(fresh)
+
+    # --- the checks ----------------------------------------------------------------------------
+
+    def check(self, seeds: Sequence[int]) -> Outcome:
+        try:
+            self._check(list(seeds))
+        except _Rejected as rejected:
+            self.outcome.fail(rejected.reason, str(rejected))
+        except LaunchTimeout as exc:
+            # The original itself (or a harness kernel) did not finish: the device is still busy with it.
+            self.outcome.abandoned = True
+            self.outcome.fail("timeout", f"the original kernel did not finish: {exc}")
         except LaunchFailed as exc:
-            return outcome.fail("launch_error", f"{where}: the {stage} kernel failed: {exc}")
-        for problem in _check_inputs(spec, args, reference):
-            outcome.warnings.append(f"{where}: the original kernel modifies its input: {problem} (is the spec's role right?)")
-        for run in (first, second):
-            if run is not None and (modified := _check_inputs(spec, args, run)):
-                return outcome.fail("input_modified", f"{where}: {modified[0]}")
-        results = _compare_outputs(spec, reference, first)
-        _merge_errors(outcome, results)
-        bad = next((r for r in results if not r.ok), None)
-        if second is not None:
-            repeat = next((r for r in _compare_outputs(spec, first, second) if not r.ok), None)
-            if repeat is not None:
-                return outcome.fail("nondeterministic", f"{where}: two runs of the candidate on the same input disagree: {repeat.message}")
-        if bad is not None:
-            return outcome.fail(bad.reason or "mismatch", f"{where}: {bad.message}")
-    return outcome
+            self.outcome.fail("launch_error", f"a kernel failed: {exc}")
+        return self.outcome
 
+    def _check(self, seeds: list[int]) -> None:
+        self.main = main = self._buffers(None)
+        first = seeds[0]
+        original_state = candidate_state = set()
+        for k, seed in enumerate(seeds):
+            where = f"seed {seed}"
+            if k == 0:
+                # Module state is read around the first launches: what a launch changes there, it changes every time.
+                before_original, before_candidate = self.backend.globals(ORIGINAL), self.backend.globals(CANDIDATE)
+                self._initial_state = before_candidate
+            self._fill_inputs(main, seed)
+            self._launch(main, ORIGINAL, ORIGINAL, where, seed)
+            if k == 0:
+                original_state = self._state_changes(ORIGINAL, before_original)
+            self._launch(main, CANDIDATE, CANDIDATE, where, seed)
+            if k == 0:
+                candidate_state = self._state_changes(CANDIDATE, before_candidate)
+            self._launch(main, CANDIDATE, REPEAT, where, seed)
+            again = self._compare(main, CANDIDATE, REPEAT)
+            if again is not None:
+                raise _Rejected("nondeterministic", f"{where}: two runs of the candidate on the same input disagree: {again.message}")
+            bad = self._compare(main, ORIGINAL, CANDIDATE)
+            if bad is not None:
+                if k > 0 and self._elsewhere_matches(seed, where):
+                    raise _Rejected("history_dependent", f"{where}: {bad.message}; the same inputs at fresh addresses, with the module's "
+                                    f"variables as loaded, match: the candidate reuses state from earlier launches (a cache keyed by pointer or shape?)")
+                raise self._mismatch(bad, where)
+        self.writes_state = tuple(sorted(candidate_state - original_state))
+        if self.writes_state:
+            self._warn(f"the candidate writes module state the original does not ({', '.join(self.writes_state)}): "
+                       "results were re-checked after unrelated launches")
 
-def measure(
-    backend: Backend,
-    spec: Spec,
-    seed: int,
-    options: TimingOptions,
-    files: Mapping[str, np.ndarray] | None = None,
-    clock: Callable[[], float] = time.perf_counter,
-    inputs: InputCache | None = None,
-) -> dict[str, list[float]]:
-    """Interleaved timed trials of both kernels at the main size; milliseconds per launch.
+        # Different addresses: a second allocation set while the first is alive, so no pointer repeats.
+        other = self._buffers(None)
+        try:
+            if other.addresses(self.backend) & main.addresses(self.backend):
+                raise LaunchFailed("the second set of buffers reuses addresses of the first")
+            where = f"seed {first} at other addresses"
+            bad = self._run_pair(other, first, where)
+            if bad is not None:
+                raise _Rejected("history_dependent", f"{where}: {bad.message}; the same inputs matched in the first buffers, "
+                                "so the result depends on the addresses or on earlier launches")
+        finally:
+            self._free(other)
 
-    ``inputs``: main-size inputs already drawn (by :func:`check_correctness`), used for ``seed`` when present.
-    """
-    resolved = spec.resolve(None)
-    arrays = (inputs or {}).get(seed)
-    args = build_args(spec, arrays if arrays is not None else make_inputs(spec, seed, None, files), None)
-    restore = [isinstance(p, ArrayParam) and p.role != "in" for p in spec.params]
-    timer = backend.timer({ORIGINAL: args, CANDIDATE: args}, {ORIGINAL: resolved.original, CANDIDATE: resolved.candidate}, restore)
-    samples: dict[str, list[float]] = {ORIGINAL: [], CANDIDATE: []}
-    try:
-        for _ in range(options.warmup):
-            timer.time_ms(ORIGINAL)
-            timer.time_ms(CANDIDATE)
-        start = clock()
-        for trial in range(options.max_trials):
-            order = (ORIGINAL, CANDIDATE) if trial % 2 == 0 else (CANDIDATE, ORIGINAL)
-            for which in order:
-                samples[which].append(timer.time_ms(which))
-            if trial + 1 >= options.min_trials and clock() - start >= options.budget_s:
-                break
-    finally:
-        timer.close()
-    return samples
+        for v in range(len(self.spec.variants)):
+            buffers = self._buffers(v)
+            try:
+                where = f"seed {first}, variants[{v}] {dict(self.spec.variants[v])}"
+                bad = self._run_pair(buffers, first, where)
+                if bad is not None:
+                    raise self._mismatch(bad, where)
+            finally:
+                self._free(buffers)
+
+        if self.writes_state:
+            # The launches above (other addresses, other sizes) are the unrelated history; the first seed must still match.
+            where = f"seed {first} replayed after {2 + len(seeds) + len(self.spec.variants)} other launches"
+            bad = self._run_pair(main, first, where)
+            if bad is not None:
+                raise _Rejected("history_dependent", f"{where}: {bad.message}; it matched on the first launch, so the module state "
+                                f"the candidate keeps ({', '.join(self.writes_state)}) changes its results")
+
+    # --- timing --------------------------------------------------------------------------------
+
+    def measure(self, seed: int, options: TimingOptions) -> dict[str, list[float]]:
+        """Interleaved timed trials of both kernels at the main size in :meth:`check`'s buffers; ms per launch."""
+        main = self.main if self.main is not None else self._buffers(None)
+        self.main = main
+        self._fill_inputs(main, seed)
+        resolved = self.spec.resolve(None)
+        args = {ORIGINAL: self._args(main, ORIGINAL), CANDIDATE: self._args(main, CANDIDATE)}
+        restores: dict[str, list[tuple[str, Any, Any]]] = {}
+        for which in (ORIGINAL, CANDIDATE):
+            restores[which] = [("poison", a.slots[which], a.param.type) if a.param.role == "out" else ("copy", a.slots[which], a.pristine)
+                               for a in main.arrays if a.param.role != "in"]
+        key = (None, seed)
+        limits_s = {ORIGINAL: self.limits.original_s, CANDIDATE: candidate_limit_s(self._original_ms.get(key), self.limits)}
+        timer = self.backend.timer(args, restores, {ORIGINAL: resolved.original, CANDIDATE: resolved.candidate}, limits_s)
+        samples: dict[str, list[float]] = {ORIGINAL: [], CANDIDATE: []}
+        try:
+            for _ in range(options.warmup):
+                timer.time_ms(ORIGINAL)
+                timer.time_ms(CANDIDATE)
+            start = self.clock()
+            for trial in range(options.max_trials):
+                order = (ORIGINAL, CANDIDATE) if trial % 2 == 0 else (CANDIDATE, ORIGINAL)
+                for which in order:
+                    samples[which].append(timer.time_ms(which))
+                if trial + 1 >= options.min_trials and self.clock() - start >= options.budget_s:
+                    break
+        finally:
+            timer.close()
+        return samples
+
+    def close(self) -> None:
+        if self.main is not None:
+            self._free(self.main)
+            self.main = None
+

@@ -4,13 +4,23 @@ Order (cheapest first, GPU last):
   1. compile both files to cubins (nvcc, in parallel)          -> ``compile_error``
   2. kernel name and parameter list vs the original and spec   -> ``signature_changed``
   3. static pre-check (:mod:`kernel_lsp.core.static_check`)     -> ``static_check``
-  4. child process: correctness over seeds and variants, then
-     interleaved timing (:mod:`.protocol`, :mod:`.child`)       -> ``launch_error``, ``timeout``,
+  4. child process: correctness over seeds (same buffers, new contents), other
+     addresses, variants and launch history, red zones after every candidate
+     launch, then interleaved timing (:mod:`.protocol`, :mod:`.child`)
+                                                                -> ``launch_error``, ``timeout``,
                                                                   ``mismatch``, ``nan_or_inf``,
-                                                                  ``input_modified``, ``nondeterministic``
+                                                                  ``input_modified``, ``nondeterministic``,
+                                                                  ``out_of_bounds``, ``history_dependent``
   5. optional compute-sanitizer on the candidate at the smallest size -> ``sanitizer``
   6. bootstrap CI on median(original)/median(candidate); accepted iff its lower
      bound >= ``min_speedup``                                    -> ``ok`` / ``not_faster``
+
+The original's cubin is compiled once per process for the same source and
+flags (a search verifies many candidates against one original), the harness's
+own kernels (:mod:`.device_kernels`) once per machine (a disk cache). A hung
+candidate launch is abandoned by the child after ``max(1 s, 50 x the
+original's time)``; a watchdog here kills the child when even that fails, so
+the overall ``timeout_s`` is only the last resort.
 
 A bad spec (or a spec that does not describe the original) raises
 :class:`~kernel_lsp.core.spec.SpecError`; no usable GPU raises
@@ -19,15 +29,20 @@ A bad spec (or a spec that does not describe the original) raises
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import functools
+import hashlib
 import json
 import os
 import re
+import shutil
+import struct
 import sys
 import tempfile
 import threading
 import time
+from collections import OrderedDict
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field
 
@@ -37,8 +52,9 @@ from kernel_lsp.core.inputs import NUMPY_DTYPES
 from kernel_lsp.core.spec import Spec, SpecError
 from kernel_lsp.core.static_check import check, check_signature
 from kernel_lsp.core.verdict import GpuInfo, KernelTiming, Reason, Verdict
-from kernel_lsp.services.harness.compile import CompileResult, compile_cubin, find_entry
-from kernel_lsp.services.harness.protocol import CANDIDATE, ORIGINAL, TimingOptions
+from kernel_lsp.services.harness import device_kernels
+from kernel_lsp.services.harness.compile import CompileResult, compile_cubin, device_globals, find_entry
+from kernel_lsp.services.harness.protocol import CANDIDATE, ORIGINAL, Limits, TimingOptions
 from kernel_lsp.services.proc import ToolMissing, run, which
 from kernel_lsp.services.toolchain import BuildFlags
 
@@ -46,6 +62,10 @@ from kernel_lsp.services.toolchain import BuildFlags
 BASE_SEED = 1
 _SANITIZER_TOOLS = ("memcheck", "racecheck", "initcheck")
 _SANITIZER_ERROR_EXIT = 86
+#: How long past a launch's deadline the watchdog waits for the child to abandon it itself.
+WATCHDOG_GRACE_S = 2.0
+#: Compiled originals kept per process (a search verifies many candidates against one original).
+_CUBIN_CACHE_ENTRIES = 16
 
 
 class GpuUnavailable(RuntimeError):
@@ -72,7 +92,10 @@ class VerifyOptions:
     """nvcc and its flags for both files: the session's :func:`~kernel_lsp.services.toolchain.build_flags` of the
     original's path, the same ones its diagnostics compile with (compile database, include paths, extraFlags)."""
     timeout_s: float = 120.0
-    """Longest the child (correctness + timing) may run before it is killed: reason ``timeout``."""
+    """Longest the child (correctness + timing) may run before it is killed: reason ``timeout``.
+    The last resort: a hung candidate launch is stopped after ``limits`` allow."""
+    limits: Limits = field(default_factory=Limits)
+    """How long one candidate launch may run: max(floor, factor x the original's time on that input)."""
     timing: TimingOptions = field(default_factory=TimingOptions)
     skip_timing: bool = False
     """Correctness only (the verdict is then ``not_faster`` at best)."""
@@ -146,13 +169,15 @@ def verify(original_source: str, candidate_source: str, spec: Spec, options: Ver
 
 
 def _verify_in(workdir, original_source, candidate_source, spec, options, cancel, seeds, warnings, signature_changes, verdict) -> Verdict:
-    original_build, candidate_build, arch = _compile_both(workdir, original_source, candidate_source, options, cancel)
+    original_build, candidate_build, helper_build, arch = _compile_both(workdir, original_source, candidate_source, options, cancel)
     if not original_build.ok:
         raise _Rejected(Reason.COMPILE_ERROR, [f"the original does not compile for {arch}:\n{_tail(original_build.log)}"])
     if not candidate_build.ok:
         raise _Rejected(Reason.COMPILE_ERROR, [f"the candidate does not compile for {arch}:\n{_tail(candidate_build.log)}"])
     if signature_changes:
         raise _Rejected(Reason.SIGNATURE_CHANGED, signature_changes, warnings=tuple(warnings))
+    if not helper_build.ok:
+        raise GpuUnavailable(f"the harness's own kernels do not compile for {arch}:\n{_tail(helper_build.log)}")
 
     report = check(original_source, candidate_source, spec)
     findings = report.errors + report.warnings
@@ -172,6 +197,10 @@ def _verify_in(workdir, original_source, candidate_source, spec, options, cancel
         "spec": spec.to_json(),
         "base_dir": spec.base_dir,
         "kernels": {ORIGINAL: [original_build.cubin_path, original_entry], CANDIDATE: [candidate_build.cubin_path, candidate_entry]},
+        "helpers": helper_build.cubin_path,
+        "state": {ORIGINAL: _state_symbols(original_build.cubin_path), CANDIDATE: _state_symbols(candidate_build.cubin_path)},
+        # The original's own launches may use the whole budget; the candidate's are bounded by its times.
+        "limits": {**vars(options.limits), "original_s": options.timeout_s},
         "seeds": list(seeds),
         "timing": vars(options.timing),
         "skip_timing": options.skip_timing,
@@ -188,31 +217,120 @@ def _verify_in(workdir, original_source, candidate_source, spec, options, cancel
     return _speed_verdict(outcome["samples_ms"], options, verdict, common)
 
 
-def _compile_both(workdir: str, original_source: str, candidate_source: str, options: VerifyOptions, cancel: threading.Event | None) -> tuple[CompileResult, CompileResult, str]:
+def _compile_key(source: str, flags: BuildFlags) -> str:
+    text = json.dumps([source, flags.nvcc, list(flags.arch_flags), list(flags.flags)])
+    return hashlib.sha256(text.encode("utf-8")).hexdigest()
+
+
+_cubin_cache: OrderedDict[str, CompileResult] = OrderedDict()
+_cache_lock = threading.Lock()
+
+
+@functools.lru_cache(maxsize=1)
+def _process_cache_dir() -> str:
+    path = tempfile.mkdtemp(prefix="kernel-lsp-cubins-")
+    atexit.register(shutil.rmtree, path, True)
+    return path
+
+
+def _compile_original(workdir: str, source: str, flags: BuildFlags, cancel: threading.Event | None) -> CompileResult:
+    """The original's cubin, compiled once per process for the same source, arch and flags.
+
+    Kept in memory only: headers in ``include_dirs`` may change between processes, and a
+    stale original would be a wrong reference.
+    """
+    key = _compile_key(source, flags)
+    with _cache_lock:
+        cached = _cubin_cache.get(key)
+        if cached is not None and cached.cubin_path and os.path.exists(cached.cubin_path):
+            _cubin_cache.move_to_end(key)
+            return cached
+    built = compile_cubin(source, workdir, ORIGINAL, flags, cancel=cancel)
+    if built.ok and built.cubin_path:
+        # Its own folder keeps the file name (original.cubin) that the GPU child reports.
+        kept = os.path.join(_process_cache_dir(), key, f"{ORIGINAL}.cubin")
+        os.makedirs(os.path.dirname(kept), exist_ok=True)
+        shutil.copyfile(built.cubin_path, kept)
+        with _cache_lock:
+            _cubin_cache[key] = dataclasses.replace(built, cubin_path=kept)
+            while len(_cubin_cache) > _CUBIN_CACHE_ENTRIES:
+                _, old = _cubin_cache.popitem(last=False)
+                if old.cubin_path:
+                    shutil.rmtree(os.path.dirname(old.cubin_path), ignore_errors=True)
+    return built
+
+
+def _cache_home() -> str:
+    return os.path.join(os.environ.get("XDG_CACHE_HOME") or os.path.join(os.path.expanduser("~"), ".cache"), "kernel-lsp", "harness")
+
+
+def helper_cubin(workdir: str, arch: str, options: VerifyOptions, cancel: threading.Event | None = None) -> CompileResult:
+    """The harness's own kernels for ``arch``, from the disk cache when compiled before (keyed by their source)."""
+    nvcc = cuda_tool(options.build.nvcc)
+    digest = hashlib.sha256(json.dumps([device_kernels.SOURCE, arch, nvcc]).encode("utf-8")).hexdigest()[:16]
+    for folder in (_cache_home(), _process_cache_dir()):
+        path = os.path.join(folder, f"helpers-{digest}-{arch}.cubin")
+        if os.path.exists(path):
+            return CompileResult(messages=(), cubin_path=path, returncode=0)
+    flags = BuildFlags(nvcc=nvcc, timeout_s=options.build.timeout_s).for_arch(arch)
+    built = compile_cubin(device_kernels.SOURCE, workdir, "harness_helpers", flags, cancel=cancel)
+    if not built.ok or not built.cubin_path:
+        return built
+    for folder in (_cache_home(), _process_cache_dir()):
+        try:
+            os.makedirs(folder, exist_ok=True)
+            path = os.path.join(folder, f"helpers-{digest}-{arch}.cubin")
+            # Copy, then rename: a concurrent verification never sees half a cubin.
+            shutil.copyfile(built.cubin_path, path + f".{os.getpid()}.tmp")
+            os.replace(path + f".{os.getpid()}.tmp", path)
+            return dataclasses.replace(built, cubin_path=path)
+        except OSError:
+            continue
+    return built
+
+
+def _compile_both(workdir: str, original_source: str, candidate_source: str, options: VerifyOptions, cancel: threading.Event | None) -> tuple[CompileResult, CompileResult, CompileResult, str]:
     arch = options.arch or detect_arch()
     flags = dataclasses.replace(options.build.for_arch(arch), nvcc=cuda_tool(options.build.nvcc))
-
-    def build(stem: str, source: str) -> CompileResult:
-        return compile_cubin(source, workdir, stem, flags, cancel=cancel)
-
-    with ThreadPoolExecutor(max_workers=2) as pool:
-        original_build, candidate_build = pool.map(build, (ORIGINAL, CANDIDATE), (original_source, candidate_source))
+    with ThreadPoolExecutor(max_workers=3) as pool:
+        original = pool.submit(_compile_original, workdir, original_source, flags, cancel)
+        candidate = pool.submit(compile_cubin, candidate_source, workdir, CANDIDATE, flags, cancel=cancel)
+        helpers = pool.submit(helper_cubin, workdir, arch, options, cancel)
+        original_build, candidate_build, helper_build = original.result(), candidate.result(), helpers.result()
     if cancel is not None and cancel.is_set():
         raise VerifyCancelled("verification cancelled while compiling")
-    return original_build, candidate_build, arch
+    return original_build, candidate_build, helper_build, arch
+
+
+def _state_symbols(cubin_path: str) -> list[tuple[str, int]]:
+    with open(cubin_path, "rb") as f:
+        return list(device_globals(f.read()))
 
 
 def _run_child(workdir: str, job: dict, options: VerifyOptions, cancel: threading.Event | None, context: dict) -> tuple[dict, GpuInfo | None]:
     """Run correctness and timing in a child process; its outcome dict and the GPU it saw."""
     job_path, result_path = os.path.join(workdir, "job.json"), os.path.join(workdir, "result.json")
+    watch_path = job["watch_path"] = os.path.join(workdir, "watch")
+    with open(watch_path, "wb") as f:
+        f.write(struct.pack("<d", 0.0))
     with open(job_path, "w", encoding="utf-8") as f:
         json.dump(job, f)
-    child = run([options.python, "-m", "kernel_lsp.services.harness.child", job_path, result_path], timeout_s=options.timeout_s, cancel=cancel, env=_child_env())
-    if child.cancelled:
+    stop, kill = threading.Event(), threading.Event()
+    fired: dict[str, float] = {}
+    watcher = threading.Thread(target=_watch, args=(watch_path, stop, kill, cancel, fired), daemon=True)
+    watcher.start()
+    try:
+        child = run([options.python, "-m", "kernel_lsp.services.harness.child", job_path, result_path], timeout_s=options.timeout_s, cancel=kill, env=_child_env())
+    finally:
+        stop.set()
+        watcher.join()
+    if child.cancelled and "deadline" not in fired:
         raise VerifyCancelled("verification cancelled")
     if child.timed_out:
         raise _Rejected(Reason.TIMEOUT, [f"the GPU child did not finish in {options.timeout_s:.0f} s (a hung kernel?); it was killed"], **context)
     if not os.path.exists(result_path):
+        if "deadline" in fired:
+            raise _Rejected(Reason.TIMEOUT, [f"a candidate launch ran {WATCHDOG_GRACE_S:.0f} s past its limit and the GPU child did not stop it; it was killed"], **context)
         raise _Rejected(Reason.LAUNCH_ERROR, [f"the GPU child died (exit {child.returncode}) without a result:\n{_tail(child.stderr)}"], **context)
     with open(result_path, encoding="utf-8") as f:
         result = json.load(f)
@@ -221,6 +339,24 @@ def _run_child(workdir: str, job: dict, options: VerifyOptions, cancel: threadin
     if result["status"] != "done":
         raise _Rejected(Reason.LAUNCH_ERROR, [f"the GPU child failed: {result.get('message', '')}"], **context)
     return result["outcome"], _gpu_info(result.get("gpu"))
+
+
+def _watch(path: str, stop: threading.Event, kill: threading.Event, cancel: threading.Event | None, fired: dict) -> None:
+    """Set ``kill`` when the caller cancels, or when the launch deadline the child wrote into
+    ``path`` passed more than :data:`WATCHDOG_GRACE_S` ago (the child failed to abandon it)."""
+    while not stop.wait(0.05):
+        if cancel is not None and cancel.is_set():
+            kill.set()
+            return
+        try:
+            with open(path, "rb") as f:
+                deadline = struct.unpack("<d", f.read(8))[0]
+        except (OSError, struct.error):
+            continue
+        if deadline > 0 and time.time() > deadline + WATCHDOG_GRACE_S:
+            fired["deadline"] = deadline
+            kill.set()
+            return
 
 
 def _speed_verdict(samples: dict, options: VerifyOptions, verdict, common: dict) -> Verdict:

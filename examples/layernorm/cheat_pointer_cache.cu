@@ -1,0 +1,80 @@
+// CHEAT (cache keyed by input pointer and shape): block per row; each row's statistics are
+// kept in __device__ memory with the row's address and the column count as the key. A later
+// launch on the same buffer with the same shape reuses them without reading the row twice
+// more, which is right only while the contents never change. Seeds written into the same
+// buffers expose it: the second seed gets the first seed's statistics (mismatch); at fresh
+// addresses with the module's variables as loaded it matches again: history_dependent.
+// Launch: block 256, grid rows.
+#define MAX_ROWS (1 << 15)
+
+__device__ const float* cached_row[MAX_ROWS];
+__device__ int cached_cols[MAX_ROWS];
+__device__ float2 cached_stats[MAX_ROWS];
+
+__device__ __forceinline__ float warp_sum(float v)
+{
+    for (int o = 16; o > 0; o >>= 1) {
+        v += __shfl_xor_sync(0xffffffffu, v, o);
+    }
+    return v;
+}
+
+// The sum of one value per thread over the block; every thread gets it.
+__device__ float block_sum(float v, float* scratch)
+{
+    int lane = threadIdx.x & 31;
+    int warp = threadIdx.x >> 5;
+    int nwarps = (blockDim.x + 31) >> 5;
+    v = warp_sum(v);
+    if (lane == 0) {
+        scratch[warp] = v;
+    }
+    __syncthreads();
+    float w = lane < nwarps ? scratch[lane] : 0.0f;
+    w = warp_sum(w);
+    // Second barrier: scratch is reused by the next call.
+    __syncthreads();
+    return w;
+}
+
+// Mean and reciprocal standard deviation of one row, two passes like the original.
+__device__ float2 row_stats(const float* xr, int cols, float eps, float* scratch)
+{
+    float sum = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        sum += xr[c];
+    }
+    float mean = block_sum(sum, scratch) / cols;
+    float sq = 0.0f;
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        float d = xr[c] - mean;
+        sq += d * d;
+    }
+    return make_float2(mean, rsqrtf(block_sum(sq, scratch) / cols + eps));
+}
+
+extern "C" __global__ void layernorm(const float* x, const float* gamma, const float* beta, float* y, int rows, int cols, float eps)
+{
+    __shared__ float scratch[32];
+    int r = blockIdx.x;
+    if (r >= rows) {
+        return;
+    }
+    const float* xr = x + (long long)r * cols;
+    float* yr = y + (long long)r * cols;
+    float2 st;
+    // Row r is handled by block r alone, so its cache slot has no other writer in a launch.
+    if (r < MAX_ROWS && cached_row[r] == xr && cached_cols[r] == cols) {
+        st = cached_stats[r];
+    } else {
+        st = row_stats(xr, cols, eps, scratch);
+        if (r < MAX_ROWS && threadIdx.x == 0) {
+            cached_stats[r] = st;
+            cached_cols[r] = cols;
+            cached_row[r] = xr;
+        }
+    }
+    for (int c = threadIdx.x; c < cols; c += blockDim.x) {
+        yr[c] = (xr[c] - st.x) * st.y * gamma[c] + beta[c];
+    }
+}

@@ -1,0 +1,348 @@
+"""A warp per row instead of a thread per row.
+
+Kernels that give each thread a row of its own (softmax, layer norms, GEMV-like rows, CSR rows)
+walk memory with a stride of a whole row across the warp: 32 sectors per request. The rewrite
+runs each original thread on a warp: the warp's 32 lanes split the row loop (lane ``l`` takes
+iterations ``l, l+32, …``), so consecutive lanes touch consecutive elements, and the loop's
+accumulators are combined with butterfly shuffles, after which every lane holds the row's
+result and the code after the loop runs as before.
+
+The original threads are kept as *virtual* threads: with the same block size and a grid 32
+times larger, warp ``w`` of the new launch is thread ``w`` of the old one
+(``threadIdx.x``/``blockIdx.x`` in the body become the virtual thread's, ``gridDim.x`` the old
+grid), so however the kernel combines its indices, each virtual thread does the original
+thread's work.
+
+Legality, in terms of the analysis (each refusal names the fact that was missing):
+- a 1-D kernel and launch whose block is a multiple of 32 at every size of the spec;
+- no barrier, shared memory, warp-level intrinsic or atomic anywhere (the original's blocks do
+  not exist any more), and no helper function that reads the thread or block index;
+- in each rewritten loop: a ``for`` with a unit step and no nested loop, calling nothing the
+  analysis does not see, with no early exit; the only scalars it carries are accumulators
+  (``+``, ``max``, ``min``) that it reads only to update them; every array it writes is written
+  at an index that moves with the iteration and read nowhere else in the loop;
+- at least one global access in such a loop walks the row (unit stride along the loop) while
+  neighbouring threads are a row apart (the reason to rewrite at all).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from kernel_lsp.core.analysis import Binding, KernelFacts, LoopFact, Reduction, bind, conditional_update
+from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
+from kernel_lsp.core.spec import SpecError, with_candidate_launch
+from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, node_at, parse, splice_body, warp_reduce_helpers
+
+_BUILTIN_FIELDS = {("threadIdx", "x"): "kl_vtid", ("blockIdx", "x"): "kl_vbid", ("gridDim", "x"): "(gridDim.x >> 5)"}
+_NAME = re.compile(r"[A-Za-z_]\w*")
+
+
+@dataclass(frozen=True)
+class _LoopPlan:
+    loop: LoopFact
+    accumulators: tuple[Reduction, ...]
+
+
+def _text(src: bytes, node: Node) -> str:
+    return src[node.start_byte : node.end_byte].decode("utf-8")
+
+
+def _walks_row(facts: KernelFacts, loop: LoopFact, patterns) -> bool:
+    """A global access in ``loop`` moves one element per iteration while the lanes of a warp are
+    not next to each other (a row apart, or at data-dependent row starts as in CSR)."""
+    for p in patterns:
+        a = p.access
+        if loop.id in a.loops and a.space == "global" and a.loops[-1] == loop.id and p.loop_stride_elems == 1 \
+                and p.pattern in ("strided", "gather"):
+            return True
+    return False
+
+
+def _balance(patterns, loops: set[int]) -> tuple[int, int]:
+    """(accesses the rewrite makes coalesced, accesses it makes uncoalesced) in the rewritten loops:
+    after it, neighbouring lanes are neighbouring iterations, so an access's new warp stride is its
+    old stride along the loop."""
+    better = worse = 0
+    for p in patterns:
+        a = p.access
+        if a.space != "global" or not a.loops or a.loops[-1] not in loops:
+            continue
+        if p.uncoalesced and p.loop_stride_elems == 1:
+            better += 1
+        elif p.pattern == "coalesced" and p.loop_stride_elems not in (0, 1, -1):
+            worse += 1
+    return better, worse
+
+
+def _calls(node: Node, src: bytes) -> set[str]:
+    found = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "call_expression":
+            fn = n.child_by_field_name("function")
+            if fn is not None:
+                found.add(_text(src, fn).split("<", 1)[0].rsplit("::", 1)[-1].strip())
+        stack.extend(n.children)
+    return found
+
+
+def _has(node: Node, types: tuple[str, ...]) -> bool:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            return True
+        stack.extend(n.children)
+    return False
+
+
+class WarpPerRow(Rule):
+    name = "warp-per-row"
+    technique = "warp-per-row"
+    summary = "a thread-per-row loop split across the lanes of a warp, accumulators combined with shuffles"
+
+    def plan(self, ctx: RuleContext) -> tuple[list[_LoopPlan] | None, str]:
+        facts = ctx.facts
+        if facts is None or not facts.complete:
+            return None, "the kernel's analysis is missing or incomplete"
+        if ctx.spec is None:
+            return None, "needs a launch spec (the launch changes: 32 times the blocks)"
+        if set(facts.thread_dims) - {"tid.x", "bid.x", "bdim.x", "gdim.x"}:
+            return None, "the kernel is not one-dimensional"
+        blocks = [launch.block for launch in ctx.launches()]
+        if not blocks or any(b[1] != 1 or b[2] != 1 or b[0] % 32 for b in blocks):
+            return None, "the block is not one-dimensional with a multiple of 32 threads at every size"
+        if any(launch.grid[1] != 1 or launch.grid[2] != 1 for launch in ctx.launches()):
+            return None, "the grid is not one-dimensional"
+        if facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses) or any(
+                a.kind == "atomic" for a in facts.accesses):
+            return None, "barriers, shared memory, warp intrinsics or atomics: the original's blocks and warps would not exist"
+        src, root = parse(ctx.preprocessed)
+        kernel = node_at(src, root, facts.span)
+        if kernel is None:
+            return None, "the kernel's definition was not found in the preprocessed view"
+        helpers = {name for a in facts.accesses for name in a.via}
+        for name, node in _definitions(root, src):
+            if name in helpers and re.search(r"\b(threadIdx|blockIdx|gridDim|blockDim)\b", _text(src, node)):
+                return None, f"the helper `{name}` reads the thread or block index"
+        try:
+            patterns = bind(facts, Binding.from_spec(ctx.spec))
+        except (SpecError, ValueError, ZeroDivisionError):
+            return None, "the spec's launch does not evaluate"
+        plans: list[_LoopPlan] = []
+        reasons: list[str] = []
+        for loop in facts.loops:
+            if loop.parent is not None or not _walks_row(facts, loop, patterns):
+                continue
+            why, accumulators = self._loop_refusal(facts, loop, root, src)
+            if why:
+                reasons.append(f"the loop at line {(loop.user_line or 0) + 1}: {why}")
+                continue
+            plans.append(_LoopPlan(loop, accumulators))
+        if plans:
+            better, worse = _balance(patterns, {p.loop.id for p in plans})
+            if better <= worse:
+                return None, (f"{worse} access(es) coalesced across threads would become a row apart across lanes, "
+                              f"against {better} that would become coalesced")
+        if not plans:
+            return None, "; ".join(reasons) or "no loop walks a row per thread (unit stride along the loop, a row apart across the warp)"
+        if reasons:
+            return None, "; ".join(reasons)
+        return plans, ""
+
+    def _loop_refusal(self, facts: KernelFacts, loop: LoopFact, root: Node, src: bytes) -> tuple[str | None, tuple[Reduction, ...]]:
+        node = node_at(src, root, loop.span)
+        if node is None or node.type != "for_statement" or loop.var is None:
+            return "not a counted for loop", ()
+        if loop.step is None or loop.step.constant != 1:
+            return "its step is not 1", ()
+        if any(other.parent == loop.id for other in facts.loops):
+            return "it holds a nested loop", ()
+        if loop.calls_unknown:
+            return "it calls code the analysis does not see", ()
+        body = node.child_by_field_name("body")
+        if body is None or _has(body, ("return_statement", "break_statement", "goto_statement")):
+            return "it can leave early", ()
+        accumulators = tuple(r for r in facts.reductions if r.kind == "accumulator" and r.loop == loop.id)
+        if any(r.op not in WARP_REDUCE for r in accumulators):
+            return "an accumulator's operator has no shuffle reduction here", ()
+        carried = _assigned(body, src) - _declared(body, src) - {loop.var}
+        names = {r.target for r in accumulators}
+        if carried - names:
+            return f"it carries {', '.join(sorted(carried - names))} from one iteration to the next", ()
+        for acc in names:
+            if not _only_updated(body, src, acc):
+                return f"it reads the accumulator `{acc}` for something else than updating it", ()
+        in_loop = [a for a in facts.accesses if loop.id in a.loops and a.space != "shared"]
+        for w in in_loop:
+            if not w.writes:
+                continue
+            along = w.index.coefficient(loop.trip_symbol)
+            if along is None or along.constant == 0:
+                return f"it writes `{w.array}` at an index that does not move with the iteration", ()
+            if any(r.array == w.array and r.index != w.index for r in in_loop if r is not w):
+                return f"it reads `{w.array}` at another index than it writes", ()
+        return None, accumulators
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        plans, why = self.plan(ctx)
+        if plans is None:
+            return False, why
+        try:
+            with_candidate_launch(ctx.spec, self._launch(ctx))  # type: ignore[arg-type]
+        except (SpecError, ValueError, ZeroDivisionError) as exc:
+            return False, f"the new launch does not evaluate: {exc}"
+        lines = ", ".join(str((p.loop.user_line or 0) + 1) for p in plans)
+        return True, (f"loops at line {lines} walk a row per thread with independent iterations"
+                      + (" and accumulators combined associatively" if any(p.accumulators for p in plans) else "")
+                      + "; 1-D kernel without barriers, shared memory or warp intrinsics")
+
+    def _launch(self, ctx: RuleContext) -> dict:
+        grid = ctx.spec.launch.grid  # type: ignore[union-attr]
+        return {"grid": [f"({grid[0]}) * 32", grid[1], grid[2]], "block": list(ctx.spec.launch.block)}  # type: ignore[union-attr]
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        plans, _ = self.plan(ctx)
+        facts = ctx.facts
+        assert plans is not None and facts is not None
+        src, root = parse(ctx.preprocessed)
+        edit = BodyEdit(ctx.preprocessed, facts)
+        lo, hi = facts.body_span
+        # The virtual thread: warp w of the new launch does thread w of the original one.
+        edit.insert(lo + 1, "\n    const unsigned kl_lane = threadIdx.x & 31u;\n"
+                            "    const unsigned long long kl_gwarp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
+                            "    const unsigned kl_vtid = (unsigned)(kl_gwarp % blockDim.x);\n"
+                            "    const unsigned kl_vbid = (unsigned)(kl_gwarp / blockDim.x);\n")
+        for node in _builtin_fields(root, src, lo, hi):
+            arg, fld = node.child_by_field_name("argument"), node.child_by_field_name("field")
+            edit.replace(node.start_byte, node.end_byte, _BUILTIN_FIELDS[(_text(src, arg), _text(src, fld))])
+        ops: set[str] = set()
+        for n, plan in enumerate(plans):
+            loop_node = node_at(src, root, plan.loop.span)
+            init = loop_node.child_by_field_name("initializer")
+            value = _init_value(init)
+            if value is None:
+                raise ValueError("the loop's start was not found")
+            edit.replace(value.start_byte, value.end_byte, f"({edit.text(value.start_byte, value.end_byte)}) + kl_lane")
+            update = loop_node.child_by_field_name("update")
+            edit.replace(update.start_byte, update.end_byte, f"{plan.loop.var} += 32")
+            before, after = [], []
+            for k, acc in enumerate(plan.accumulators):
+                ops.add(acc.op)
+                if acc.op == "+":
+                    before.append(f"auto kl_init{n}_{k} = {acc.target}; {acc.target} = 0;")
+                    after.append(f"{acc.target} = kl_init{n}_{k} + {WARP_REDUCE['+']}({acc.target});")
+                else:
+                    after.append(f"{acc.target} = {WARP_REDUCE[acc.op]}({acc.target});")
+            indent = edit.indent_at(plan.loop.span[0])
+            edit.insert(plan.loop.span[0], "{ " + " ".join(before) + "\n" + indent)
+            edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
+        helpers = warp_reduce_helpers(ops, ctx.source)
+        source = splice_body(ctx.source, ctx.kernel, edit.body(), helpers)
+        note = " (macros used in the body appear expanded)" if ctx.preprocessed.macros else ""
+        return (Rewrite(source, "a warp per row: the row loops split across the 32 lanes, accumulators combined with "
+                                f"warp shuffles; launched with 32 times the blocks{note}", self._launch(ctx)),)
+
+
+def _definitions(root: Node, src: bytes):
+    stack = [root]
+    while stack:
+        n = stack.pop()
+        if n.type == "function_definition":
+            decl = n.child_by_field_name("declarator")
+            while decl is not None and decl.type != "function_declarator":
+                decl = decl.child_by_field_name("declarator")
+            name = decl.child_by_field_name("declarator") if decl is not None else None
+            if name is not None:
+                yield _text(src, name).split("<", 1)[0].rsplit("::", 1)[-1], n
+        stack.extend(n.children)
+
+
+def _builtin_fields(root: Node, src: bytes, lo: int, hi: int):
+    stack = [root.descendant_for_byte_range(lo, hi) or root]
+    while stack:
+        n = stack.pop()
+        if n.end_byte <= lo or n.start_byte >= hi:
+            continue
+        if n.type == "field_expression":
+            arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
+            if arg is not None and fld is not None and (_text(src, arg), _text(src, fld)) in _BUILTIN_FIELDS:
+                yield n
+                continue
+        stack.extend(n.children)
+
+
+def _init_value(init: Node | None) -> Node | None:
+    if init is None:
+        return None
+    if init.type == "declaration":
+        decl = next(iter(init.children_by_field_name("declarator")), None)
+        return decl.child_by_field_name("value") if decl is not None and decl.type == "init_declarator" else None
+    if init.type == "assignment_expression":
+        return init.child_by_field_name("right")
+    return None
+
+
+def _assigned(node: Node, src: bytes) -> set[str]:
+    found = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        target = n.child_by_field_name("left") if n.type == "assignment_expression" else (
+            n.child_by_field_name("argument") if n.type == "update_expression" else None)
+        if target is not None and target.type == "identifier":
+            found.add(_text(src, target))
+        stack.extend(n.children)
+    return found
+
+
+def _declared(node: Node, src: bytes) -> set[str]:
+    found = set()
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "declaration":
+            for d in n.children_by_field_name("declarator"):
+                while d is not None and d.type != "identifier":
+                    d = d.child_by_field_name("declarator")
+                if d is not None:
+                    found.add(_text(src, d))
+        stack.extend(n.children)
+    return found
+
+
+def _only_updated(body: Node, src: bytes, name: str) -> bool:
+    """Every mention of ``name`` in the loop is inside a statement that updates it
+    (``acc += …``, ``acc = acc + …``, ``acc = fmaxf(acc, …)``), and mentions it there only as
+    the target and as the one operand carried."""
+    stack = [body]
+    while stack:
+        n = stack.pop()
+        if n.type == "if_statement" and conditional_update(n, src) is not None and conditional_update(n, src)[0] == name:
+            continue
+        if n.type == "expression_statement":
+            text = _text(src, n)
+            mentions = _NAME.findall(text).count(name)
+            if mentions == 0:
+                continue
+            e = n.named_children[0] if n.named_children else None
+            if e is None or e.type != "assignment_expression":
+                return False
+            left = e.child_by_field_name("left")
+            if left is None or left.type != "identifier" or _text(src, left) != name:
+                return False
+            op = _text(src, e.child_by_field_name("operator"))
+            if op != "=" and mentions != 1:
+                return False
+            if op == "=" and mentions != 2:
+                return False
+            continue
+        if n.type == "identifier" and _text(src, n) == name:
+            return False
+        stack.extend(n.children)
+    return True
