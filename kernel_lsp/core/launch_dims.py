@@ -50,11 +50,23 @@ def _split_args(text: str) -> list[str]:
 
 
 def file_constants(index: KernelIndex, pre: Preprocessed | None) -> dict[str, str]:
-    """File-scope constants, with the preprocessed view's macros (local headers' included) over the index's own."""
+    """File-scope constants, with the preprocessed view's macros (local headers' included) over the index's own.
+
+    A fresh dict each call (callers add their locals); the table itself is built once per (index, view):
+    hover, code lens and inlay hints ask for every launch of a file with the same pair.
+    """
+    last = _LAST_TABLE[0]
+    if last is not None and last[0] is index and last[1] is pre:
+        return dict(last[2])
     constants = dict(index.constants)
     if pre is not None:
         constants.update(pre.object_macros())
-    return constants
+    # The pair is held with its table, so the identities compared above stay valid.
+    _LAST_TABLE[0] = (index, pre, constants)
+    return dict(constants)
+
+
+_LAST_TABLE: list[tuple[KernelIndex, Preprocessed | None, dict[str, str]] | None] = [None]
 
 
 class _Scope:

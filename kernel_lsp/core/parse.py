@@ -255,8 +255,9 @@ _LITERALS = Query(CUDA_LANGUAGE, """
 """)
 
 
-def _ranges(query: Query, source: bytes) -> list[tuple[int, int]]:
-    captures = QueryCursor(query).captures(Parser(CUDA_LANGUAGE).parse(source).root_node)
+def _ranges(query: Query, source: bytes, tree: Tree | None = None) -> list[tuple[int, int]]:
+    root = (tree if tree is not None else Parser(CUDA_LANGUAGE).parse(source)).root_node
+    captures = QueryCursor(query).captures(root)
     found = sorted((n.start_byte, n.end_byte) for nodes in captures.values() for n in nodes)
     merged: list[tuple[int, int]] = []
     for start, end in found:
@@ -266,9 +267,10 @@ def _ranges(query: Query, source: bytes) -> list[tuple[int, int]]:
     return merged
 
 
-def comment_ranges(source: bytes) -> list[tuple[int, int]]:
-    """Byte ranges of the comments in ``source``, in order, as tree-sitter lexes them."""
-    return _ranges(_COMMENTS, source)
+def comment_ranges(source: bytes, tree: Tree | None = None) -> list[tuple[int, int]]:
+    """Byte ranges of the comments in ``source``, in order, as tree-sitter lexes them (``tree``: its tree,
+    when the caller has it, e.g. a document's: no second parse)."""
+    return _ranges(_COMMENTS, source, tree)
 
 
 def comment_and_literal_ranges(source: bytes) -> list[tuple[int, int]]:

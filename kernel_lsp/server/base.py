@@ -40,6 +40,7 @@ from pygls.protocol import LanguageServerProtocol
 
 from kernel_lsp import __version__
 from kernel_lsp.config import Settings
+from kernel_lsp.core.parse import comment_ranges
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.server.documents import DocumentState, DocumentStore
 from kernel_lsp.services.compile_db import CompileDb
@@ -109,7 +110,10 @@ class ServerState:
         if doc.path is None:
             return None
         path = doc.path
-        return self._per_view(doc, "macro-view", lambda: self.session().macro_view(path, doc.text()))
+        data, tree = doc.parsed.snapshot()
+        # The document's own tree says where its comments are: no second parse per revision.
+        return self._per_view(doc, "macro-view", lambda: self.session().macro_view(
+            path, data.decode("utf-8", errors="replace"), comment_ranges(data, tree)))
 
     def file_analysis(self, doc: DocumentState) -> FileAnalysis | None:
         """The document's full preprocessed view and access analysis (:meth:`Session.analysis`), once per

@@ -79,20 +79,23 @@ def _mtime(path: str) -> float | None:
         return None
 
 
-def directive_skeleton(text: str) -> str:
+def directive_skeleton(text: str, comments: Sequence[tuple[int, int]] | None = None) -> str:
     """``text`` with everything but preprocessor directives blanked, lines kept (comments found by tree-sitter).
 
     The macro table at the end of a file depends on its directives alone, so
     the skeleton preprocesses to the same table in a fraction of the time and
     is the key under which a view is reused while only code lines change.
+    ``comments``: the text's comment byte ranges when the caller has them (a document's tree).
     """
     data = text.encode("utf-8", errors="replace")
-    blanked = bytearray(data)
-    for start, end in comment_ranges(data):
-        for i in range(start, end):
-            if blanked[i] != 0x0A:
-                blanked[i] = 0x20
-    lines = blanked.decode("utf-8", errors="replace").split("\n")
+    pieces: list[bytes] = []
+    pos = 0
+    for start, end in comment_ranges(data) if comments is None else comments:
+        # A comment becomes spaces with its newlines kept, so lines stay where they were.
+        pieces += [data[pos:start], b"\n".join(b" " * len(part) for part in data[start:end].split(b"\n"))]
+        pos = end
+    pieces.append(data[pos:])
+    lines = b"".join(pieces).decode("utf-8", errors="replace").split("\n")
     out: list[str] = []
     continued = False
     for line in lines:
@@ -200,7 +203,7 @@ class Session:
 
     # --- the preprocessed view -------------------------------------------------
 
-    def macro_view(self, path: str | None, text: str) -> Preprocessed:
+    def macro_view(self, path: str | None, text: str, comments: Sequence[tuple[int, int]] | None = None) -> Preprocessed:
         """The macro view of the file at ``path`` whose text is ``text``: its directives (own and local
         headers') expanded with the build flags' ``-I`` folders and ``-D`` macros, so
         :meth:`~kernel_lsp.core.source.Preprocessed.object_macros` is the table the compiler ends with.
@@ -211,7 +214,7 @@ class Session:
         flags = self.build_flags(path) if path else BuildFlags(flags=())
         dirs = include_dirs(flags)
         defines = flags.defines
-        skeleton = directive_skeleton(text)
+        skeleton = directive_skeleton(text, comments)
         key = (path, skeleton, dirs, tuple(sorted(defines.items())))
         with _MACRO_VIEWS_LOCK:
             hit = _MACRO_VIEWS.get(key)
