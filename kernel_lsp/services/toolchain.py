@@ -31,7 +31,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.core.launch_dims import defines_from_flags
 from kernel_lsp.core.nvcc_output import CompilerMessage, ResourceUsage, parse_diagnostics, parse_resource_usage
 from kernel_lsp.services import proc
-from kernel_lsp.services.compile_db import CompileDb
+from kernel_lsp.services.compile_db import CompileDb, DbFlags
 
 log = logging.getLogger(__name__)
 
@@ -101,6 +101,13 @@ def build_argv(settings: Settings, file_name: str, folder: str, db_flags: tuple[
     return argv
 
 
+def dropped_flags_message(db: DbFlags) -> CompilerMessage:
+    """One warning naming every flag of the compile database that the flag policy refused, and why."""
+    items = "; ".join(f"'{d.flag}' ({d.reason})" for d in db.dropped)
+    return CompilerMessage(None, None, None, "warning", "flags-dropped",
+                           f"{db.db_path}: flags not passed to nvcc: {items}", tool="kernel-lsp")
+
+
 def _map_file(message: CompilerMessage, temp_names: set[str], document_path: str) -> CompilerMessage:
     if message.path is not None and message.path in temp_names:
         return dataclasses.replace(message, path=document_path)
@@ -119,8 +126,9 @@ def compile_source(
     """Compile ``source`` as if it were the file at ``document_path``."""
     folder = os.path.dirname(os.path.abspath(document_path)) or os.getcwd()
     file_name = os.path.basename(document_path) or "buffer.cu"
-    db = (compile_db or CompileDb()).flags_for(document_path, workspace_root)
+    db = (compile_db or CompileDb()).flags_for(document_path, workspace_root, settings.allowed_compilers)
     problems = (db.problem,) if db.problem else ()
+    policy_messages = (dropped_flags_message(db),) if db.dropped else ()
     argv = build_argv(settings, file_name, folder, db.flags)
     data = source.encode("utf-8", errors="replace") if isinstance(source, str) else source
     flags_source = "compile_commands.json" if db.flags is not None else "settings"
@@ -133,7 +141,7 @@ def compile_source(
             result = proc.run(argv, timeout_s=settings.compile_timeout_s, cwd=tmp, cancel=cancel)
         except proc.ToolMissing:
             return CompileResult(
-                messages=(),
+                messages=policy_messages,
                 wall_s=time.monotonic() - start,
                 tool_missing=(
                     f"nvcc was not found ('{settings.nvcc_path}'): compiler diagnostics and register counts are off. "
@@ -150,7 +158,7 @@ def compile_source(
         )
     text = result.stderr + "\n" + result.stdout
     temp_names = {file_name, temp_path, os.path.realpath(temp_path), "./" + file_name}
-    messages = tuple(_map_file(m, temp_names, document_path) for m in parse_diagnostics(text))
+    messages = policy_messages + tuple(_map_file(m, temp_names, document_path) for m in parse_diagnostics(text))
     resources: dict[str, ResourceUsage] = {}
     usages = parse_resource_usage(text)
     by_base: dict[str, ResourceUsage] = {}
