@@ -14,7 +14,7 @@ import os
 import sys
 
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from kernel_lsp.core.spec import SpecError, find_inline_specs, parse_spec, with_candidate_launch
+from kernel_lsp.core.spec import SpecError, find_inline_specs, memory_problem, parse_spec, with_candidate_launch
 from kernel_lsp.core.verdict import Verdict
 
 
@@ -53,10 +53,26 @@ def _load_spec(args: argparse.Namespace, original_source: str):
     if args.candidate_launch:
         try:
             override = json.loads(args.candidate_launch)
-        except json.JSONDecodeError as exc:
+        except RecursionError:
+            raise SpecError(["--candidate-launch: nested too deeply"]) from None
+        except ValueError as exc:
             raise SpecError([f"--candidate-launch: not valid JSON: {exc}"]) from None
+        if not isinstance(override, dict):
+            raise SpecError(["--candidate-launch: expected a JSON object such as '{\"grid\": [\"n/256\",1,1]}'"])
         spec = with_candidate_launch(spec, override)
     return spec
+
+
+def _memory_problem(spec) -> str | None:
+    """Refuse a spec whose arrays cannot fit, before any GPU or host memory is allocated."""
+    from kernel_lsp.services.limits import device_memory_bytes, host_memory_bytes
+
+    for limit, what in ((device_memory_bytes(), "the GPU's memory"), (host_memory_bytes(), "this machine's memory")):
+        if limit is not None:
+            problem = memory_problem(spec, limit, what)
+            if problem:
+                return problem
+    return None
 
 
 def _print(verdict: Verdict, as_json: bool) -> None:
@@ -90,7 +106,7 @@ def run(args: argparse.Namespace) -> int:
             original = f.read()
         with open(args.candidate, encoding="utf-8") as f:
             candidate = f.read()
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         print(f"kernel-lsp verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.seeds < 1:
@@ -100,6 +116,10 @@ def run(args: argparse.Namespace) -> int:
         spec = _load_spec(args, original)
     except SpecError as exc:
         print(f"kernel-lsp verify: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    problem = _memory_problem(spec)
+    if problem:
+        print(f"kernel-lsp verify: {problem}", file=sys.stderr)
         return EXIT_USAGE
     include = tuple(dict.fromkeys(os.path.dirname(os.path.abspath(p)) for p in (args.original, args.candidate)))
     options = VerifyOptions(
