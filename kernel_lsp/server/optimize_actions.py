@@ -15,6 +15,7 @@ Registered from :mod:`kernel_lsp.server.code_actions` (its provider list).
 from __future__ import annotations
 
 import contextlib
+import functools
 import logging
 import os
 import re
@@ -226,10 +227,16 @@ def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, s
     kb = None
     try:
         kb = KnowledgeBase.open(s.kb_path)
-        # A corrupt database was moved aside and replaced: the user must hear of it.
+        # A corrupt database moved aside, an empty one with a backup: the user must hear of it now
+        # (a message) and in the Optimize result.
         messages.extend(kb.messages)
+        for notice in kb.messages:
+            state.post(functools.partial(state.show, f"kernel-lsp: {notice}", types.MessageType.Warning,
+                                         once_key=f"kb:{notice}"))
     except Exception as exc:
         messages.append(f"knowledge base unavailable ({exc})")
+        state.post(functools.partial(state.show, f"kernel-lsp: knowledge base unavailable ({exc})",
+                                     types.MessageType.Warning, once_key=f"kb-error:{exc}"))
     try:
         # The local model serves one conversation at a time: searches that use it take turns.
         with _MODEL_LOCK if len(generators) > 1 else contextlib.nullcontext():
