@@ -8,7 +8,9 @@ that is said on stderr, and the static analysis is still printed).
 
 A ``compile_commands.json`` in the file's folder (or up to the current folder)
 is used through the same flag policy as in the editor: flags that would choose
-or wrap a program, or read a file outside that project, are dropped and named.
+or wrap a program, or read a file outside the database's own project folder
+(the current folder is no trust boundary: it may be the home folder), are
+dropped and named.
 Files over 5 MB are checked in reduced mode (nvcc only).
 """
 
@@ -24,6 +26,7 @@ from typing import Any
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from kernel_lsp.config import resolve
 from kernel_lsp.core.index import build_index
+from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.kernel_report import KernelFacts, report
 from kernel_lsp.services.toolchain import CompileResult, compile_source
 from kernel_lsp.services.user_config import user_config_layer
@@ -127,7 +130,8 @@ def run(args: argparse.Namespace) -> int:
         index = build_index(data)
     compile = None
     if not args.no_compile:
-        compile = compile_source(data, str(path.resolve()), settings, workspace_root=str(Path.cwd()))
+        compile = compile_source(data, str(path.resolve()), settings, workspace_root=str(Path.cwd()),
+                                 compile_db=CompileDb(trust_workspace=False))
         if compile.tool_missing:
             print(f"kernel-lsp check: {compile.tool_missing}", file=sys.stderr)
         for problem in compile.problems:

@@ -265,9 +265,15 @@ def find_db(file_path: str | os.PathLike[str], workspace_root: str | os.PathLike
 
 
 class CompileDb:
-    """Loads databases lazily and caches them by (path, mtime, size)."""
+    """Loads databases lazily and caches them by (path, mtime, size).
 
-    def __init__(self) -> None:
+    ``trust_workspace``: a forced include may lie anywhere in the workspace root (the folder the
+    user opened in the editor). Without it (``kernel-lsp check``, whose root is merely the current
+    folder, perhaps the home folder) it must lie in the database's own project folder.
+    """
+
+    def __init__(self, *, trust_workspace: bool = True) -> None:
+        self._trust_workspace = trust_workspace
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[tuple[float, int], list[dict] | str]] = {}
 
@@ -292,7 +298,8 @@ class CompileDb:
             argv = _entry_argv(entry)
             if argv is None:
                 return DbFlags(str(db), None, directory, problem=f"{db}: entry for {name} has no 'arguments' or 'command'")
-            result = filter_flags(argv[1:], directory, _trust_root(db, workspace_root), allowed_compilers)
+            root = _trust_root(db, workspace_root if self._trust_workspace else None)
+            result = filter_flags(argv[1:], directory, root, allowed_compilers)
             return DbFlags(str(db), result.kept, directory, dropped=result.dropped)
         return DbFlags(str(db), None)
 
