@@ -14,7 +14,7 @@ import os
 import sys
 
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
-from kernel_lsp.core.spec import SpecError, find_inline_specs, memory_problem, parse_spec, with_candidate_launch
+from kernel_lsp.core.spec import SpecError, find_inline_specs, parse_spec, with_candidate_launch
 from kernel_lsp.core.verdict import Verdict
 
 
@@ -63,18 +63,6 @@ def _load_spec(args: argparse.Namespace, original_source: str):
     return spec
 
 
-def _memory_problem(spec) -> str | None:
-    """Refuse a spec whose arrays cannot fit, before any GPU or host memory is allocated."""
-    from kernel_lsp.services.limits import device_memory_bytes, host_memory_bytes
-
-    for limit, what in ((device_memory_bytes(), "the GPU's memory"), (host_memory_bytes(), "this machine's memory")):
-        if limit is not None:
-            problem = memory_problem(spec, limit, what)
-            if problem:
-                return problem
-    return None
-
-
 def _print(verdict: Verdict, as_json: bool) -> None:
     if as_json:
         print(json.dumps(verdict.to_json(), indent=2))
@@ -116,10 +104,6 @@ def run(args: argparse.Namespace) -> int:
         spec = _load_spec(args, original)
     except SpecError as exc:
         print(f"kernel-lsp verify: {exc}", file=sys.stderr)
-        return EXIT_USAGE
-    problem = _memory_problem(spec)
-    if problem:
-        print(f"kernel-lsp verify: {problem}", file=sys.stderr)
         return EXIT_USAGE
     include = tuple(dict.fromkeys(os.path.dirname(os.path.abspath(p)) for p in (args.original, args.candidate)))
     options = VerifyOptions(

@@ -10,6 +10,7 @@ from __future__ import annotations
 import functools
 import os
 
+from kernel_lsp.core.spec import Spec, memory_problem
 from kernel_lsp.services import proc
 
 
@@ -35,3 +36,13 @@ def host_memory_bytes() -> int | None:
         return os.sysconf("SC_PAGE_SIZE") * os.sysconf("SC_PHYS_PAGES")
     except (ValueError, OSError, AttributeError):
         return None
+
+
+def spec_memory_problem(spec: Spec) -> str | None:
+    """Why ``spec``'s arrays cannot fit on the GPU or in this machine's memory, or None when they can."""
+    for limit, what in ((device_memory_bytes(), "the GPU's memory"), (host_memory_bytes(), "this machine's memory")):
+        if limit is not None:
+            problem = memory_problem(spec, limit, what)
+            if problem:
+                return problem
+    return None
