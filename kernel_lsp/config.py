@@ -154,7 +154,8 @@ def merge(base: Settings, overrides: Mapping[str, Any] | None, source: str, *, u
             continue
         if not user_level and name in USER_LEVEL:
             problems.append(f"{source}: setting '{key}' ignored: it chooses what kernel-lsp runs or loads, so only "
-                            "the user's own settings may set it (user settings or the settings file), not a workspace")
+                            "the user's own settings may set it (user settings or the settings file), not a workspace; "
+                            "a change to the user setting takes effect when the server restarts")
             continue
         try:
             changes[name] = _coerce(name, value)

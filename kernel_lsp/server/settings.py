@@ -39,7 +39,8 @@ SECTION = "kernelLsp"
 def apply_settings(state: ServerState) -> None:
     """Re-resolve the settings from the stored layers, tell the user about problems, run ON_SETTINGS."""
     old = state.settings
-    workspace, flag_problems = _checked_workspace_flags(state.workspace_settings, state.workspace_root)
+    workspace, flag_problems = _checked_workspace_flags(
+        _without_repeats(state.workspace_settings, state.init_options), state.workspace_root)
     state.settings = resolve(
         user_config_layer(),
         ("workspace settings", workspace, False),
@@ -64,6 +65,18 @@ def _checked_workspace_flags(settings: Any, root: str | None) -> tuple[Any, list
     result = filter_flags(list(flags), folder, folder)
     problems = [f"workspace settings: extraFlags: '{d.flag}' ignored: {d.reason}" for d in result.dropped]
     return {**settings, "extraFlags": list(result.kept)}, problems
+
+
+def _without_repeats(settings: Any, user_options: dict[str, Any]) -> Any:
+    """The workspace layer without user-level keys that only repeat the user's start-up value.
+
+    VS Code answers ``workspace/configuration`` with every setting the user set, its user-level
+    ones included; those are the user's own, not a workspace's attempt, and need no message.
+    """
+    if not isinstance(settings, dict):
+        return settings
+    return {k: v for k, v in settings.items()
+            if not (WIRE_KEYS.get(k, k) in USER_LEVEL and k in user_options and user_options[k] == v)}
 
 
 def _user_level_only(options: dict[str, Any]) -> dict[str, Any]:

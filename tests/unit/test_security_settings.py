@@ -58,3 +58,13 @@ def test_workspace_extra_flags_pass_the_flag_policy(tmp_path):
 def test_user_level_init_options_survive_a_configuration_change():
     assert _user_level_only({"nvccPath": "/opt/nvcc", "arch": "sm_80", "kb_path": "/k"}) == {"nvccPath": "/opt/nvcc",
                                                                                           "kb_path": "/k"}
+
+
+def test_the_users_own_value_repeated_by_the_editor_is_not_reported():
+    from kernel_lsp.server.settings import _without_repeats
+
+    init = {"nvccPath": "/opt/cuda/bin/nvcc", "arch": "sm_80"}
+    answered = {"nvccPath": "/opt/cuda/bin/nvcc", "ncuPath": "/evil", "arch": "sm_90"}
+    assert _without_repeats(answered, init) == {"ncuPath": "/evil", "arch": "sm_90"}
+    settings = resolve(("workspace settings", _without_repeats(answered, init), False), ("initializationOptions", init))
+    assert [p for p in settings.problems if "ignored" in p] == [p for p in settings.problems if "'ncuPath'" in p]
