@@ -24,6 +24,7 @@ that says which limit was met.
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -204,7 +205,24 @@ def parse(text: str | int) -> Node:
         return Num(_checked(text))
     if not isinstance(text, str):
         raise ExprError(f"expected an integer or an expression string, got {type(text).__name__}")
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Node:
+    # Cached: a spec's expressions are evaluated at every variant (nodes are frozen, so sharing is safe).
     return _Parser(text).parse()
+
+
+def node_count(node: Node) -> int:
+    """Nodes in ``node``: the steps one evaluation takes."""
+    if isinstance(node, Unary):
+        return 1 + node_count(node.operand)
+    if isinstance(node, Binary):
+        return 1 + node_count(node.left) + node_count(node.right)
+    if isinstance(node, Call):
+        return 1 + sum(node_count(a) for a in node.args)
+    return 1
 
 
 def names(node: Node) -> frozenset[str]:

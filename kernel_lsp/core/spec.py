@@ -85,6 +85,9 @@ _MAX_THREADS_PER_BLOCK = 1024
 MAX_PARAMS = 1024
 MAX_VARIANTS = 64
 MAX_INIT_CHARS = 100_000
+#: Most expression nodes checking one spec may evaluate (all expressions, main values and variants):
+#: about a tenth of a second.
+MAX_EVALUATION_STEPS = 200_000
 #: Bytes per element of each array type.
 ELEMENT_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "float16": 2,
                  "bfloat16": 2, "float32": 4, "float64": 8}
@@ -615,10 +618,24 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
         raise SpecError(errors.items)
 
     spec = Spec(kernel, tuple(params), launch, candidate_launch, tolerance, tuple(variants), base_dir)
+    steps = _evaluation_steps(spec)
+    if steps > MAX_EVALUATION_STEPS:
+        raise SpecError([f"checking this spec takes {steps} evaluation steps (limit {MAX_EVALUATION_STEPS}): "
+                         "fewer variants, parameters or shorter expressions"])
     _check_values(spec, errors)
     if errors.items:
         raise SpecError(errors.items)
     return spec
+
+
+def _evaluation_steps(spec: Spec) -> int:
+    """Expression nodes :func:`_check_values` evaluates: every expression at the main values and each variant."""
+    texts = [a.size for a in spec.arrays]
+    texts += [arg for a in spec.arrays if a.init.kind in _INT_ARG_INITS for arg in a.init.args]
+    for config in (spec.launch, spec.candidate_launch):
+        texts += [*config.grid, *config.block, config.dynamic_smem]
+    per_values = sum(expr.node_count(expr.parse(t)) for t in texts)
+    return per_values * (len(spec.variants) + 1)
 
 
 def _check_values(spec: Spec, errors: _Errors) -> None:

@@ -180,3 +180,18 @@ def test_bomb_in_a_spec_size_is_a_clear_error():
         parse_spec(spec_with(params=[SPEC["params"][0], {**SPEC["params"][1], "size": BOMB}]))
     assert any("params[1].size" in e and "2^64" in e for e in info.value.errors)
     assert json.dumps(info.value.errors)
+
+
+def test_total_evaluation_work_of_a_spec_is_capped():
+    # 1,023 arrays with 300-character sizes at 65 sets of values: 16 million evaluation steps, 30 s before.
+    size = "+".join(["(n*2-n)"] * 40)
+    params = [{"name": "n", "scalar": "int32", "value": 4}] + [
+        {"name": f"a{i}", "array": "float32", "size": size, "init": "zeros", "role": "inout"} for i in range(1023)]
+    data = spec_with(params=params, grid=[size, 1, 1], block=[1, 1, 1], variants=[{"n": v} for v in range(1, 65)])
+    start = time.perf_counter()
+    with pytest.raises(SpecError, match="evaluation steps"):
+        parse_spec(data)
+    assert time.perf_counter() - start < 1.0
+    # The same spec with a few variants is fine: the cap is on the product, not on any one part.
+    small = spec_with(params=params[:20], grid=[size, 1, 1], block=[1, 1, 1], variants=[{"n": 2}])
+    assert len(parse_spec(small).arrays) == 19
