@@ -7,6 +7,14 @@ A bad value is dropped with a message (kept in :attr:`Settings.problems` for the
 server to show); it never stops the server.
 
 Keys on the wire are camelCase (``nvccPath``); fields here are snake_case.
+
+Settings that choose a program to run, or a file to load or write outside the
+workspace, are *user-level* (:data:`USER_LEVEL`): a layer that a workspace can
+write (``workspace/configuration``, a pushed ``didChangeConfiguration``) cannot
+set them; its value is dropped with a message. The user config file and the
+editor's start-up ``initializationOptions`` (the user's own client configuration;
+in VS Code these settings are ``machine``-scoped, so a workspace's
+``.vscode/settings.json`` cannot reach them) are user-level sources.
 """
 
 from __future__ import annotations
@@ -21,11 +29,15 @@ from typing import Any, get_type_hints
 @dataclass(frozen=True)
 class Settings:
     nvcc_path: str = "nvcc"
-    """nvcc executable (name on PATH or absolute path)."""
+    """User-level only. nvcc executable (name on PATH or absolute path)."""
     arch: str = "sm_90"
     """Target architecture for compilation and the occupancy estimate (``sm_70`` … ``sm_90``)."""
     extra_flags: tuple[str, ...] = ()
-    """Extra nvcc flags, appended after kernel-lsp's own."""
+    """Extra nvcc flags, appended after kernel-lsp's own. A workspace's value passes the same flag policy as
+    ``compile_commands.json`` (no flag that chooses a program or reads a file outside the workspace)."""
+    allowed_compilers: tuple[str, ...] = ()
+    """User-level only. Glob patterns of host compilers that ``-ccbin``/``--compiler-bindir`` in
+    ``compile_commands.json`` may choose (e.g. ``/usr/bin/g++-*``); empty: such flags are dropped."""
     include_paths: tuple[str, ...] = ()
     """Extra ``-I`` folders (the file's own folder is always included)."""
     compile_timeout_s: float = 60.0
@@ -35,13 +47,13 @@ class Settings:
     compile_on_change: bool = False
     """Compile on every (debounced) edit, not only on open and save."""
     ncu_path: str = "ncu"
-    """Nsight Compute CLI used by background profiling."""
+    """User-level only. Nsight Compute CLI used by background profiling."""
     profile_on_save: bool = True
     """Profile kernels that have a launch spec when their file is saved (needs a GPU)."""
     profile_program: str | None = None
-    """Optional: the project's own binary to profile instead of launch specs."""
+    """User-level only. Optional: the project's own binary to profile instead of launch specs."""
     profile_args: tuple[str, ...] = ()
-    """Arguments for ``profile_program``."""
+    """User-level only. Arguments for ``profile_program``."""
     profile_timeout_s: float = 120.0
     """Longest one profiling run may take."""
     profile_tree: str | None = None
@@ -54,9 +66,9 @@ class Settings:
     watch_files: bool = True
     """Re-profile when a watched .cu/.cuh file changes outside the editor."""
     kb_path: str | None = None
-    """Knowledge-base SQLite file (default: the user data directory)."""
+    """User-level only. Knowledge-base SQLite file (default: the user data directory)."""
     model: str | None = None
-    """Model name from models/manifest.toml or a path to a GGUF file; None: rewrite rules only."""
+    """User-level only. Model name from models/manifest.toml or a path to a GGUF file; None: rewrite rules only."""
     model_n_gpu_layers: int = 0
     """Layers offloaded to the GPU by llama.cpp (0: CPU only)."""
     model_n_ctx: int = 8192
@@ -90,6 +102,11 @@ _HINTS = get_type_hints(Settings)
 FIELDS = tuple(f.name for f in dataclasses.fields(Settings) if f.name != "problems")
 WIRE_KEYS = {_camel(name): name for name in FIELDS}
 
+#: Fields a workspace cannot set: they choose a program (or its arguments), a model file to load, or where
+#: kernel-lsp writes its knowledge base. Their docstrings start with "User-level only".
+USER_LEVEL = frozenset(("nvcc_path", "ncu_path", "profile_program", "profile_args", "model", "kb_path",
+                        "allowed_compilers"))
+
 
 def _coerce(name: str, value: Any) -> Any:
     hint = _HINTS[name]
@@ -119,8 +136,11 @@ def _coerce(name: str, value: Any) -> Any:
     return value
 
 
-def merge(base: Settings, overrides: Mapping[str, Any] | None, source: str) -> Settings:
-    """Apply camelCase (or snake_case) ``overrides`` from ``source`` on top of ``base``."""
+def merge(base: Settings, overrides: Mapping[str, Any] | None, source: str, *, user_level: bool = True) -> Settings:
+    """Apply camelCase (or snake_case) ``overrides`` from ``source`` on top of ``base``.
+
+    ``user_level=False`` marks a layer a workspace can write: its :data:`USER_LEVEL` keys are dropped with a message.
+    """
     if not overrides:
         return base
     if not isinstance(overrides, Mapping):
@@ -132,6 +152,11 @@ def merge(base: Settings, overrides: Mapping[str, Any] | None, source: str) -> S
         if name is None:
             problems.append(f"{source}: unknown setting '{key}' ignored")
             continue
+        if not user_level and name in USER_LEVEL:
+            problems.append(f"{source}: setting '{key}' ignored: it chooses what kernel-lsp runs or loads, so only "
+                            "the user's own settings may set it (user settings or the settings file), not a workspace; "
+                            "a change to the user setting takes effect when the server restarts")
+            continue
         try:
             changes[name] = _coerce(name, value)
         except ValueError as exc:
@@ -139,9 +164,9 @@ def merge(base: Settings, overrides: Mapping[str, Any] | None, source: str) -> S
     return dataclasses.replace(base, **changes, problems=tuple(problems))
 
 
-def resolve(*layers: tuple[str, Mapping[str, Any] | None]) -> Settings:
-    """Fold ``(source name, mapping)`` layers over the defaults, later layers winning."""
+def resolve(*layers: tuple[str, Mapping[str, Any] | None] | tuple[str, Mapping[str, Any] | None, bool]) -> Settings:
+    """Fold ``(source name, mapping[, user_level])`` layers over the defaults, later layers winning."""
     settings = Settings()
-    for source, mapping in layers:
-        settings = merge(settings, mapping, source)
+    for source, mapping, *rest in layers:
+        settings = merge(settings, mapping, source, user_level=rest[0] if rest else True)
     return settings

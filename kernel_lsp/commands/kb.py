@@ -1,8 +1,9 @@
 """``kernel-lsp kb``: look at, share and reset the per-user knowledge base.
 
 ``kb show [--state S]``, ``kb stats``, ``kb export FILE.jsonl``, ``kb import FILE.jsonl``,
-``kb reset [--yes]``; every one takes ``--db PATH`` (else ``$KERNEL_LSP_KB``, else the
-user data directory).  Exit codes: 0 ok, 1 failed, 2 bad usage (including ``reset``
+``kb reset [--yes]``, ``kb restore [--force]``; every one takes ``--db PATH`` (else
+``$KERNEL_LSP_KB``, else the user data directory).  Exit codes: 0 ok, 1 failed (an import
+with any rejected line imports nothing and fails), 2 bad usage (including ``reset``
 without ``--yes`` when there is no terminal to ask on).
 """
 
@@ -36,6 +37,9 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     reset = actions.add_parser("reset", parents=[common], help="forget all attempts and derived states")
     reset.add_argument("--yes", action="store_true", help="do not ask")
     reset.set_defaults(func=_reset)
+    restore = actions.add_parser("restore", parents=[common], help="bring back the rolling backup (<db>.backup)")
+    restore.add_argument("--force", action="store_true", help="also when the database holds attempts of its own")
+    restore.set_defaults(func=_restore)
     parser.set_defaults(func=lambda args: _usage(parser))
 
 
@@ -119,10 +123,25 @@ def _import(args: argparse.Namespace) -> int:
         result = kb.import_jsonl(args.file)
     for problem in result.problems:
         print(f"kernel-lsp kb: {problem}", file=sys.stderr)
+    if result.problems:
+        return EXIT_FAILED
     print(f"imported {result.attempts_added} attempts ({result.attempts_duplicate} already known)"
           f" and {result.states_added} states")
-    nothing_usable = result.attempts_added + result.attempts_duplicate + result.states_added == 0
-    return EXIT_FAILED if result.problems and nothing_usable else EXIT_OK
+    return EXIT_OK
+
+
+def _restore(args: argparse.Namespace) -> int:
+    kb = _open(args)
+    if kb is None:
+        return EXIT_FAILED
+    with kb:
+        try:
+            restored = kb.restore_backup(force=args.force)
+        except KbError as exc:
+            print(f"kernel-lsp kb: {exc}", file=sys.stderr)
+            return EXIT_FAILED
+    print(f"restored {restored} attempts from {kb.backup_path}")
+    return EXIT_OK
 
 
 def _reset(args: argparse.Namespace) -> int:

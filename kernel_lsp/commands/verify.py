@@ -44,8 +44,12 @@ def _load_spec(args: argparse.Namespace, original_source: str, session):
     if args.candidate_launch:
         try:
             override = json.loads(args.candidate_launch)
-        except json.JSONDecodeError as exc:
+        except RecursionError:
+            raise SpecError(["--candidate-launch: nested too deeply"]) from None
+        except ValueError as exc:
             raise SpecError([f"--candidate-launch: not valid JSON: {exc}"]) from None
+        if not isinstance(override, dict):
+            raise SpecError(["--candidate-launch: expected a JSON object such as '{\"grid\": [\"n/256\",1,1]}'"])
         spec = with_candidate_launch(spec, override)
     return spec
 
@@ -82,7 +86,7 @@ def run(args: argparse.Namespace) -> int:
             original = f.read()
         with open(args.candidate, encoding="utf-8") as f:
             candidate = f.read()
-    except OSError as exc:
+    except (OSError, UnicodeDecodeError) as exc:
         print(f"kernel-lsp verify: {exc}", file=sys.stderr)
         return EXIT_USAGE
     if args.seeds < 1:

@@ -6,6 +6,11 @@ suffixes), names bound in a constants table (``#define``, ``const int``,
 ``constexpr``; resolved recursively), ``+ - * / % << >> & | ^ ~``, unary
 minus, parentheses, ``sizeof(type)`` for known scalar types, and casts to
 integer types. Anything else gives None: never a guess.
+
+Work is bounded (the text is a workspace's, evaluated in the editor): each
+constant is evaluated once per call (``#define A B*B`` chains cost linear, not
+exponential, time), one call reads at most :data:`MAX_TOKENS` tokens, and a
+value beyond ±2^64 makes the result unknown.
 """
 
 from __future__ import annotations
@@ -34,6 +39,9 @@ _TOKEN = re.compile(
     r"|(?P<op><<|>>|[-+*/%()&|^~]))"
 )
 _MAX_DEPTH = 16
+#: Most tokens one :func:`evaluate_int` call reads, constants' definitions included.
+MAX_TOKENS = 10_000
+_MAX_ABS = 2**64
 _INT_CASTS = {"int", "unsigned", "unsigned int", "long", "size_t", "long long", "unsigned long long",
               "int32_t", "uint32_t", "int64_t", "uint64_t", "short", "unsigned long"}
 
@@ -69,12 +77,24 @@ def _tokenize(text: str) -> list[tuple[str, str]]:
     return tokens
 
 
+class _Budget:
+    """What one evaluation shares across constants: tokens left and the constants already evaluated."""
+
+    def __init__(self) -> None:
+        self.tokens_left = MAX_TOKENS
+        self.values: dict[str, int | None] = {}
+
+
 class _Parser:
-    def __init__(self, tokens: list[tuple[str, str]], constants: Mapping[str, str], depth: int) -> None:
+    def __init__(self, tokens: list[tuple[str, str]], constants: Mapping[str, str], depth: int, budget: _Budget) -> None:
+        budget.tokens_left -= len(tokens)
+        if budget.tokens_left < 0:
+            raise _Unknown("too much work")
         self.tokens = tokens
         self.pos = 0
         self.constants = constants
         self.depth = depth
+        self.budget = budget
 
     def peek(self) -> tuple[str, str] | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -106,6 +126,8 @@ class _Parser:
             self.pos += 1
             right = self.binary(level + 1)
             left = _apply(tok[1], left, right)
+            if not -_MAX_ABS <= left <= _MAX_ABS:
+                raise _Unknown("out of range")
         return left
 
     def unary(self) -> int:
@@ -165,7 +187,11 @@ class _Parser:
         text = self.constants.get(name, self.constants.get(short))
         if text is None or self.depth >= _MAX_DEPTH:
             raise _Unknown(name)
-        value = _evaluate(text, self.constants, self.depth + 1)
+        if name in self.budget.values:
+            value = self.budget.values[name]
+        else:
+            value = _evaluate(text, self.constants, self.depth + 1, self.budget)
+            self.budget.values[name] = value
         if value is None:
             raise _Unknown(name)
         return value
@@ -182,17 +208,31 @@ def _apply(op: str, left: int, right: int) -> int:
         return quotient if (left >= 0) == (right >= 0) else -quotient
     if op == "%":
         return left - right * _apply("/", left, right)
-    return {
-        "+": left + right, "-": left - right, "*": left * right, "<<": left << right,
-        ">>": left >> right, "&": left & right, "|": left | right, "^": left ^ right,
-    }[op]
+    # One operation at a time: a table of every result would compute ``left << right`` for a product too.
+    match op:
+        case "+":
+            return left + right
+        case "-":
+            return left - right
+        case "*":
+            return left * right
+        case "<<":
+            return left << right
+        case ">>":
+            return left >> right
+        case "&":
+            return left & right
+        case "|":
+            return left | right
+    return left ^ right
 
 
-def _evaluate(text: str, constants: Mapping[str, str], depth: int) -> int | None:
+def _evaluate(text: str, constants: Mapping[str, str], depth: int, budget: _Budget) -> int | None:
     try:
-        return _Parser(_tokenize(text), constants, depth).parse()
+        value = _Parser(_tokenize(text), constants, depth, budget).parse()
     except (_Unknown, RecursionError, ValueError):
         return None
+    return value if -_MAX_ABS <= value <= _MAX_ABS else None
 
 
 def evaluate_int(text: str, constants: Mapping[str, str] | None = None) -> int | None:
@@ -200,8 +240,9 @@ def evaluate_int(text: str, constants: Mapping[str, str] | None = None) -> int |
 
     ``constants`` maps names to their defining expression text (``{"BLOCK": "256"}``).
     """
-    if text.isdigit():
-        return int(text, 8) if len(text) > 1 and text.startswith("0") else int(text)
     if len(text) > 1000:
         return None
-    return _evaluate(text, constants or {}, 0)
+    if text.isdigit():
+        value = int(text, 8) if len(text) > 1 and text.startswith("0") else int(text)
+        return value if value <= _MAX_ABS else None
+    return _evaluate(text, constants or {}, 0, _Budget())

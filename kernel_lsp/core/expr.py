@@ -13,10 +13,18 @@ Python's ``//`` and ``%``. Functions: ``min(a,b)``, ``max(a,b)``, ``ceil_div(a,b
 (the mathematical ceiling of a/b). Integer literals may be decimal or ``0x`` hex.
 Values are Python ints (no wrap-around): a spec that overflows a C ``int`` is
 wrong anyway, and a truthful big number is easier to diagnose than a wrapped one.
+
+Work is bounded, because specs come from files anyone can write and are
+evaluated in the editor: every literal and every intermediate value stays
+within ±2^64 (:data:`MAX_ABS`, checked before a shift is computed, so
+``1<<(1<<33)`` never allocates), the text is at most :data:`MAX_CHARS` long and
+nested at most :data:`MAX_DEPTH` deep. Each breach is an :class:`ExprError`
+that says which limit was met.
 """
 
 from __future__ import annotations
 
+import functools
 import re
 from collections.abc import Mapping
 from dataclasses import dataclass
@@ -24,6 +32,14 @@ from dataclasses import dataclass
 
 class ExprError(ValueError):
     """A malformed expression, an unknown name, or an impossible operation (division by zero)."""
+
+
+#: Largest magnitude of any literal or intermediate value.
+MAX_ABS = 2**64
+#: Longest expression text, in characters.
+MAX_CHARS = 1000
+#: Deepest nesting of operators, calls and parentheses (the evaluator recurses once per level).
+MAX_DEPTH = 64
 
 
 @dataclass(frozen=True)
@@ -74,11 +90,33 @@ def _tokenize(text: str) -> list[str]:
     return tokens
 
 
+def _checked(value: int) -> int:
+    if -MAX_ABS <= value <= MAX_ABS:
+        return value
+    raise ExprError(f"value out of range: a spec expression's values must lie within ±2^64 (got about 2^{value.bit_length()})")
+
+
+def _literal(token: str) -> int:
+    digits = token[2:] if token[:2].lower() == "0x" else token
+    # A bound on the digits before int() reads them: 2^64 has 20 decimal (16 hex) digits.
+    if len(digits.lstrip("0")) > (16 if digits is not token else 20):
+        raise ExprError(f"integer literal {token[:24]}… is out of range (limit 2^64)")
+    return _checked(int(token, 16) if digits is not token else int(token))
+
+
 class _Parser:
     def __init__(self, text: str):
+        if len(text) > MAX_CHARS:
+            raise ExprError(f"expression is {len(text)} characters long (limit {MAX_CHARS})")
         self.text = text
         self.tokens = _tokenize(text)
         self.pos = 0
+        self.depth = 0
+
+    def nested(self) -> None:
+        self.depth += 1
+        if self.depth > MAX_DEPTH:
+            raise ExprError(f"expression is nested more than {MAX_DEPTH} levels deep")
 
     def peek(self) -> str | None:
         return self.tokens[self.pos] if self.pos < len(self.tokens) else None
@@ -102,9 +140,14 @@ class _Parser:
 
     def binary_level(self, ops: tuple[str, ...], lower) -> Node:
         node = lower()
+        chained = 0
         while self.peek() in ops:
             op = self.take()
+            # A chain a+b+c+… is a left-deep tree: each link is one more level for the evaluator.
+            self.nested()
+            chained += 1
             node = Binary(op, node, lower())
+        self.depth -= chained
         return node
 
     def shift(self) -> Node:
@@ -119,26 +162,33 @@ class _Parser:
     def unary(self) -> Node:
         if self.peek() in ("-", "+"):
             op = self.take()
-            return Unary(op, self.unary())
+            self.nested()
+            node = Unary(op, self.unary())
+            self.depth -= 1
+            return node
         return self.primary()
 
     def primary(self) -> Node:
         token = self.take()
         if token == "(":
+            self.nested()
             node = self.shift()
+            self.depth -= 1
             self.take(")")
             return node
         if token[0].isdigit():
-            return Num(int(token, 16) if token[:2].lower() == "0x" else int(token))
+            return Num(_literal(token))
         if token[0].isalpha() or token[0] == "_":
             if self.peek() == "(":
                 if token not in _FUNCS:
                     raise ExprError(f"unknown function {token!r} (known: {', '.join(sorted(_FUNCS))})")
                 self.take("(")
+                self.nested()
                 args = [self.shift()]
                 while self.peek() == ",":
                     self.take(",")
                     args.append(self.shift())
+                self.depth -= 1
                 self.take(")")
                 if len(args) != _FUNCS[token]:
                     raise ExprError(f"{token}() takes {_FUNCS[token]} arguments, got {len(args)}")
@@ -152,10 +202,27 @@ def parse(text: str | int) -> Node:
     if isinstance(text, bool):
         raise ExprError("expected an integer or an expression, got a boolean")
     if isinstance(text, int):
-        return Num(text)
+        return Num(_checked(text))
     if not isinstance(text, str):
         raise ExprError(f"expected an integer or an expression string, got {type(text).__name__}")
+    return _parse_text(text)
+
+
+@functools.lru_cache(maxsize=4096)
+def _parse_text(text: str) -> Node:
+    # Cached: a spec's expressions are evaluated at every variant (nodes are frozen, so sharing is safe).
     return _Parser(text).parse()
+
+
+def node_count(node: Node) -> int:
+    """Nodes in ``node``: the steps one evaluation takes."""
+    if isinstance(node, Unary):
+        return 1 + node_count(node.operand)
+    if isinstance(node, Binary):
+        return 1 + node_count(node.left) + node_count(node.right)
+    if isinstance(node, Call):
+        return 1 + sum(node_count(a) for a in node.args)
+    return 1
 
 
 def names(node: Node) -> frozenset[str]:
@@ -185,13 +252,24 @@ def _c_mod(a: int, b: int) -> int:
 def _shift(a: int, b: int, left: bool) -> int:
     if b < 0:
         raise ExprError(f"negative shift count {b}")
-    return a << b if left else a >> b
+    if not left:
+        return a >> b
+    if a != 0 and a.bit_length() + b > MAX_ABS.bit_length():
+        raise ExprError(f"value out of range: {a} << {b} exceeds 2^64")
+    return a << b
 
 
 def evaluate(node: Node | str | int, env: Mapping[str, int]) -> int:
-    """Evaluate ``node`` (or the text of an expression) with the integer values in ``env``."""
+    """Evaluate ``node`` (or the text of an expression) with the integer values in ``env``.
+
+    Raises :class:`ExprError`, also when a value leaves ±2^64 (:data:`MAX_ABS`).
+    """
     if not isinstance(node, (Num, Name, Unary, Binary, Call)):
         node = parse(node)
+    return _checked(_evaluate(node, env))
+
+
+def _evaluate(node: Node, env: Mapping[str, int]) -> int:
     if isinstance(node, Num):
         return node.value
     if isinstance(node, Name):
@@ -200,7 +278,7 @@ def evaluate(node: Node | str | int, env: Mapping[str, int]) -> int:
         value = env[node.name]
         if isinstance(value, bool) or not isinstance(value, int):
             raise ExprError(f"{node.name!r} is not an integer")
-        return value
+        return _checked(value)
     if isinstance(node, Unary):
         value = evaluate(node.operand, env)
         return -value if node.op == "-" else value

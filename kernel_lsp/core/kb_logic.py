@@ -487,3 +487,120 @@ def fit_examples(candidates: Sequence[Example], k: int, max_chars: int) -> list[
         half = max_chars // 2
         chosen.append(replace(first, before=_cut(first.before, half), after=_cut(first.after, half), truncated=True))
     return chosen
+
+
+# ---------------------------------------------------------------- export records
+
+#: The JSON-lines export: field -> allowed JSON kinds per record type. Kinds: "str", "int" (not bool),
+#: "bool", "number" (finite int or float, not bool), "null", "object", "list". No coercion: "false" is a string.
+EXPORT_SCHEMA: dict[str, dict[str, tuple[str, ...]]] = {
+    "header": {"type": ("str",), "format": ("str",), "format_version": ("int",), "schema_version": ("int",)},
+    "state": {"type": ("str",), "name": ("str",), "description": ("str",), "signature": ("object",),
+              "parent": ("str", "null"), "origin": ("str",), "created_at": ("str",), "priors": ("list",)},
+    "attempt": {"type": ("str",), "id": ("str",), "kernel_hash": ("str",), "file": ("str",), "kernel": ("str",),
+                "state": ("str",), "technique": ("str",), "candidate_hash": ("str",), "verdict": ("str",),
+                "accepted": ("bool",), "speedup": ("number", "null"), "reason": ("str",),
+                "metrics_before": ("object",), "metrics_after": ("object",), "features": ("object",),
+                "model": ("str", "null"), "generator": ("str",), "original_source": ("str", "null"),
+                "candidate_source": ("str", "null"), "created_at": ("str",)},
+}
+#: Fields a record may leave out (the rest are required).
+EXPORT_OPTIONAL: dict[str, frozenset[str]] = {
+    "header": frozenset(("schema_version",)),
+    "state": frozenset(("parent", "priors")),
+    "attempt": frozenset(("id", "reason", "metrics_before", "metrics_after", "features", "model", "generator",
+                          "original_source", "candidate_source")),
+}
+_PRIOR_SCHEMA: dict[str, tuple[str, ...]] = {"technique": ("str",), "predicted_speedup": ("number",),
+                                             "confidence": ("number",), "attempts": ("int",), "successes": ("int",)}
+_KEY_SCHEMA: dict[str, tuple[str, ...]] = {"value": ("number",), "weight": ("number",), "scale": ("number", "null"),
+                                           "bound": ("str", "null")}
+
+
+def _kind_ok(value: Any, kinds: tuple[str, ...]) -> bool:
+    for kind in kinds:
+        if kind == "str" and isinstance(value, str):
+            return True
+        if kind == "int" and isinstance(value, int) and not isinstance(value, bool):
+            return True
+        if kind == "bool" and isinstance(value, bool):
+            return True
+        if kind == "number" and isinstance(value, (int, float)) and not isinstance(value, bool):
+            try:
+                return math.isfinite(float(value))
+            except OverflowError:
+                return False
+        if kind == "null" and value is None:
+            return True
+        if kind == "object" and isinstance(value, dict):
+            return True
+        if kind == "list" and isinstance(value, list):
+            return True
+    return False
+
+
+def _fields(record: Mapping[str, Any], schema: Mapping[str, tuple[str, ...]], optional: frozenset[str],
+            where: str) -> list[str]:
+    problems = [f"{where}unknown field '{key}'" for key in record if key not in schema]
+    for key, kinds in schema.items():
+        if key not in record:
+            if key not in optional:
+                problems.append(f"{where}missing field '{key}'")
+        elif not _kind_ok(record[key], kinds):
+            shown = type(record[key]).__name__ if not isinstance(record[key], float) else repr(record[key])
+            problems.append(f"{where}'{key}' must be {' or '.join(kinds)}, got {shown}")
+    return problems
+
+
+def validate_export_record(record: Any) -> list[str]:
+    """Every way ``record`` (one parsed line of an export) breaks the export schema; empty when it is valid.
+
+    Types are checked exactly (no coercion: ``"accepted": "false"`` is a string, not a boolean), numbers
+    must be finite, priors must be consistent (``0 <= successes <= attempts``, confidence in [0, 1], no
+    technique twice). Whether an attempt's state exists is the store's question, not the schema's.
+    """
+    if not isinstance(record, dict):
+        return [f"a record is a JSON object, got {type(record).__name__}"]
+    kind = record.get("type")
+    if kind not in EXPORT_SCHEMA:
+        return [f"unknown record type {kind!r}" if isinstance(kind, str) or kind is None else "'type' must be a string"]
+    problems = _fields(record, EXPORT_SCHEMA[kind], EXPORT_OPTIONAL[kind], "")
+    if kind == "state" and not problems:
+        if not record["name"]:
+            problems.append("'name' is empty")
+        for key, spec in record["signature"].items():
+            if not isinstance(spec, dict):
+                problems.append(f"signature.{key} must be an object")
+                continue
+            problems += _fields(spec, _KEY_SCHEMA, frozenset(("weight", "scale", "bound")), f"signature.{key}: ")
+            if spec.get("bound") not in (None, "min", "max"):
+                problems.append(f"signature.{key}: 'bound' must be 'min', 'max' or null")
+            if isinstance(spec.get("scale"), (int, float)) and not isinstance(spec.get("scale"), bool) and spec["scale"] <= 0:
+                problems.append(f"signature.{key}: 'scale' must be > 0")
+        seen: set[str] = set()
+        for i, prior in enumerate(record.get("priors", [])):
+            where = f"priors[{i}]: "
+            if not isinstance(prior, dict):
+                problems.append(f"{where}must be an object")
+                continue
+            found = _fields(prior, _PRIOR_SCHEMA, frozenset(), where)
+            problems += found
+            if found:
+                continue
+            if prior["technique"] in seen:
+                problems.append(f"{where}technique '{prior['technique']}' appears twice")
+            seen.add(prior["technique"])
+            if not 0 <= prior["successes"] <= prior["attempts"]:
+                problems.append(f"{where}needs 0 <= successes <= attempts")
+            if not 0.0 <= prior["confidence"] <= 1.0:
+                problems.append(f"{where}confidence must lie in [0, 1]")
+            if prior["predicted_speedup"] <= 0:
+                problems.append(f"{where}predicted_speedup must be > 0")
+    if kind == "attempt" and not problems:
+        for key in ("metrics_before", "metrics_after"):
+            bad = [k for k, v in record.get(key, {}).items() if not _kind_ok(v, ("number", "null"))]
+            if bad:
+                problems.append(f"{key}.{bad[0]} must be a finite number")
+        if record.get("speedup") is not None and record["speedup"] <= 0:
+            problems.append("'speedup' must be > 0 or null")
+    return problems

@@ -21,9 +21,14 @@ Pure: no file IO (``file(NAME.npy)`` paths are resolved by the caller against
 
 from __future__ import annotations
 
+import bisect
+import functools
+import itertools
 import json
 import math
 import re
+import reprlib
+import string
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -76,6 +81,16 @@ _TOP_KEYS = frozenset(("kernel", "params", "grid", "block", "dynamic_smem", "tol
 #: Keys tolerated for documentation; they carry no meaning.
 _DOC_KEYS = frozenset(("version", "description", "comment", "$schema"))
 _MAX_THREADS_PER_BLOCK = 1024
+#: Limits on the work one spec can ask of the validator (specs come from files anyone can write).
+MAX_PARAMS = 1024
+MAX_VARIANTS = 64
+MAX_INIT_CHARS = 100_000
+#: Most expression nodes checking one spec may evaluate (all expressions, main values and variants):
+#: about a tenth of a second.
+MAX_EVALUATION_STEPS = 200_000
+#: Bytes per element of each array type.
+ELEMENT_BYTES = {"int8": 1, "uint8": 1, "int32": 4, "uint32": 4, "int64": 8, "uint64": 8, "float16": 2,
+                 "bfloat16": 2, "float32": 4, "float64": 8}
 
 
 class SpecError(ValueError):
@@ -190,6 +205,11 @@ class Spec:
         sizes = {a.name: expr.evaluate(a.size, env) for a in self.arrays}
         return Resolved(values, sizes, _launch(self.launch, env), _launch(self.candidate_launch, env))
 
+    def array_bytes(self, variant: int | None = None) -> int:
+        """Bytes of all arrays at the main size or at ``variants[variant]`` (one copy of each)."""
+        sizes = self.resolve(variant).sizes
+        return sum(sizes[a.name] * ELEMENT_BYTES[a.type] for a in self.arrays)
+
     def to_json(self) -> dict[str, Any]:
         """The spec as a v1 JSON object (``parse_spec(spec.to_json())`` gives it back)."""
 
@@ -233,21 +253,38 @@ class _Errors:
         self.items.append(f"{where}: {message}" if where else message)
 
 
+_SHOW = reprlib.Repr()
+_SHOW.maxlevel, _SHOW.maxstring, _SHOW.maxother, _SHOW.maxlong = 3, 60, 60, 40
+
+
+def _show(value: Any) -> str:
+    """A short, bounded ``repr`` for messages: a 5,000-digit number or a list nested 10,000 deep stays short."""
+    try:
+        return _SHOW.repr(value)
+    except (ValueError, RecursionError):  # an int beyond Python's digit limit for str()
+        return f"<{type(value).__name__} too large to show>"
+
+
 def _is_int(value: Any) -> bool:
     return isinstance(value, int) and not isinstance(value, bool)
 
 
 def _is_number(value: Any) -> bool:
-    return (isinstance(value, (int, float)) and not isinstance(value, bool)) and math.isfinite(value)
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return False
+    try:
+        return math.isfinite(float(value))
+    except OverflowError:  # an int too large for a double
+        return False
 
 
 def _check_scalar_value(type_: str, value: Any) -> str | None:
     if type_ in FLOAT_TYPES:
-        return None if _is_number(value) else f"expected a finite number for {type_}, got {value!r}"
+        return None if _is_number(value) else f"expected a finite number for {type_}, got {_show(value)}"
     if not _is_int(value):
-        return f"expected an integer for {type_}, got {value!r}"
+        return f"expected an integer for {type_}, got {_show(value)}"
     low, high = INT_RANGES[type_]
-    return None if low <= value <= high else f"{value} is outside the range of {type_} [{low}, {high}]"
+    return None if low <= value <= high else f"{_show(value)} is outside the range of {type_} [{low}, {high}]"
 
 
 def _expr_text(value: Any) -> str:
@@ -255,7 +292,7 @@ def _expr_text(value: Any) -> str:
         return str(value)
     if isinstance(value, str):
         return value.strip()
-    raise expr.ExprError(f"expected an integer or an expression string, got {value!r}")
+    raise expr.ExprError(f"expected an integer or an expression string, got {_show(value)}")
 
 
 def _check_expr(value: Any, where: str, int_names: frozenset[str], float_names: frozenset[str], errors: _Errors) -> str | None:
@@ -290,11 +327,13 @@ def _split_args(text: str) -> list[str]:
 def parse_init(text: str) -> Init:
     """Parse an initializer such as ``uniform(-1,1)`` or ``perm(n)``; raises ValueError."""
     if not isinstance(text, str):
-        raise ValueError(f"expected a string such as 'uniform(-1,1)', got {text!r}")
+        raise ValueError(f"expected a string such as 'uniform(-1,1)', got {_show(text)}")
+    if len(text) > MAX_INIT_CHARS:
+        raise ValueError(f"initializer is {len(text)} characters long (limit {MAX_INIT_CHARS})")
     text = text.strip()
     match = re.fullmatch(r"([A-Za-z_]\w*)\s*(?:\((.*)\))?", text, re.S)
     if match is None:
-        raise ValueError(f"cannot read initializer {text!r}")
+        raise ValueError(f"cannot read initializer {_show(text)}")
     kind, inner = match.group(1), match.group(2)
     if kind not in INITIALIZERS:
         raise ValueError(f"unknown initializer '{kind}' (known: {', '.join(INITIALIZERS)})")
@@ -307,7 +346,7 @@ def parse_init(text: str) -> Init:
         wanted = str(low) if low == high else f"at least {low}"
         raise ValueError(f"{kind} takes {wanted} argument(s), got {len(args)}")
     if any(a == "" for a in args):
-        raise ValueError(f"empty argument in {text!r}")
+        raise ValueError(f"empty argument in {_show(text)}")
     return Init(kind, tuple(args), text)
 
 
@@ -315,9 +354,9 @@ def _number(text: str) -> float:
     try:
         value = float(text)
     except ValueError:
-        raise ValueError(f"expected a number, got {text!r}") from None
+        raise ValueError(f"expected a number, got {_show(text)}") from None
     if not math.isfinite(value):
-        raise ValueError(f"expected a finite number, got {text!r}")
+        raise ValueError(f"expected a finite number, got {_show(text)}")
     return value
 
 
@@ -355,7 +394,7 @@ def _check_init_static(init: Init, array_type: str, where: str, int_names, float
     if init.kind in ("perm", "csr_rowptr", "csr_colidx") and array_type in FLOAT_TYPES:
         errors.add(where, f"{init.kind} fills indices; use an integer array, not {array_type}")
     if init.kind == "file" and not init.args[0].endswith(".npy"):
-        errors.add(where, f"file() takes a .npy file name, got {init.args[0]!r}")
+        errors.add(where, f"file() takes a .npy file name, got {_show(init.args[0])}")
 
 
 def check_init_at(init: Init, array_type: str, size: int, env: Mapping[str, int]) -> str | None:
@@ -409,7 +448,7 @@ def _launch_config(data: Mapping[str, Any], where: str, int_names, float_names, 
             continue
         value = data[key]
         if not isinstance(value, list) or len(value) != 3:
-            errors.add(f"{where}{key}", f"expected a list of three entries, got {value!r}")
+            errors.add(f"{where}{key}", f"expected a list of three entries, got {_show(value)}")
             dims[key] = None
             continue
         texts = [_check_expr(v, f"{where}{key}[{i}]", int_names, float_names, errors) for i, v in enumerate(value)]
@@ -437,7 +476,9 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
     if isinstance(data, str):
         try:
             data = json.loads(data)
-        except json.JSONDecodeError as exc:
+        except RecursionError:
+            raise SpecError(["not usable JSON: nested too deeply"]) from None
+        except ValueError as exc:  # JSONDecodeError, and integers beyond Python's digit limit
             raise SpecError([f"not valid JSON: {exc}"]) from None
     if not isinstance(data, Mapping):
         raise SpecError([f"a launch spec is a JSON object, got {type(data).__name__}"])
@@ -447,12 +488,14 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
             errors.add(str(key), f"unknown field (known: {', '.join(sorted(_TOP_KEYS))})")
     kernel = data.get("kernel")
     if not isinstance(kernel, str) or not _IDENT.match(kernel):
-        errors.add("kernel", f"expected the kernel's name (an identifier), got {kernel!r}")
+        errors.add("kernel", f"expected the kernel's name (an identifier), got {_show(kernel)}")
 
     params_data = data.get("params")
     if not isinstance(params_data, list):
         errors.add("params", "missing or not a list (one entry per kernel parameter, in order)")
         params_data = []
+    if len(params_data) > MAX_PARAMS:
+        raise SpecError([f"params: {len(params_data)} parameters (limit {MAX_PARAMS})"])
     scalar_types: dict[str, str] = {}
     for i, p in enumerate(params_data):
         if isinstance(p, Mapping) and isinstance(p.get("name"), str) and isinstance(p.get("scalar"), str):
@@ -465,11 +508,11 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
     for i, p in enumerate(params_data):
         where = f"params[{i}]"
         if not isinstance(p, Mapping):
-            errors.add(where, f"expected an object, got {p!r}")
+            errors.add(where, f"expected an object, got {_show(p)}")
             continue
         name = p.get("name")
         if not isinstance(name, str) or not _IDENT.match(name):
-            errors.add(f"{where}.name", f"expected an identifier, got {name!r}")
+            errors.add(f"{where}.name", f"expected an identifier, got {_show(name)}")
             continue
         if name in seen:
             errors.add(f"{where}.name", f"duplicate parameter name '{name}'")
@@ -483,7 +526,7 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
                     errors.add(f"{where}.{key}", "unknown field for a scalar (known: name, scalar, value)")
             type_ = p["scalar"]
             if type_ not in SCALAR_TYPES:
-                errors.add(f"{where}.scalar", f"unknown scalar type {type_!r} (known: {', '.join(SCALAR_TYPES)})")
+                errors.add(f"{where}.scalar", f"unknown scalar type {_show(type_)} (known: {', '.join(SCALAR_TYPES)})")
                 continue
             if "value" not in p:
                 errors.add(f"{where}.value", "missing")
@@ -504,7 +547,7 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
             continue
         type_ = p["array"]
         if type_ not in ARRAY_TYPES:
-            errors.add(f"{where}.array", f"unknown element type {type_!r} (known: {', '.join(ARRAY_TYPES)})")
+            errors.add(f"{where}.array", f"unknown element type {_show(type_)} (known: {', '.join(ARRAY_TYPES)})")
             continue
         if "size" not in p:
             errors.add(f"{where}.size", "missing (the element count, an integer expression in the scalar names)")
@@ -512,7 +555,7 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
         size = _check_expr(p["size"], f"{where}.size", int_names, float_names, errors)
         role = p.get("role")
         if role not in ROLES:
-            errors.add(f"{where}.role", f"expected one of {', '.join(ROLES)}, got {role!r}")
+            errors.add(f"{where}.role", f"expected one of {', '.join(ROLES)}, got {_show(role)}")
             continue
         # An out array's start value must not matter (the harness poisons it), so its init may be left out.
         init_text = p.get("init", "zeros" if role == "out" else None)
@@ -532,7 +575,7 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
     candidate_data = data.get("candidate", {})
     candidate_launch = None
     if not isinstance(candidate_data, Mapping):
-        errors.add("candidate", f"expected an object with grid/block/dynamic_smem, got {candidate_data!r}")
+        errors.add("candidate", f"expected an object with grid/block/dynamic_smem, got {_show(candidate_data)}")
     else:
         for key in candidate_data:
             if key not in ("grid", "block", "dynamic_smem"):
@@ -544,14 +587,14 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
     tol_data = data.get("tolerance")
     if tol_data is not None:
         if not isinstance(tol_data, Mapping):
-            errors.add("tolerance", f"expected an object {{\"rtol\": …, \"atol\": …}}, got {tol_data!r}")
+            errors.add("tolerance", f"expected an object {{\"rtol\": …, \"atol\": …}}, got {_show(tol_data)}")
         else:
             found: dict[str, float] = {}
             for key, value in tol_data.items():
                 if key not in ("rtol", "atol"):
                     errors.add(f"tolerance.{key}", "unknown field (known: rtol, atol)")
                 elif not _is_number(value) or value < 0:
-                    errors.add(f"tolerance.{key}", f"expected a number >= 0, got {value!r}")
+                    errors.add(f"tolerance.{key}", f"expected a number >= 0, got {_show(value)}")
                 else:
                     found[key] = float(value)
             tolerance = (found.get("rtol"), found.get("atol"))
@@ -563,11 +606,14 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
     variants: list[tuple[tuple[str, int | float], ...]] = []
     variants_data = data.get("variants", [])
     if not isinstance(variants_data, list):
-        errors.add("variants", f"expected a list of objects, got {variants_data!r}")
+        errors.add("variants", f"expected a list of objects, got {_show(variants_data)}")
+        variants_data = []
+    if len(variants_data) > MAX_VARIANTS:
+        errors.add("variants", f"{len(variants_data)} variants (limit {MAX_VARIANTS})")
         variants_data = []
     for i, v in enumerate(variants_data):
         if not isinstance(v, Mapping) or not v:
-            errors.add(f"variants[{i}]", f"expected a non-empty object of scalar values, got {v!r}")
+            errors.add(f"variants[{i}]", f"expected a non-empty object of scalar values, got {_show(v)}")
             continue
         items: list[tuple[str, int | float]] = []
         for key, value in v.items():
@@ -587,10 +633,24 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
         raise SpecError(errors.items)
 
     spec = Spec(kernel, tuple(params), launch, candidate_launch, tolerance, tuple(variants), base_dir, dict(notes) if notes is not None else None)
+    steps = _evaluation_steps(spec)
+    if steps > MAX_EVALUATION_STEPS:
+        raise SpecError([f"checking this spec takes {steps} evaluation steps (limit {MAX_EVALUATION_STEPS}): "
+                         "fewer variants, parameters or shorter expressions"])
     _check_values(spec, errors)
     if errors.items:
         raise SpecError(errors.items)
     return spec
+
+
+def _evaluation_steps(spec: Spec) -> int:
+    """Expression nodes :func:`_check_values` evaluates: every expression at the main values and each variant."""
+    texts = [a.size for a in spec.arrays]
+    texts += [arg for a in spec.arrays if a.init.kind in _INT_ARG_INITS for arg in a.init.args]
+    for config in (spec.launch, spec.candidate_launch):
+        texts += [*config.grid, *config.block, config.dynamic_smem]
+    per_values = sum(expr.node_count(expr.parse(t)) for t in texts)
+    return per_values * (len(spec.variants) + 1)
 
 
 def _check_values(spec: Spec, errors: _Errors) -> None:
@@ -623,6 +683,21 @@ def _check_values(spec: Spec, errors: _Errors) -> None:
                 errors.add(f"{prefix}{where}launch", str(exc))
 
 
+def memory_problem(spec: Spec, limit_bytes: int, what: str = "the GPU's memory", copies: int = 2) -> str | None:
+    """A message when the arrays at any size need more than ``limit_bytes``; None when they fit.
+
+    ``copies``: how many times the harness holds each array at once (the original's and the
+    candidate's buffers). Checked before anything is allocated, so a 10 GB spec is refused, not tried.
+    """
+    for variant in [None, *range(len(spec.variants))]:
+        need = spec.array_bytes(variant) * copies
+        if need > limit_bytes:
+            at = "" if variant is None else f" at variants[{variant}]"
+            return (f"the arrays{at} need {need / 2**30:.1f} GiB ({copies} copies), more than {what} "
+                    f"({limit_bytes / 2**30:.1f} GiB)")
+    return None
+
+
 def with_candidate_launch(spec: Spec, candidate: Mapping[str, Any] | None) -> Spec:
     """``spec`` with its ``candidate`` field replaced (a rewrite's own launch settings). Raises :class:`SpecError`."""
     data = spec.to_json()
@@ -636,7 +711,13 @@ def with_candidate_launch(spec: Spec, candidate: Mapping[str, Any] | None) -> Sp
 
 _MARKER = re.compile(r"^\s*//\s*kernel-lsp:\s*spec\b(.*)$")
 _LINE_COMMENT = re.compile(r"^\s*//(.*)$")
-_GLOBAL_NAME = re.compile(r"__global__[^;{(]*?\b([A-Za-z_]\w*)\s*\(", re.S)
+#: ``__global__`` and the characters that end the search for its name (the name is the identifier right
+#: before the first ``(`` after it, with no ``;`` or ``{`` in between).
+_GLOBAL_OR_STOP = re.compile(r"__global__|[;{(]")
+_GLOBAL = "__global__"
+_IDENT_FIRST = frozenset(string.ascii_letters + "_")
+#: Largest in-source spec block read, in characters (a longer block is an error, not parsed).
+MAX_INLINE_SPEC_CHARS = 64 * 1024
 
 
 @dataclass(frozen=True)
@@ -646,13 +727,74 @@ class InlineSpec:
     kernel: str | None
     """The kernel the block sits above (the next ``__global__`` function)."""
     data: Mapping[str, Any] | None
-    """The JSON object with ``kernel`` filled in; None when ``error`` is set."""
+    """The JSON object with ``kernel`` filled in; None when ``error`` is set. Shared between callers
+    (results are cached per source text): read it, never change it."""
     error: str | None
 
 
+def _name_before(source: str, paren: int) -> tuple[int, str] | None:
+    """The identifier that ends right before ``source[paren]`` (spaces allowed between), with its start."""
+    end = paren
+    while end > 0 and source[end - 1].isspace():
+        end -= 1
+    start = end
+    while start > 0 and (source[start - 1].isalnum() or source[start - 1] == "_"):
+        start -= 1
+    if start == end or source[start] not in _IDENT_FIRST:
+        return None
+    return start, source[start:end]
+
+
+def kernel_names(source: str) -> list[tuple[int, str]]:
+    """``(offset of __global__, kernel name)`` for every ``__global__`` followed by a name and ``(``.
+
+    One pass over the text (the former regex search from every marker was quadratic: an 88 KB file of
+    ``__global__`` tokens took 32 s). The name is the identifier right before the first ``(`` after
+    ``__global__`` when no ``;`` or ``{`` comes first, and it must start after ``__global__`` ends.
+    """
+    found: list[tuple[int, str]] = []
+    pending: list[int] = []
+    for match in _GLOBAL_OR_STOP.finditer(source):
+        token = match.group()
+        if token == _GLOBAL:
+            pending.append(match.start())
+            continue
+        if pending and token == "(":
+            named = _name_before(source, match.start())
+            if named is not None:
+                start, name = named
+                found += [(p, name) for p in pending if start >= p + len(_GLOBAL)]
+        pending.clear()
+    return found
+
+
+def _spec_data(text: str, start: int, kernel: str | None) -> InlineSpec:
+    where = f"line {start + 1}: in-source spec"
+    if len(text) > MAX_INLINE_SPEC_CHARS:
+        return InlineSpec(start, kernel, None, f"{where} is longer than {MAX_INLINE_SPEC_CHARS} characters")
+    try:
+        data = json.loads(text)
+    except RecursionError:
+        return InlineSpec(start, kernel, None, f"{where} is nested too deeply")
+    except ValueError as exc:  # JSONDecodeError, and integers longer than Python's digit limit
+        return InlineSpec(start, kernel, None, f"{where} is not a JSON object: {exc}")
+    if not isinstance(data, dict):
+        return InlineSpec(start, kernel, None, f"{where} is not a JSON object: the in-source spec must be a JSON object")
+    data.setdefault("kernel", kernel)
+    return InlineSpec(start, kernel, data, None)
+
+
+@functools.lru_cache(maxsize=8)
 def find_inline_specs(source: str) -> tuple[InlineSpec, ...]:
-    """Every ``// kernel-lsp: spec {...}`` block in ``source``, with its kernel."""
+    """Every ``// kernel-lsp: spec {...}`` block in ``source``, with its kernel.
+
+    Linear in the size of ``source``, and cached per text (the server asks once per kernel per
+    publication; a document's text object is the same between edits, so the look-up is a hash hit).
+    """
     lines = source.splitlines()
+    offsets = list(itertools.accumulate((len(line) for line in source.splitlines(keepends=True)), initial=0))
+    names = kernel_names(source)
+    name_starts = [offset for offset, _ in names]
     found: list[InlineSpec] = []
     i = 0
     while i < len(lines):
@@ -663,29 +805,40 @@ def find_inline_specs(source: str) -> tuple[InlineSpec, ...]:
         start = i
         parts = [marker.group(1)]
         i += 1
-        while i < len(lines) and (m := _LINE_COMMENT.match(lines[i])) and not _MARKER.match(lines[i]):
-            parts.append(m.group(1))
+        while i < len(lines):
+            line = lines[i]
+            comment = _LINE_COMMENT.match(line)
+            if comment is None or _MARKER.match(line):
+                break
+            parts.append(comment.group(1))
             i += 1
-        rest = "\n".join(lines[i:])
-        name = _GLOBAL_NAME.search(rest)
-        kernel = name.group(1) if name else None
-        text = "\n".join(parts).strip()
-        try:
-            data = json.loads(text)
-            if not isinstance(data, dict):
-                raise ValueError("the in-source spec must be a JSON object")
-            data.setdefault("kernel", kernel)
-            found.append(InlineSpec(start, kernel, data, None))
-        except ValueError as exc:
-            found.append(InlineSpec(start, kernel, None, f"line {start + 1}: in-source spec is not a JSON object: {exc}"))
+        at = bisect.bisect_left(name_starts, offsets[i])
+        kernel = names[at][1] if at < len(names) else None
+        found.append(_spec_data("\n".join(parts).strip(), start, kernel))
     return tuple(found)
+
+
+@functools.lru_cache(maxsize=8)
+def _inline_specs_by_kernel(source: str) -> Mapping[str, InlineSpec]:
+    by_kernel: dict[str, InlineSpec] = {}
+    for found in find_inline_specs(source):
+        named = found.data.get("kernel") if found.data else None
+        for key in (found.kernel, named):
+            if isinstance(key, str):
+                by_kernel.setdefault(key, found)
+    return by_kernel
+
+
+def inline_spec_for(source: str, kernel: str) -> InlineSpec | None:
+    """The first in-source block that belongs to ``kernel`` (sits above it or names it), or None."""
+    return _inline_specs_by_kernel(source).get(kernel)
 
 
 def inline_spec(source: str, kernel: str, base_dir: str | None = None) -> Spec | None:
     """The in-source spec of ``kernel``, or None when it has none. Raises :class:`SpecError`."""
-    for found in find_inline_specs(source):
-        if found.kernel == kernel or (found.data and found.data.get("kernel") == kernel):
-            if found.error:
-                raise SpecError([found.error])
-            return parse_spec(found.data, base_dir)  # type: ignore[arg-type]
-    return None
+    found = inline_spec_for(source, kernel)
+    if found is None:
+        return None
+    if found.error:
+        raise SpecError([found.error])
+    return parse_spec(found.data, base_dir)  # type: ignore[arg-type]

@@ -14,6 +14,7 @@ Registered from :mod:`kernel_lsp.server.code_actions` (its provider list).
 
 from __future__ import annotations
 
+import functools
 import logging
 import os
 import re
@@ -200,6 +201,10 @@ def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, s
     result = state.session().optimize(source, path, kernel, spec, model=model, budget=budget,
                                       profile=_last_profile(state, doc.path, kernel), cancel=ctx.cancel,
                                       progress=lambda message, pct: ctx.report(message, pct), document_version=version)
+    for notice in result.messages:
+        # The search's notices (a corrupt knowledge base moved aside, an empty one with a backup to
+        # restore, a store that could not be opened) reach the user now, not only in the result.
+        state.post(functools.partial(state.show, f"kernel-lsp: {notice}", types.MessageType.Warning, once_key=f"notice:{notice}"))
     if messages:
         result = replace(result, messages=result.messages + tuple(messages))
     return result

@@ -7,20 +7,28 @@ shown to the user once.
 
 initializationOptions are the editor's settings as they were at start-up; once
 the editor reports a change, they are dropped, or the stale start-up value of
-a setting would keep hiding the one the user just changed.
+a setting would keep hiding the one the user just changed. The user-level ones
+(``config.USER_LEVEL``: programs, model, knowledge base) stay: they come only
+from the user's own sources, and a workspace layer cannot replace them, so a
+change to one of them takes effect on the next start.
+
+The workspace layer is untrusted: its user-level keys are dropped with a
+message, and its ``extraFlags`` pass the compile database's flag policy.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
+import os
 from typing import Any
 
 from lsprotocol import types
 
-from kernel_lsp.config import resolve
+from kernel_lsp.config import USER_LEVEL, WIRE_KEYS, resolve
 from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
 from kernel_lsp.server.documents import uri_to_path
+from kernel_lsp.services.compile_db import filter_flags
 from kernel_lsp.services.user_config import user_config_layer
 
 log = logging.getLogger(__name__)
@@ -31,16 +39,49 @@ SECTION = "kernelLsp"
 def apply_settings(state: ServerState) -> None:
     """Re-resolve the settings from the stored layers, tell the user about problems, run ON_SETTINGS."""
     old = state.settings
+    workspace, flag_problems = _checked_workspace_flags(
+        _without_repeats(state.workspace_settings, state.init_options), state.workspace_root)
     state.settings = resolve(
         user_config_layer(),
-        ("workspace settings", state.workspace_settings),
+        ("workspace settings", workspace, False),
         ("initializationOptions", state.init_options),
     )
-    for problem in state.settings.problems:
+    for problem in (*flag_problems, *state.settings.problems):
         state.show(f"kernel-lsp: {problem}", types.MessageType.Warning, once_key=f"settings:{problem}")
     if state.settings != old:
         log.info("settings changed: %s", state.settings)
         state.run_hooks(state.on_settings)
+
+
+def _checked_workspace_flags(settings: Any, root: str | None) -> tuple[Any, list[str]]:
+    """The workspace layer with its ``extraFlags`` through the flag policy, and a message per dropped flag."""
+    if not isinstance(settings, dict) or not isinstance(settings.get("extraFlags"), (list, str)):
+        return settings, []
+    flags = settings["extraFlags"]
+    flags = flags.split() if isinstance(flags, str) else flags
+    if not all(isinstance(f, str) for f in flags):
+        return settings, []  # config.merge reports the bad value
+    folder = root or os.getcwd()
+    result = filter_flags(list(flags), folder, folder)
+    problems = [f"workspace settings: extraFlags: '{d.flag}' ignored: {d.reason}" for d in result.dropped]
+    return {**settings, "extraFlags": list(result.kept)}, problems
+
+
+def _without_repeats(settings: Any, user_options: dict[str, Any]) -> Any:
+    """The workspace layer without user-level keys that only repeat the user's start-up value.
+
+    VS Code answers ``workspace/configuration`` with every setting the user set, its user-level
+    ones included; those are the user's own, not a workspace's attempt, and need no message.
+    """
+    if not isinstance(settings, dict):
+        return settings
+    return {k: v for k, v in settings.items()
+            if not (WIRE_KEYS.get(k, k) in USER_LEVEL and k in user_options and user_options[k] == v)}
+
+
+def _user_level_only(options: dict[str, Any]) -> dict[str, Any]:
+    """The user-level keys of ``initializationOptions``, kept when the editor reports a change."""
+    return {k: v for k, v in options.items() if WIRE_KEYS.get(k, k) in USER_LEVEL}
 
 
 def _capabilities(state: ServerState, params: types.InitializeParams) -> None:
@@ -107,7 +148,7 @@ def register(server: KernelLspServer) -> None:
     @guarded(state, what="didChangeConfiguration")
     async def did_change_configuration(params: types.DidChangeConfigurationParams) -> None:
         pushed = params.settings
-        state.init_options = {}
+        state.init_options = _user_level_only(state.init_options)
         if isinstance(pushed, dict) and isinstance(pushed.get(SECTION), dict):
             state.workspace_settings = pushed[SECTION]
         else:

@@ -17,6 +17,7 @@ from lsprotocol import types
 from kernel_lsp.core.parse import ParsedDocument
 from kernel_lsp.server.base import KernelLspServer, guarded
 from kernel_lsp.server.convert import line_bytes, utf16_to_byte
+from kernel_lsp.server.documents import REDUCED_BYTES
 
 log = logging.getLogger(__name__)
 
@@ -44,6 +45,10 @@ def register(server: KernelLspServer) -> None:
     async def did_open(params: types.DidOpenTextDocumentParams) -> None:
         item = params.text_document
         doc = await state.documents.open(item.uri, item.text, item.version, item.language_id)
+        if doc.reduced:
+            state.show(f"kernel-lsp: {doc.path or doc.uri} is {len(doc.source_bytes) / 2**20:.1f} MB (over "
+                       f"{REDUCED_BYTES >> 20} MB): reduced mode, compiler diagnostics only (no kernel index, "
+                       "hovers, symbols or profiles)", types.MessageType.Info, once_key=f"reduced:{item.uri}")
         state.run_hooks(state.on_open, doc)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)

@@ -33,6 +33,7 @@ import json
 import logging
 import os
 import re
+import reprlib
 import threading
 import time
 import uuid
@@ -239,6 +240,16 @@ def view_file(root: str | None, path: str, start_line: int = 1, max_lines: int =
         return "error: no workspace is open, so view_file is not available"
     if not isinstance(path, str) or not path or "\x00" in path:
         return "error: give a file path relative to the workspace"
+    try:
+        return _view_file(root, path, start_line, max_lines)
+    except (OSError, ValueError) as exc:
+        # An unreadable file (permissions, a FIFO, a vanished file, a name the OS cannot encode) is
+        # an answer for the model, never an exception that would end the search.
+        why = exc.strerror if isinstance(exc, OSError) and exc.strerror else type(exc).__name__
+        return f"error: cannot read {path} ({why})"
+
+
+def _view_file(root: str, path: str, start_line: int, max_lines: int) -> str:
     root_real = os.path.realpath(root)
     target = os.path.realpath(path if os.path.isabs(path) else os.path.join(root_real, path))
     # realpath resolves every symlink and "..", so a link pointing out of the
@@ -251,7 +262,7 @@ def view_file(root: str | None, path: str, start_line: int = 1, max_lines: int =
         return f"error: {path} is too large to view"
     with open(target, encoding="utf-8", errors="replace") as handle:
         lines = handle.read().splitlines()
-    first = max(1, int(start_line))
+    first = max(1, min(int(start_line), len(lines) + 1))
     shown = lines[first - 1 : first - 1 + max_lines]
     if not shown:
         return f"error: {path} has only {len(lines)} lines"
@@ -327,6 +338,10 @@ def parse_reply(text: str, tools: Sequence[str]) -> ToolCall | FinalAnswer | Inv
         obj, _ = json.JSONDecoder(strict=False).raw_decode(text[start:])
     except json.JSONDecodeError as exc:
         return InvalidReply(f"the reply is not valid JSON ({exc.msg} at character {exc.pos})")
+    except ValueError as exc:  # an integer longer than Python's digit limit (4,300 digits)
+        return InvalidReply(f"the reply is not usable JSON ({exc})")
+    except RecursionError:
+        return InvalidReply("the reply is not usable JSON (nested too deeply)")
     if not isinstance(obj, dict):
         return InvalidReply("the reply must be a JSON object")
     if "final" in obj:
@@ -339,7 +354,8 @@ def parse_reply(text: str, tools: Sequence[str]) -> ToolCall | FinalAnswer | Inv
     if "tool" in obj:
         name = obj["tool"]
         if name not in tools:
-            return InvalidReply(f"unknown tool {name!r}; the tools are {', '.join(tools)}")
+            shown = reprlib.repr(name) if isinstance(name, str) else type(name).__name__
+            return InvalidReply(f"unknown tool {shown}; the tools are {', '.join(tools)}")
         args = obj.get("args", {})
         if not isinstance(args, dict):
             return InvalidReply('"args" must be an object')

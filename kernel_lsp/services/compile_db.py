@@ -1,11 +1,16 @@
 """Flags for one file from the workspace's ``compile_commands.json``.
 
 The database is looked for in the file's folder and each parent up to the
-workspace root, in each folder directly and under ``build/``. Only the flags
-that change how the file is *parsed and compiled for the device* are kept
-(``-I``, ``-D``, ``-U``, ``-include``, ``-isystem``, ``-std``, architecture and
-``--expt-*`` flags, ``-x``, ``-rdc``); output, dependency and input-file
-arguments are dropped because the compiler service chooses its own.
+workspace root, in each folder directly and under ``build/``. The database is
+untrusted input (it comes with a cloned repository), so its arguments pass an
+allow-list of flag forms (:func:`filter_flags`): include folders, macros, the
+language standard, architectures, device code generation and warnings. Nothing
+kept can choose or wrap a program (``-ccbin`` passes only for compilers matching
+the user-level setting ``allowedCompilers``, like clangd's ``--query-driver``),
+read a file outside the workspace (``-include``) or read more arguments from a
+file (``@file``); every flag refused is reported with why
+(:attr:`DbFlags.dropped`). Output, dependency and input-file arguments are left
+out without a word because the compiler service chooses its own.
 
 A malformed database is a value (:attr:`DbFlags.problem`), never an exception:
 the caller falls back to settings and shows the message once.
@@ -13,10 +18,13 @@ the caller falls back to settings and shows the message once.
 
 from __future__ import annotations
 
+import fnmatch
 import json
 import logging
 import os
+import re
 import shlex
+import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,25 +33,207 @@ log = logging.getLogger(__name__)
 
 DB_NAME = "compile_commands.json"
 
-#: Flags followed by a separate value that we keep (``-I dir``).
-_KEEP_WITH_VALUE = {
-    "-I", "-D", "-U", "-include", "-isystem", "-std", "-arch", "--gpu-architecture", "-gencode",
-    "--generate-code", "--include-path", "--define-macro", "--undefine-macro", "--pre-include",
-    "--system-include", "-ccbin", "--compiler-bindir", "-maxrregcount", "--maxrregcount",
-}
-#: Prefixes of single-token flags we keep (``-Idir``, ``-DNAME=1``, ``-std=c++17``).
-_KEEP_PREFIXES = (
-    "-I", "-D", "-U", "-isystem", "-std=", "--std=", "-arch=", "--gpu-architecture=", "-gencode=",
-    "--generate-code=", "--expt-", "-rdc", "--relocatable-device-code", "-maxrregcount=",
-    "--maxrregcount=", "--use_fast_math", "-use_fast_math", "-ftz=", "-prec-div=", "-prec-sqrt=",
-    "-fmad=", "--include-path=", "--define-macro=", "-G", "-Xcompiler", "--extended-lambda",
-    "-ccbin=", "--compiler-bindir=",
-)
-#: Flags with a separate value that we drop together with the value.
-_DROP_WITH_VALUE = {"-o", "--output-file", "-MF", "-MT", "-MQ", "--dependency-output", "-odir"}
-#: Flags about our own output choice, dropped (we add -cubin and -Xptxas -v ourselves).
-_DROP_SINGLE = {"-c", "--compile", "-cubin", "--cubin", "-ptx", "--ptx", "-M", "-MD", "-MMD", "-E", "-S"}
+#: Largest database read, in bytes: a bigger file is refused with a message rather than read into memory.
+MAX_DB_BYTES = 256 * 1024 * 1024
 
+# --- the flag policy ------------------------------------------------------------------------------
+# An allow-list of flag *forms*: anything not described here is dropped. A workspace's database is
+# untrusted input (a cloned repository writes it), so a kept flag must not be able to choose or wrap a
+# program (the host compiler, a linker, a wrapper, a plugin), read a file outside the workspace, or
+# write a file. Search folders (-I) may point anywhere: they are read only when the source includes
+# a file, which the source can do by itself.
+
+#: Flags whose value follows as the next argument or after ``=``; the value's kind decides the check.
+_VALUE_FLAGS: dict[str, str] = {
+    **dict.fromkeys(("-I", "--include-path", "-isystem", "--system-include"), "dir"),
+    **dict.fromkeys(("-include", "--pre-include"), "include"),
+    **dict.fromkeys(("-D", "--define-macro", "-U", "--undefine-macro"), "macro"),
+    **dict.fromkeys(("-std", "--std"), "std"),
+    **dict.fromkeys(("-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code"), "arch"),
+    **dict.fromkeys(("-maxrregcount", "--maxrregcount"), "count"),
+    **dict.fromkeys(("-rdc", "--relocatable-device-code", "-ftz", "--ftz", "-prec-div", "--prec-div",
+                     "-prec-sqrt", "--prec-sqrt", "-fmad", "--fmad"), "bool"),
+    **dict.fromkeys(("-default-stream", "--default-stream"), "stream"),
+    **dict.fromkeys(("-x", "--x"), "lang"),
+    **dict.fromkeys(("-Xcompiler", "--compiler-options"), "host"),
+    **dict.fromkeys(("-Xptxas", "--ptxas-options"), "ptxas"),
+    **dict.fromkeys(("-ccbin", "--compiler-bindir"), "compiler"),
+    # Output choices: kernel-lsp picks its own (-cubin into a temporary folder); dropped without a word.
+    **dict.fromkeys(("-o", "--output-file", "-MF", "-MT", "-MQ", "--dependency-output", "-odir",
+                     "--output-directory"), "ours"),
+    # Known to take a value, not passed on: the value is dropped with the flag.
+    **dict.fromkeys(("-Xlinker", "--linker-options", "-Xnvlink", "--nvlink-options", "-Xarchive",
+                     "--archive-options", "-Xfatbin", "--fatbin-options", "-optf", "--options-file", "-l",
+                     "--library", "-L", "--library-path", "-ldir", "--libdevice-directory", "-keep-dir",
+                     "--keep-dir", "-run-args", "--run-args", "-time", "--time", "-t", "--threads",
+                     "-split-compile", "--split-compile", "-Werror", "--Werror"), "other"),
+}
+#: Flags with their value attached and no separator (``-Idir``, ``-DNAME=1``).
+_ATTACHED = ("-I", "-isystem", "-D", "-U")
+_VALUE_RE = {
+    "macro": re.compile(r"[A-Za-z_]\w*(\(.*\))?(=.*)?", re.S),
+    "std": re.compile(r"(c|gnu)\+\+\w{2}"),
+    "arch": re.compile(r"[A-Za-z0-9_,=\[\]]+"),
+    "count": re.compile(r"\d{1,4}"),
+    "bool": re.compile(r"true|false"),
+    "stream": re.compile(r"legacy|null|per-thread"),
+    "lang": re.compile(r"cu"),
+}
+#: Single-argument flags passed on (device code generation, language extensions, warnings).
+_SINGLE = re.compile(
+    r"--?(expt-relaxed-constexpr|expt-extended-lambda|extended-lambda|use_fast_math|restrict|lineinfo"
+    r"|generate-line-info|device-debug|disable-warnings|G|g|w|rdc)"
+    r"|-O[0-3]|--?W(no-)?[a-z][a-z0-9-]{2,}"
+)
+#: Single flags about the output (kernel-lsp chooses its own): dropped without a word.
+_OURS_SINGLE = re.compile(
+    r"-c|--compile|--?cubin|--?ptx|--?fatbin|-M|-MD|-MMD|-MM|-MP|-E|-S|-dc|--device-c|-dw|--device-w"
+    r"|-lib|--lib|-dlink|--device-link|-shared|--shared|-o.+|-MF.+|-MT.+|-MQ.+"
+)
+#: Host-compiler options passed on through ``-Xcompiler`` (each comma-separated item): code generation
+#: and warnings only. Options such as ``-wrapper``, ``-B``, ``-fplugin``, ``-specs`` or ``-Wp,`` would
+#: let the database run or load a program, so they are not here.
+_HOST_ITEM = re.compile(
+    r"-f(PIC|pic|PIE|pie|openmp|no-strict-aliasing|strict-aliasing|exceptions|no-exceptions|fast-math"
+    r"|no-omit-frame-pointer|omit-frame-pointer|permissive|visibility=(hidden|default)"
+    r"|diagnostics-color(=(always|never|auto))?)"
+    r"|-W(no-)?[a-z][a-z0-9+-]{2,}(=\d+)?|-O[0-3sg]?|-g[0-3]?|-w|-pthread|-std=(c|gnu)\+\+\w{2}"
+    r"|-m(64|32|avx|avx2|avx512\w*|sse[0-9.]*|fma|arch=[\w-]+|tune=[\w-]+)"
+    r"|-D[A-Za-z_]\w*(=[\w.+-]*)?|-U[A-Za-z_]\w*"
+    r"|/(W[0-4]|MDd?|MTd?|EHsc|bigobj|permissive-|Zc:\w+|std:c\+\+\w+|wd\d+)"
+)
+#: ptxas options passed on through ``-Xptxas``.
+_PTXAS_ITEM = re.compile(
+    r"-v|--verbose|-O[0-3]|--?maxrregcount=\d{1,4}|-warn-spills|--warn-on-spills|-warn-lmem-usage"
+    r"|--warn-on-local-memory-usage|-dlcm=c[ag]|-dscm=(cg|cs|wb|wt)|--allow-expensive-optimizations=(true|false)"
+)
+
+
+@dataclass(frozen=True)
+class DroppedFlag:
+    """A flag of the database that kernel-lsp did not pass on to nvcc."""
+
+    flag: str
+    """The flag as written, with its value (``-ccbin /opt/evil``)."""
+    reason: str
+
+
+@dataclass(frozen=True)
+class FlagFilter:
+    kept: tuple[str, ...]
+    """Flags passed on, relative paths made absolute."""
+    dropped: tuple[DroppedFlag, ...]
+    """Flags refused, each with why (output choices and input files are left out without a word)."""
+
+
+def _inside(path: str, root: str) -> bool:
+    real, real_root = os.path.realpath(path), os.path.realpath(root)
+    return real == real_root or real.startswith(real_root.rstrip(os.sep) + os.sep)
+
+
+def compiler_allowed(value: str, directory: str, patterns: tuple[str, ...]) -> str | None:
+    """The absolute path of the host compiler ``value`` when it matches one of ``patterns`` (globs), else None.
+
+    Like clangd's ``--query-driver``: the patterns come from the user's own settings, never the workspace.
+    """
+    if not patterns:
+        return None
+    if os.sep in value or (os.altsep and os.altsep in value):
+        found: str | None = _absolute(value, directory)
+    else:
+        found = shutil.which(value)
+    forms = {value}
+    if found:
+        forms |= {found, os.path.realpath(found)}
+    if any(fnmatch.fnmatchcase(form, pattern) for form in forms for pattern in patterns):
+        return found or value
+    return None
+
+
+def filter_flags(args: list[str], directory: str, trust_root: str,
+                 allowed_compilers: tuple[str, ...] = ()) -> FlagFilter:
+    """Apply the flag policy to a compile command's arguments (without argv[0]).
+
+    ``directory`` resolves relative paths; ``trust_root`` is the folder a forced include (``-include``)
+    must lie in; ``allowed_compilers`` are the user's glob patterns for ``-ccbin``.
+    """
+    kept: list[str] = []
+    dropped: list[DroppedFlag] = []
+    i = 0
+    while i < len(args):
+        arg = args[i]
+        i += 1
+        if arg.startswith("@"):
+            dropped.append(DroppedFlag(arg, "a response file: its arguments would be read from another file"))
+            continue
+        if not arg.startswith("-") or arg == "-":
+            continue  # an input file (the source itself): kernel-lsp passes its own
+        name, eq, attached = arg.partition("=")
+        kind = _VALUE_FLAGS.get(name) if eq else None
+        joined = False
+        if kind is not None:
+            value: str | None = attached
+        elif arg in _VALUE_FLAGS:
+            kind = _VALUE_FLAGS[arg]
+            name = arg
+            value = args[i] if i < len(args) else None
+            i += value is not None
+        elif arg.startswith(_ATTACHED):
+            name = next(p for p in sorted(_ATTACHED, key=len, reverse=True) if arg.startswith(p))
+            kind, value, joined = _VALUE_FLAGS[name], arg[len(name):], True
+        else:
+            if _SINGLE.fullmatch(arg):
+                kept.append(arg)
+            elif _OURS_SINGLE.fullmatch(arg) is None:
+                dropped.append(DroppedFlag(arg, "not among the flags kernel-lsp takes from compile_commands.json"))
+            continue
+        written = f"{name} {value}" if value is not None else name
+        if value is None:
+            dropped.append(DroppedFlag(written, "has no value"))
+            continue
+        verdict = _check_value(kind, name, value, directory, trust_root, allowed_compilers)
+        if joined and isinstance(verdict, list):
+            verdict = ["".join(verdict)]
+        if isinstance(verdict, DroppedFlag):
+            dropped.append(verdict)
+        elif verdict is not None:
+            kept += verdict
+    return FlagFilter(tuple(kept), tuple(dropped))
+
+
+def _check_value(kind: str | None, name: str, value: str, directory: str, trust_root: str,
+                 allowed_compilers: tuple[str, ...]) -> list[str] | DroppedFlag | None:
+    """The arguments to keep for one flag and its value, a :class:`DroppedFlag`, or None (dropped silently)."""
+    written = f"{name} {value}"
+    if kind == "ours":
+        return None
+    if kind == "other" or kind is None:
+        return DroppedFlag(written, "not among the flags kernel-lsp takes from compile_commands.json")
+    if kind == "dir":
+        return [name, _absolute(value, directory)] if value else DroppedFlag(written, "has no value")
+    if kind == "include":
+        path = _absolute(value, directory)
+        if not _inside(path, trust_root):
+            return DroppedFlag(written, f"reads a file outside the workspace ({trust_root})")
+        return [name, path]
+    if kind == "compiler":
+        found = compiler_allowed(value, directory, allowed_compilers)
+        if found is None:
+            why = ("chooses the host compiler program; allowed only for compilers matching the user setting "
+                   "kernelLsp.allowedCompilers" + ("" if allowed_compilers else " (not set)"))
+            return DroppedFlag(written, why)
+        return [name, found]
+    if kind in ("host", "ptxas"):
+        item_re = _HOST_ITEM if kind == "host" else _PTXAS_ITEM
+        bad = [item for item in value.split(",") if not item_re.fullmatch(item.strip())]
+        if bad:
+            what = "host-compiler" if kind == "host" else "ptxas"
+            return DroppedFlag(written, f"{what} option {bad[0]!r} is not among the code-generation and warning "
+                                        "options kernel-lsp passes on (others can run or load a program)")
+        return [name, value]
+    if _VALUE_RE[kind].fullmatch(value) is None:
+        return DroppedFlag(written, f"value {value!r} is not a plain {kind} value")
+    return [f"{name}={value}"] if kind in ("std", "arch", "count", "bool", "stream") else [name, value]
 
 @dataclass(frozen=True)
 class DbFlags:
@@ -57,6 +247,8 @@ class DbFlags:
     """The entry's working directory."""
     problem: str | None = None
     """Why the database could not be used (malformed JSON, wrong shape), for the user."""
+    dropped: tuple[DroppedFlag, ...] = ()
+    """Flags of the entry that the flag policy refused, each with why."""
 
 
 def find_db(file_path: str | os.PathLike[str], workspace_root: str | os.PathLike[str] | None) -> Path | None:
@@ -73,13 +265,21 @@ def find_db(file_path: str | os.PathLike[str], workspace_root: str | os.PathLike
 
 
 class CompileDb:
-    """Loads databases lazily and caches them by (path, mtime, size)."""
+    """Loads databases lazily and caches them by (path, mtime, size).
 
-    def __init__(self) -> None:
+    ``trust_workspace``: a forced include may lie anywhere in the workspace root (the folder the
+    user opened in the editor). Without it (``kernel-lsp check``, whose root is merely the current
+    folder, perhaps the home folder) it must lie in the database's own project folder.
+    """
+
+    def __init__(self, *, trust_workspace: bool = True) -> None:
+        self._trust_workspace = trust_workspace
         self._lock = threading.Lock()
         self._cache: dict[str, tuple[tuple[float, int], list[dict] | str]] = {}
 
-    def flags_for(self, file_path: str, workspace_root: str | None) -> DbFlags:
+    def flags_for(self, file_path: str, workspace_root: str | None,
+                  allowed_compilers: tuple[str, ...] = ()) -> DbFlags:
+        """The filtered flags of ``file_path``'s entry; ``allowed_compilers`` come from user-level settings."""
         db = find_db(file_path, workspace_root)
         if db is None:
             return DbFlags(None, None)
@@ -88,7 +288,8 @@ class CompileDb:
             return DbFlags(str(db), None, problem=entries)
         target = os.path.realpath(file_path)
         for entry in entries:
-            directory = str(entry.get("directory") or db.parent)
+            directory = entry.get("directory")
+            directory = directory if isinstance(directory, str) and directory else str(db.parent)
             name = entry.get("file")
             if not isinstance(name, str):
                 continue
@@ -97,7 +298,9 @@ class CompileDb:
             argv = _entry_argv(entry)
             if argv is None:
                 return DbFlags(str(db), None, directory, problem=f"{db}: entry for {name} has no 'arguments' or 'command'")
-            return DbFlags(str(db), keep_flags(argv[1:], directory, target), directory)
+            root = _trust_root(db, workspace_root if self._trust_workspace else None)
+            result = filter_flags(argv[1:], directory, root, allowed_compilers)
+            return DbFlags(str(db), result.kept, directory, dropped=result.dropped)
         return DbFlags(str(db), None)
 
     def _load(self, db: Path) -> list[dict] | str:
@@ -119,10 +322,23 @@ class CompileDb:
         return loaded
 
 
+def _trust_root(db: Path, workspace_root: str | None) -> str:
+    """The folder a database's forced includes must lie in: the workspace, or the database's project folder."""
+    if workspace_root and _inside(str(db), workspace_root):
+        return workspace_root
+    return str(db.parent.parent if db.parent.name == "build" else db.parent)
+
+
 def _parse_db(db: Path) -> list[dict] | str:
     try:
+        if db.stat().st_size > MAX_DB_BYTES:
+            return f"{db} is larger than {MAX_DB_BYTES >> 20} MB; using kernel-lsp settings instead"
         data = json.loads(db.read_text(encoding="utf-8", errors="replace"))
-    except (OSError, ValueError) as exc:
+    except RecursionError:
+        return f"{db} is nested too deeply to read; using kernel-lsp settings instead"
+    except OSError as exc:
+        return f"{db} cannot be read ({exc.strerror}); using kernel-lsp settings instead"
+    except ValueError as exc:
         return f"{db} is not valid JSON ({exc}); using kernel-lsp settings instead"
     if not isinstance(data, list) or not all(isinstance(e, dict) for e in data):
         return f"{db} must be a JSON array of objects; using kernel-lsp settings instead"
@@ -147,36 +363,5 @@ def _absolute(value: str, directory: str) -> str:
 
 
 def keep_flags(args: list[str], directory: str, source_path: str) -> tuple[str, ...]:
-    """Filter a compile command's arguments (without argv[0]) down to the ones we reuse."""
-    kept: list[str] = []
-    i = 0
-    while i < len(args):
-        arg = args[i]
-        value = args[i + 1] if i + 1 < len(args) else None
-        if arg in _DROP_WITH_VALUE:
-            i += 2
-            continue
-        if arg in _DROP_SINGLE or arg.startswith(("-o", "-MF", "-MT")) and arg not in _KEEP_WITH_VALUE:
-            i += 1
-            continue
-        if not arg.startswith("-"):
-            # A positional argument: the source file itself (or another input); we pass our own.
-            i += 1
-            continue
-        if arg in _KEEP_WITH_VALUE and value is not None:
-            if arg in ("-I", "-isystem", "--include-path", "--system-include", "-include", "--pre-include"):
-                value = _absolute(value, directory)
-            kept += [arg, value]
-            i += 2
-            continue
-        if arg.startswith("-I") and len(arg) > 2:
-            kept.append("-I" + _absolute(arg[2:], directory))
-        elif arg.startswith("-isystem") and len(arg) > len("-isystem"):
-            kept.append("-isystem" + _absolute(arg[len("-isystem"):], directory))
-        elif arg.startswith(_KEEP_PREFIXES):
-            kept.append(arg)
-            if arg == "-Xcompiler" and value is not None:
-                kept.append(value)
-                i += 1
-        i += 1
-    return tuple(kept)
+    """The flags of a compile command (without argv[0]) that kernel-lsp passes on (see :func:`filter_flags`)."""
+    return filter_flags(args, directory, os.path.dirname(source_path) or directory).kept

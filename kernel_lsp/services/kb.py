@@ -12,10 +12,18 @@ How it stays safe:
 * Versioned migrations: ``schema_version`` holds the version; ``MIGRATIONS[i]`` takes
   the schema from version ``i`` to ``i + 1``.  A file from a *newer* kernel-lsp is left
   alone and refused with a message.
-* A file SQLite cannot read (random bytes, truncated, failing ``quick_check``) is moved
-  aside to ``<name>.corrupt-<UTC timestamp>`` (with its ``-wal``/``-shm``), a fresh
-  database is created, and the notice is logged and kept in :attr:`KnowledgeBase.messages`
-  for the server to show.
+* A file that is not a SQLite database at all (no SQLite header: a ``kbPath`` pointed at
+  a ``.bashrc``) is refused with :class:`KbError` and never touched. A SQLite file that
+  SQLite cannot read (truncated, failing ``quick_check``) is moved aside to
+  ``<name>.corrupt-<UTC timestamp>`` (with its ``-wal``/``-shm``), a fresh database is
+  created, and the notice is logged and kept in :attr:`KnowledgeBase.messages` for the
+  server and the CLI to show.
+* A rolling backup ``<name>.backup`` is written with SQLite's online backup API when the
+  database is opened or closed (at most every :data:`BACKUP_INTERVAL_S`, and never
+  replacing a backup that holds more attempts, unless the database was reset since). An
+  empty database (a 0-byte file, a corrupt one replaced) whose backup holds attempts is
+  reported in :attr:`KnowledgeBase.messages`; :meth:`KnowledgeBase.restore_backup`
+  (``kernel-lsp kb restore``) brings them back.
 * Entries (state x technique) are a cache of ``priors`` (the catalogue's seed entries,
   or what a derived state inherited) replayed with the attempt log in insertion order;
   import merges attempts by their stable id and recomputes, so importing twice changes
@@ -58,6 +66,11 @@ EXPORT_FORMAT_VERSION = 1
 DEFAULT_EXAMPLE_CHARS = 6000
 """Default prompt budget for :meth:`KnowledgeBase.examples_for`, characters of code (before + after)."""
 
+SQLITE_HEADER = b"SQLite format 3\x00"
+BACKUP_SUFFIX = ".backup"
+BACKUP_INTERVAL_S = 600.0
+"""Shortest time between two rolling backups of one database, in seconds."""
+
 T = TypeVar("T")
 
 
@@ -90,7 +103,7 @@ class ImportStats:
     attempts_duplicate: int
     states_added: int
     problems: tuple[str, ...] = ()
-    """Lines that were skipped, with line numbers and why."""
+    """Rejected lines with their numbers and why; when there are any, nothing was imported."""
 
 
 @dataclass(frozen=True)
@@ -208,6 +221,45 @@ def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
     return default_db_path()
 
 
+def _refuse_foreign(db_path: Path) -> bool:
+    """Raise :class:`KbError` when ``db_path`` exists and is not a SQLite file; True when it is a 0-byte file.
+
+    A foreign file is left exactly as it is: moving it aside (as a corrupt database is) would
+    take a user's file away because a setting pointed at it.
+    """
+    try:
+        with open(db_path, "rb") as handle:
+            head = handle.read(len(SQLITE_HEADER))
+    except FileNotFoundError:
+        return False
+    except IsADirectoryError:
+        raise KbError(f"the knowledge-base path {db_path} is a folder, not a SQLite file") from None
+    except OSError as exc:
+        raise KbError(f"cannot read the knowledge base {db_path}: {exc.strerror}") from exc
+    if head and head != SQLITE_HEADER:
+        raise KbError(f"{db_path} is not a SQLite database; kernel-lsp will not use it or change it "
+                      "(point kbPath at a new or existing kernel-lsp knowledge base)")
+    return not head
+
+
+def _backup_attempts(path: Path) -> int | None:
+    """Attempts held by a backup file, or None when there is none or it cannot be read."""
+    if not path.is_file():
+        return None
+    try:
+        conn = sqlite3.connect(f"{path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            return int(conn.execute("SELECT COUNT(*) FROM attempts").fetchone()[0])
+        finally:
+            conn.close()
+    except sqlite3.Error:
+        return None
+
+
+def _iso(timestamp: float) -> str:
+    return datetime.fromtimestamp(timestamp, timezone.utc).isoformat(timespec="microseconds")
+
+
 def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
@@ -303,6 +355,7 @@ class KnowledgeBase:
             db_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
             raise KbError(f"cannot create the knowledge-base folder {db_path.parent}: {exc}") from exc
+        was_empty_file = _refuse_foreign(db_path)
         messages: list[str] = []
         try:
             conn = cls._connect_checked(db_path)
@@ -319,7 +372,83 @@ class KnowledgeBase:
         kb = cls(conn, db_path, tuple(messages))
         kb._migrate()
         kb._sync_catalogue()
+        kb.messages += kb._empty_notice(was_empty_file or bool(messages))
+        kb._maybe_backup()
         return kb
+
+    # ------------------------------------------------------------ backup
+
+    @property
+    def backup_path(self) -> Path:
+        return self.path.with_name(self.path.name + BACKUP_SUFFIX)
+
+    def _learned(self) -> int:
+        """Attempts plus derived states: what a reset or a lost file takes away."""
+        return int(self._read("SELECT (SELECT COUNT(*) FROM attempts) + (SELECT COUNT(*) FROM states WHERE origin != 'seed')")[0][0])
+
+    def _meta(self, key: str) -> str | None:
+        rows = self._read("SELECT value FROM meta WHERE key = ?", (key,))
+        return rows[0][0] if rows else None
+
+    def _empty_notice(self, replaced: bool) -> tuple[str, ...]:
+        if self._learned() or self._meta("reset_at") is not None:
+            return ()
+        held = _backup_attempts(self.backup_path)
+        if not held:
+            return (f"The knowledge base {self.path} was an empty file; it was made a fresh one.",) if replaced else ()
+        when = datetime.fromtimestamp(self.backup_path.stat().st_mtime, timezone.utc).strftime("%Y-%m-%d %H:%M UTC")
+        return (f"The knowledge base {self.path} is empty, but its backup {self.backup_path} (from {when}) holds "
+                f"{held} attempts: run 'kernel-lsp kb restore' to bring them back.",)
+
+    def _maybe_backup(self, *, now: bool = False) -> None:
+        """Refresh the rolling backup (online backup API: consistent while other processes write).
+
+        ``now``: regardless of :data:`BACKUP_INTERVAL_S` (before a reset).
+        """
+        try:
+            learned = self._learned()
+            if not learned:
+                return
+            target = self.backup_path
+            if target.exists():
+                if not now and time.time() - target.stat().st_mtime < BACKUP_INTERVAL_S:
+                    return
+                reset_at = self._meta("reset_at")
+                reset_since = reset_at is not None and reset_at > _iso(target.stat().st_mtime)
+                if not reset_since and (_backup_attempts(target) or 0) > self.stats().attempts:
+                    log.warning("not replacing %s: it holds more attempts than %s", target, self.path)
+                    return
+            partial = target.with_name(f"{target.name}.{os.getpid()}.partial")
+            dest = sqlite3.connect(partial)
+            try:
+                with self._lock:
+                    self._conn.backup(dest)
+            finally:
+                dest.close()
+            os.replace(partial, target)
+        except (OSError, sqlite3.Error) as exc:  # a backup that fails must not stop the knowledge base
+            log.warning("knowledge-base backup of %s failed: %s", self.path, exc)
+
+    def restore_backup(self, *, force: bool = False) -> int:
+        """Replace the database's content with its rolling backup; returns the attempts restored.
+
+        Refuses (:class:`KbError`) when there is no usable backup, or when the database holds learning
+        of its own and ``force`` is not given.
+        """
+        held = _backup_attempts(self.backup_path)
+        if held is None:
+            raise KbError(f"no usable backup at {self.backup_path}")
+        if self._learned() and not force:
+            raise KbError(f"{self.path} is not empty; restoring {self.backup_path} would replace it (use --force)")
+        source = sqlite3.connect(f"{self.backup_path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            with self._lock:
+                source.backup(self._conn)
+        except sqlite3.Error as exc:
+            raise KbError(f"cannot restore {self.backup_path}: {exc}") from exc
+        finally:
+            source.close()
+        return held
 
     @staticmethod
     def _connect_checked(db_path: Path) -> sqlite3.Connection:
@@ -362,6 +491,7 @@ class KnowledgeBase:
         return message
 
     def close(self) -> None:
+        self._maybe_backup()
         with self._lock:
             self._conn.close()
 
@@ -653,10 +783,13 @@ class KnowledgeBase:
     def import_jsonl(self, path: str | os.PathLike[str]) -> ImportStats:
         """Merge an export: new derived states and attempts are added (attempts de-duplicated by id), entries recomputed.
 
-        A state already present here keeps its local definition; imported attempts are
-        appended after the local ones, so the merged entries are the local ones updated
-        with the imported attempts in the file's order.  Bad lines are skipped and listed
-        in ``problems``.
+        All or nothing: every line is first checked against the export schema
+        (:func:`kernel_lsp.core.kb_logic.validate_export_record`, no type coercion) and every
+        attempt's state must exist here or in the file; when any line is rejected nothing is
+        imported and ``problems`` lists each rejected line with why. A state already present
+        here keeps its local definition; imported attempts are appended after the local ones,
+        so the merged entries are the local ones updated with the imported attempts in the
+        file's order.
         """
         try:
             text = Path(path).read_text(encoding="utf-8")
@@ -672,75 +805,90 @@ class KnowledgeBase:
             except json.JSONDecodeError as exc:
                 problems.append(f"line {number}: not JSON ({exc.msg})")
                 continue
-            if not isinstance(record, dict):
-                problems.append(f"line {number}: not an object")
+            except RecursionError:
+                problems.append(f"line {number}: nested too deeply")
+                continue
+            except ValueError as exc:  # integers beyond Python's digit limit
+                problems.append(f"line {number}: not usable JSON ({exc})")
+                continue
+            found = kb_logic.validate_export_record(record)
+            if found:
+                problems += [f"line {number}: {why}" for why in found]
                 continue
             records.append((number, record))
-        headers = [r for _, r in records if r.get("type") == "header"]
-        if not headers or headers[0].get("format") != EXPORT_FORMAT:
-            return ImportStats(0, 0, 0, tuple(problems) + (f"{path} is not a kernel-lsp knowledge-base export",))
-        if int(headers[0].get("format_version", 0)) > EXPORT_FORMAT_VERSION:
+        headers = [(n, r) for n, r in records if r["type"] == "header"]
+        if not headers or headers[0][1]["format"] != EXPORT_FORMAT:
+            return ImportStats(0, 0, 0, tuple(problems) + (f"{path} is not a kernel-lsp knowledge-base export; nothing was imported",))
+        if headers[0][1]["format_version"] > EXPORT_FORMAT_VERSION:
             return ImportStats(0, 0, 0, tuple(problems) + (
-                f"{path} uses export format {headers[0].get('format_version')}, newer than this kernel-lsp reads",))
+                f"{path} uses export format {headers[0][1]['format_version']}, newer than this kernel-lsp reads; "
+                "nothing was imported",))
+        problems += [f"line {n}: a second header" for n, _ in headers[1:]]
+        known = {r["name"] for r in self._read("SELECT name FROM states")}
+        known |= {r["name"] for _, r in records if r["type"] == "state"}
+        problems += [f"line {n}: attempt for unknown state '{r['state']}'" for n, r in records
+                     if r["type"] == "attempt" and r["state"] not in known]
+        if problems:
+            return ImportStats(0, 0, 0, tuple(problems) + (f"nothing was imported: {len(problems)} problem(s) in {path}",))
 
         def step(conn: sqlite3.Connection) -> tuple[int, int, int]:
             states_added = attempts_added = duplicates = 0
             touched: set[str] = set()
-            for number, record in records:
-                kind = record.get("type")
-                try:
-                    if kind == "state":
-                        state = _state_from_json(record["name"], record["description"], record["signature"], record.get("parent"))
-                        inserted = conn.execute(
-                            "INSERT OR IGNORE INTO states (name, description, signature_json, parent, origin, created_at)"
+            for _, record in records:
+                if record["type"] == "state":
+                    state = _state_from_json(record["name"], record["description"], record["signature"], record.get("parent"))
+                    inserted = conn.execute(
+                        "INSERT OR IGNORE INTO states (name, description, signature_json, parent, origin, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        (state.name, state.description, _signature_json(state), state.parent,
+                         "derived" if record["origin"] == "seed" else record["origin"], record["created_at"]),
+                    ).rowcount
+                    if inserted:
+                        states_added += 1
+                        touched.add(state.name)
+                        conn.executemany(
+                            "INSERT INTO priors (state, technique, predicted_speedup, confidence, attempts, successes)"
                             " VALUES (?, ?, ?, ?, ?, ?)",
-                            (state.name, state.description, _signature_json(state), state.parent,
-                             "derived" if record.get("origin") == "seed" else record.get("origin", "derived"),
-                             record["created_at"]),
-                        ).rowcount
-                        if inserted:
-                            states_added += 1
-                            touched.add(state.name)
-                            conn.executemany(
-                                "INSERT INTO priors (state, technique, predicted_speedup, confidence, attempts, successes)"
-                                " VALUES (?, ?, ?, ?, ?, ?)",
-                                [(state.name, p["technique"], float(p["predicted_speedup"]), float(p["confidence"]),
-                                  int(p["attempts"]), int(p["successes"])) for p in record.get("priors", [])],
-                            )
-                    elif kind == "attempt":
-                        attempt = _attempt_from_record(record)
-                        if conn.execute("SELECT 1 FROM states WHERE name = ?", (attempt.state,)).fetchone() is None:
-                            problems.append(f"line {number}: attempt for unknown state '{attempt.state}' skipped")
-                            continue
-                        inserted = conn.execute(
-                            f"INSERT OR IGNORE INTO attempts ({', '.join(_ATTEMPT_COLUMNS)})"
-                            f" VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))})",
-                            _attempt_row(attempt, str(record.get("id") or attempt.stable_id())),
-                        ).rowcount
-                        if inserted:
-                            attempts_added += 1
-                            touched.add(attempt.state)
-                        else:
-                            duplicates += 1
-                    elif kind != "header":
-                        problems.append(f"line {number}: unknown record type {kind!r} skipped")
-                except (KeyError, TypeError, ValueError) as exc:
-                    problems.append(f"line {number}: bad {kind} record ({type(exc).__name__}: {exc}) skipped")
+                            [(state.name, p["technique"], p["predicted_speedup"], p["confidence"], p["attempts"],
+                              p["successes"]) for p in record.get("priors", [])],
+                        )
+                elif record["type"] == "attempt":
+                    attempt = _attempt_from_record(record)
+                    inserted = conn.execute(
+                        f"INSERT OR IGNORE INTO attempts ({', '.join(_ATTEMPT_COLUMNS)})"
+                        f" VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))})",
+                        _attempt_row(attempt, record.get("id") or attempt.stable_id()),
+                    ).rowcount
+                    if inserted:
+                        attempts_added += 1
+                        touched.add(attempt.state)
+                    else:
+                        duplicates += 1
             self._recompute(conn, sorted(touched))
             return states_added, attempts_added, duplicates
 
-        states_added, attempts_added, duplicates = self._write(step)
-        return ImportStats(attempts_added, duplicates, states_added, tuple(problems))
+        try:
+            states_added, attempts_added, duplicates = self._write(step)
+        except sqlite3.DatabaseError as exc:  # rolled back: the file is unchanged
+            return ImportStats(0, 0, 0, (f"nothing was imported: {exc}",))
+        return ImportStats(attempts_added, duplicates, states_added, ())
 
     # ------------------------------------------------------------ maintenance
 
     def reset(self) -> None:
-        """Forget everything learned: attempts, derived states, entries; the catalogue is re-seeded."""
+        """Forget everything learned: attempts, derived states, entries; the catalogue is re-seeded.
+
+        The rolling backup is refreshed first, so ``kb restore --force`` can undo a reset.
+        """
+        self._maybe_backup(now=True)
 
         def step(conn: sqlite3.Connection) -> None:
             for table in ("attempts", "entries", "priors", "states", "techniques"):
                 conn.execute(f"DELETE FROM {table}")  # table names are constants, not input
             conn.execute("DELETE FROM meta WHERE key = ?", ("catalogue_sha256",))
+            # An empty database after a reset is wanted: no "empty, restore?" notice, and the next
+            # backup may replace the one taken before the reset.
+            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", ("reset_at", _now()))
 
         self._write(step)
         self._sync_catalogue(force=True)
@@ -778,16 +926,17 @@ class KnowledgeBase:
 
 
 def _attempt_from_record(record: Mapping[str, Any]) -> Attempt:
+    """An attempt from an export record that passed :func:`kb_logic.validate_export_record` (types already exact)."""
     speedup = record.get("speedup")
     return Attempt(
-        kernel_hash=str(record["kernel_hash"]), file=str(record["file"]), kernel=str(record["kernel"]),
-        state=str(record["state"]), technique=str(record["technique"]), candidate_hash=str(record["candidate_hash"]),
-        verdict=str(record["verdict"]), accepted=bool(record["accepted"]),
-        speedup=float(speedup) if speedup is not None else None, reason=str(record.get("reason", "")),
+        kernel_hash=record["kernel_hash"], file=record["file"], kernel=record["kernel"],
+        state=record["state"], technique=record["technique"], candidate_hash=record["candidate_hash"],
+        verdict=record["verdict"], accepted=record["accepted"],
+        speedup=float(speedup) if speedup is not None else None, reason=record.get("reason", ""),
         metrics_before=dict(record.get("metrics_before") or {}), metrics_after=dict(record.get("metrics_after") or {}),
-        features=dict(record.get("features") or {}), model=record.get("model"), generator=str(record.get("generator", "")),
+        features=dict(record.get("features") or {}), model=record.get("model"), generator=record.get("generator", ""),
         original_source=record.get("original_source"), candidate_source=record.get("candidate_source"),
-        created_at=str(record["created_at"]),
+        created_at=record["created_at"],
     )
 
 

@@ -45,7 +45,7 @@ from kernel_lsp.core import profile as P
 from kernel_lsp.core import profiling_tree as T
 from kernel_lsp.core.classify import Bottleneck, classify
 from kernel_lsp.core.index import Function, build_index
-from kernel_lsp.core.spec import find_inline_specs
+from kernel_lsp.core.spec import inline_spec_for
 from kernel_lsp.core.profile import KernelProfile, Regression, profile_from_json, profile_to_json, regression
 from kernel_lsp.services import ncu_reader, proc
 from kernel_lsp.core.nvcc_output import ResourceUsage
@@ -126,9 +126,9 @@ def find_spec(source_path: str, source_text: str, kernel: str) -> tuple[str | No
     sidecar = sidecar_path(source_path, kernel)
     if os.path.isfile(sidecar):
         return sidecar, None, None
-    for found in find_inline_specs(source_text):
-        if found.kernel == kernel or (found.data and found.data.get("kernel") == kernel):
-            return None, found.data, found.error
+    found = inline_spec_for(source_text, kernel)
+    if found is not None:
+        return None, found.data, found.error  # type: ignore[return-value]
     return None, None, None
 
 

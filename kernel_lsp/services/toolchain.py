@@ -35,7 +35,7 @@ from kernel_lsp.config import Settings
 from kernel_lsp.core.launch_dims import defines_from_flags
 from kernel_lsp.core.nvcc_output import CompilerMessage, ResourceUsage, parse_diagnostics, parse_resource_usage
 from kernel_lsp.services import proc
-from kernel_lsp.services.compile_db import CompileDb
+from kernel_lsp.services.compile_db import CompileDb, DbFlags
 
 log = logging.getLogger(__name__)
 
@@ -75,6 +75,9 @@ class BuildFlags:
     """``compile_commands.json`` or ``settings``: where the flags came from."""
     problems: tuple[str, ...] = ()
     """What the user should know about the flags (a malformed compile_commands.json, …)."""
+    notices: tuple[CompilerMessage, ...] = ()
+    """Diagnostics about the flags themselves (compile-database flags the policy dropped), shown with
+    every compile's messages."""
 
     def for_arch(self, arch: str) -> BuildFlags:
         """The same flags for one architecture (the verifier builds for the GPU it measures on)."""
@@ -110,7 +113,7 @@ def build_flags(
 ) -> BuildFlags:
     """The flags of every nvcc run for ``document_path`` (see the module docstring)."""
     folder = os.path.dirname(os.path.abspath(document_path)) or os.getcwd()
-    db = (compile_db or CompileDb()).flags_for(document_path, workspace_root)
+    db = (compile_db or CompileDb()).flags_for(document_path, workspace_root, settings.allowed_compilers)
     db_arch, db_rest = split_arch_flags(db.flags or ())
     flags = [*db_rest, "-I", folder]
     for path in settings.include_paths:
@@ -124,6 +127,7 @@ def build_flags(
         timeout_s=settings.compile_timeout_s,
         flags_source="compile_commands.json" if db.flags is not None else "settings",
         problems=(db.problem,) if db.problem else (),
+        notices=(dropped_flags_message(db),) if db.dropped else (),
     )
 
 
@@ -179,6 +183,13 @@ class CompileResult:
         return self.by_base_name.get(name.rsplit("::", 1)[-1].split("<", 1)[0].strip())
 
 
+def dropped_flags_message(db: DbFlags) -> CompilerMessage:
+    """One warning naming every flag of the compile database that the flag policy refused, and why."""
+    items = "; ".join(f"'{d.flag}' ({d.reason})" for d in db.dropped)
+    return CompilerMessage(None, None, None, "warning", "flags-dropped",
+                           f"{db.db_path}: flags not passed to nvcc: {items}", tool="kernel-lsp")
+
+
 def _map_file(message: CompilerMessage, temp_names: set[str], document_path: str) -> CompilerMessage:
     if message.path is not None and message.path in temp_names:
         return dataclasses.replace(message, path=document_path)
@@ -212,7 +223,8 @@ def compile_in(
     except proc.ToolMissing:
         missing = (f"nvcc was not found ('{flags.nvcc}'): compiler diagnostics and register counts are off. "
                    "Install the CUDA toolkit or set kernelLsp.nvccPath.")
-        return CompileResult(messages=(), wall_s=time.monotonic() - start, tool_missing=missing, log=missing, **common)
+        return CompileResult(messages=flags.notices, wall_s=time.monotonic() - start, tool_missing=missing, log=missing,
+                             **common)
     problems = flags.problems
     if result.timed_out:
         problems += (
@@ -224,6 +236,7 @@ def compile_in(
     messages = parse_diagnostics(text)
     if document_path is not None:
         messages = tuple(_map_file(m, temp_names, document_path) for m in messages)
+    messages = flags.notices + messages
     usages = parse_resource_usage(text)
     resources: dict[str, ResourceUsage] = {}
     by_base: dict[str, ResourceUsage] = {}

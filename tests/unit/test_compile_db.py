@@ -14,7 +14,7 @@ def test_keeps_parse_relevant_flags_and_drops_outputs(tmp_path: Path) -> None:
     kept = keep_flags(args, str(tmp_path / "build"), str(tmp_path / "k.cu"))
     assert kept == (
         f"-I{tmp_path / 'build' / 'inc'}", "-I", str(tmp_path / "other"), "-DX=1", "-std=c++17", "-arch=sm_80",
-        "--expt-relaxed-constexpr", "-Xcompiler", "-fPIC",
+        "--expt-relaxed-constexpr", "-O3", "-Xcompiler", "-fPIC",
     )
 
 

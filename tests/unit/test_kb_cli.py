@@ -102,9 +102,18 @@ def test_reset_asks_on_a_terminal(tmp_path, monkeypatch, answer, attempts_left):
 
 def test_corrupt_database_message_reaches_the_user(tmp_path, capsys):
     db = tmp_path / "kb.db"
-    db.write_bytes(b"this is not sqlite" * 100)
+    db.write_bytes(b"SQLite format 3\x00" + b"this is not a database page" * 100)
     assert run_cli(["kb", "stats", "--db", str(db)]) == 0
     assert "moved to" in capsys.readouterr().err
+
+
+def test_foreign_file_is_refused_and_left_alone(tmp_path, capsys):
+    db = tmp_path / ".bashrc"
+    db.write_bytes(b"this is not sqlite" * 100)
+    assert run_cli(["kb", "stats", "--db", str(db)]) == 1
+    assert "not a SQLite database" in capsys.readouterr().err
+    assert db.read_bytes() == b"this is not sqlite" * 100
+    assert sorted(p.name for p in tmp_path.iterdir()) == [".bashrc"]
 
 
 def test_kb_without_action_is_usage_error(capsys):

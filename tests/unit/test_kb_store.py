@@ -267,7 +267,8 @@ def test_two_writer_processes_lose_nothing(db):
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
 def test_corrupt_file_is_moved_aside(db, damage):
     if damage == "garbage":
-        db.write_bytes(os.urandom(8192))
+        # A SQLite header over random pages: a damaged database (a file without the header is refused instead).
+        db.write_bytes(b"SQLite format 3\x00" + os.urandom(8192))
     else:
         with KnowledgeBase.open(db) as kb:
             for n in range(40):
@@ -277,7 +278,6 @@ def test_corrupt_file_is_moved_aside(db, damage):
         db.write_bytes(data[: len(data) // 2])
     damaged = db.read_bytes()
     with KnowledgeBase.open(db) as kb:
-        assert len(kb.messages) == 1
         assert "moved to" in kb.messages[0] and str(db) in kb.messages[0]
         [aside] = [p for p in db.parent.glob(db.name + ".corrupt-*") if not p.name.endswith(("-wal", "-shm"))]
         assert aside.read_bytes() == damaged  # nothing dropped: the bytes are kept
@@ -332,7 +332,7 @@ def test_import_merges_with_local_attempts(tmp_path):
     assert entry == kb_logic.update_entry(kb_logic.update_entry(prior, 1.1, True), 1.4, True)
 
 
-def test_import_reports_bad_lines(tmp_path, db):
+def test_import_rejects_bad_lines_and_imports_nothing(tmp_path, db):
     good = json.dumps({"type": "header", "format": "kernel-lsp-kb", "format_version": 1})
     attempt = {**json.loads(json.dumps(make_attempt(1).__dict__)), "type": "attempt"}
     unknown_state = {**attempt, "state": "nowhere", "candidate_hash": "zz"}
@@ -341,9 +341,13 @@ def test_import_reports_bad_lines(tmp_path, db):
     ]) + "\n")
     with KnowledgeBase.open(db) as kb:
         result = kb.import_jsonl(tmp_path / "mixed.jsonl")
-        assert result.attempts_added == 1
-        assert len(result.problems) == 4
+        # All or nothing: the one good attempt is not imported while other lines are rejected.
+        assert (result.attempts_added, result.states_added) == (0, 0)
+        assert kb.attempts() == []
         assert any("line 2" in p for p in result.problems) and any("unknown state 'nowhere'" in p for p in result.problems)
+        assert any("line 5: missing field 'kernel_hash'" in p for p in result.problems)
+        assert any("line 6: a record is a JSON object" in p for p in result.problems)
+        assert "nothing was imported" in result.problems[-1]
         (tmp_path / "other.jsonl").write_text('{"type": "something"}\n')
         refused = kb.import_jsonl(tmp_path / "other.jsonl")
         assert refused.attempts_added == 0 and "not a kernel-lsp knowledge-base export" in refused.problems[-1]

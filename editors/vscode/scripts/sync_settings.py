@@ -107,6 +107,10 @@ def server_properties() -> dict[str, dict]:
         if isinstance(default, tuple):
             default = list(default)
         prop = {"type": kind, **extra, "default": default, "description": docs[f.name], "order": order}
+        if f.name in config.USER_LEVEL:
+            # "machine": VS Code takes the value from user settings only and ignores a workspace's
+            # .vscode/settings.json, so a cloned repository cannot choose what kernel-lsp runs.
+            prop["scope"] = "machine"
         props["kernelLsp." + config._camel(f.name)] = prop
     return props
 

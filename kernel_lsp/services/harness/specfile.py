@@ -18,8 +18,12 @@ def load_spec_file(path: str | os.PathLike[str]) -> Spec:
             text = f.read()
     except OSError as exc:
         raise SpecError([f"cannot read spec file {os.fspath(path)}: {exc.strerror or exc}"]) from None
+    except UnicodeDecodeError as exc:
+        raise SpecError([f"spec file {os.fspath(path)} is not UTF-8 text (byte {exc.start})"]) from None
     try:
         data = json.loads(text)
-    except json.JSONDecodeError as exc:
+    except RecursionError:
+        raise SpecError([f"{os.fspath(path)} is nested too deeply to read"]) from None
+    except ValueError as exc:  # JSONDecodeError, and integers beyond Python's digit limit
         raise SpecError([f"{os.fspath(path)} is not valid JSON: {exc}"]) from None
     return parse_spec(data, os.path.dirname(os.path.abspath(path)))

@@ -51,6 +51,7 @@ from kernel_lsp.core import stats
 from kernel_lsp.core.inputs import NUMPY_DTYPES
 from kernel_lsp.core.spec import Spec, SpecError
 from kernel_lsp.core.static_check import check, check_signature
+from kernel_lsp.services.limits import spec_memory_problem
 from kernel_lsp.core.verdict import GpuInfo, KernelTiming, Reason, Verdict
 from kernel_lsp.services.harness import device_kernels
 from kernel_lsp.services.harness.compile import CompileResult, compile_cubin, device_globals, find_entry
@@ -161,6 +162,10 @@ def verify(original_source: str, candidate_source: str, spec: Spec, options: Ver
     signature = check_signature(original_source, candidate_source, spec)
     if signature.spec_errors:
         raise SpecError(signature.spec_errors)
+    # Before anything is allocated: a spec asking for more memory than there is is refused, not tried.
+    memory = spec_memory_problem(spec)
+    if memory:
+        raise SpecError([memory])
     with tempfile.TemporaryDirectory(prefix="kernel-lsp-verify-") as workdir:
         try:
             return _verify_in(workdir, original_source, candidate_source, spec, options, cancel, seeds, list(signature.warnings), signature.changed, verdict)
