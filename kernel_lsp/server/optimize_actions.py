@@ -14,7 +14,6 @@ Registered from :mod:`kernel_lsp.server.code_actions` (its provider list).
 
 from __future__ import annotations
 
-import functools
 import logging
 import os
 import re
@@ -201,10 +200,6 @@ def run_search(state: ServerState, doc: DocumentState, kernel: str, spec: Any, s
     result = state.session().optimize(source, path, kernel, spec, model=model, budget=budget,
                                       profile=_last_profile(state, doc.path, kernel), cancel=ctx.cancel,
                                       progress=lambda message, pct: ctx.report(message, pct), document_version=version)
-    for notice in result.messages:
-        # The search's notices (a corrupt knowledge base moved aside, an empty one with a backup to
-        # restore, a store that could not be opened) reach the user now, not only in the result.
-        state.post(functools.partial(state.show, f"kernel-lsp: {notice}", types.MessageType.Warning, once_key=f"notice:{notice}"))
     if messages:
         result = replace(result, messages=result.messages + tuple(messages))
     return result
@@ -231,6 +226,10 @@ def start(state: ServerState, doc: DocumentState, kernel: str) -> str:
 
     def publish(result: OptimizeResult) -> None:
         ostate(state).results[(doc.uri, kernel)] = result
+        for notice in result.messages:
+            # The search's notices (a corrupt knowledge base moved aside, an empty one with a backup to
+            # restore, a store that could not be opened) reach the user as messages, not only in the result.
+            state.show(f"kernel-lsp: {notice}", types.MessageType.Warning, once_key=f"notice:{notice}")
         message, kind = finished_message(result)
         state.show(message, kind)
 

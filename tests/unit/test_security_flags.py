@@ -9,7 +9,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.services.compile_db import CompileDb, compiler_allowed, filter_flags
-from kernel_lsp.services.toolchain import build_argv, dropped_flags_message
+from kernel_lsp.services.toolchain import build_flags, dropped_flags_message
 from kernel_lsp.config import Settings
 
 
@@ -105,8 +105,11 @@ def test_database_entry_reports_dropped_flags_and_the_warning_names_them(tmp_pat
     message = dropped_flags_message(flags)
     assert message.severity == "warning" and message.code == "flags-dropped"
     assert "'-ccbin /opt/evil'" in message.message and "'-include /etc/hostname'" in message.message
-    argv = build_argv(Settings(), "k.cu", str(tmp_path), flags.flags)
-    assert "-ccbin" not in argv and "/etc/hostname" not in argv
+    build = build_flags(Settings(), str(tmp_path / "k.cu"), workspace_root=str(tmp_path), compile_db=CompileDb())
+    argv = build.argv("k.cu")
+    assert "-ccbin" not in argv and "/etc/hostname" not in argv and "-DOK" in argv
+    # The warning travels with the flags: every compile of the file shows it.
+    assert [m.code for m in build.notices] == ["flags-dropped"]
 
 
 def test_deeply_nested_database_is_a_message(tmp_path):
