@@ -1,0 +1,172 @@
+"""Transformations from the access analysis: where each applies, each refusal with its missing
+fact, the emitted code compiled by nvcc, sequences, and the host launch edit."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from kernel_lsp.core.candidates import OptimizeRequest
+from kernel_lsp.core.index import build_index
+from kernel_lsp.core.rules import RuleGenerator, evaluate, rule_by_name
+from kernel_lsp.core.spec import parse_spec
+from kernel_lsp.core.transforms.launch_edit import scale_launches, scaled_grid
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+
+def spec_of(kernel: str, params: list[dict], grid, block, variants=None) -> dict:
+    data = {"kernel": kernel, "params": params, "grid": grid, "block": block, "tolerance": {"rtol": 1e-4, "atol": 1e-5}}
+    if variants:
+        data["variants"] = variants
+    return data
+
+
+def arr(name, size, role="in"):
+    return {"name": name, "array": "float32", "size": size, "init": "uniform(-1,1)" if role != "out" else "zeros", "role": role}
+
+
+def scalar(name, value):
+    return {"name": name, "scalar": "int32", "value": value}
+
+
+def outcome(rule: str, source: str, spec: dict):
+    found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
+    return found
+
+
+def compiles(source: str, tmp_path) -> None:
+    from kernel_lsp.services.harness.compile import compile_cubin
+    from kernel_lsp.services.toolchain import BuildFlags
+
+    result = compile_cubin(source, str(tmp_path), "cand", BuildFlags().for_arch("sm_90"))
+    assert result.ok, result.log
+
+
+GEMV = """
+__global__ void gemv(int n, const float* A, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    y[i] = 0;
+    for (int j = 0; j < n; j++)
+      y[i] += A[i * n + j] * x[j];
+  }
+}
+"""
+GEMV_SPEC = spec_of("gemv", [scalar("n", 1024), arr("A", "n*n"), arr("x", "n"), arr("y", "n", "out")],
+                    ["ceil_div(n,256)", 1, 1], [256, 1, 1], [{"n": 100}])
+
+
+def test_register_accumulate_applies_and_compiles(tmp_path):
+    found = outcome("register-accumulate", GEMV, GEMV_SPEC)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "float kl_acc0 = y[i];" in source and "kl_acc0 += A[i * n + j] * x[j];" in source
+    assert "y[i] = kl_acc0; }" in source
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda s: s.replace("y[i] += A[i * n + j]", "y[j % n] += A[i * n + j]"), "changes inside the loop"),
+    (lambda s: s.replace("      y[i] += A", "      if (x[j] > 0) y[i] += A"), "under a condition"),
+    (lambda s: s.replace("y[i] += A[i * n + j] * x[j];", "{ y[i] += A[i * n + j] * x[j]; x[0] = y[i + 1]; }"),
+     "different indices"),
+])
+def test_register_accumulate_refusals(change, why):
+    found = outcome("register-accumulate", change(GEMV), GEMV_SPEC)
+    assert not found.applicable and why in found.why
+
+
+def test_register_accumulate_needs_a_loop_that_runs_at_every_size():
+    source = GEMV.replace("int n, const", "int n, int k, const").replace("j < n; j++", "j < k; j++")
+    params = [scalar("n", 1024), scalar("k", 1024), arr("A", "n*n"), arr("x", "n"), arr("y", "n", "out")]
+    assert outcome("register-accumulate", source, dict(GEMV_SPEC, params=params, variants=[{"k": 3}])).applicable
+    found = outcome("register-accumulate", source, dict(GEMV_SPEC, params=params, variants=[{"k": 0}]))
+    assert not found.applicable and "zero times" in found.why
+
+
+SOFTMAX = """
+__global__ void rows(float* out, const float* in, int N, int C) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < N) {
+    float m = -1e30f;
+    for (int j = 0; j < C; j++) if (in[r * C + j] > m) m = in[r * C + j];
+    float s = 0.f;
+    for (int j = 0; j < C; j++) s += expf(in[r * C + j] - m);
+    for (int j = 0; j < C; j++) out[r * C + j] = expf(in[r * C + j] - m) / s;
+  }
+}
+void host(float* o, const float* i, int N, int C) { rows<<<(N + 255) / 256, 256>>>(o, i, N, C); }
+"""
+SOFTMAX_SPEC = spec_of("rows", [arr("out", "N*C", "out"), arr("in", "N*C"), scalar("N", 4096), scalar("C", 1000)],
+                       ["ceil_div(N,256)", 1, 1], [256, 1, 1], [{"N": 77, "C": 33}])
+
+
+def test_warp_per_row_applies_with_a_scaled_launch(tmp_path):
+    found = outcome("warp-per-row", SOFTMAX, SOFTMAX_SPEC)
+    assert found.applicable, found.why
+    rewrite = found.rewrites[0]
+    assert rewrite.grid_scale == (32, 1, 1)
+    assert rewrite.launch_override["grid"][0] == "(ceil_div(N,256)) * 32"
+    body = rewrite.source
+    assert body.count("j += 32") == 3 and "m = kl_warp_max(m);" in body and "s = kl_init1_0 + kl_warp_sum(s);" in body
+    assert "int r = kl_vbid * blockDim.x + kl_vtid;" in body
+    if shutil.which("nvcc"):
+        compiles(body, tmp_path)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda s: s.replace("if (r < N) {", "if (r < N) { __syncthreads();"), "barriers"),
+    (lambda s: s.replace("for (int j = 0; j < C; j++) s +=", "for (int j = 0; j < C; j++) s = s * 0.5f +"),
+     "carries s from one iteration"),
+    (lambda s: s.replace("s += expf(in[r * C + j] - m);", "{ s += expf(in[r * C + j] - m); out[r * C + j] = s; }"),
+     "reads the accumulator `s`"),
+    (lambda s: s.replace("out[r * C + j] = expf(in[r * C + j] - m) / s;", "out[r * C + j] = out[r * C + j - 1] + 1;"),
+     "another index"),
+    (lambda s: s.replace("s += expf(in[r * C + j] - m);", "{ s += expf(in[r * C + j] - m); for (int k = 0; k < 2; k++) m += 0; }"),
+     "nested loop"),
+])
+def test_warp_per_row_refusals(change, why):
+    found = outcome("warp-per-row", change(SOFTMAX), SOFTMAX_SPEC)
+    assert not found.applicable and why in found.why
+
+
+def test_warp_per_row_refused_when_it_would_uncoalesce_as_much_as_it_coalesces():
+    transpose_like = """
+    __global__ void inv(const float* in, float* out, int n, int f) {
+      int p = threadIdx.x + blockDim.x * blockIdx.x;
+      if (p < n) for (int i = 0; i < f; i++) out[p + n * i] = in[p * f + i];
+    }"""
+    spec = spec_of("inv", [arr("in", "n*f"), arr("out", "n*f", "out"), scalar("n", 4096), scalar("f", 34)],
+                   ["ceil_div(n,256)", 1, 1], [256, 1, 1])
+    found = outcome("warp-per-row", transpose_like, spec)
+    assert not found.applicable and "would become a row apart" in found.why
+
+
+def test_a_sequence_follows_its_first_step_and_waits_for_it():
+    request = OptimizeRequest(source=GEMV, path="/w/gemv.cu", kernel="gemv", spec=GEMV_SPEC)
+    candidates = list(RuleGenerator().generate(request))
+    names = [c.generator for c in candidates]
+    first = names.index("rule:register-accumulate")
+    assert names[first + 1] == "rule:register-accumulate+warp-per-row"
+    composed = candidates[first + 1]
+    assert composed.after == "rule:register-accumulate" and composed.grid_scale == (32, 1, 1)
+    assert "kl_warp_sum(kl_acc0)" in composed.source
+
+
+def test_launch_sites_are_rescaled_however_the_grid_is_written():
+    source = SOFTMAX + "void two(dim3 g, float* o, const float* i) { rows<<<g, 256, 0>>>(o, i, 1, 1); }\n"
+    edit = scale_launches(source, "rows", (32, 1, 1))
+    assert len(edit.lines) == 2 and edit.instruction is None
+    assert "rows<<<dim3(dim3((N + 255) / 256).x * 32, dim3((N + 255) / 256).y, dim3((N + 255) / 256).z), 256>>>" in edit.source
+    assert "rows<<<dim3(dim3(g).x * 32, dim3(g).y, dim3(g).z), 256, 0>>>" in edit.source
+    assert len(build_index(edit.source).launches_of("rows")) == 2
+    assert scaled_grid("blocks", (1, 2, 1)) == "dim3(dim3(blocks).x, dim3(blocks).y * 2, dim3(blocks).z)"
+
+
+def test_without_a_launch_in_the_file_the_host_change_is_stated():
+    edit = scale_launches(GEMV, "gemv", (32, 1, 1))
+    assert edit.source == GEMV and edit.lines == ()
+    assert "launch it with 32 x 1 x 1 times the blocks" in edit.instruction
