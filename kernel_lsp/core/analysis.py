@@ -427,7 +427,7 @@ class _Walker:
         if isinstance(value, Poly) and any(w in type_text for w in ("float", "double", "half")):
             return self.fresh(_text(self.src, node), [value])
         if isinstance(value, _Pointer) and "*" in type_text:
-            return self.retype(value, self.ty(_strip_qualifiers(type_text)), node)
+            return self.retype(value, self.ty(_strip_qualifiers(type_text)), node, "const" in type_text.split("*")[0])
         return value
 
     def ty(self, name: str) -> str:
@@ -455,9 +455,13 @@ class _Walker:
         self.unknowns.append(f"`{name}` points to memory the analysis cannot resolve{where}")
         return _Pointer(name, "unknown", ZERO, elem_type)
 
-    def retype(self, pointer: _Pointer, elem_type: str, node: Node) -> _Value:
+    def retype(self, pointer: _Pointer, elem_type: str, node: Node, to_const: bool = True) -> _Value:
         """A pointer cast to another element type (``reinterpret_cast<float4*>(&a[4*i])``): the
-        offset is re-expressed in the new elements, exactly or not at all."""
+        offset is re-expressed in the new elements, exactly or not at all. A cast to a pointer to
+        non-const data counts as an escape: the array may be written through it, and a ``const``
+        added to the parameter would not compile (the cast would cast it away)."""
+        if not to_const:
+            self.escaped.add(pointer.base)
         if elem_type in ("void", pointer.elem_type):
             return pointer
         old, new = self.elem_bytes(pointer.elem_type), self.elem_bytes(elem_type)
@@ -811,7 +815,7 @@ class _Walker:
             type_text = _text(self.src, type_args).strip("<> ") if type_args is not None else ""
             value = self.expr(args[0])
             if isinstance(value, _Pointer) and "*" in type_text:
-                return self.retype(value, self.ty(_strip_qualifiers(type_text)), node)
+                return self.retype(value, self.ty(_strip_qualifiers(type_text)), node, "const" in type_text.split("*")[0])
             if isinstance(value, Poly) and not any(w in type_text for w in ("float", "double", "half")):
                 return value
             return self.fresh(_text(self.src, node), [value])
@@ -1610,6 +1614,24 @@ def _instantiations(root: Node, src: bytes) -> dict[str, tuple[str, ...]]:
                                      tuple(_text(src, a) for a in args.named_children))
         stack.extend(reversed(node.children))
     return found
+
+
+def explicit_instantiations(text: str) -> frozenset[str]:
+    """Names of the function templates the text instantiates explicitly (``template __global__ void
+    k<float>(float* p);``): such a declaration repeats the parameter types, so a rewrite that
+    changes them must change it too."""
+    src, root = _parse(text)
+    found = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "template_instantiation":
+            tf = next((d for d in _descendants(node, 3) if d.type == "template_function"), None)
+            name = tf.child_by_field_name("name") if tf is not None else None
+            if name is not None:
+                found.add(_text(src, name).rsplit("::", 1)[-1])
+        stack.extend(node.children)
+    return frozenset(found)
 
 
 def _descendants(node: Node, depth: int) -> Iterator[Node]:

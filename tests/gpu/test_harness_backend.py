@@ -16,6 +16,7 @@ from kernel_lsp.core.compare import GUARD_BYTES, check_guards, guard_expected, g
 from kernel_lsp.core.inputs import DevicePlan, counter_values, device_plan
 from kernel_lsp.core.spec import parse_spec
 from kernel_lsp.core.verdict import Reason
+from kernel_lsp.services.toolchain import BuildFlags
 from kernel_lsp.services.harness import VerifyOptions, verify
 from kernel_lsp.services.harness.compile import compile_cubin, device_globals
 from kernel_lsp.services.harness.verify import cuda_tool, detect_arch, helper_cubin
@@ -40,7 +41,7 @@ def backend(tmp_path_factory):
     options = VerifyOptions(arch=arch)
     helpers = helper_cubin(workdir, arch, options)
     assert helpers.ok, helpers.log
-    built = compile_cubin(PROBE, workdir, "candidate", arch=arch, nvcc=cuda_tool("nvcc"))
+    built = compile_cubin(PROBE, workdir, "candidate", BuildFlags(nvcc=cuda_tool("nvcc")).for_arch(arch))
     assert built.ok, built.log
     with open(built.cubin_path, "rb") as f:
         state = {"candidate": list(device_globals(f.read()))}
@@ -150,8 +151,11 @@ SCALE = """extern "C" __global__ void scale(int n, const float* x, float* y)
     if (i < n) y[i] = 2.0f * x[i];
 }
 """
-# Spins forever at the main size only (x is finite, so the loop condition never changes there).
-HANG = SCALE.replace("if (i < n) y[i] = 2.0f * x[i];", "if (i < n) { volatile float v = x[i]; while (n > 4096 && v == v) { } y[i] = 2.0f * v; }")
+# Spins forever at the main size only (x is finite, so the loop condition never changes there). The
+# loop stores to global memory on every turn: an empty one may be removed by the compiler (C++'s
+# forward-progress rule), and on the H200 it was.
+HANG = SCALE.replace("if (i < n) y[i] = 2.0f * x[i];",
+                     "if (i < n) { volatile float v = x[i]; while (n > 4096 && v == v) { y[i] = v; } y[i] = 2.0f * v; }")
 
 
 def test_a_hanging_candidate_is_a_timeout_within_seconds():

@@ -6,6 +6,7 @@ import re
 
 from kernel_lsp.core.consteval import evaluate_int
 from kernel_lsp.core.rules import text as T
+from kernel_lsp.core.analysis import explicit_instantiations
 from kernel_lsp.core.rules.base import MAX_GRID_YZ, MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 
@@ -50,6 +51,8 @@ class RestrictConst(Rule):
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         if not any(p.pointer_depth == 1 for p in ctx.kernel.params):
             return False, "no pointer parameters"
+        if ctx.kernel.name in explicit_instantiations(ctx.preprocessed.text):
+            return False, "the file instantiates the template explicitly with these parameter types"
         add_const, add_restrict = self._plan(ctx)
         if not add_const and not add_restrict:
             if ctx.spec is None:

@@ -9,6 +9,8 @@ candidate (its description says so).
 
 from __future__ import annotations
 
+import bisect
+
 from dataclasses import dataclass, field
 
 from tree_sitter import Node, Parser
@@ -16,7 +18,7 @@ from tree_sitter import Node, Parser
 from kernel_lsp.core.analysis import KernelFacts
 from kernel_lsp.core.index import Function
 from kernel_lsp.core.parse import CUDA_LANGUAGE
-from kernel_lsp.core.source import Preprocessed
+from kernel_lsp.core.source import Preprocessed, blank_comments
 
 
 class EmitError(ValueError):
@@ -67,6 +69,77 @@ class BodyEdit:
     def changed(self) -> bool:
         return bool(self.edits)
 
+    def onto(self, source: str, function: Function) -> str | None:
+        """The edits applied to the user's own text of the kernel (macros kept as written), or None when
+        one of them falls where the preprocessed line differs from the user's around it (inside a
+        macro's expansion): the caller then splices the expanded body instead.
+
+        An edit maps when the text it replaces is the same in both lines and so is everything before it
+        on its line, or everything after it (``a * BLOCK + threadIdx.x``: the edit of ``threadIdx.x``
+        maps from the line's end although ``BLOCK`` was expanded before it).
+        """
+        if function.body_span is None:
+            return None
+        pre_text = self.src.decode("utf-8")
+        pre_lines = pre_text.split("\n")
+        user_lines = blank_comments(source).split("\n")
+        raw_lines = source.split("\n")
+        line_starts_pre = _line_starts(pre_lines)
+        # Line starts in bytes (latin-1 maps each byte to one character, so lengths are byte counts).
+        byte_starts = _line_starts([line.encode("utf-8").decode("latin-1") for line in raw_lines])
+        data = source.encode("utf-8")
+        body_lo, body_hi = function.body_span.start_byte, function.body_span.end_byte
+        placed: list[tuple[int, int, str]] = []
+        for start, end, new in self.edits:
+            if start == end == self.facts.body_span[0] + 1:
+                placed.append((body_lo + 1, body_lo + 1, new))
+                continue
+            cs, ce = len(self.src[:start].decode("utf-8")), len(self.src[:end].decode("utf-8"))
+            line = _line_of(line_starts_pre, cs)
+            if _line_of(line_starts_pre, ce) != line:
+                return None
+            user = self.pre.user_line(line)
+            if user is None or user >= len(user_lines):
+                return None
+            pre_line, user_line = pre_lines[line], user_lines[user]
+            c1, c2 = cs - line_starts_pre[line], ce - line_starts_pre[line]
+            old = pre_line[c1:c2]
+            if pre_line[:c1] == user_line[:c1] and user_line[c1:c2] == old:
+                u1 = c1
+            else:
+                tail = pre_line[c2:]
+                u2 = len(user_line) - len(tail)
+                if not user_line.endswith(tail) or u2 - len(old) < 0 or user_line[u2 - len(old):u2] != old:
+                    return None
+                u1 = u2 - len(old)
+            raw = raw_lines[user]
+            # The file is addressed in bytes: the line's start, then the column's characters encoded.
+            b1 = byte_starts[user] + len(raw[:u1].encode("utf-8"))
+            b2 = b1 + len(raw[u1:u1 + len(old)].encode("utf-8"))
+            if not body_lo < b1 <= b2 < body_hi:
+                return None
+            placed.append((b1, b2, new))
+        out = data
+        last = None
+        for b1, b2, new in sorted(placed, key=lambda e: (e[0], e[1]), reverse=True):
+            if last is not None and b2 > last:
+                return None
+            out = out[:b1] + new.encode("utf-8") + out[b2:]
+            last = b1
+        return out.decode("utf-8")
+
+
+def _line_starts(lines: list[str]) -> list[int]:
+    starts, at = [], 0
+    for line in lines:
+        starts.append(at)
+        at += len(line) + 1
+    return starts
+
+
+def _line_of(starts: list[int], offset: int) -> int:
+    return bisect.bisect_right(starts, offset) - 1
+
 
 def unit_start(source: str, function: Function) -> int:
     """Byte offset of the line where the kernel's definition starts, template header and a
@@ -85,6 +158,18 @@ def unit_start(source: str, function: Function) -> int:
             break
         node = node.parent
     return src.rfind(b"\n", 0, start) + 1
+
+
+def emit(edit: BodyEdit, source: str, function: Function, helpers: str = "") -> tuple[str, bool]:
+    """(the new file, whether macros had to be expanded): the edits on the user's own text when they
+    all map there, else the expanded body spliced in."""
+    onto = edit.onto(source, function)
+    if onto is not None:
+        if helpers:
+            at = unit_start(onto, function)
+            onto = (onto.encode("utf-8")[:at] + helpers.encode("utf-8") + onto.encode("utf-8")[at:]).decode("utf-8")
+        return onto, False
+    return splice_body(source, function, edit.body(), helpers), True
 
 
 def splice_body(source: str, function: Function, new_body: str, helpers: str = "") -> str:

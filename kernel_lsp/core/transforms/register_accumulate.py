@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from kernel_lsp.core.analysis import Access, Binding, KernelFacts, LoopFact, trip_count
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.emit import BodyEdit, node_at, parse, splice_body
+from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
 
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -189,8 +189,8 @@ class RegisterAccumulate(Rule):
             indent = edit.indent_at(loop.span[0])
             edit.insert(loop.span[0], "{ " + loads + "\n" + indent)
             edit.insert(loop.span[1], "\n" + indent + stores + " }")
-        source = splice_body(ctx.source, ctx.kernel, edit.body())
+        source, expanded = emit(edit, ctx.source, ctx.kernel)
         what = ", ".join(f"`{p.accesses[0].text}`" for p in plans)
-        macro_note = " (macros used in the body appear expanded)" if ctx.preprocessed.macros else ""
+        macro_note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         return (Rewrite(source, f"keep {what} in a register across its loop: loaded once before, stored once after"
                                 + macro_note),)

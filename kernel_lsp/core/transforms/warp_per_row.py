@@ -35,7 +35,7 @@ from tree_sitter import Node
 from kernel_lsp.core.analysis import Binding, KernelFacts, LoopFact, Reduction, bind, conditional_update
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
-from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, node_at, parse, splice_body, warp_reduce_helpers
+from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, warp_reduce_helpers
 
 _BUILTIN_FIELDS = {("threadIdx", "x"): "kl_vtid", ("blockIdx", "x"): "kl_vbid", ("gridDim", "x"): "(gridDim.x >> 5)"}
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -243,8 +243,8 @@ class WarpPerRow(Rule):
             edit.insert(plan.loop.span[0], "{ " + " ".join(before) + "\n" + indent)
             edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
         helpers = warp_reduce_helpers(ops, ctx.source)
-        source = splice_body(ctx.source, ctx.kernel, edit.body(), helpers)
-        note = " (macros used in the body appear expanded)" if ctx.preprocessed.macros else ""
+        source, expanded = emit(edit, ctx.source, ctx.kernel, helpers)
+        note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         return (Rewrite(source, "a warp per row: the row loops split across the 32 lanes, accumulators combined with "
                                 f"warp shuffles; launched with 32 times the blocks{note}", self._launch(ctx),
                         grid_scale=(32, 1, 1)),)
