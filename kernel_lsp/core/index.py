@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, NamedTuple
 
@@ -1033,8 +1034,11 @@ class IncrementalIndexer:
     header) is reused when its bytes, its namespace/extern "C" context and the
     file's constants are all unchanged; a unit that only moved keeps its analysis, and an offset
     from where it was analysed places its positions when they are read (see :class:`_Layout`
-    and :class:`_LaunchPart`). The cache holds the latest version's units only, so memory stays
-    proportional to the document.
+    and :class:`_LaunchPart`). The cache holds the latest version's units, plus at most as many
+    units that recent versions no longer have (``_spare``, oldest dropped first), so memory stays
+    proportional to the document. The spares are for typing: an unclosed ``{`` makes tree-sitter
+    read every later function differently until the ``}`` is typed, and the version that closes
+    it finds the functions it had before in the spares instead of analysing them all again.
     """
 
     def __init__(self) -> None:
@@ -1042,6 +1046,7 @@ class IncrementalIndexer:
         # and keeps its hash, a tuple key would be hashed again for every look-up and insertion.
         # The result is the unit as analysed (never a moved copy), so shifts do not compound.
         self._cache: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
+        self._spare: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
 
     def index(self, doc: ParsedDocument) -> KernelIndex:
         src, tree = doc.snapshot()
@@ -1061,6 +1066,8 @@ class IncrementalIndexer:
             text = src[start_byte : node.end_byte]
             context = (unit.context, unit.is_template, constants_key)
             cached = cache.get(text)
+            if cached is None:
+                cached = self._spare.get(text)
             if cached is None or cached[0] != context:
                 results.append(None)
                 dirty.append(i)
@@ -1084,12 +1091,28 @@ class IncrementalIndexer:
             for i, (text, context), result in zip(dirty, dirty_keys, analysed):
                 new_cache[text] = (context, result)
                 results[i] = (result, result.function, result.part)
+        if len(new_cache) < len(cache) or any(text not in new_cache for text in cache):
+            self._retire(cache, new_cache)
         self._cache = new_cache
         errors = _syntax_errors(root, src)
         if doc.is_binary:
             end = (src.count(b"\n"), len(src) - src.rfind(b"\n") - 1)
             errors = (SyntaxError_("binary data, not CUDA source: not analysed", Span(Point(0, 0), Point(*end), 0, len(src))),)
         return _assemble(results, errors, constants)
+
+    def _retire(self, old: dict[bytes, Any], new: dict[bytes, Any]) -> None:
+        """Keep the units of ``old`` that ``new`` lacks as spares, at most ``len(new)`` of them."""
+        spare = self._spare
+        for text, entry in old.items():
+            if text not in new:
+                spare.pop(text, None)
+                spare[text] = entry  # re-inserted: the newest spares are last
+        for text in new:
+            spare.pop(text, None)
+        excess = len(spare) - max(len(new), 1)
+        if excess > 0:
+            for text in list(itertools.islice(spare, excess)):
+                del spare[text]
 
     @staticmethod
     def _analyze_dirty(

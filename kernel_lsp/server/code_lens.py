@@ -59,9 +59,9 @@ def kernel_report_text(facts: KernelFacts) -> str:
 
 
 def code_lenses(state: ServerState, doc: DocumentState) -> list[types.CodeLens]:
-    index = doc.index()
+    text = doc.indexed()
     lenses: list[types.CodeLens] = []
-    for facts in report(index, doc.source_bytes, doc.compile, state.settings.arch):
+    for facts in report(text.index, text.source_bytes, doc.compile, state.settings.arch):
         fn = facts.function
         parts = [lens_text(facts)]
         for extra in state.lens_parts:
@@ -75,7 +75,7 @@ def code_lenses(state: ServerState, doc: DocumentState) -> list[types.CodeLens]:
         if not title:
             continue
         lenses.append(types.CodeLens(
-            range=to_range(doc.parsed, fn.name_span),
+            range=to_range(text, fn.name_span),
             command=types.Command(title=title, command=REPORT_COMMAND, arguments=[doc.uri, fn.name]),
         ))
     return lenses

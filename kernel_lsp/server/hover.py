@@ -5,6 +5,12 @@ facts as ``kernel-lsp check``). Other modules add sections through
 ``state.hover_sections``: each ``fn(ctx: HoverContext) -> str | None`` gets the
 function and/or launch under the cursor and returns Markdown (or None to add
 nothing); sections are appended in list order after a horizontal rule.
+
+A hover never waits for the re-index of keystrokes it cannot be about: when
+the document changed since the last index was built, and the name under the
+cursor, its definition and every launch of it lie before the first changed
+byte, the answer comes from that index (it is the same answer). Otherwise the
+hover waits for the one re-index that covers every edit so far.
 """
 
 from __future__ import annotations
@@ -21,7 +27,7 @@ from lsprotocol import types
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Point
 from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import to_point, to_range
-from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.documents import DocumentState, IndexedText
 from kernel_lsp.services.kernel_report import KernelFacts, LaunchFacts, group_launches, kernel_facts, launch_facts
 
 log = logging.getLogger(__name__)
@@ -40,6 +46,8 @@ class HoverContext:
     launch: LaunchSite | None
     """The launch expression under the cursor, if any."""
     facts: KernelFacts | None
+    source: bytes = b""
+    """The text ``index`` was built from (spans read from it)."""
 
 
 HoverSection = Callable[[HoverContext], "str | None"]
@@ -102,7 +110,7 @@ def hover_markdown(ctx: HoverContext) -> str:
         launches = facts.launches
         if ctx.launch is not None:
             launches = tuple(lf for lf in launches if lf.launch == ctx.launch) or (
-                launch_facts(ctx.index, ctx.doc.source_bytes, ctx.launch, facts.resources, arch,
+                launch_facts(ctx.index, ctx.source, ctx.launch, facts.resources, arch,
                              compile.defines if compile is not None else None),
             )
         if launches:
@@ -143,9 +151,10 @@ class Lookup:
         return None
 
 
-def context_at(state: ServerState, doc: DocumentState, index: KernelIndex, point: Point) -> HoverContext | None:
-    lookup = doc.memo("hover-lookup", lambda: Lookup(index))
-    offset = doc.parsed.byte_offset(point.line, point.column_byte)
+def context_at(state: ServerState, doc: DocumentState, text: IndexedText, point: Point) -> HoverContext | None:
+    index = text.index
+    lookup = text.derived("hover-lookup", lambda: Lookup(index))
+    offset = text.byte_offset(point.line, point.column_byte)
     launch = lookup.launch_at(offset)
     if launch is not None:
         fn = lookup.by_name.get(launch.kernel.rsplit("::", 1)[-1])
@@ -156,30 +165,60 @@ def context_at(state: ServerState, doc: DocumentState, index: KernelIndex, point
     facts = None
     if fn is not None and fn.is_kernel:
         launches = lookup.launches_by_kernel.get(fn.name, ())
-        facts = kernel_facts(index, doc.source_bytes, fn, doc.compile, state.settings.arch, launches=launches)
-    return HoverContext(state, doc, index, point, fn, launch, facts)
+        facts = kernel_facts(index, text.source_bytes, fn, doc.compile, state.settings.arch, launches=launches)
+    return HoverContext(state, doc, index, point, fn, launch, facts, text.source_bytes)
 
 
-def hover_at(state: ServerState, doc: DocumentState, index: KernelIndex, position: types.Position) -> types.Hover | None:
-    point = to_point(doc.parsed, position)
-    ctx = context_at(state, doc, index, point)
+def hover_at(state: ServerState, doc: DocumentState, text: IndexedText, position: types.Position) -> types.Hover | None:
+    point = to_point(text, position)
+    ctx = context_at(state, doc, text, point)
     if ctx is None:
-        return line_hover_at(state, doc, index, point.line)
+        return line_hover_at(state, doc, text.index, point.line)
+    return _hover(ctx, text)
+
+
+def _spans_before(ctx: HoverContext, limit: int) -> bool:
+    """Everything the hover reads (name, definition, launches) ends before byte ``limit``."""
+    ends = [ctx.launch.span.end_byte] if ctx.launch is not None else []
+    if ctx.function is not None:
+        ends.append(ctx.function.span.end_byte)
+    if ctx.facts is not None:
+        ends += [lf.launch.span.end_byte for lf in ctx.facts.launches]
+    return bool(ends) and max(ends) < limit
+
+
+def hover_from_last_index(state: ServerState, doc: DocumentState, position: types.Position) -> types.Hover | None | bool:
+    """The hover from the last index built when the edits since cannot change it; False when they can."""
+    text = doc.last_indexed
+    if text is None:
+        return False
+    unchanged = doc.unchanged_before(text)
+    point = to_point(text, position)
+    if text.byte_offset(point.line, point.column_byte) >= unchanged:
+        return False
+    ctx = context_at(state, doc, text, point)
+    if ctx is None or not _spans_before(ctx, unchanged):
+        return False
+    return _hover(ctx, text)
+
+
+def _hover(ctx: HoverContext, text: IndexedText) -> types.Hover:
+    state = ctx.state
     sections = [hover_markdown(ctx)]
     for section in state.hover_sections:
         try:
-            text = section(ctx)
+            extra = section(ctx)
         except Exception:
             if os.environ.get(RAISE_ENV) == "1":
                 raise
             log.exception("hover section %s failed", getattr(section, "__name__", section))
             continue
-        if text:
-            sections.append(text)
+        if extra:
+            sections.append(extra)
     span = ctx.launch.kernel_span if ctx.launch is not None else ctx.function.name_span  # type: ignore[union-attr]
     return types.Hover(
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(sections)),
-        range=to_range(doc.parsed, span),
+        range=to_range(text, span),
     )
 
 
@@ -207,6 +246,9 @@ def register(server: KernelLspServer) -> None:
         doc = state.documents.get(params.text_document.uri)
         if doc is None:
             return None
+        if doc.cached("index") is None:
+            quick = hover_from_last_index(state, doc, params.position)
+            if quick is not False:
+                return quick  # type: ignore[return-value]
         async with doc.lock:
-            index = await doc.index_async()
-            return hover_at(state, doc, index, params.position)
+            return hover_at(state, doc, await doc.indexed_async(), params.position)

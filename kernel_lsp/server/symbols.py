@@ -25,10 +25,9 @@ from typing import Any
 from lsprotocol import types
 
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Span
-from kernel_lsp.core.parse import ParsedDocument
 from kernel_lsp.server.base import KernelLspServer, RawJson, guarded
-from kernel_lsp.server.convert import to_range
-from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.convert import Text, to_range
+from kernel_lsp.server.documents import DocumentState, IndexedText
 
 _FUNCTION = int(types.SymbolKind.Function)
 _METHOD = int(types.SymbolKind.Method)
@@ -39,7 +38,7 @@ _EVENT = int(types.SymbolKind.Event)
 class _Ranges:
     """Span -> LSP range JSON for one document version."""
 
-    def __init__(self, doc: ParsedDocument) -> None:
+    def __init__(self, doc: Text) -> None:
         self._doc = doc
         self._ascii = doc.source_bytes.isascii()
 
@@ -110,7 +109,7 @@ def _function_symbol(ranges: _Ranges, fn: Function, launches: list[LaunchSite]) 
     return symbol
 
 
-def document_symbols(doc: ParsedDocument, index: KernelIndex) -> list[dict[str, Any]]:
+def document_symbols(doc: Text, index: KernelIndex) -> list[dict[str, Any]]:
     """Hierarchical ``DocumentSymbol`` JSON, in source order."""
     ranges = _Ranges(doc)
     inner = _inner_launches(index)
@@ -141,7 +140,7 @@ class _EncodedSymbols(RawJson):
 
 
 def encoded_document_symbols(
-    doc: ParsedDocument, index: KernelIndex, previous: dict[tuple[bytes, int, str], str]
+    doc: Text, index: KernelIndex, previous: dict[tuple[bytes, int, str], str]
 ) -> tuple[RawJson, dict[tuple[bytes, int, str], str]]:
     """The hierarchical answer, and the encoded symbol of each function for the next call.
 
@@ -183,13 +182,14 @@ def flat_symbols(uri: str, symbols: list[dict[str, Any]], container: str | None 
     return flat
 
 
-def symbols_answer(doc: DocumentState, index: KernelIndex, hierarchical: bool) -> RawJson:
-    """The encoded answer, computed once per document version."""
+def symbols_answer(doc: DocumentState, text: IndexedText, hierarchical: bool) -> RawJson:
+    """The encoded answer, computed once per document version (positions from the index's own text)."""
+    index = text.index
 
     def compute() -> RawJson:
         if not hierarchical:
-            return RawJson(flat_symbols(doc.uri, document_symbols(doc.parsed, index)))
-        answer, doc.extra[_FRAGMENTS] = encoded_document_symbols(doc.parsed, index, doc.extra.get(_FRAGMENTS, {}))
+            return RawJson(flat_symbols(doc.uri, document_symbols(text, index)))
+        answer, doc.extra[_FRAGMENTS] = encoded_document_symbols(text, index, doc.extra.get(_FRAGMENTS, {}))
         return answer
 
     return doc.memo(_memo_key(hierarchical), compute)
@@ -219,4 +219,4 @@ def register(server: KernelLspServer) -> None:
             if cached is not None:
                 return cached
             # One trip to the worker thread for both: after an edit neither is cached.
-            return await doc.off_loop(lambda: symbols_answer(doc, doc.index(), hierarchical))
+            return await doc.off_loop(lambda: symbols_answer(doc, doc.indexed(), hierarchical))
