@@ -8,7 +8,8 @@ document get its own ranges; a message about an included file is shown on the
 directive of the document names it), with the file named and its position as
 related information, so it is not lost. Syntax errors
 found by tree-sitter are added at hint severity (tree-sitter-cuda misreads some
-macro-heavy code, so they must not look like compiler errors).
+macro-heavy code, so they must not look like compiler errors), except on a line
+where nvcc reports an error itself: the compiler's message says it better.
 """
 
 from __future__ import annotations
@@ -97,6 +98,12 @@ def syntax_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Dia
         index = doc.index()
     if index is None:
         return []
+    compile = doc.compile
+    nvcc_lines = {
+        message.line - 1
+        for message in (compile.messages if compile is not None else ())
+        if message.severity == "error" and message.line is not None and _same_file(message.path, doc.path)
+    }
     return [
         types.Diagnostic(
             range=to_range(doc.parsed, error.span),
@@ -105,6 +112,7 @@ def syntax_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Dia
             source="kernel-lsp (tree-sitter)",
         )
         for error in index.syntax_errors[:50]
+        if not nvcc_lines.intersection(range(error.span.start.line, error.span.end.line + 1))
     ]
 
 
