@@ -14,6 +14,7 @@ process do not share them); a module appends to them in ``register``:
   called on the event loop after the document state is updated (start jobs
   here; do not block).
 * ``state.on_settings`` — ``fn(state)`` after the settings changed.
+* ``state.on_initialized`` — ``fn(state)`` once, after ``initialized`` fetched the settings.
 * ``state.hover_sections`` — ``fn(ctx: hover.HoverContext) -> str | None``: extra
   Markdown sections appended to a kernel or launch hover.
 * ``state.lens_parts`` — ``fn(state, doc, function) -> str | None``: extra text
@@ -89,6 +90,9 @@ class ServerState:
         self.on_save: list[DocumentHook] = []
         self.on_close: list[DocumentHook] = []
         self.on_settings: list[Callable[[ServerState], None]] = []
+        self.on_initialized: list[Callable[[ServerState], None]] = []
+        self.machine: Any = None
+        """The :class:`~kernel_lsp.services.machine.Machine` detected at start; None until known."""
         self.hover_sections: list[Callable[[Any], str | None]] = []
         self.line_hovers: list[Callable[[ServerState, DocumentState, Any, int], str | None]] = []
         """``fn(state, doc, index, line) -> str | None``: Markdown for a hover on a line that is
@@ -119,6 +123,13 @@ class ServerState:
         self.post(lambda: self.show(f"kernel-lsp: {key.kind} failed: {exc}", types.MessageType.Error))
 
     # --- messages to the user ------------------------------------------
+    def was_shown(self, once_key: str) -> bool:
+        return once_key in self._shown_once
+
+    def mark_shown(self, once_key: str) -> None:
+        """Count ``once_key``'s message as shown (another message said the same)."""
+        self._shown_once.add(once_key)
+
     def show(self, message: str, kind: types.MessageType = types.MessageType.Warning, *, once_key: str | None = None) -> None:
         """``window/showMessage`` (at most once per ``once_key``), also logged."""
         if once_key is not None:

@@ -26,6 +26,7 @@ from kernel_lsp.core.nvcc_output import CompilerMessage, include_line
 from kernel_lsp.server.base import KernelLspServer, ServerState
 from kernel_lsp.server.convert import line_range, to_range
 from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.machine import NVCC_MISSING_KEY
 from kernel_lsp.services import toolchain
 from kernel_lsp.services.jobs import JobKey
 
@@ -142,7 +143,7 @@ def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float |
         current.compile = result
         current.compile_version = current.version
         if result.tool_missing:
-            state.show(f"kernel-lsp: {result.tool_missing}", types.MessageType.Warning, once_key="nvcc-missing")
+            state.show(f"kernel-lsp: {result.tool_missing}", types.MessageType.Warning, once_key=NVCC_MISSING_KEY)
         for problem in result.problems:
             state.show(f"kernel-lsp: {problem}", types.MessageType.Warning,
                        once_key=None if result.timed_out else f"compile:{problem}")

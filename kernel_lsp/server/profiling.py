@@ -16,7 +16,9 @@
   :mod:`kernel_lsp.core.spec_draft` beside the file (visible, easy to commit,
   found again by name).
 * Without ncu (or a GPU), the first failure is shown once; the last good
-  profile stays visible, marked stale.
+  profile stays visible, marked stale. Once the machine is known
+  (:mod:`kernel_lsp.server.machine`) and cannot profile, no profile is
+  scheduled and no kernel is told to get a launch spec "to enable profiling".
 """
 
 from __future__ import annotations
@@ -178,8 +180,13 @@ def _read(path: str) -> str:
         return ""
 
 
+def can_profile(state: ServerState) -> bool:
+    """False once the machine is known to lack a GPU or ncu (unknown yet: try, and fail once visibly)."""
+    return state.machine is None or state.machine.can_profile
+
+
 def on_save(state: ServerState, doc: DocumentState) -> None:
-    if not state.settings.profile_on_save or doc.path is None:
+    if not state.settings.profile_on_save or doc.path is None or not can_profile(state):
         return
     schedule_profiles(state, doc.uri, doc.path, doc.text(), doc.index(), doc.version)
 
@@ -188,7 +195,7 @@ def on_file_changed(state: ServerState, path: str) -> None:
     """A watched file changed on disk (event loop)."""
     uri = Path(path).as_uri()
     doc = state.documents.get(uri)
-    if doc is not None:
+    if doc is not None or not can_profile(state):
         return  # open in the editor: its saves drive profiling
     text = _read(path)
     if text:
@@ -252,7 +259,7 @@ def profile_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Di
                 range=name_range, severity=types.DiagnosticSeverity.Warning, source=SOURCE, code="spec-incomplete",
                 message=f"launch spec {os.path.basename(sidecar)} is unfinished: replace every {PLACEHOLDER} "
                         f"({_todo(sidecar)})"))
-        elif not has_launch(state, doc.path, text, function.name):
+        elif state.machine is not None and state.machine.can_profile and not has_launch(state, doc.path, text, function.name):
             out.append(types.Diagnostic(
                 range=name_range, severity=types.DiagnosticSeverity.Hint, source=SOURCE, code="no-spec",
                 message=f"Create a launch spec to enable profiling (code action \"Create launch spec for {function.name}\")"))

@@ -15,6 +15,7 @@ from kernel_lsp.server.base import KernelLspServer
 #: Feature modules, in registration order (settings first: it handles initialize).
 FEATURES: tuple[str, ...] = (
     "settings",
+    "machine",
     "sync",
     "diagnostics",
     "hover",

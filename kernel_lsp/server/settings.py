@@ -102,6 +102,7 @@ def register(server: KernelLspServer) -> None:
             apply_settings(state)
         finally:
             state.settings_loaded.set()
+        state.run_hooks(state.on_initialized)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     @guarded(state, what="didChangeConfiguration")
