@@ -83,6 +83,10 @@ class ServerState:
         self.supports_code_lens_refresh = False
         self.supports_inlay_hint_refresh = False
         self.supports_configuration = False
+        self.supports_show_document = False
+        """The client answers ``window/showDocument``."""
+        self.supports_watched_files_registration = False
+        """The client accepts a dynamic ``workspace/didChangeWatchedFiles`` registration."""
         self.loop: asyncio.AbstractEventLoop | None = None
         self.diagnostic_sources: list[DiagnosticSource] = []
         self.on_open: list[DocumentHook] = []

@@ -51,6 +51,9 @@ def _capabilities(state: ServerState, params: types.InitializeParams) -> None:
     state.supports_configuration = bool(workspace and workspace.configuration)
     state.supports_code_lens_refresh = bool(workspace and workspace.code_lens and workspace.code_lens.refresh_support)
     state.supports_inlay_hint_refresh = bool(workspace and workspace.inlay_hint and workspace.inlay_hint.refresh_support)
+    state.supports_show_document = bool(window and window.show_document and window.show_document.support)
+    watched = workspace.did_change_watched_files if workspace else None
+    state.supports_watched_files_registration = bool(watched and watched.dynamic_registration)
 
 
 def _workspace_root(params: types.InitializeParams) -> str | None:

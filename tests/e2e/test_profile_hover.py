@@ -85,31 +85,6 @@ async def test_kernel_and_line_hover_from_a_stored_profile(profiled) -> None:
     assert all(d.severity == types.DiagnosticSeverity.Hint for d in diagnostics if d.code == "hot-line")
 
 
-async def test_kernel_without_spec_gets_hint_and_code_action_drafts_one(profiled) -> None:
-    root, store = profiled
-    async with lsp_session(root, init_options=options(store, ncuPath="ncu"), env=GPU_ENV) as client:
-        uri = open_doc(client, root / "saxpy.cu")
-        diagnostics = await wait_diagnostics(client, uri, lambda ds: any(d.code == "no-spec" for d in ds))
-        actions = await client.text_document_code_action_async(types.CodeActionParams(
-            text_document=types.TextDocumentIdentifier(uri=uri),
-            range=types.Range(start=position_of(SAXPY, "saxpy(int", 1), end=position_of(SAXPY, "saxpy(int", 1)),
-            context=types.CodeActionContext(diagnostics=[]),
-        ))
-    hints = [d for d in diagnostics if d.code == "no-spec"]
-    assert {d.range.start.line for d in hints} == {5, 16}  # saxpy and scale
-    assert "Create a launch spec to enable profiling" in hints[0].message
-    action = next(a for a in actions if a.title.startswith("Create launch spec for saxpy"))
-    create, edit = action.edit.document_changes
-    assert create.uri == Path(sidecar_path(str(root / "saxpy.cu"), "saxpy")).as_uri()
-    spec = json.loads(edit.edits[0].new_text)
-    assert spec["kernel"] == "saxpy" and spec["block"] == [256, 1, 1]
-    assert [p["name"] for p in spec["params"]] == ["n", "a", "x", "y"]
-    assert spec["params"][2]["role"] == "in" and spec["params"][3]["role"] == "inout"
-    # run() takes n and a as parameters: their values cannot be read, so they are marked
-    assert spec["params"][0]["value"] == "FILL_ME" and "Fill in:" in spec["comment"]
-    assert "to fill in" in action.title
-
-
 async def test_failed_profile_keeps_the_last_one_marked_stale(profiled) -> None:
     root, store = profiled
     source = root / "bank_conflict.cu"
