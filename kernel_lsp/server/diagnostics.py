@@ -142,6 +142,9 @@ def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float |
             return
         current.compile = result
         current.compile_version = current.version
+        if not result.errors and not result.tool_missing and not result.timed_out and not result.cancelled:
+            current.last_good_compile = result
+        current.compiled.set()
         if result.tool_missing:
             state.show(f"kernel-lsp: {result.tool_missing}", types.MessageType.Warning, once_key=NVCC_MISSING_KEY)
         for problem in result.problems:

@@ -120,6 +120,10 @@ class DocumentState:
     """The last published :class:`~kernel_lsp.services.toolchain.CompileResult`, or None."""
     compile_version: int | None = None
     """The document version ``compile`` was made from."""
+    last_good_compile: Any = None
+    """The last compile without errors: its ptxas report stands in, marked stale, while compiles fail."""
+    compiled: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once a compile of this document was published (views asked before then wait for it)."""
     indexer: IncrementalIndexer = field(default_factory=IncrementalIndexer)
     """Reuses the analysis of functions an edit did not touch."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -186,6 +190,18 @@ class DocumentState:
             self.last_indexed = IndexedText(pair[0], index)
         freeze_long_lived()
         return index
+
+    def resources_compile(self) -> tuple[Any, bool]:
+        """(the compile whose ptxas report describes the kernels, True when that is the last good one
+        standing in for a failed compile)."""
+        current = self.compile
+        if current is not None and current.errors and self.last_good_compile is not None:
+            return self.last_good_compile, True
+        return current, False
+
+    @property
+    def edited_since_compile(self) -> bool:
+        return self.compile is not None and self.compile_version != self.version
 
     def unchanged_before(self, indexed: IndexedText) -> int:
         """How many leading bytes the current text shares with ``indexed``'s (answers about

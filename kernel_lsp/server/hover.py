@@ -57,14 +57,18 @@ def _bytes(value: int | None) -> str:
     return "?" if value is None else f"{value} B"
 
 
-def resources_markdown(facts: KernelFacts, compile: Any, arch: str) -> str:
+def resources_markdown(facts: KernelFacts, compile: Any, arch: str, *, stale: bool = False, edited: bool = False) -> str:
+    """``compile``: the one the facts come from; ``stale``: it is the last good one standing in for a
+    failed compile; ``edited``: the document changed since the last compile."""
     usage = facts.resources
     if usage is None:
         if compile is None:
             return "_Resources: not compiled yet._"
         if compile.tool_missing:
             return "_Resources unknown: nvcc is not available._"
-        if compile.errors:
+        if edited:
+            return "_Resources: not compiled since the last edit (save to compile)._"
+        if compile.errors or stale:
             return "_Resources unknown: the last compile failed._"
         return "_Resources unknown: ptxas reported nothing for this kernel (not instantiated?)._"
     rows = [
@@ -74,7 +78,8 @@ def resources_markdown(facts: KernelFacts, compile: Any, arch: str) -> str:
         ("Stack", _bytes(usage.stack_frame_bytes)),
     ]
     table = "\n".join(f"| {name} | {value} |" for name, value in rows)
-    return f"**Resources** ({arch}, ptxas)\n\n| | |\n|---|---|\n{table}"
+    note = "\n\n_Stale: the last compile failed; these are from the last successful one._" if stale else ""
+    return f"**Resources** ({arch}, ptxas)\n\n| | |\n|---|---|\n{table}{note}"
 
 
 def limiter_text(limiter: str) -> str:
@@ -97,7 +102,7 @@ def occupancy_line(lf: LaunchFacts) -> str:
 def hover_markdown(ctx: HoverContext) -> str:
     parts: list[str] = []
     fn = ctx.function
-    compile = ctx.doc.compile
+    compile, stale = ctx.doc.resources_compile()
     arch = ctx.state.settings.arch
     if fn is not None:
         parts.append(f"```cuda\n{fn.signature}\n```")
@@ -106,7 +111,7 @@ def hover_markdown(ctx: HoverContext) -> str:
         parts.append("_The launched kernel is not defined in this file._")
     facts = ctx.facts
     if facts is not None and fn is not None and fn.is_kernel:
-        parts.append(resources_markdown(facts, compile, arch))
+        parts.append(resources_markdown(facts, compile, arch, stale=stale, edited=ctx.doc.edited_since_compile))
         launches = facts.launches
         if ctx.launch is not None:
             launches = tuple(lf for lf in launches if lf.launch == ctx.launch) or (
@@ -165,7 +170,8 @@ def context_at(state: ServerState, doc: DocumentState, text: IndexedText, point:
     facts = None
     if fn is not None and fn.is_kernel:
         launches = lookup.launches_by_kernel.get(fn.name, ())
-        facts = kernel_facts(index, text.source_bytes, fn, doc.compile, state.settings.arch, launches=launches)
+        facts = kernel_facts(index, text.source_bytes, fn, doc.resources_compile()[0], state.settings.arch,
+                             launches=launches)
     return HoverContext(state, doc, index, point, fn, launch, facts, text.source_bytes)
 
 

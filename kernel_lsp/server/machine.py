@@ -2,8 +2,8 @@
 
 Detection runs off the event loop right after ``initialized`` (it asks
 nvidia-smi). Until it answers ``state.machine`` is None and features offer
-what they always did; once it is known, every open document's diagnostics are
-published again and views refreshed, so profiling hints vanish on a machine
+what they always did; once it is known, every open document already compiled
+has its diagnostics published again and views are refreshed, so profiling hints vanish on a machine
 without a GPU, and "Optimize" shows disabled with its reason. One message per
 session names what is missing and how to get it.
 """
@@ -40,7 +40,10 @@ def known(state: ServerState, machine: Machine) -> None:
     if message is not None:
         state.show(message, types.MessageType.Warning, once_key="machine")
     for doc in state.documents.all():
-        state.publish_diagnostics(doc)
+        # Not before the first compile: that publication comes anyway, and clients (and tests)
+        # take the first one for the compiler's answer.
+        if doc.compile is not None:
+            state.publish_diagnostics(doc)
     state.refresh_views()
 
 
