@@ -52,11 +52,13 @@ class IndexedText:
     ``line_count``, ``line_start``) so an answer from an older index converts its own positions.
     """
 
-    __slots__ = ("source_bytes", "index", "_line_starts", "_derived")
+    __slots__ = ("source_bytes", "index", "tree", "_line_starts", "_derived")
 
-    def __init__(self, source: bytes, index: KernelIndex) -> None:
+    def __init__(self, source: bytes, index: KernelIndex, tree: Tree | None = None) -> None:
         self.source_bytes = source
         self.index = index
+        self.tree = tree
+        """The tree ``index`` was built from (for what the index does not record: the token at the cursor)."""
         self._line_starts: list[int] | None = None
         self._derived: dict[str, Any] = {}
 
@@ -187,7 +189,7 @@ class DocumentState:
             if last is not None and last.source_bytes is pair[0]:
                 return last.index
             index = self.indexer.index(_Snapshot(pair, self.parsed.is_binary))
-            self.last_indexed = IndexedText(pair[0], index)
+            self.last_indexed = IndexedText(pair[0], index, pair[1])
         freeze_long_lived()
         return index
 

@@ -6,6 +6,10 @@ facts as ``kernel-lsp check``). Other modules add sections through
 function and/or launch under the cursor and returns Markdown (or None to add
 nothing); sections are appended in list order after a horizontal rule.
 
+On any other name that is a CUDA built-in (``__shfl_down_sync``, ``atomicAdd``,
+``threadIdx``, ``__launch_bounds__`` …) the hover documents it, from
+``data/intrinsics.json`` (see :mod:`kernel_lsp.services.intrinsics`).
+
 A hover never waits for the re-index of keystrokes it cannot be about: when
 the document changed since the last index was built, and the name under the
 cursor, its definition and every launch of it lie before the first changed
@@ -24,10 +28,12 @@ from typing import Any
 
 from lsprotocol import types
 
+from kernel_lsp.core.cursor import token_at
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Point
 from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
-from kernel_lsp.server.convert import to_point, to_range
+from kernel_lsp.server.convert import to_point, to_position, to_range
 from kernel_lsp.server.documents import DocumentState, IndexedText
+from kernel_lsp.services.intrinsics import Intrinsic, intrinsics
 from kernel_lsp.services.kernel_report import KernelFacts, LaunchFacts, group_launches, kernel_facts, launch_facts
 
 log = logging.getLogger(__name__)
@@ -179,8 +185,30 @@ def hover_at(state: ServerState, doc: DocumentState, text: IndexedText, position
     point = to_point(text, position)
     ctx = context_at(state, doc, text, point)
     if ctx is None:
-        return line_hover_at(state, doc, text.index, point.line)
+        return builtin_hover_at(text, point) or line_hover_at(state, doc, text.index, point.line)
     return _hover(ctx, text)
+
+
+def intrinsic_markdown(entry: Intrinsic) -> str:
+    parts = [f"```cuda\n{entry.signature}\n```", f"_CUDA {entry.kind}_", entry.summary]
+    if entry.notes:
+        parts.append(entry.notes)
+    return "\n\n".join(parts)
+
+
+def builtin_hover_at(text: IndexedText, point: Point) -> types.Hover | None:
+    """Documentation of the CUDA built-in under the cursor, or None."""
+    if text.tree is None:
+        return None
+    offset = text.byte_offset(point.line, point.column_byte)
+    token = token_at(text.tree, text.source_bytes, offset)
+    entry = intrinsics().get(token.text) if token is not None else None
+    if entry is None or token is None:
+        return None
+    start, end = text.point_of(token.start_byte), text.point_of(token.end_byte)
+    span_range = types.Range(start=to_position(text, Point(*start)), end=to_position(text, Point(*end)))
+    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=intrinsic_markdown(entry)),
+                       range=span_range)
 
 
 def _spans_before(ctx: HoverContext, limit: int) -> bool:

@@ -19,6 +19,8 @@ FEATURES: tuple[str, ...] = (
     "sync",
     "diagnostics",
     "hover",
+    "definition",
+    "signature_help",
     "symbols",
     "code_lens",
     "inlay_hints",
