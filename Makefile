@@ -22,10 +22,10 @@ install: $(PY)
 serve: install
 	@exec $(VENV)/bin/kernel-lsp serve
 
-## Debian packages the tests use: Neovim (real-editor test), clangd (latency benchmark), Node.js (VS Code extension).
+## Debian packages the tests use: Neovim (real-editor test), clangd-19 (latency benchmark; 14 rejects sm_90), Node.js (VS Code extension).
 system-deps:
 	@missing=""; \
-	for cmd in nvim:neovim clangd:clangd node:nodejs npm:npm; do \
+	for cmd in nvim:neovim clangd-19:clangd-19 node:nodejs npm:npm; do \
 	  command -v $${cmd%%:*} >/dev/null 2>&1 || missing="$$missing $${cmd##*:}"; \
 	done; \
 	if [ -n "$$missing" ]; then \
