@@ -15,13 +15,16 @@ What is indexed: ``__global__``/``__device__``/``__host__ __device__``
 functions (definitions; prototypes only when the file has no definition) at
 file scope, in namespaces, ``extern "C"`` blocks, ``#if`` blocks and class
 bodies, templates included; launches ``k<<<...>>>(...)`` anywhere (host
-functions, methods, lambdas in initializers, device code).
+functions, methods, lambdas in initializers, device code). Host function
+definitions (``main``, launch wrappers) are recorded by name, signature and
+position only (:class:`HostFunction`): outlines list them, nothing analyses them.
 """
 
 from __future__ import annotations
 
 import bisect
 import functools
+import itertools
 from dataclasses import FrozenInstanceError, dataclass
 from typing import Any, NamedTuple
 
@@ -226,6 +229,17 @@ class _Layout:
         return repr(_Found(*self._placed_all()))
 
 
+class HostFunction(NamedTuple):
+    """A host function definition (no ``__global__``/``__device__``): where it is and what it is called."""
+
+    name: str
+    qualified_name: str
+    signature: str
+    """``int main(int argc, char** argv)``, as written (whitespace runs folded)."""
+    span: Span
+    name_span: Span
+
+
 class LaunchSite(NamedTuple):
     """A NamedTuple like :class:`Span`: an edit moves every launch after it, and a tuple is built fastest."""
 
@@ -261,12 +275,15 @@ class KernelIndex:
     (:meth:`launches_within`).
     """
 
-    __slots__ = ("functions", "syntax_errors", "constants", "_launches", "_launch_parts", "_launch_starts")
+    __slots__ = ("functions", "syntax_errors", "constants", "host_functions", "_launches", "_launch_parts",
+                 "_launch_starts")
     functions: tuple[Function, ...]
     syntax_errors: tuple[SyntaxError_, ...]
     constants: tuple[tuple[str, str], ...]
     """File-scope integer constants as (name, expression text): ``#define N 256``, ``const int N = 256;``,
     ``constexpr int N = 256;``. Evaluate them with :func:`kernel_lsp.core.consteval.evaluate_int`."""
+    host_functions: tuple[HostFunction, ...]
+    """Host function definitions, in document order."""
 
     def __init__(
         self,
@@ -274,8 +291,9 @@ class KernelIndex:
         launches: tuple[LaunchSite, ...],
         syntax_errors: tuple[SyntaxError_, ...] = (),
         constants: tuple[tuple[str, str], ...] = (),
+        host_functions: tuple[HostFunction, ...] = (),
     ) -> None:
-        self._init(functions, tuple(launches), (), syntax_errors, constants)
+        self._init(functions, tuple(launches), (), syntax_errors, constants, host_functions)
 
     @classmethod
     def _lazy(
@@ -284,9 +302,10 @@ class KernelIndex:
         launch_parts: list[_LaunchPart],
         syntax_errors: tuple[SyntaxError_, ...],
         constants: tuple[tuple[str, str], ...],
+        host_functions: tuple[HostFunction, ...] = (),
     ) -> KernelIndex:
         index = cls.__new__(cls)
-        index._init(functions, None, launch_parts, syntax_errors, constants)
+        index._init(functions, None, launch_parts, syntax_errors, constants, host_functions)
         return index
 
     def _init(
@@ -296,11 +315,13 @@ class KernelIndex:
         launch_parts: Any,
         syntax_errors: tuple[SyntaxError_, ...],
         constants: tuple[tuple[str, str], ...],
+        host_functions: tuple[HostFunction, ...],
     ) -> None:
         put = object.__setattr__
         put(self, "functions", functions)
         put(self, "syntax_errors", syntax_errors)
         put(self, "constants", constants)
+        put(self, "host_functions", host_functions)
         put(self, "_launches", launches)
         put(self, "_launch_parts", launch_parts)
         put(self, "_launch_starts", [part.start_byte for part in launch_parts])
@@ -333,7 +354,7 @@ class KernelIndex:
         return tuple(found)
 
     def _fields(self) -> tuple[Any, ...]:
-        return (self.functions, self.launches, self.syntax_errors, self.constants)
+        return (self.functions, self.launches, self.syntax_errors, self.constants, self.host_functions)
 
     def __eq__(self, other: object) -> bool:
         if other.__class__ is not self.__class__:
@@ -346,7 +367,8 @@ class KernelIndex:
     def __repr__(self) -> str:
         return (
             f"KernelIndex(functions={self.functions!r}, launches={self.launches!r}, "
-            f"syntax_errors={self.syntax_errors!r}, constants={self.constants!r})"
+            f"syntax_errors={self.syntax_errors!r}, constants={self.constants!r}, "
+            f"host_functions={self.host_functions!r})"
         )
 
     def __reduce__(self) -> tuple[Any, ...]:
@@ -499,12 +521,15 @@ class _UnitResult(NamedTuple):
     is_definition: bool
     part: _LaunchPart | None = None
     """The launches where they were found, as the index takes them (None: no launches)."""
+    host: HostFunction | None = None
+    """The unit is a host function definition."""
 
 
-def _unit_result(span: Span, function: Function | None, launches: list[LaunchSite], is_definition: bool) -> _UnitResult:
+def _unit_result(span: Span, function: Function | None, launches: list[LaunchSite], is_definition: bool,
+                 host: HostFunction | None = None) -> _UnitResult:
     found = tuple(launches)
     part = _LaunchPart(span.start_byte, found, None, span) if found else None
-    return _UnitResult(span, function, found, is_definition, part)
+    return _UnitResult(span, function, found, is_definition, part, host)
 
 
 # tuple.__new__ directly: a NamedTuple's own __new__ costs a Python frame per unit, ~1,200 per re-index.
@@ -874,8 +899,13 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
         elif body is not None:
             calls.append(Call(_call_name(call, src), _args(call.child_by_field_name("arguments"), src), _span(call)))
     if not qualifier or "__host__" == qualifier or name_node is None:
-        # Host code: only its launches matter.
-        return _unit_result(unit_span, None, launches, body is not None)
+        # Host code: its launches, and for a definition where it is.
+        host = None
+        if body is not None and name_node is not None and declarator is not None:
+            params = declarator.child_by_field_name("parameters")
+            signature = f"{return_type} {qualified}{_text(src, params) if params is not None else '()'}"
+            host = HostFunction(base_name, qualified, " ".join(signature.split()), unit_span, _span(name_node))
+        return _unit_result(unit_span, None, launches, body is not None, host)
 
     params = []
     param_list = declarator.child_by_field_name("parameters") if declarator is not None else None
@@ -1062,8 +1092,11 @@ class IncrementalIndexer:
     header) is reused when its bytes, its namespace/extern "C" context and the
     file's constants are all unchanged; a unit that only moved keeps its analysis, and an offset
     from where it was analysed places its positions when they are read (see :class:`_Layout`
-    and :class:`_LaunchPart`). The cache holds the latest version's units only, so memory stays
-    proportional to the document.
+    and :class:`_LaunchPart`). The cache holds the latest version's units, plus at most as many
+    units that recent versions no longer have (``_spare``, oldest dropped first), so memory stays
+    proportional to the document. The spares are for typing: an unclosed ``{`` makes tree-sitter
+    read every later function differently until the ``}`` is typed, and the version that closes
+    it finds the functions it had before in the spares instead of analysing them all again.
     """
 
     def __init__(self) -> None:
@@ -1071,6 +1104,7 @@ class IncrementalIndexer:
         # and keeps its hash, a tuple key would be hashed again for every look-up and insertion.
         # The result is the unit as analysed (never a moved copy), so shifts do not compound.
         self._cache: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
+        self._spare: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
 
     def index(self, doc: ParsedDocument) -> KernelIndex:
         src, tree = doc.snapshot()
@@ -1081,7 +1115,7 @@ class IncrementalIndexer:
         cache = self._cache
         new_cache: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
         # Per unit: (the unit as analysed, its function where it is now, its launch part).
-        results: list[tuple[_UnitResult, Function | None, _LaunchPart | None] | None] = []
+        results: list[tuple[_UnitResult, Function | None, _LaunchPart | None, HostFunction | None] | None] = []
         dirty: list[int] = []
         dirty_keys: list[tuple[bytes, tuple[object, ...]]] = []
         for i, unit in enumerate(units):
@@ -1090,6 +1124,8 @@ class IncrementalIndexer:
             text = src[start_byte : node.end_byte]
             context = (unit.context, unit.is_template, constants_key)
             cached = cache.get(text)
+            if cached is None:
+                cached = self._spare.get(text)
             if cached is None or cached[0] != context:
                 results.append(None)
                 dirty.append(i)
@@ -1099,7 +1135,7 @@ class IncrementalIndexer:
             base = cached[1]
             base_span = base.span
             if base_span.start_byte == start_byte and base_span.start == node.start_point:
-                results.append((base, base.function, base.part))
+                results.append((base, base.function, base.part, base.host))
                 continue
             f = base.function
             origin = (base_span.start_byte, *base_span.start)
@@ -1107,18 +1143,37 @@ class IncrementalIndexer:
             unit_span = shift.span(base_span)
             moved = shift.function(f, unit_span, _Layout(f._layout.found, origin, shift)) if f is not None else None
             part = _LaunchPart(start_byte, base.launches, shift, unit_span) if base.launches else None
-            results.append((base, moved, part))
+            host = base.host
+            if host is not None:
+                host = host._replace(span=unit_span, name_span=shift.span(host.name_span))
+            results.append((base, moved, part, host))
         if dirty:
             analysed = self._analyze_dirty(units, dirty, root, src, constants)
             for i, (text, context), result in zip(dirty, dirty_keys, analysed):
                 new_cache[text] = (context, result)
-                results[i] = (result, result.function, result.part)
+                results[i] = (result, result.function, result.part, result.host)
+        if len(new_cache) < len(cache) or any(text not in new_cache for text in cache):
+            self._retire(cache, new_cache)
         self._cache = new_cache
         errors = _syntax_errors(root, src)
         if doc.is_binary:
             end = (src.count(b"\n"), len(src) - src.rfind(b"\n") - 1)
             errors = (SyntaxError_("binary data, not CUDA source: not analysed", Span(Point(0, 0), Point(*end), 0, len(src))),)
         return _assemble(results, errors, constants)
+
+    def _retire(self, old: dict[bytes, Any], new: dict[bytes, Any]) -> None:
+        """Keep the units of ``old`` that ``new`` lacks as spares, at most ``len(new)`` of them."""
+        spare = self._spare
+        for text, entry in old.items():
+            if text not in new:
+                spare.pop(text, None)
+                spare[text] = entry  # re-inserted: the newest spares are last
+        for text in new:
+            spare.pop(text, None)
+        excess = len(spare) - max(len(new), 1)
+        if excess > 0:
+            for text in list(itertools.islice(spare, excess)):
+                del spare[text]
 
     @staticmethod
     def _analyze_dirty(
@@ -1153,23 +1208,24 @@ class IncrementalIndexer:
 
 
 def _assemble(
-    results: list[tuple[_UnitResult, Function | None, _LaunchPart | None]],
+    results: list[tuple[_UnitResult, Function | None, _LaunchPart | None, HostFunction | None]],
     errors: tuple[SyntaxError_, ...],
     constants: dict[str, str],
 ) -> KernelIndex:
     defined = {
         function.qualified_name
-        for base, function, _ in results
+        for base, function, _, _ in results
         if function is not None and base.is_definition
     }
     # A prototype adds nothing when the same function is defined in the file.
     functions = tuple(
         function
-        for base, function, _ in results
+        for base, function, _, _ in results
         if function is not None and (base.is_definition or function.qualified_name not in defined)
     )
-    parts = [part for _, _, part in results if part is not None]
-    return KernelIndex._lazy(functions, parts, errors, tuple(sorted(constants.items())))
+    parts = [part for _, _, part, _ in results if part is not None]
+    hosts = tuple(host for _, _, _, host in results if host is not None)
+    return KernelIndex._lazy(functions, parts, errors, tuple(sorted(constants.items())), hosts)
 
 
 def build_index(doc_or_text: ParsedDocument | str | bytes) -> KernelIndex:

@@ -337,7 +337,8 @@ def _array_param(param, arg, scope, host_to_param, facts, types: Mapping[str, st
             if converted is not None:
                 size = int(converted) if converted.isdigit() else converted
     if size == PLACEHOLDER:
-        todo.append(f"{param.name}: element count unknown (no readable cudaMalloc for '{arg}'); give an expression in the scalar names")
+        why = f"no readable cudaMalloc for '{arg}'" if arg is not None else "no launch is visible"
+        todo.append(f"{param.name}: element count unknown ({why}); give an expression in the scalar names")
     integer = spec_type is not None and not spec_type.startswith(("float", "bfloat"))
     if role == "out":
         init = "zeros"
@@ -347,3 +348,12 @@ def _array_param(param, arg, scope, host_to_param, facts, types: Mapping[str, st
     else:
         init = "uniform(-1,1)"
     return {"name": param.name, "array": spec_type or PLACEHOLDER, "size": size, "init": init, "role": role}
+
+
+def placeholder_count(value: Any) -> int:
+    """How many values of a drafted spec are still :data:`PLACEHOLDER` (what a title counts)."""
+    if isinstance(value, dict):
+        return sum(placeholder_count(v) for v in value.values())
+    if isinstance(value, (list, tuple)):
+        return sum(placeholder_count(v) for v in value)
+    return int(isinstance(value, str) and PLACEHOLDER in value)

@@ -14,6 +14,7 @@ process do not share them); a module appends to them in ``register``:
   called on the event loop after the document state is updated (start jobs
   here; do not block).
 * ``state.on_settings`` — ``fn(state)`` after the settings changed.
+* ``state.on_initialized`` — ``fn(state)`` once, after ``initialized`` fetched the settings.
 * ``state.hover_sections`` — ``fn(ctx: hover.HoverContext) -> str | None``: extra
   Markdown sections appended to a kernel or launch hover.
 * ``state.lens_parts`` — ``fn(state, doc, function) -> str | None``: extra text
@@ -31,12 +32,15 @@ import itertools
 import json
 import logging
 import os
+import sys
+import threading
 from collections.abc import Awaitable, Callable
-from typing import Any, TypeVar
+from typing import Any, BinaryIO, TypeVar
 
 from lsprotocol import types
+from pygls.io_ import StdoutWriter
 from pygls.lsp.server import LanguageServer
-from pygls.protocol import LanguageServerProtocol
+from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from kernel_lsp import __version__
 from kernel_lsp.config import Settings
@@ -83,6 +87,10 @@ class ServerState:
         self.supports_code_lens_refresh = False
         self.supports_inlay_hint_refresh = False
         self.supports_configuration = False
+        self.supports_show_document = False
+        """The client answers ``window/showDocument``."""
+        self.supports_watched_files_registration = False
+        """The client accepts a dynamic ``workspace/didChangeWatchedFiles`` registration."""
         self.loop: asyncio.AbstractEventLoop | None = None
         self.diagnostic_sources: list[DiagnosticSource] = []
         self.on_open: list[DocumentHook] = []
@@ -90,6 +98,9 @@ class ServerState:
         self.on_save: list[DocumentHook] = []
         self.on_close: list[DocumentHook] = []
         self.on_settings: list[Callable[[ServerState], None]] = []
+        self.on_initialized: list[Callable[[ServerState], None]] = []
+        self.machine: Any = None
+        """The :class:`~kernel_lsp.services.machine.Machine` detected at start; None until known."""
         self.hover_sections: list[Callable[[Any], str | None]] = []
         self.line_hovers: list[Callable[[ServerState, DocumentState, Any, int], str | None]] = []
         """``fn(state, doc, index, line) -> str | None``: Markdown for a hover on a line that is
@@ -158,6 +169,13 @@ class ServerState:
         self.post(lambda: self.show(f"kernel-lsp: {key.kind} failed: {exc}", types.MessageType.Error))
 
     # --- messages to the user ------------------------------------------
+    def was_shown(self, once_key: str) -> bool:
+        return once_key in self._shown_once
+
+    def mark_shown(self, once_key: str) -> None:
+        """Count ``once_key``'s message as shown (another message said the same)."""
+        self._shown_once.add(once_key)
+
     def show(self, message: str, kind: types.MessageType = types.MessageType.Warning, *, once_key: str | None = None) -> None:
         """``window/showMessage`` (at most once per ``once_key``), also logged."""
         if once_key is not None:
@@ -323,6 +341,28 @@ class KernelLspProtocol(LanguageServerProtocol):
             log.error("cannot send the response: the client closed the connection")
 
 
+    # --- document sync without pygls's workspace copy ------------------
+    # pygls keeps its own copy of every open document and applies each change to it before our
+    # handler runs: ~5 ms a keystroke on a 10,000-line file, for a copy nothing here reads
+    # (documents live in DocumentStore). These replace its built-in handlers and only pass the
+    # notification on.
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_OPEN)
+    def lsp_text_document__did_open(self, params: types.DidOpenTextDocumentParams) -> Any:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_OPEN)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CHANGE)
+    def lsp_text_document__did_change(self, params: types.DidChangeTextDocumentParams) -> Any:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CHANGE)) is not None:
+            yield handler, (params,), None
+
+    @lsp_method(types.TEXT_DOCUMENT_DID_CLOSE)
+    def lsp_text_document__did_close(self, params: types.DidCloseTextDocumentParams) -> Any:
+        if (handler := self.fm.features.get(types.TEXT_DOCUMENT_DID_CLOSE)) is not None:
+            yield handler, (params,), None
+
+
 class KernelLspServer(LanguageServer):
     state: ServerState
 
@@ -334,6 +374,22 @@ class KernelLspServer(LanguageServer):
             protocol_cls=KernelLspProtocol,
         )
         self.state = ServerState(self)
+
+    def start_io(self, stdin: BinaryIO | None = None, stdout: BinaryIO | None = None) -> None:
+        """pygls's stdio server with the message loop of :mod:`kernel_lsp.server.stdio` (large reads,
+        runs of ``didChange`` applied as one; pygls's own loop costs three thread hops per message)."""
+        from kernel_lsp.server.stdio import serve
+
+        self._stop_event = threading.Event()
+        self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        try:
+            asyncio.run(serve(stdin or sys.stdin.buffer, self.protocol, self._stop_event, self.report_server_error))
+        except BrokenPipeError:
+            log.error("connection to the client lost: shutting down")
+        except (KeyboardInterrupt, SystemExit):
+            pass
+        finally:
+            self.shutdown()
 
 
 def guarded(state: ServerState, empty: Any = None, what: str = "request") -> Callable[[F], F]:

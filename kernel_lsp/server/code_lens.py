@@ -2,6 +2,13 @@
 
 Text: ``32 regs · 1024 B smem · no spills · occupancy 75% @256 (registers)``,
 each part present only when known (a kernel with nothing known gets no lens).
+While compiles fail, the last good compile's numbers stay, marked
+``(stale: the last compile failed)``; a kernel the last compile did not see
+because it was written since says ``not compiled since the last edit``.
+Lenses asked for before the first compile of a document was published wait
+for it (up to :data:`FIRST_COMPILE_WAIT_S`), so an editor that asks once after
+opening does not keep an empty answer; when the client supports
+``workspace/codeLens/refresh`` every compile also asks it to ask again.
 Clicking runs ``kernelLsp.kernelReport``, which shows the kernel's full report
 (the hover's content as plain text) in a message: a lens never does nothing.
 Modules add parts through ``state.lens_parts``.
@@ -9,6 +16,7 @@ Modules add parts through ``state.lens_parts``.
 
 from __future__ import annotations
 
+import asyncio
 import logging
 import os
 
@@ -23,6 +31,10 @@ from kernel_lsp.services.kernel_report import KernelFacts, kernel_facts, report
 log = logging.getLogger(__name__)
 
 REPORT_COMMAND = "kernelLsp.kernelReport"
+#: Longest a code lens request waits for a document's first compile, in seconds.
+FIRST_COMPILE_WAIT_S = 20.0
+STALE = "stale: the last compile failed"
+NOT_COMPILED = "not compiled since the last edit"
 
 
 def lens_text(facts: KernelFacts) -> str | None:
@@ -59,11 +71,17 @@ def kernel_report_text(facts: KernelFacts) -> str:
 
 
 def code_lenses(state: ServerState, doc: DocumentState) -> list[types.CodeLens]:
-    index = doc.index()
+    text = doc.indexed()
+    compile, stale = doc.resources_compile()
     lenses: list[types.CodeLens] = []
-    for facts in report(index, doc.source_bytes, doc.compile, state.settings.arch, pre=state.macro_view(doc)):
+    for facts in report(text.index, text.source_bytes, compile, state.settings.arch, pre=state.macro_view(doc)):
         fn = facts.function
-        parts = [lens_text(facts)]
+        known = lens_text(facts)
+        if known is not None and stale:
+            known += f" ({STALE})"
+        elif known is None and compile is not None and not compile.tool_missing and doc.edited_since_compile:
+            known = NOT_COMPILED
+        parts = [known]
         for extra in state.lens_parts:
             try:
                 parts.append(extra(state, doc, fn))
@@ -75,7 +93,7 @@ def code_lenses(state: ServerState, doc: DocumentState) -> list[types.CodeLens]:
         if not title:
             continue
         lenses.append(types.CodeLens(
-            range=to_range(doc.parsed, fn.name_span),
+            range=to_range(text, fn.name_span),
             command=types.Command(title=title, command=REPORT_COMMAND, arguments=[doc.uri, fn.name]),
         ))
     return lenses
@@ -90,6 +108,13 @@ def register(server: KernelLspServer) -> None:
         doc = state.documents.get(params.text_document.uri)
         if doc is None:
             return []
+        compiling = not state.settings_loaded.is_set() or any(
+            key.uri == doc.uri and key.kind == "compile" for key in state.jobs.active())
+        if doc.compile is None and doc.path is not None and compiling:
+            try:
+                await asyncio.wait_for(doc.compiled.wait(), FIRST_COMPILE_WAIT_S)
+            except asyncio.TimeoutError:
+                log.info("code lens answered before the first compile of %s", doc.uri)
         async with doc.lock:
             await doc.index_async()
             return await doc.off_loop(lambda: code_lenses(state, doc))
@@ -107,8 +132,8 @@ def register(server: KernelLspServer) -> None:
             if fn is None:
                 state.show(f"kernel-lsp: no kernel named {kernel} in this file", types.MessageType.Warning)
                 return None
-            text = kernel_report_text(kernel_facts(index, doc.source_bytes, fn, doc.compile, state.settings.arch,
-                                                         pre=state.macro_view(doc)))
+            text = kernel_report_text(kernel_facts(index, doc.source_bytes, fn, doc.resources_compile()[0],
+                                                   state.settings.arch, pre=state.macro_view(doc)))
         state.show(text, types.MessageType.Info)
         return text
 

@@ -10,10 +10,23 @@ length it defaults back to the line length").
 
 from __future__ import annotations
 
+from typing import Protocol
+
 from lsprotocol import types
 
 from kernel_lsp.core.index import Point, Span
-from kernel_lsp.core.parse import ParsedDocument
+
+
+class Text(Protocol):
+    """What conversion reads of a text: a :class:`~kernel_lsp.core.parse.ParsedDocument`, or the
+    text an index was built from (:class:`~kernel_lsp.server.documents.IndexedText`)."""
+
+    @property
+    def source_bytes(self) -> bytes: ...
+
+    def line_count(self) -> int: ...
+
+    def line_start(self, line: int) -> int: ...
 
 
 def _utf16_len(text: str) -> int:
@@ -46,41 +59,41 @@ def byte_to_utf16(line_bytes: bytes, byte_col: int) -> int:
     return _utf16_len(line_bytes[:byte_col].decode("utf-8", errors="ignore"))
 
 
-def line_bytes(doc: ParsedDocument, line: int) -> bytes:
+def line_bytes(doc: Text, line: int) -> bytes:
     """The bytes of ``line`` without its newline (empty past the end)."""
-    starts = doc.line_starts()
-    if line < 0 or line >= len(starts):
+    count = doc.line_count()
+    if line < 0 or line >= count:
         return b""
-    end = starts[line + 1] - 1 if line + 1 < len(starts) else len(doc.source_bytes)
-    return doc.source_bytes[starts[line]:end]
+    end = doc.line_start(line + 1) - 1 if line + 1 < count else len(doc.source_bytes)
+    return doc.source_bytes[doc.line_start(line):end]
 
 
-def clamp_line(doc: ParsedDocument, line: int) -> int:
-    return max(0, min(line, len(doc.line_starts()) - 1))
+def clamp_line(doc: Text, line: int) -> int:
+    return max(0, min(line, doc.line_count() - 1))
 
 
-def to_point(doc: ParsedDocument, position: types.Position) -> Point:
+def to_point(doc: Text, position: types.Position) -> Point:
     """An LSP position as a core point, clamped into the document."""
-    starts = doc.line_starts()
-    if position.line >= len(starts):
-        last = len(starts) - 1
+    count = doc.line_count()
+    if position.line >= count:
+        last = count - 1
         return Point(last, len(line_bytes(doc, last)))
     line = max(position.line, 0)
     return Point(line, utf16_to_byte(line_bytes(doc, line), position.character))
 
 
-def to_position(doc: ParsedDocument, point: Point) -> types.Position:
+def to_position(doc: Text, point: Point) -> types.Position:
     line = clamp_line(doc, point.line)
     if line != point.line:
         return types.Position(line=line, character=byte_to_utf16(line_bytes(doc, line), 1 << 30))
     return types.Position(line=line, character=byte_to_utf16(line_bytes(doc, line), point.column_byte))
 
 
-def to_range(doc: ParsedDocument, span: Span) -> types.Range:
+def to_range(doc: Text, span: Span) -> types.Range:
     return types.Range(start=to_position(doc, span.start), end=to_position(doc, span.end))
 
 
-def line_range(doc: ParsedDocument, line: int, column_byte: int | None = None) -> types.Range:
+def line_range(doc: Text, line: int, column_byte: int | None = None) -> types.Range:
     """A range for a compiler message on one line.
 
     With a column (nvcc's caret), the range covers the identifier starting there

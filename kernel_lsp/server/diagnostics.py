@@ -8,7 +8,8 @@ document get its own ranges; a message about an included file is shown on the
 directive of the document names it), with the file named and its position as
 related information, so it is not lost. Syntax errors
 found by tree-sitter are added at hint severity (tree-sitter-cuda misreads some
-macro-heavy code, so they must not look like compiler errors).
+macro-heavy code, so they must not look like compiler errors), except on a line
+where nvcc reports an error itself: the compiler's message says it better.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ from kernel_lsp.core.nvcc_output import CompilerMessage, include_line
 from kernel_lsp.server.base import KernelLspServer, ServerState
 from kernel_lsp.server.convert import line_range, to_range
 from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.machine import NVCC_MISSING_KEY
 from kernel_lsp.services import toolchain
 from kernel_lsp.services.jobs import JobKey
 
@@ -97,6 +99,12 @@ def syntax_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Dia
         index = doc.index()
     if index is None:
         return []
+    compile = doc.compile
+    nvcc_lines = {
+        message.line - 1
+        for message in (compile.messages if compile is not None else ())
+        if message.severity == "error" and message.line is not None and _same_file(message.path, doc.path)
+    }
     return [
         types.Diagnostic(
             range=to_range(doc.parsed, error.span),
@@ -105,6 +113,7 @@ def syntax_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Dia
             source="kernel-lsp (tree-sitter)",
         )
         for error in index.syntax_errors[:50]
+        if not nvcc_lines.intersection(range(error.span.start.line, error.span.end.line + 1))
     ]
 
 
@@ -132,8 +141,11 @@ def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float |
             return
         current.compile = result
         current.compile_version = current.version
+        if not result.errors and not result.tool_missing and not result.timed_out and not result.cancelled:
+            current.last_good_compile = result
+        current.compiled.set()
         if result.tool_missing:
-            state.show(f"kernel-lsp: {result.tool_missing}", types.MessageType.Warning, once_key="nvcc-missing")
+            state.show(f"kernel-lsp: {result.tool_missing}", types.MessageType.Warning, once_key=NVCC_MISSING_KEY)
         for problem in result.problems:
             state.show(f"kernel-lsp: {problem}", types.MessageType.Warning,
                        once_key=None if result.timed_out else f"compile:{problem}")

@@ -9,12 +9,21 @@ builder, the compiler) reads immutable snapshots: ``source_bytes`` is a
 Everything derived from the text is cached per text revision (bumped on every
 change, whatever version number the client sends) through :meth:`memo`, so a
 second ``documentSymbol`` or a hover at the same revision costs a dict look-up.
+
+Edits are applied on the event loop without the lock (they only splice bytes;
+see :mod:`kernel_lsp.server.sync`); the reparse and the re-index run when a
+request needs them, once for however many edits came before. Every index built
+is kept with the exact text it was built from (:class:`IndexedText`), so a
+request may answer from an index a few keystrokes old where the edits since
+cannot have changed the answer (:meth:`DocumentState.unchanged_before`).
 """
 
 from __future__ import annotations
 
 import asyncio
+import bisect
 import gc
+import itertools
 import logging
 import threading
 from collections.abc import Callable
@@ -22,9 +31,10 @@ from dataclasses import dataclass, field
 from typing import Any, TypeVar
 
 from pygls.uris import to_fs_path
+from tree_sitter import Tree
 
 from kernel_lsp.core.index import IncrementalIndexer, KernelIndex, build_index
-from kernel_lsp.core.parse import ParsedDocument
+from kernel_lsp.core.parse import ParsedDocument, common_prefix
 
 log = logging.getLogger(__name__)
 
@@ -36,6 +46,70 @@ OFFLOAD_BYTES = 256 * 1024
 #: Source size above which a document gets the reduced mode: compiler diagnostics only, no kernel index
 #: (a 6.7 MB file of 60,000 kernels takes 7.6 s and 730 MB to index), so no hovers, symbols or profiles.
 REDUCED_BYTES = 5 * 1024 * 1024
+
+
+class IndexedText:
+    """An index with the exact text it was built from: positions convert against that text.
+
+    Offers what :mod:`kernel_lsp.server.convert` reads of a document (``source_bytes``,
+    ``line_count``, ``line_start``) so an answer from an older index converts its own positions.
+    """
+
+    __slots__ = ("source_bytes", "index", "tree", "_line_starts", "_derived")
+
+    def __init__(self, source: bytes, index: KernelIndex, tree: Tree | None = None) -> None:
+        self.source_bytes = source
+        self.index = index
+        self.tree = tree
+        """The tree ``index`` was built from (for what the index does not record: the token at the cursor)."""
+        self._line_starts: list[int] | None = None
+        self._derived: dict[str, Any] = {}
+
+    def line_starts(self) -> list[int]:
+        if self._line_starts is None:
+            lengths = [len(line) + 1 for line in self.source_bytes.split(b"\n")]
+            self._line_starts = [0, *itertools.accumulate(lengths[:-1])]
+        return self._line_starts
+
+    def line_count(self) -> int:
+        return len(self.line_starts())
+
+    def line_start(self, line: int) -> int:
+        return self.line_starts()[line]
+
+    def byte_offset(self, line: int, column_byte: int) -> int:
+        """Byte offset of (line, byte column), clamped as :meth:`ParsedDocument.byte_offset` does."""
+        starts = self.line_starts()
+        if line < 0:
+            return 0
+        if line >= len(starts):
+            return len(self.source_bytes)
+        end = starts[line + 1] - 1 if line + 1 < len(starts) else len(self.source_bytes)
+        return min(starts[line] + max(column_byte, 0), end)
+
+    def point_of(self, byte_offset: int) -> tuple[int, int]:
+        starts = self.line_starts()
+        line = bisect.bisect_right(starts, byte_offset) - 1
+        return line, byte_offset - starts[line]
+
+    def derived(self, key: str, compute: Callable[[], T]) -> T:
+        """``compute()`` once for this index (look-up tables built from it)."""
+        if key not in self._derived:
+            self._derived[key] = compute()
+        return self._derived[key]
+
+
+class _Snapshot:
+    """One (text, tree) pair in the shape :meth:`IncrementalIndexer.index` reads."""
+
+    __slots__ = ("_pair", "is_binary")
+
+    def __init__(self, pair: tuple[bytes, Tree], is_binary: bool) -> None:
+        self._pair = pair
+        self.is_binary = is_binary
+
+    def snapshot(self) -> tuple[bytes, Tree]:
+        return self._pair
 
 
 @dataclass
@@ -51,6 +125,10 @@ class DocumentState:
     """The last published :class:`~kernel_lsp.services.toolchain.CompileResult`, or None."""
     compile_version: int | None = None
     """The document version ``compile`` was made from."""
+    last_good_compile: Any = None
+    """The last compile without errors: its ptxas report stands in, marked stale, while compiles fail."""
+    compiled: asyncio.Event = field(default_factory=asyncio.Event)
+    """Set once a compile of this document was published (views asked before then wait for it)."""
     indexer: IncrementalIndexer = field(default_factory=IncrementalIndexer)
     """Reuses the analysis of functions an edit did not touch."""
     extra: dict[str, Any] = field(default_factory=dict)
@@ -59,6 +137,14 @@ class DocumentState:
     """Bumped by every change of the text, whatever version the client sends: caches and jobs key on it."""
     _memo: dict[str, tuple[int, Any]] = field(default_factory=dict)
     _memo_lock: threading.Lock = field(default_factory=threading.Lock)
+    _index_lock: threading.Lock = field(default_factory=threading.Lock)
+    """Serialises index builds (the indexer's cache is not shared between threads)."""
+    last_indexed: IndexedText | None = None
+    """The newest index built and its text (may be older than the document)."""
+    opening: bool = False
+    """``didOpen`` is still parsing the text (off the loop, for a big one): edits wait in ``queued``."""
+    queued: list[Callable[[], None]] = field(default_factory=list)
+    """Edits that arrived while opening, applied in order once the text is in place."""
 
     @property
     def source_bytes(self) -> bytes:
@@ -95,12 +181,47 @@ class DocumentState:
         """The kernel index of the current revision (built at most once per revision)."""
         return self.memo("index", self._build_index)
 
+    def indexed(self) -> IndexedText:
+        """The current revision's index with its text."""
+        self.index()
+        last = self.last_indexed
+        assert last is not None
+        return last
+
     def _build_index(self) -> KernelIndex:
-        if self.reduced:
-            return build_index(b"")
-        index = self.indexer.index(self.parsed)
+        with self._index_lock:
+            # One reparse for every edit deferred so far; edits arriving meanwhile wait for the next.
+            pair = self.parsed.snapshot()
+            last = self.last_indexed
+            if last is not None and last.source_bytes is pair[0]:
+                return last.index
+            # Reduced mode (a file over the size limit): compiler diagnostics only, an empty index.
+            index = build_index(b"") if self.reduced else self.indexer.index(_Snapshot(pair, self.parsed.is_binary))
+            self.last_indexed = IndexedText(pair[0], index, pair[1])
         freeze_long_lived()
         return index
+
+    def resources_compile(self) -> tuple[Any, bool]:
+        """(the compile whose ptxas report describes the kernels, True when that is the last good one
+        standing in for a failed compile)."""
+        current = self.compile
+        if current is not None and current.errors and self.last_good_compile is not None:
+            return self.last_good_compile, True
+        return current, False
+
+    @property
+    def edited_since_compile(self) -> bool:
+        return self.compile is not None and self.compile_version != self.version
+
+    def unchanged_before(self, indexed: IndexedText) -> int:
+        """How many leading bytes the current text shares with ``indexed``'s (answers about
+        them are the same in both); computed once per revision."""
+        if indexed.source_bytes is self.source_bytes:
+            return len(self.source_bytes)
+        known = self.cached("unchanged-before")
+        if known is not None and known[0] is indexed:
+            return known[1]
+        return self.memo("unchanged-before", lambda: (indexed, common_prefix(indexed.source_bytes, self.source_bytes)))[1]
 
     async def off_loop(self, fn: Callable[[], T]) -> T:
         """``fn()`` inline for a small document, on a worker thread for a big one."""
@@ -116,6 +237,12 @@ class DocumentState:
         if not self.big:
             return self.index()
         return await asyncio.get_running_loop().run_in_executor(None, self.index)
+
+    async def indexed_async(self) -> IndexedText:
+        """:meth:`indexed`, built on a worker thread when the document is big."""
+        if self.cached("index") is not None or not self.big:
+            return self.indexed()
+        return await asyncio.get_running_loop().run_in_executor(None, self.indexed)
 
 
 def freeze_long_lived() -> None:
@@ -158,16 +285,24 @@ class DocumentStore:
         existing = self._docs.get(uri)
         placeholder = existing or DocumentState(uri, version, ParsedDocument(b""), uri_to_path(uri), language_id)
         self._docs[uri] = placeholder
+        placeholder.opening = True
         async with placeholder.lock:
-            if len(text) > OFFLOAD_BYTES:
-                parsed = await asyncio.get_running_loop().run_in_executor(None, ParsedDocument, text)
-            else:
-                parsed = ParsedDocument(text)
-            placeholder.parsed = parsed
-            placeholder.indexer = IncrementalIndexer()
-            placeholder.revision += 1
-            placeholder.version = version
-            placeholder.language_id = language_id
+            try:
+                if len(text) > OFFLOAD_BYTES:
+                    parsed = await asyncio.get_running_loop().run_in_executor(None, ParsedDocument, text)
+                else:
+                    parsed = ParsedDocument(text)
+                placeholder.parsed = parsed
+                placeholder.indexer = IncrementalIndexer()
+                placeholder.last_indexed = None
+                placeholder.revision += 1
+                placeholder.version = version
+                placeholder.language_id = language_id
+            finally:
+                placeholder.opening = False
+                queued, placeholder.queued = placeholder.queued, []
+                for edit in queued:
+                    edit()
         return placeholder
 
     def close(self, uri: str) -> DocumentState | None:

@@ -5,6 +5,16 @@ facts as ``kernel-lsp check``). Other modules add sections through
 ``state.hover_sections``: each ``fn(ctx: HoverContext) -> str | None`` gets the
 function and/or launch under the cursor and returns Markdown (or None to add
 nothing); sections are appended in list order after a horizontal rule.
+
+On any other name that is a CUDA built-in (``__shfl_down_sync``, ``atomicAdd``,
+``threadIdx``, ``__launch_bounds__`` …) the hover documents it, from
+``data/intrinsics.json`` (see :mod:`kernel_lsp.services.intrinsics`).
+
+A hover never waits for the re-index of keystrokes it cannot be about: when
+the document changed since the last index was built, and the name under the
+cursor, its definition and every launch of it lie before the first changed
+byte, the answer comes from that index (it is the same answer). Otherwise the
+hover waits for the one re-index that covers every edit so far.
 """
 
 from __future__ import annotations
@@ -18,10 +28,12 @@ from typing import Any
 
 from lsprotocol import types
 
+from kernel_lsp.core.cursor import token_at
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Point
 from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
-from kernel_lsp.server.convert import to_point, to_range
-from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.convert import to_point, to_position, to_range
+from kernel_lsp.server.documents import DocumentState, IndexedText
+from kernel_lsp.services.intrinsics import Intrinsic, intrinsics
 from kernel_lsp.services.kernel_report import KernelFacts, LaunchFacts, group_launches, kernel_facts, launch_facts
 
 log = logging.getLogger(__name__)
@@ -40,6 +52,8 @@ class HoverContext:
     launch: LaunchSite | None
     """The launch expression under the cursor, if any."""
     facts: KernelFacts | None
+    source: bytes = b""
+    """The text ``index`` was built from (spans read from it)."""
 
 
 HoverSection = Callable[[HoverContext], "str | None"]
@@ -49,14 +63,18 @@ def _bytes(value: int | None) -> str:
     return "?" if value is None else f"{value} B"
 
 
-def resources_markdown(facts: KernelFacts, compile: Any, arch: str) -> str:
+def resources_markdown(facts: KernelFacts, compile: Any, arch: str, *, stale: bool = False, edited: bool = False) -> str:
+    """``compile``: the one the facts come from; ``stale``: it is the last good one standing in for a
+    failed compile; ``edited``: the document changed since the last compile."""
     usage = facts.resources
     if usage is None:
         if compile is None:
             return "_Resources: not compiled yet._"
         if compile.tool_missing:
             return "_Resources unknown: nvcc is not available._"
-        if compile.errors:
+        if edited:
+            return "_Resources: not compiled since the last edit (save to compile)._"
+        if compile.errors or stale:
             return "_Resources unknown: the last compile failed._"
         return "_Resources unknown: ptxas reported nothing for this kernel (not instantiated?)._"
     rows = [
@@ -67,7 +85,8 @@ def resources_markdown(facts: KernelFacts, compile: Any, arch: str) -> str:
     ]
     # A list, not a table: Neovim before 0.10 shows Markdown tables as raw pipes.
     items = "\n".join(f"- {name}: {value}" for name, value in rows)
-    return f"**Resources** ({arch}, ptxas)\n\n{items}"
+    note = "\n\n_Stale: the last compile failed; these are from the last successful one._" if stale else ""
+    return f"**Resources** ({arch}, ptxas)\n\n{items}{note}"
 
 
 def limiter_text(limiter: str) -> str:
@@ -90,7 +109,7 @@ def occupancy_line(lf: LaunchFacts) -> str:
 def hover_markdown(ctx: HoverContext) -> str:
     parts: list[str] = []
     fn = ctx.function
-    compile = ctx.doc.compile
+    compile, stale = ctx.doc.resources_compile()
     arch = ctx.state.settings.arch
     if fn is not None:
         parts.append(f"```cuda\n{fn.signature}\n```")
@@ -99,11 +118,11 @@ def hover_markdown(ctx: HoverContext) -> str:
         parts.append("_The launched kernel is not defined in this file._")
     facts = ctx.facts
     if facts is not None and fn is not None and fn.is_kernel:
-        parts.append(resources_markdown(facts, compile, arch))
+        parts.append(resources_markdown(facts, compile, arch, stale=stale, edited=ctx.doc.edited_since_compile))
         launches = facts.launches
         if ctx.launch is not None:
             launches = tuple(lf for lf in launches if lf.launch == ctx.launch) or (
-                launch_facts(ctx.index, ctx.doc.source_bytes, ctx.launch, facts.resources, arch,
+                launch_facts(ctx.index, ctx.source, ctx.launch, facts.resources, arch,
                              compile.defines if compile is not None else None, ctx.state.macro_view(ctx.doc)),
             )
         if launches:
@@ -144,9 +163,10 @@ class Lookup:
         return None
 
 
-def context_at(state: ServerState, doc: DocumentState, index: KernelIndex, point: Point) -> HoverContext | None:
-    lookup = doc.memo("hover-lookup", lambda: Lookup(index))
-    offset = doc.parsed.byte_offset(point.line, point.column_byte)
+def context_at(state: ServerState, doc: DocumentState, text: IndexedText, point: Point) -> HoverContext | None:
+    index = text.index
+    lookup = text.derived("hover-lookup", lambda: Lookup(index))
+    offset = text.byte_offset(point.line, point.column_byte)
     launch = lookup.launch_at(offset)
     if launch is not None:
         fn = lookup.by_name.get(launch.kernel.rsplit("::", 1)[-1])
@@ -157,31 +177,83 @@ def context_at(state: ServerState, doc: DocumentState, index: KernelIndex, point
     facts = None
     if fn is not None and fn.is_kernel:
         launches = lookup.launches_by_kernel.get(fn.name, ())
-        facts = kernel_facts(index, doc.source_bytes, fn, doc.compile, state.settings.arch, launches=launches,
-                             pre=state.macro_view(doc))
-    return HoverContext(state, doc, index, point, fn, launch, facts)
+        facts = kernel_facts(index, text.source_bytes, fn, doc.resources_compile()[0], state.settings.arch,
+                             launches=launches, pre=state.macro_view(doc))
+    return HoverContext(state, doc, index, point, fn, launch, facts, text.source_bytes)
 
 
-def hover_at(state: ServerState, doc: DocumentState, index: KernelIndex, position: types.Position) -> types.Hover | None:
-    point = to_point(doc.parsed, position)
-    ctx = context_at(state, doc, index, point)
+def hover_at(state: ServerState, doc: DocumentState, text: IndexedText, position: types.Position) -> types.Hover | None:
+    point = to_point(text, position)
+    ctx = context_at(state, doc, text, point)
     if ctx is None:
-        return line_hover_at(state, doc, index, point.line)
+        return builtin_hover_at(text, point) or line_hover_at(state, doc, text.index, point.line)
+    return _hover(ctx, text)
+
+
+def intrinsic_markdown(entry: Intrinsic) -> str:
+    parts = [f"```cuda\n{entry.signature}\n```", f"_CUDA {entry.kind}_", entry.summary]
+    if entry.notes:
+        parts.append(entry.notes)
+    return "\n\n".join(parts)
+
+
+def builtin_hover_at(text: IndexedText, point: Point) -> types.Hover | None:
+    """Documentation of the CUDA built-in under the cursor, or None."""
+    if text.tree is None:
+        return None
+    offset = text.byte_offset(point.line, point.column_byte)
+    token = token_at(text.tree, text.source_bytes, offset)
+    entry = intrinsics().get(token.text) if token is not None else None
+    if entry is None or token is None:
+        return None
+    start, end = text.point_of(token.start_byte), text.point_of(token.end_byte)
+    span_range = types.Range(start=to_position(text, Point(*start)), end=to_position(text, Point(*end)))
+    return types.Hover(contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value=intrinsic_markdown(entry)),
+                       range=span_range)
+
+
+def _spans_before(ctx: HoverContext, limit: int) -> bool:
+    """Everything the hover reads (name, definition, launches) ends before byte ``limit``."""
+    ends = [ctx.launch.span.end_byte] if ctx.launch is not None else []
+    if ctx.function is not None:
+        ends.append(ctx.function.span.end_byte)
+    if ctx.facts is not None:
+        ends += [lf.launch.span.end_byte for lf in ctx.facts.launches]
+    return bool(ends) and max(ends) < limit
+
+
+def hover_from_last_index(state: ServerState, doc: DocumentState, position: types.Position) -> types.Hover | None | bool:
+    """The hover from the last index built when the edits since cannot change it; False when they can."""
+    text = doc.last_indexed
+    if text is None:
+        return False
+    unchanged = doc.unchanged_before(text)
+    point = to_point(text, position)
+    if text.byte_offset(point.line, point.column_byte) >= unchanged:
+        return False
+    ctx = context_at(state, doc, text, point)
+    if ctx is None or not _spans_before(ctx, unchanged):
+        return False
+    return _hover(ctx, text)
+
+
+def _hover(ctx: HoverContext, text: IndexedText) -> types.Hover:
+    state = ctx.state
     sections = [hover_markdown(ctx)]
     for section in state.hover_sections:
         try:
-            text = section(ctx)
+            extra = section(ctx)
         except Exception:
             if os.environ.get(RAISE_ENV) == "1":
                 raise
             log.exception("hover section %s failed", getattr(section, "__name__", section))
             continue
-        if text:
-            sections.append(text)
+        if extra:
+            sections.append(extra)
     span = ctx.launch.kernel_span if ctx.launch is not None else ctx.function.name_span  # type: ignore[union-attr]
     return types.Hover(
         contents=types.MarkupContent(kind=types.MarkupKind.Markdown, value="\n\n---\n\n".join(sections)),
-        range=to_range(doc.parsed, span),
+        range=to_range(text, span),
     )
 
 
@@ -209,6 +281,9 @@ def register(server: KernelLspServer) -> None:
         doc = state.documents.get(params.text_document.uri)
         if doc is None:
             return None
+        if doc.cached("index") is None:
+            quick = hover_from_last_index(state, doc, params.position)
+            if quick is not False:
+                return quick  # type: ignore[return-value]
         async with doc.lock:
-            index = await doc.index_async()
-            return hover_at(state, doc, index, params.position)
+            return hover_at(state, doc, await doc.indexed_async(), params.position)

@@ -3,7 +3,8 @@
 ``__global__ void saxpy(…)`` gets ``32 regs · 1 KiB smem`` (and spills when there
 are any) right after its name; ``saxpy<<<g, 256>>>(…)`` gets ``occ 75% (registers)``
 after the launch. Only known values are shown; before a compile there are no
-hints (the code lens says the same more visibly).
+hints (the code lens says the same more visibly). While compiles fail, the last
+good compile's numbers stay, marked ``(stale)``.
 """
 
 from __future__ import annotations
@@ -22,9 +23,10 @@ def _in_range(position: types.Position, rng: types.Range) -> bool:
 
 
 def inlay_hints(state: ServerState, doc: DocumentState, rng: types.Range) -> list[types.InlayHint]:
-    index = doc.index()
+    text = doc.indexed()
+    compile, stale = doc.resources_compile()
     hints: list[types.InlayHint] = []
-    for facts in report(index, doc.source_bytes, doc.compile, state.settings.arch, pre=state.macro_view(doc)):
+    for facts in report(text.index, text.source_bytes, compile, state.settings.arch, pre=state.macro_view(doc)):
         fn = facts.function
         usage = facts.resources
         if usage is not None and usage.registers_per_thread is not None:
@@ -33,14 +35,16 @@ def inlay_hints(state: ServerState, doc: DocumentState, rng: types.Range) -> lis
                 label += f" · {usage.shared_bytes_static} B smem"
             if usage.has_spills:
                 label += f" · spills {usage.spill_store_bytes or 0}/{usage.spill_load_bytes or 0} B"
-            position = to_position(doc.parsed, fn.name_span.end)
+            if stale:
+                label += " (stale)"
+            position = to_position(text, fn.name_span.end)
             if _in_range(position, rng):
                 hints.append(types.InlayHint(position=position, label=label, padding_left=True,
                                              kind=types.InlayHintKind.Type))
         for lf in facts.launches:
             if lf.occupancy is None:
                 continue
-            position = to_position(doc.parsed, lf.launch.span.end)
+            position = to_position(text, lf.launch.span.end)
             if _in_range(position, rng):
                 hints.append(types.InlayHint(
                     position=position,

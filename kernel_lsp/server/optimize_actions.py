@@ -6,8 +6,9 @@ cancels the older one). Its result is kept per document and kernel together
 with the document version it started from. An "Apply" action is offered only
 for candidates the harness accepted, and its WorkspaceEdit names that version:
 when the document has changed since, the action is shown disabled as stale and
-carries no edit. Without a GPU nothing is applicable, and the disabled action's
-reason (and a message when Optimize finishes) says why.
+carries no edit. On a machine known to lack a GPU (or pycuda) "Optimize" itself
+is shown disabled with its reason ("needs a GPU to verify"), and the command
+says so before it asks for a launch spec.
 
 Registered from :mod:`kernel_lsp.server.code_actions` (its provider list).
 """
@@ -125,7 +126,10 @@ def apply_action(doc: DocumentState, result: OptimizeResult, candidate: Candidat
 def kernel_actions(state: ServerState, doc: DocumentState, kernel: str) -> list[types.CodeAction | types.Command]:
     # A bare Command (allowed in a codeAction answer): lsprotocol-based clients parse any action that
     # carries a "command" as a Command anyway (lsprotocol _hooks._code_action_hook), losing its fields.
+    problem = state.machine.verify_problem if state.machine is not None else None
     actions: list[types.CodeAction | types.Command] = [
+        types.CodeAction(title=f"Optimize {kernel} ({problem})", kind=types.CodeActionKind.RefactorRewrite,
+                         disabled=types.CodeActionDisabled(reason=problem)) if problem else
         types.Command(title=f"Optimize {kernel}", command=OPTIMIZE_COMMAND, arguments=[doc.uri, kernel]),
     ]
     result = ostate(state).results.get((doc.uri, kernel))
@@ -218,6 +222,11 @@ def finished_message(result: OptimizeResult) -> tuple[str, types.MessageType]:
 
 
 def start(state: ServerState, doc: DocumentState, kernel: str) -> str:
+    machine_problem = state.machine.verify_problem if state.machine is not None else None
+    if machine_problem is not None:
+        state.show(f"Optimize {kernel}: {machine_problem} ({state.machine.gpu_problem or 'see the start-up message'})",
+                   types.MessageType.Warning)
+        return "no-gpu"
     spec, problem = _spec_for(state, doc, kernel)
     if spec is None:
         state.show(f"Optimize {kernel}: {problem}", types.MessageType.Warning)

@@ -12,15 +12,24 @@
 * Diagnostics: hints on the three hottest lines of each kernel; a warning when a
   save made a kernel slower than its previous profile beyond the measured noise;
   a hint on kernels without a launch spec; a warning on an unfinished spec.
-* Code action "Create launch spec for <kernel>" writes the sidecar drafted by
-  :mod:`kernel_lsp.core.spec_draft` beside the file (visible, easy to commit,
-  found again by name).
+* Code action "Create launch spec for <kernel> (N values to fill in)" (N: the
+  draft's ``FILL_ME`` placeholders) runs a command that writes the sidecar
+  drafted by :mod:`kernel_lsp.core.spec_draft` beside the file (visible, easy
+  to commit, found again by name), asks the editor to open it
+  (``window/showDocument``) and publishes the ``.cu``'s diagnostics again at
+  once: its "create a launch spec" hint gives way to "unfinished spec" without
+  a save. Sidecars are watched (``workspace/didChangeWatchedFiles``, registered
+  when the client can): filling one in updates the ``.cu``'s diagnostics when
+  it is saved.
 * Without ncu (or a GPU), the first failure is shown once; the last good
-  profile stays visible, marked stale.
+  profile stays visible, marked stale. Once the machine is known
+  (:mod:`kernel_lsp.server.machine`) and cannot profile, no profile is
+  scheduled and no kernel is told to get a launch spec "to enable profiling".
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import logging
 import os
@@ -36,13 +45,14 @@ from kernel_lsp.core.classify import classify
 from kernel_lsp.core.index import Function, KernelIndex, build_index
 from kernel_lsp.core.profile import KernelProfile
 from kernel_lsp.core.profile_render import hot_line_message, kernel_markdown, line_markdown, regression_message
-from kernel_lsp.core.spec_draft import PLACEHOLDER, draft_spec
+from kernel_lsp.core.spec_draft import PLACEHOLDER, draft_spec, placeholder_count
 from kernel_lsp.server import code_actions
-from kernel_lsp.server.base import KernelLspServer, ServerState
+from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import line_range, to_range
-from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.documents import DocumentState, uri_to_path
 from kernel_lsp.services import profiler as prof
 from kernel_lsp.services.jobs import JobKey
+from kernel_lsp.services.spec_files import write_new_spec
 from kernel_lsp.services.watch import SourceWatcher
 
 log = logging.getLogger(__name__)
@@ -178,8 +188,13 @@ def _read(path: str) -> str:
         return ""
 
 
+def can_profile(state: ServerState) -> bool:
+    """False once the machine is known to lack a GPU or ncu (unknown yet: try, and fail once visibly)."""
+    return state.machine is None or state.machine.can_profile
+
+
 def on_save(state: ServerState, doc: DocumentState) -> None:
-    if not state.settings.profile_on_save or doc.path is None:
+    if not state.settings.profile_on_save or doc.path is None or not can_profile(state):
         return
     schedule_profiles(state, doc.uri, doc.path, doc.text(), doc.index(), doc.version)
 
@@ -188,7 +203,7 @@ def on_file_changed(state: ServerState, path: str) -> None:
     """A watched file changed on disk (event loop)."""
     uri = Path(path).as_uri()
     doc = state.documents.get(uri)
-    if doc is not None:
+    if doc is not None or not can_profile(state):
         return  # open in the editor: its saves drive profiling
     text = _read(path)
     if text:
@@ -252,7 +267,7 @@ def profile_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Di
                 range=name_range, severity=types.DiagnosticSeverity.Warning, source=SOURCE, code="spec-incomplete",
                 message=f"launch spec {os.path.basename(sidecar)} is unfinished: replace every {PLACEHOLDER} "
                         f"({_todo(sidecar)})"))
-        elif not has_launch(state, doc.path, text, function.name):
+        elif state.machine is not None and state.machine.can_profile and not has_launch(state, doc.path, text, function.name):
             out.append(types.Diagnostic(
                 range=name_range, severity=types.DiagnosticSeverity.Hint, source=SOURCE, code="no-spec",
                 message=f"Create a launch spec to enable profiling (code action \"Create launch spec for {function.name}\")"))
@@ -297,7 +312,7 @@ def line_hover(state: ServerState, doc: DocumentState, index: KernelIndex, line:
 # --------------------------------------------------------------------------- code action
 
 
-def spec_actions(ctx) -> list[types.CodeAction]:
+def spec_actions(ctx) -> list[types.Command]:
     doc = ctx.doc
     if doc.path is None:
         return []
@@ -314,7 +329,13 @@ def spec_actions(ctx) -> list[types.CodeAction]:
     return actions
 
 
-def create_spec_action(state: ServerState, doc: DocumentState, index: KernelIndex, kernel: str, sidecar: str) -> types.CodeAction:
+CREATE_SPEC_COMMAND = "kernelLsp.createLaunchSpec"
+#: Glob of the sidecars the client is asked to watch.
+SPEC_GLOB = "**/*.spec.json"
+
+
+def spec_text(state: ServerState, doc: DocumentState, index: KernelIndex, kernel: str) -> tuple[str, int, int]:
+    """(the drafted sidecar's JSON, placeholders left, notes to check)."""
     # The session's preprocessed view and analysis: sizes from local headers, roles through macros.
     analysis = state.file_analysis(doc)
     draft = draft_spec(index, doc.text(), kernel, analysis.preprocessed if analysis else None,
@@ -322,19 +343,92 @@ def create_spec_action(state: ServerState, doc: DocumentState, index: KernelInde
     data = dict(draft.spec)
     if draft.todo:
         data["comment"] = "Fill in: " + " | ".join(draft.todo)
-    uri = Path(sidecar).as_uri()
-    body = json.dumps(data, indent=2) + "\n"
-    edit = types.WorkspaceEdit(document_changes=[
-        types.CreateFile(uri=uri, options=types.CreateFileOptions(overwrite=False, ignore_if_exists=True)),
-        types.TextDocumentEdit(
-            text_document=types.OptionalVersionedTextDocumentIdentifier(uri=uri, version=None),
-            edits=[types.TextEdit(range=types.Range(start=types.Position(0, 0), end=types.Position(0, 0)), new_text=body)],
-        ),
-    ])
+    placeholders = placeholder_count(draft.spec)
+    return json.dumps(data, indent=2) + "\n", placeholders, len(draft.todo) - placeholders
+
+
+def _plural(n: int, word: str) -> str:
+    return f"{n} {word}{'s' if n != 1 else ''}"
+
+
+def create_spec_action(state: ServerState, doc: DocumentState, index: KernelIndex, kernel: str, sidecar: str) -> types.Command:
+    _, placeholders, notes = spec_text(state, doc, index, kernel)
     title = f"Create launch spec for {kernel}"
-    if draft.todo:
-        title += f" ({len(draft.todo)} value{'s' if len(draft.todo) > 1 else ''} to fill in)"
-    return types.CodeAction(title=title, kind=types.CodeActionKind.Source, edit=edit)
+    if placeholders:
+        title += f" ({_plural(placeholders, 'value')} to fill in)"
+    elif notes > 0:
+        title += f" ({_plural(notes, 'note')} to check)"
+    # A bare Command, as "Optimize" is: lsprotocol-based clients read a code action that carries a
+    # command as a Command anyway (see optimize_actions.kernel_actions).
+    return types.Command(title=title, command=CREATE_SPEC_COMMAND, arguments=[doc.uri, kernel])
+
+
+async def create_spec(state: ServerState, uri: str, kernel: str) -> str | None:
+    """Write the sidecar, open it in the editor, re-publish the .cu; returns the sidecar's URI (None: not written)."""
+    doc = state.documents.get(uri)
+    if doc is None or doc.path is None:
+        state.show(f"kernel-lsp: cannot create a launch spec: {uri} is not an open file", types.MessageType.Warning)
+        return None
+    index = await doc.index_async()
+    if index.function(kernel) is None or not index.function(kernel).is_kernel:
+        state.show(f"kernel-lsp: no kernel named {kernel} in {os.path.basename(doc.path)}", types.MessageType.Warning)
+        return None
+    sidecar = prof.sidecar_path(doc.path, kernel)
+    text, placeholders, _ = spec_text(state, doc, index, kernel)
+    problem = write_new_spec(sidecar, text)
+    if problem is not None:
+        state.show(f"kernel-lsp: {problem}", types.MessageType.Warning)
+        return None
+    spec_uri = Path(sidecar).as_uri()
+    state.publish_diagnostics(doc)
+    todo = f": replace the {_plural(placeholders, PLACEHOLDER + ' value')}" if placeholders else ""
+    shown = False
+    if state.supports_show_document:
+        try:
+            result = await state.server.window_show_document_async(
+                types.ShowDocumentParams(uri=spec_uri, take_focus=True))
+            shown = bool(result and result.success)
+        except Exception as exc:  # a client that fails the request still gets the message below
+            log.info("window/showDocument failed: %s", exc)
+    state.show(f"kernel-lsp: wrote {os.path.basename(sidecar)}{todo}" + ("" if shown else f" ({sidecar})"),
+               types.MessageType.Info)
+    return spec_uri
+
+
+def on_watched_files(state: ServerState, params: types.DidChangeWatchedFilesParams) -> None:
+    """A sidecar changed on disk: the diagnostics of the .cu it belongs to say so at once."""
+    changed = {uri_path for change in params.changes if (uri_path := _spec_source(change.uri)) is not None}
+    for doc in state.documents.all():
+        if doc.path is not None and os.path.abspath(doc.path) in changed:
+            state.publish_diagnostics(doc)
+
+
+def _spec_source(uri: str) -> str | None:
+    """``/a/k.cu`` for ``file:///a/k.cu.kern.spec.json``; None for other files."""
+    path = uri_to_path(uri)
+    if path is None or not path.endswith(".spec.json"):
+        return None
+    stem = path[: -len(".spec.json")]
+    source, dot, _ = stem.rpartition(".")
+    return os.path.abspath(source) if dot else None
+
+
+async def watch_specs(state: ServerState) -> None:
+    """Ask the client to report changes of sidecars (when it can be asked)."""
+    if not state.supports_watched_files_registration:
+        return
+    options = types.DidChangeWatchedFilesRegistrationOptions(watchers=[types.FileSystemWatcher(glob_pattern=SPEC_GLOB)])
+    try:
+        await state.server.client_register_capability_async(types.RegistrationParams(registrations=[types.Registration(
+            id="kernel-lsp-spec-files", method=types.WORKSPACE_DID_CHANGE_WATCHED_FILES, register_options=options)]))
+    except Exception as exc:  # the client refused: sidecars are still read on every publication
+        log.info("client/registerCapability for spec files failed: %s", exc)
+
+
+def _on_initialized(state: ServerState) -> None:
+    task = asyncio.ensure_future(watch_specs(state))
+    state.background_tasks.add(task)
+    task.add_done_callback(state.background_tasks.discard)
 
 
 def register(server: KernelLspServer) -> None:
@@ -344,4 +438,15 @@ def register(server: KernelLspServer) -> None:
     state.diagnostic_sources.append(profile_diagnostics)
     state.hover_sections.append(kernel_hover)
     state.line_hovers.append(line_hover)
+    state.on_initialized.append(_on_initialized)
     code_actions.providers(state).append(spec_actions)
+
+    @server.command(CREATE_SPEC_COMMAND)
+    @guarded(state, what=CREATE_SPEC_COMMAND)
+    async def create_spec_command(uri: str, kernel: str) -> str | None:
+        return await create_spec(state, uri, kernel)
+
+    @server.feature(types.WORKSPACE_DID_CHANGE_WATCHED_FILES)
+    @guarded(state, what="didChangeWatchedFiles")
+    def did_change_watched_files(params: types.DidChangeWatchedFilesParams) -> None:
+        on_watched_files(state, params)

@@ -15,9 +15,12 @@ from kernel_lsp.server.base import KernelLspServer
 #: Feature modules, in registration order (settings first: it handles initialize).
 FEATURES: tuple[str, ...] = (
     "settings",
+    "machine",
     "sync",
     "diagnostics",
     "hover",
+    "definition",
+    "signature_help",
     "symbols",
     "code_lens",
     "inlay_hints",

@@ -92,6 +92,9 @@ def _capabilities(state: ServerState, params: types.InitializeParams) -> None:
     state.supports_configuration = bool(workspace and workspace.configuration)
     state.supports_code_lens_refresh = bool(workspace and workspace.code_lens and workspace.code_lens.refresh_support)
     state.supports_inlay_hint_refresh = bool(workspace and workspace.inlay_hint and workspace.inlay_hint.refresh_support)
+    state.supports_show_document = bool(window and window.show_document and window.show_document.support)
+    watched = workspace.did_change_watched_files if workspace else None
+    state.supports_watched_files_registration = bool(watched and watched.dynamic_registration)
 
 
 def _workspace_root(params: types.InitializeParams) -> str | None:
@@ -143,6 +146,7 @@ def register(server: KernelLspServer) -> None:
             apply_settings(state)
         finally:
             state.settings_loaded.set()
+        state.run_hooks(state.on_initialized)
 
     @server.feature(types.WORKSPACE_DID_CHANGE_CONFIGURATION)
     @guarded(state, what="didChangeConfiguration")

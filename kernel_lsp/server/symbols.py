@@ -1,11 +1,19 @@
-"""``textDocument/documentSymbol``: kernels and device functions, hierarchical.
+"""``textDocument/documentSymbol``: kernels, device functions and host functions, hierarchical.
 
-Each ``__global__``/``__device__`` function is a symbol (kernels as Function,
-device functions as Method so outlines tell them apart); its ``__shared__``
-declarations and the launches inside it (dynamic parallelism) are its
-children. Host-side launch sites are not symbols: hover and code lens cover
+Every function definition is a symbol, and its kind says where it runs, so an
+outline tells them apart at a glance:
+
+* a ``__global__`` kernel is an **Event** (it is launched, ``<<< >>>``; launches
+  inside a kernel, dynamic parallelism, are its children with the same kind);
+* a ``__device__`` (or ``__host__ __device__``) function is an **Operator**
+  (it runs on the GPU, called from kernels; not a Method: it belongs to no class);
+* a host function (``main``, launch wrappers) is a **Function**, as clangd names it.
+
+A kernel's or device function's ``__shared__`` declarations are its children
+(Variable). Host-side launch sites are not symbols: hover and code lens cover
 them, and listing every launch would double the outline of a big file. Clients
-without hierarchical support get a flat ``SymbolInformation`` list.
+without hierarchical support get a flat ``SymbolInformation`` list, each child
+with its function as ``containerName``.
 
 Speed: the answer is built as plain JSON values (no lsprotocol objects, no
 cattrs) and cached per document version as :class:`RawJson`, so a repeated
@@ -24,22 +32,22 @@ from typing import Any
 
 from lsprotocol import types
 
-from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Span
-from kernel_lsp.core.parse import ParsedDocument
+from kernel_lsp.core.index import Function, HostFunction, KernelIndex, LaunchSite, Span
 from kernel_lsp.server.base import KernelLspServer, RawJson, guarded
-from kernel_lsp.server.convert import to_range
-from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.server.convert import Text, to_range
+from kernel_lsp.server.documents import DocumentState, IndexedText
 
-_FUNCTION = int(types.SymbolKind.Function)
-_METHOD = int(types.SymbolKind.Method)
+KERNEL_KIND = int(types.SymbolKind.Event)
+DEVICE_FUNCTION_KIND = int(types.SymbolKind.Operator)
+HOST_FUNCTION_KIND = int(types.SymbolKind.Function)
 _VARIABLE = int(types.SymbolKind.Variable)
-_EVENT = int(types.SymbolKind.Event)
+_LAUNCH = KERNEL_KIND
 
 
 class _Ranges:
     """Span -> LSP range JSON for one document version."""
 
-    def __init__(self, doc: ParsedDocument) -> None:
+    def __init__(self, doc: Text) -> None:
         self._doc = doc
         self._ascii = doc.source_bytes.isascii()
 
@@ -60,7 +68,7 @@ def _launch_symbol(ranges: _Ranges, launch: LaunchSite) -> dict[str, Any]:
     return {
         "name": f"{launch.kernel}<<<{launch.grid}, {launch.block}>>>",
         "detail": "launch",
-        "kind": _EVENT,
+        "kind": _LAUNCH,
         "range": ranges(launch.span),
         "selectionRange": ranges(launch.kernel_span),
     }
@@ -101,7 +109,7 @@ def _function_symbol(ranges: _Ranges, fn: Function, launches: list[LaunchSite]) 
     symbol: dict[str, Any] = {
         "name": fn.name,
         "detail": fn.signature,
-        "kind": _FUNCTION if fn.is_kernel else _METHOD,
+        "kind": KERNEL_KIND if fn.is_kernel else DEVICE_FUNCTION_KIND,
         "range": ranges(fn.span),
         "selectionRange": ranges(fn.name_span),
     }
@@ -110,16 +118,27 @@ def _function_symbol(ranges: _Ranges, fn: Function, launches: list[LaunchSite]) 
     return symbol
 
 
-def document_symbols(doc: ParsedDocument, index: KernelIndex) -> list[dict[str, Any]]:
+def _host_symbol(ranges: _Ranges, host: HostFunction) -> dict[str, Any]:
+    return {
+        "name": host.name,
+        "detail": host.signature,
+        "kind": HOST_FUNCTION_KIND,
+        "range": ranges(host.span),
+        "selectionRange": ranges(host.name_span),
+    }
+
+
+def document_symbols(doc: Text, index: KernelIndex) -> list[dict[str, Any]]:
     """Hierarchical ``DocumentSymbol`` JSON, in source order."""
     ranges = _Ranges(doc)
     inner = _inner_launches(index)
     symbols = [_function_symbol(ranges, fn, _launches_in(fn, inner)) for fn in index.functions]
+    symbols += [_host_symbol(ranges, host) for host in index.host_functions]
     symbols.sort(key=lambda s: (s["range"]["start"]["line"], s["range"]["start"]["character"]))
     return symbols
 
 
-def _fragment_key(source: bytes, fn: Function) -> tuple[bytes, int, str]:
+def _fragment_key(source: bytes, fn: Function | HostFunction) -> tuple[bytes, int, str]:
     """What a function's symbol is made of: its text from the start of its first line (the bytes
     before it on that line decide its UTF-16 columns there), that line and its qualified name
     (from the enclosing namespaces, shown in the signature). The launches under it lie inside
@@ -141,7 +160,7 @@ class _EncodedSymbols(RawJson):
 
 
 def encoded_document_symbols(
-    doc: ParsedDocument, index: KernelIndex, previous: dict[tuple[bytes, int, str], str]
+    doc: Text, index: KernelIndex, previous: dict[tuple[bytes, int, str], str]
 ) -> tuple[RawJson, dict[tuple[bytes, int, str], str]]:
     """The hierarchical answer, and the encoded symbol of each function for the next call.
 
@@ -165,6 +184,13 @@ def encoded_document_symbols(
             text = json.dumps(_function_symbol(ranges, fn, launches), separators=(",", ":"))
         fragments[key] = text
         placed.append((span.start, text))
+    for host in index.host_functions:
+        key = _fragment_key(source, host)
+        text = previous.get(key)
+        if text is None:
+            text = json.dumps(_host_symbol(ranges, host), separators=(",", ":"))
+        fragments[key] = text
+        placed.append((host.span.start, text))
     # Byte columns order a line like UTF-16 columns do; a start Point is (line, byte column).
     placed.sort(key=_first)
     return _EncodedSymbols([text for _, text in placed]), fragments
@@ -183,13 +209,14 @@ def flat_symbols(uri: str, symbols: list[dict[str, Any]], container: str | None 
     return flat
 
 
-def symbols_answer(doc: DocumentState, index: KernelIndex, hierarchical: bool) -> RawJson:
-    """The encoded answer, computed once per document version."""
+def symbols_answer(doc: DocumentState, text: IndexedText, hierarchical: bool) -> RawJson:
+    """The encoded answer, computed once per document version (positions from the index's own text)."""
+    index = text.index
 
     def compute() -> RawJson:
         if not hierarchical:
-            return RawJson(flat_symbols(doc.uri, document_symbols(doc.parsed, index)))
-        answer, doc.extra[_FRAGMENTS] = encoded_document_symbols(doc.parsed, index, doc.extra.get(_FRAGMENTS, {}))
+            return RawJson(flat_symbols(doc.uri, document_symbols(text, index)))
+        answer, doc.extra[_FRAGMENTS] = encoded_document_symbols(text, index, doc.extra.get(_FRAGMENTS, {}))
         return answer
 
     return doc.memo(_memo_key(hierarchical), compute)
@@ -219,4 +246,4 @@ def register(server: KernelLspServer) -> None:
             if cached is not None:
                 return cached
             # One trip to the worker thread for both: after an edit neither is cached.
-            return await doc.off_loop(lambda: symbols_answer(doc, doc.index(), hierarchical))
+            return await doc.off_loop(lambda: symbols_answer(doc, doc.indexed(), hierarchical))

@@ -2,13 +2,15 @@
 
 Incremental changes arrive in UTF-16 positions; each is converted with the
 *current* line's bytes (LSP applies a notification's changes in order) and fed
-to :meth:`ParsedDocument.apply_edit`, which reparses incrementally. Big
-documents are edited on a worker thread so the event loop keeps answering.
+to :meth:`ParsedDocument.apply_edit` with ``defer=True``: the text changes at
+once (microseconds), the reparse and the re-index wait for the next request.
+A client that sends one notification per keystroke thus costs one reparse and
+one re-index per *request*, however many keystrokes came before it, and a
+hover never waits behind re-indexing for keystrokes it does not see.
 """
 
 from __future__ import annotations
 
-import asyncio
 import logging
 from collections.abc import Sequence
 
@@ -32,9 +34,10 @@ def apply_changes(parsed: ParsedDocument, changes: Sequence[types.TextDocumentCo
                 end.line,
                 utf16_to_byte(line_bytes(parsed, end.line), end.character),
                 change.text,
+                defer=True,
             )
         else:
-            parsed.replace_all(change.text)
+            parsed.replace_all(change.text, defer=True)
 
 
 def register(server: KernelLspServer) -> None:
@@ -53,19 +56,24 @@ def register(server: KernelLspServer) -> None:
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
     @guarded(state, what="didChange")
-    async def did_change(params: types.DidChangeTextDocumentParams) -> None:
+    def did_change(params: types.DidChangeTextDocumentParams) -> None:
+        # Synchronous (no task, no lock): pygls runs it as it reads the message, so edits apply in
+        # the order sent, and a request that is waiting for an index never holds them up.
         doc = state.documents.get(params.text_document.uri)
         if doc is None:
             log.warning("didChange for a document that is not open: %s", params.text_document.uri)
             return
-        async with doc.lock:
-            if doc.big:
-                await asyncio.get_running_loop().run_in_executor(None, apply_changes, doc.parsed, params.content_changes)
-            else:
-                apply_changes(doc.parsed, params.content_changes)
+
+        def edit() -> None:
+            apply_changes(doc.parsed, params.content_changes)
             doc.version = params.text_document.version
             doc.revision += 1
-        state.run_hooks(state.on_change, doc)
+            state.run_hooks(state.on_change, doc)
+
+        if doc.opening:
+            doc.queued.append(edit)
+        else:
+            edit()
 
     @server.feature(types.TEXT_DOCUMENT_DID_SAVE)
     @guarded(state, what="didSave")

@@ -146,7 +146,7 @@ def test_moved_index_is_frozen_and_survives_pickling() -> None:
         moved.functions = ()  # type: ignore[misc]
     fresh = build_index(doc.source_bytes)
     assert pickle.loads(pickle.dumps(moved)) == fresh
-    rebuilt = KernelIndex(fresh.functions, fresh.launches, fresh.syntax_errors, fresh.constants)
+    rebuilt = KernelIndex(fresh.functions, fresh.launches, fresh.syntax_errors, fresh.constants, fresh.host_functions)
     assert rebuilt == moved and hash(rebuilt) == hash(moved)
     assert [launch.span.start.line for launch in moved.launches] == [
         launch.span.start.line for launch in fresh.launches

@@ -2,11 +2,13 @@
 
 from __future__ import annotations
 
+import json
+
 import pytest
 
 from kernel_lsp.core.index import build_index
 from kernel_lsp.core.spec import SpecError, parse_spec
-from kernel_lsp.core.spec_draft import PLACEHOLDER, draft_spec
+from kernel_lsp.core.spec_draft import PLACEHOLDER, draft_spec, placeholder_count
 
 SAXPY = """
 #define N (1 << 20)
@@ -117,3 +119,13 @@ int main() {
 def test_not_a_kernel_is_refused():
     with pytest.raises(ValueError, match="no __global__"):
         draft("__device__ int f(int x) { return x; }", "f")
+
+
+def test_placeholders_are_counted_and_no_internal_value_is_shown():
+    text = "__global__ void k(float* p, int n, int* idx) { p[idx[0]] = n; }\n"
+    draft = draft_spec(build_index(text), text, "k")
+    written = json.dumps(draft.spec)
+    assert placeholder_count(draft.spec) == written.count(f'"{PLACEHOLDER}"') > 0
+    assert not any("None" in item for item in draft.todo)
+    assert any("no launch is visible" in item for item in draft.todo)
+    assert placeholder_count({"a": [1, "x"], "b": {"c": PLACEHOLDER}}) == 1

@@ -1,0 +1,220 @@
+"""The stdio message loop: large reads, and runs of ``didChange`` applied as one.
+
+pygls 2 reads stdin through ``run_in_executor`` for every header line and every
+body (three trips to a worker thread per message) and then structures and
+dispatches each message on its own. A client that sends one ``didChange`` per
+keystroke makes a burst of 1,000 keystrokes (a macro, a paste typed out, a
+client catching up) cost ~0.3 ms a message before the server even sees the
+request that follows it.
+
+Here one thread reads stdin in large chunks and the event loop takes every
+complete message already buffered at once. Consecutive ``didChange``
+notifications for one document (nothing else between them) become one
+notification whose changes are the concatenation of theirs, in order, with
+each insertion that starts where the previous insertion ended joined to it
+(typing); it carries the last version. Applying it leaves the document
+exactly where applying them one by one would (LSP applies a notification's
+changes in order). Every other message goes through pygls unchanged
+(``protocol.handle_message``), in the order received.
+
+Order: after each message other than a ``didChange``, the loop gives the
+event loop a turn, so its handler starts (a ``didOpen`` registers its document,
+a request reads the text it was sent for) before later edits apply; every
+:data:`YIELD_EVERY` messages it gives one anyway, so tasks already running and
+job results are not held up by a long stream.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import logging
+import os
+import re
+import threading
+from collections.abc import Callable
+from typing import Any, BinaryIO
+
+log = logging.getLogger(__name__)
+
+#: Bytes asked of one ``os.read``.
+CHUNK_BYTES = 1 << 20
+#: Messages dispatched between two turns given to the event loop.
+YIELD_EVERY = 64
+DID_CHANGE = "textDocument/didChange"
+_DID_CHANGE_BYTES = b'"textDocument/didChange"'
+_CONTENT_LENGTH = re.compile(rb"content-length:\s*(\d+)", re.IGNORECASE)
+
+
+class MessageReader:
+    """Complete message bodies from a byte stream read by one thread."""
+
+    def __init__(self, stream: BinaryIO) -> None:
+        self._fd = stream.fileno()
+        self._buffer = bytearray()
+        self._eof = False
+        self._data = asyncio.Event()
+        self._thread: threading.Thread | None = None
+
+    def _start(self) -> None:
+        loop = asyncio.get_running_loop()
+
+        def read_forever() -> None:
+            while True:
+                try:
+                    chunk = os.read(self._fd, CHUNK_BYTES)
+                except OSError as exc:
+                    log.error("reading stdin failed: %s", exc)
+                    chunk = b""
+                try:
+                    loop.call_soon_threadsafe(self._feed, chunk)
+                except RuntimeError:  # the loop is closed: the server is gone
+                    return
+                if not chunk:
+                    return
+
+        self._thread = threading.Thread(target=read_forever, name="kernel-lsp-stdin", daemon=True)
+        self._thread.start()
+
+    def _feed(self, chunk: bytes) -> None:
+        if chunk:
+            self._buffer += chunk
+        else:
+            self._eof = True
+        self._data.set()
+
+    def _take(self) -> list[bytes]:
+        bodies: list[bytes] = []
+        buffer = self._buffer
+        pos = 0
+        while True:
+            header_end = buffer.find(b"\r\n\r\n", pos)
+            if header_end < 0:
+                break
+            match = _CONTENT_LENGTH.search(buffer, pos, header_end)
+            if match is None:
+                log.error("message without Content-Length skipped: %r", bytes(buffer[pos:header_end])[:200])
+                pos = header_end + 4
+                continue
+            start = header_end + 4
+            end = start + int(match.group(1))
+            if end > len(buffer):
+                break
+            bodies.append(bytes(buffer[start:end]))
+            pos = end
+        del buffer[:pos]
+        return bodies
+
+    async def messages(self) -> list[bytes] | None:
+        """Every complete message buffered now (waiting for one if none is); None at the end of input."""
+        if self._thread is None:
+            self._start()
+        while True:
+            bodies = self._take()
+            if bodies:
+                return bodies
+            if self._eof:
+                return None
+            self._data.clear()
+            await self._data.wait()
+
+
+def _utf16_len(text: str) -> int:
+    return len(text) if text.isascii() else len(text.encode("utf-16-le")) // 2
+
+
+def _insert_end(start: dict[str, int], text: str) -> dict[str, int]:
+    """Where the cursor is after inserting ``text`` at ``start`` (LSP positions)."""
+    newlines = text.count("\n")
+    if newlines:
+        return {"line": start["line"] + newlines, "character": _utf16_len(text[text.rfind("\n") + 1 :])}
+    return {"line": start["line"], "character": start["character"] + _utf16_len(text)}
+
+
+def _is_insert(change: dict[str, Any]) -> bool:
+    rng = change.get("range")
+    return rng is not None and rng["start"] == rng["end"]
+
+
+def merge_changes(changes: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """The changes in order, an insertion that starts where the previous one ended joined to it."""
+    out: list[dict[str, Any]] = []
+    for change in changes:
+        if out and _is_insert(change) and _is_insert(out[-1]):
+            last = out[-1]
+            if change["range"]["start"] == _insert_end(last["range"]["start"], last["text"]):
+                last["text"] += change["text"]
+                continue
+        if "range" in change:
+            change = {"range": change["range"], "text": change["text"]}
+        out.append(change)
+    return out
+
+
+def _coalesced(run: list[dict[str, Any]]) -> dict[str, Any]:
+    changes = [change for message in run for change in message["params"]["contentChanges"]]
+    last = run[-1]
+    return {"jsonrpc": last.get("jsonrpc", "2.0"), "method": DID_CHANGE,
+            "params": {"textDocument": last["params"]["textDocument"], "contentChanges": merge_changes(changes)}}
+
+
+def _uri(message: dict[str, Any]) -> Any:
+    return message.get("params", {}).get("textDocument", {}).get("uri")
+
+
+async def serve(
+    stream: BinaryIO,
+    protocol: Any,
+    stop_event: threading.Event,
+    error_handler: Callable[[Exception, type], Any] | None = None,
+) -> None:
+    """Read messages from ``stream`` and hand them to pygls's ``protocol`` until EOF or ``stop_event``."""
+    from pygls.exceptions import JsonRpcException
+
+    reader = MessageReader(stream)
+
+    def dispatch(message: Any) -> None:
+        try:
+            protocol.handle_message(message)
+        except Exception as exc:
+            log.exception("unable to handle a message")
+            if error_handler is not None:
+                error_handler(exc, JsonRpcException)
+
+    while not stop_event.is_set():
+        bodies = await reader.messages()
+        if bodies is None:
+            break
+        run: list[dict[str, Any]] = []
+        for position, body in enumerate(bodies):
+            if position and position % YIELD_EVERY == 0:
+                await asyncio.sleep(0)
+            if _DID_CHANGE_BYTES in body:
+                try:
+                    raw = json.loads(body)
+                except ValueError:
+                    raw = None
+                if isinstance(raw, dict) and raw.get("method") == DID_CHANGE and "id" not in raw:
+                    if run and _uri(run[-1]) != _uri(raw):
+                        dispatch(protocol.structure_message(_coalesced(run)))
+                        run = []
+                    run.append(raw)
+                    continue
+            if run:
+                dispatch(protocol.structure_message(_coalesced(run)))
+                run = []
+            try:
+                message = json.loads(body, object_hook=protocol.structure_message)
+            except Exception as exc:
+                log.exception("unable to read a message")
+                if error_handler is not None:
+                    error_handler(exc, JsonRpcException)
+                continue
+            dispatch(message)
+            # Its handler (a task, for async handlers) takes its first step before the edits after
+            # it apply: a didOpen registers its document, a request sees the text it was sent for.
+            await asyncio.sleep(0)
+            if stop_event.is_set():
+                return
+        if run:
+            dispatch(protocol.structure_message(_coalesced(run)))
