@@ -11,11 +11,12 @@ the harness's interval, so this counts controls whose best verified speedup is b
 
     PYTHONPATH=. python3 benchmarks/corpus_suite.py --out $OUT/corpus_suite.json \\
         [--baseline corpus_baseline.json] [--budget 8] [--max-seconds 120] [--shard 1/2] [--only A,B]
-    python3 benchmarks/corpus_suite.py --merge a.json b.json --out benchmarks/results/corpus_suite.json
+    python3 benchmarks/corpus_suite.py --merge a.json b.json [rerun.json] --out benchmarks/results/corpus_suite.json
 
 ``--baseline`` takes ``benchmarks/corpus_baseline.py``'s results for the kernels where no
 candidate was timed (their baseline is then that program's median). ``--shard K/N`` runs every
-N-th kernel from the K-th, so a run can be split over several calls; ``--merge`` joins shards.
+N-th kernel from the K-th, so a run can be split over several calls; ``--merge`` joins shards
+(a kernel in a later file replaces its row from an earlier one).
 """
 
 from __future__ import annotations
@@ -26,6 +27,7 @@ import json
 import math
 import os
 import platform
+import subprocess
 import sys
 import tempfile
 import time
@@ -44,6 +46,15 @@ from kernel_lsp.services.session import Session  # noqa: E402
 
 CORPUS = ROOT / "benchmarks" / "corpus"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "corpus_suite.json"
+
+
+def _gpu_name() -> str | None:
+    try:
+        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
+                             text=True, timeout=30)
+    except (OSError, subprocess.SubprocessError):
+        return None
+    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
 def run_kernel(name: str, budget: Budget, baseline: dict[str, Any], scratch: str) -> dict[str, Any]:
@@ -130,7 +141,9 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     if args.merge:
         parts = [json.loads(Path(p).read_text()) for p in args.merge]
-        rows = sorted((r for p in parts for r in p["kernels"]), key=lambda r: r["name"])
+        # A kernel in a later file replaces the same kernel in an earlier one (a re-run after a fix).
+        by_name = {r["name"]: r for p in parts for r in p["kernels"]}
+        rows = sorted(by_name.values(), key=lambda r: r["name"])
         total = summary(rows)
         merged = {**parts[0], "kernels": rows, "summary": total, "command": [p["command"] for p in parts],
                   "merged_from": [os.path.basename(p) for p in args.merge]}
@@ -157,7 +170,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['candidates']} candidates, {row['wall_s']:.1f} s" + (f"  ERROR {row['error']}" if "error" in row else ""),
                   flush=True)
             result = {
-                "machine": {"host": platform.node(), "python": platform.python_version()},
+                "machine": {"host": platform.node(), "python": platform.python_version(), "gpu": _gpu_name()},
                 "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
                 "budget": {"max_candidates": args.budget, "max_seconds": args.max_seconds},
