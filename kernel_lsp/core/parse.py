@@ -28,6 +28,7 @@ CUDA_LANGUAGE = Language(tree_sitter_cuda.language())
 
 
 _BINARY_SAMPLE_BYTES = 65536
+MAX_PENDING_EDITS = 256
 
 
 def looks_binary(source: bytes) -> bool:
@@ -153,7 +154,10 @@ class ParsedDocument:
         with self._state:
             self._source = source
             self._pending.append((start_byte, old_end_byte, new_end_byte, start_point, old_end_point, new_end_point))
-        if not defer:
+            # A burst with no request in between (20,000 keystrokes pasted by a client) must not queue
+            # edits without bound: past MAX_PENDING_EDITS they are applied, one reparse per batch.
+            due = len(self._pending) >= MAX_PENDING_EDITS
+        if not defer or due:
             self.snapshot()
 
     def apply_edit(

@@ -32,6 +32,7 @@ from kernel_lsp.services.source_view import FileAnalysis
 log = logging.getLogger(__name__)
 
 _KEY = "access-analysis"
+_TIMER = "access-analysis:timer"
 SOURCE = "kernel-lsp access"
 #: Quiet time after an edit before the analysis runs again, seconds, plus
 #: :data:`DEBOUNCE_S_PER_100KB` for every 100 KB of text: the analysis holds the GIL for about
@@ -46,7 +47,7 @@ class _Result:
     analysis: FileAnalysis
 
 
-def _schedule(state: ServerState, doc: DocumentState, delay_s: float) -> None:
+def _schedule(state: ServerState, doc: DocumentState) -> None:
     uri, revision, path = doc.uri, doc.revision, doc.path
     text = doc.text()
     # The session's flags: the compile database's and extraFlags' -I and -D, as the compile sees them.
@@ -73,7 +74,27 @@ def _schedule(state: ServerState, doc: DocumentState, delay_s: float) -> None:
             state.publish_diagnostics(current)
 
     state.jobs.submit(JobKey(uri, "analysis"), work, publish=publish, version=revision,
-                      current_version=current_revision, delay_s=delay_s)
+                      current_version=current_revision)
+
+
+def _debounce(state: ServerState, doc: DocumentState, delay_s: float) -> None:
+    """Start the analysis ``delay_s`` after the last edit. The timer lives on the event loop and
+    each edit replaces it, so a burst of 20,000 keystrokes leaves no queue of jobs (nor copies
+    of the text) behind: the job is submitted, and the text read, once the edits stop."""
+    pending = doc.extra.pop(_TIMER, None)
+    if pending is not None:
+        pending.cancel()
+    loop = state.loop
+    if loop is None or loop.is_closed():
+        _schedule(state, doc)
+        return
+
+    def fire() -> None:
+        doc.extra.pop(_TIMER, None)
+        if state.documents.get(doc.uri) is doc:
+            _schedule(state, doc)
+
+    doc.extra[_TIMER] = loop.call_later(delay_s, fire)
 
 
 def current(doc: DocumentState) -> FileAnalysis | None:
@@ -174,11 +195,11 @@ def access_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Dia
 
 
 def _on_open(state: ServerState, doc: DocumentState) -> None:
-    _schedule(state, doc, delay_s=0.0)
+    _schedule(state, doc)
 
 
 def _on_change(state: ServerState, doc: DocumentState) -> None:
-    _schedule(state, doc, ANALYSIS_DEBOUNCE_S + DEBOUNCE_S_PER_100KB * len(doc.source_bytes) / 100_000)
+    _debounce(state, doc, ANALYSIS_DEBOUNCE_S + DEBOUNCE_S_PER_100KB * len(doc.source_bytes) / 100_000)
 
 
 def register(server: KernelLspServer) -> None:

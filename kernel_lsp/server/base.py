@@ -293,6 +293,13 @@ class RawJson:
         self.text = json.dumps(value, separators=(",", ":"))
 
 
+class _SnapshotDict(dict):
+    """A dict whose ``items()`` is a list: safe to walk while entries are removed."""
+
+    def items(self):  # type: ignore[override]
+        return list(super().items())
+
+
 class KernelLspProtocol(LanguageServerProtocol):
     """pygls's protocol plus :class:`RawJson` results and a bounded futures table.
 
@@ -300,6 +307,13 @@ class KernelLspProtocol(LanguageServerProtocol):
     ``_request_futures`` (pinned to pygls < 3 in pyproject.toml); any other result takes
     pygls's own path.
     """
+
+    def __init__(self, *args: Any, **kwargs: Any) -> None:
+        super().__init__(*args, **kwargs)
+        # Entries leave the table when their handler finishes (below); a future cancelled while pygls
+        # walks the table (shutdown cancels every running one) finishes inside that walk, so the walk
+        # must go over a copy.
+        self._request_futures = _SnapshotDict(self._request_futures)
 
     def _execute_handler(self, msg_id: Any, handler: Any, callback: Any, args: Any = None, kwargs: Any = None) -> None:
         # pygls 2.1.1 stores the future of every async (and threaded) handler in

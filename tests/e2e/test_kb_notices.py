@@ -6,6 +6,7 @@ import shutil
 from pathlib import Path
 
 import pytest
+from fake_tools import GPU_H200, fake_tools_env
 from lsp_helpers import lsp_session, needs_nvcc, open_doc, wait_diagnostics, wait_message
 from lsprotocol import types
 
@@ -25,7 +26,9 @@ def transpose(tmp_path: Path) -> Path:
 
 async def _optimize_and_wait(transpose: Path, kb_path: Path, needle: str) -> types.ShowMessageParams:
     options = {"kbPath": str(kb_path), "optimizeBudgetCandidates": 1, "nvccPath": "/nonexistent/nvcc"}
-    async with lsp_session(transpose.parent, init_options=options) as client:
+    # The search (which opens the knowledge base) runs only where a GPU is seen: a stand-in one.
+    env = fake_tools_env({"nvidia-smi": GPU_H200}, pycuda=True)
+    async with lsp_session(transpose.parent, init_options=options, env=env) as client:
         uri = open_doc(client, transpose)
         await wait_diagnostics(client, uri)
         await client.workspace_execute_command_async(types.ExecuteCommandParams(

@@ -11,6 +11,7 @@ import json
 import time
 from pathlib import Path
 
+from fake_tools import GPU_H200, fake_tools_env
 from lsp_helpers import lsp_session, open_doc, position_of, wait_diagnostics, wait_message
 from lsprotocol import types
 
@@ -51,7 +52,9 @@ async def test_hostile_spec_scanning_input_and_expression_bomb(tmp_path: Path) -
             + KERNEL)
     path = tmp_path / "hostile.cu"
     path.write_text(text)
-    async with lsp_session(tmp_path, init_options={"nvccPath": "/nonexistent/nvcc"}) as client:
+    # Optimize reads the spec only where a GPU could verify: the server is shown a stand-in one.
+    env = fake_tools_env({"nvidia-smi": GPU_H200}, pycuda=True)
+    async with lsp_session(tmp_path, init_options={"nvccPath": "/nonexistent/nvcc"}, env=env) as client:
         start = time.perf_counter()
         uri = open_doc(client, path)
         await wait_diagnostics(client, uri)
