@@ -107,14 +107,21 @@ class _Params(ctypes.Structure):
 
 
 def struct_size(cls: type[ctypes.Structure]) -> int:
-    """``CUPTI_PROFILER_STRUCT_SIZE(type, lastfield)``: the last field's offset plus its size (no tail padding)."""
-    name = cls._fields_[-1][0]
+    """``CUPTI_PROFILER_STRUCT_SIZE(type, lastfield)``: the last field's offset plus its size (no tail padding).
+
+    ``lastfield`` is the struct's last field except where the header's macro names another
+    (``_size_field_``: FlushData's macro stops before its output pointer).
+    """
+    name = getattr(cls, "_size_field_", None) or cls._fields_[-1][0]
     field = getattr(cls, name)
     return field.offset + field.size
 
 
-def _params(name: str, *fields: tuple[str, object]) -> type[_Params]:
-    return type(name, (_Params,), {"_fields_": [("structSize", c_size_t), ("pPriv", c_void_p), *fields]})
+def _params(name: str, *fields: tuple[str, object], size_field: str | None = None) -> type[_Params]:
+    body = {"_fields_": [("structSize", c_size_t), ("pPriv", c_void_p), *fields]}
+    if size_field:
+        body["_size_field_"] = size_field
+    return type(name, (_Params,), body)
 
 
 ProfilerInitialize = _params("ProfilerInitialize")
@@ -215,6 +222,54 @@ RangeGetCounterDataInfo = _params(
     "RangeGetCounterDataInfo", ("pCounterDataImage", c_void_p), ("counterDataImageSize", c_size_t), ("numTotalRanges", c_size_t)
 )
 
+# SASS metrics (cupti_sass_metrics.h): instruction-level counters (smsp__sass_*), collected by patching the
+# kernel's SASS, per instruction.
+
+
+class SassMetricDetails(ctypes.Structure):
+    _fields_ = [("metricId", ctypes.c_uint64), ("pMetricName", c_char_p), ("pMetricDescription", c_char_p)]
+
+
+class SassConfig(ctypes.Structure):
+    _fields_ = [("metricId", ctypes.c_uint64), ("outputGranularity", c_uint8)]
+
+
+class SassInstanceValue(ctypes.Structure):
+    _fields_ = [("metricId", ctypes.c_uint64), ("value", ctypes.c_uint64)]
+
+
+SassGetNumOfMetrics = _params("SassGetNumOfMetrics", ("pChipName", c_char_p), ("numOfMetrics", c_size_t))
+SassGetMetrics = _params(
+    "SassGetMetrics", ("pChipName", c_char_p), ("numOfMetrics", c_size_t), ("pMetricsList", POINTER(SassMetricDetails))
+)
+SassGetProperties = _params("SassGetProperties", ("pChipName", c_char_p), ("pMetricName", c_char_p), ("metric", SassMetricDetails))
+SassSetConfig = _params(
+    "SassSetConfig", ("numOfMetricConfig", c_size_t), ("pConfigs", POINTER(SassConfig)), ("deviceIndex", c_uint32)
+)
+SassUnsetConfig = _params("SassUnsetConfig", ("deviceIndex", c_uint32))
+SassEnable = _params("SassEnable", ("ctx", c_void_p), ("enableLazyPatching", c_uint8))
+SassDisable = _params("SassDisable", ("ctx", c_void_p), ("numOfDroppedRecords", c_size_t))
+SassGetDataProperties = _params(
+    "SassGetDataProperties", ("ctx", c_void_p), ("numOfPatchedInstructionRecords", c_size_t), ("numOfInstances", c_size_t)
+)
+SassData = _params(
+    "SassData",
+    ("cubinCrc", c_uint32),
+    ("functionIndex", c_uint32),
+    ("functionName", c_char_p),
+    ("pcOffset", c_uint32),
+    ("pInstanceValues", POINTER(SassInstanceValue)),
+)
+SassFlushData = _params(
+    "SassFlushData",
+    ("ctx", c_void_p),
+    ("numOfPatchedInstructionRecords", c_size_t),
+    ("numOfInstances", c_size_t),
+    ("pMetricsData", POINTER(SassData)),
+    size_field="numOfInstances",
+)
+SASS_GRANULARITY_GPU = 0
+
 #: ctypes struct -> C struct name, for the layout check against the headers.
 C_NAMES: dict[type[ctypes.Structure], str] = {
     ProfilerInitialize: "CUpti_Profiler_Initialize_Params",
@@ -241,6 +296,23 @@ C_NAMES: dict[type[ctypes.Structure], str] = {
     RangeGetCounterDataSize: "CUpti_RangeProfiler_GetCounterDataSize_Params",
     RangeCounterDataImageInitialize: "CUpti_RangeProfiler_CounterDataImage_Initialize_Params",
     RangeGetCounterDataInfo: "CUpti_RangeProfiler_GetCounterDataInfo_Params",
+    SassGetNumOfMetrics: "CUpti_SassMetrics_GetNumOfMetrics_Params",
+    SassGetMetrics: "CUpti_SassMetrics_GetMetrics_Params",
+    SassGetProperties: "CUpti_SassMetrics_GetProperties_Params",
+    SassSetConfig: "CUpti_SassMetricsSetConfig_Params",
+    SassUnsetConfig: "CUpti_SassMetricsUnsetConfig_Params",
+    SassEnable: "CUpti_SassMetricsEnable_Params",
+    SassDisable: "CUpti_SassMetricsDisable_Params",
+    SassGetDataProperties: "CUpti_SassMetricsGetDataProperties_Params",
+    SassFlushData: "CUpti_SassMetricsFlushData_Params",
+}
+
+#: Plain structs (no structSize) checked for layout too.
+PLAIN_C_NAMES: dict[type[ctypes.Structure], str] = {
+    SassMetricDetails: "CUpti_SassMetrics_MetricDetails",
+    SassConfig: "CUpti_SassMetrics_Config",
+    SassInstanceValue: "CUpti_SassMetrics_InstanceValue",
+    SassData: "CUpti_SassMetrics_Data",
 }
 
 #: C function -> its params struct.
@@ -269,6 +341,15 @@ FUNCTIONS: dict[str, type[ctypes.Structure]] = {
     "cuptiRangeProfilerGetCounterDataSize": RangeGetCounterDataSize,
     "cuptiRangeProfilerCounterDataImageInitialize": RangeCounterDataImageInitialize,
     "cuptiRangeProfilerGetCounterDataInfo": RangeGetCounterDataInfo,
+    "cuptiSassMetricsGetNumOfMetrics": SassGetNumOfMetrics,
+    "cuptiSassMetricsGetMetrics": SassGetMetrics,
+    "cuptiSassMetricsGetProperties": SassGetProperties,
+    "cuptiSassMetricsSetConfig": SassSetConfig,
+    "cuptiSassMetricsUnsetConfig": SassUnsetConfig,
+    "cuptiSassMetricsEnable": SassEnable,
+    "cuptiSassMetricsDisable": SassDisable,
+    "cuptiSassMetricsGetDataProperties": SassGetDataProperties,
+    "cuptiSassMetricsFlushData": SassFlushData,
 }
 
 #: Load order: libcupti resolves the nvperf libraries by name, so they must be in the process first.
@@ -546,3 +627,84 @@ class RangeProfiler:
         if not stop.isAllPassSubmitted:
             raise CuptiError("cuptiRangeProfilerStop", 13, f"passes still pending after {rounds} rounds")
         return RangeResult(values, passes, rounds, int(dropped), t1 - t0, t2 - t1, t3 - t2)
+
+
+@dataclass(frozen=True)
+class SassResult:
+    """Instruction-level counters of one launch, summed over the kernel's instructions."""
+
+    totals: dict[str, float]
+    """SASS metric name -> sum over every patched instruction (what ncu's ``NAME.sum`` reports)."""
+    records: int
+    """Patched instructions that reported."""
+    by_pc: tuple[tuple[int, dict[str, float]], ...]
+    """(pc offset, metric -> value) per instruction, in the order CUPTI gave them."""
+    wall_s: float
+
+
+class SassMetrics:
+    """CUPTI's SASS metrics API for one device and context."""
+
+    def __init__(self, cupti: Cupti, chip: str, context: int, device_index: int = 0):
+        self.cupti = cupti
+        self.chip = chip
+        self.context = context
+        self.device_index = device_index
+
+    def available(self) -> dict[str, str]:
+        """Every SASS metric of the chip: name -> description."""
+        n = self.cupti.call("cuptiSassMetricsGetNumOfMetrics", SassGetNumOfMetrics(pChipName=self.chip.encode())).numOfMetrics
+        details = (SassMetricDetails * n)()
+        self.cupti.call(
+            "cuptiSassMetricsGetMetrics", SassGetMetrics(pChipName=self.chip.encode(), numOfMetrics=n, pMetricsList=details)
+        )
+        return {d.pMetricName.decode(): (d.pMetricDescription or b"").decode() for d in details}
+
+    def metric_id(self, name: str) -> int:
+        p = self.cupti.call("cuptiSassMetricsGetProperties", SassGetProperties(pChipName=self.chip.encode(), pMetricName=name.encode()))
+        return int(p.metric.metricId)
+
+    def collect(self, metrics: Sequence[str], launch: Callable[[], None], clock: Callable[[], float] = time.perf_counter) -> SassResult:
+        """Patch, run ``launch`` (it must synchronize), read every instruction's counters, unpatch."""
+        t0 = clock()
+        ids = {self.metric_id(m): m for m in metrics}
+        configs = (SassConfig * len(ids))(*(SassConfig(metricId=i, outputGranularity=SASS_GRANULARITY_GPU) for i in ids))
+        self.cupti.call(
+            "cuptiSassMetricsSetConfig",
+            SassSetConfig(numOfMetricConfig=len(ids), pConfigs=configs, deviceIndex=self.device_index),
+        )
+        try:
+            self.cupti.call("cuptiSassMetricsEnable", SassEnable(ctx=self.context, enableLazyPatching=1))
+            try:
+                launch()
+                props = self.cupti.call("cuptiSassMetricsGetDataProperties", SassGetDataProperties(ctx=self.context))
+                count, instances = int(props.numOfPatchedInstructionRecords), int(props.numOfInstances)
+                by_pc: list[tuple[int, dict[str, float]]] = []
+                totals = {m: 0.0 for m in metrics}
+                if count:
+                    records = (SassData * count)()
+                    keep = []
+                    for r in records:
+                        r.structSize = ctypes.sizeof(SassData)
+                        values = (SassInstanceValue * (instances * len(ids)))()
+                        keep.append(values)
+                        r.pInstanceValues = values
+                    self.cupti.call(
+                        "cuptiSassMetricsFlushData",
+                        SassFlushData(ctx=self.context, numOfPatchedInstructionRecords=count, numOfInstances=instances,
+                                      pMetricsData=records),
+                    )
+                    for r, values in zip(records, keep):
+                        row: dict[str, float] = {}
+                        for v in values:
+                            name = ids.get(int(v.metricId))
+                            if name is not None:
+                                row[name] = row.get(name, 0.0) + float(v.value)
+                        for name, value in row.items():
+                            totals[name] += value
+                        by_pc.append((int(r.pcOffset), row))
+            finally:
+                self.cupti.call("cuptiSassMetricsDisable", SassDisable(ctx=self.context))
+        finally:
+            self.cupti.call("cuptiSassMetricsUnsetConfig", SassUnsetConfig(deviceIndex=self.device_index))
+        return SassResult(totals, len(by_pc), tuple(by_pc), clock() - t0)
