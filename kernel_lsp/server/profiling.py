@@ -41,6 +41,7 @@ from kernel_lsp.server import code_actions
 from kernel_lsp.server.base import KernelLspServer, ServerState
 from kernel_lsp.server.convert import line_range, to_range
 from kernel_lsp.server.documents import DocumentState
+from kernel_lsp.services import gpu_worker
 from kernel_lsp.services import profiler as prof
 from kernel_lsp.services.jobs import JobKey
 from kernel_lsp.services.watch import SourceWatcher
@@ -63,6 +64,8 @@ class ProfilingState:
     profiler_settings: object = None
     watcher: object = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    worker: gpu_worker.GpuWorker | None = None
+    """The server's GPU worker (CUPTI profiles), started on the first profile; None when disabled."""
 
 
 _STATES: "weakref.WeakKeyDictionary[ServerState, ProfilingState]" = weakref.WeakKeyDictionary()
@@ -87,8 +90,10 @@ def profiler_for(state: ServerState) -> prof.Profiler:
     """The profiler for the current settings (rebuilt when they change). Raises TreeError/OSError."""
     ps = pstate(state)
     with ps.lock:
+        if ps.worker is None and os.environ.get("KERNEL_LSP_GPU_WORKER", "1") != "0":
+            ps.worker = gpu_worker.GpuWorker()
         if ps.profiler is None or ps.profiler_settings != state.settings:
-            ps.profiler = prof.Profiler(state.settings, ps.store)
+            ps.profiler = prof.Profiler(state.settings, ps.store, worker=ps.worker)
             ps.profiler_settings = state.settings
         return ps.profiler
 

@@ -41,6 +41,8 @@ log = logging.getLogger(__name__)
 
 #: Seconds a fresh worker may take to make its context (and load CUPTI) before it counts as dead.
 START_TIMEOUT_S = 60.0
+#: After a worker could not start (no GPU, no pycuda), seconds before the next attempt: each costs a process.
+RETRY_START_S = 300.0
 _POLL_S = 0.05
 
 # --------------------------------------------------------------------------- routing (pure)
@@ -232,6 +234,8 @@ class GpuWorker:
         self._lock = threading.Lock()
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Any = None
+        self._start_failed: tuple[float, str] | None = None
+        """(monotonic time, message) of the last start that failed."""
 
     @property
     def alive(self) -> bool:
@@ -246,6 +250,8 @@ class GpuWorker:
         if self.alive and self.info is not None:
             return self.info
         self._stop()
+        if self._start_failed is not None and time.monotonic() - self._start_failed[0] < RETRY_START_S:
+            raise WorkerError(self._start_failed[1])
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         process = ctx.Process(target=self._main, args=(child, self.lib_dir), name="kernel-lsp-gpu", daemon=True)
@@ -253,10 +259,17 @@ class GpuWorker:
         child.close()
         self._process, self._conn = process, parent
         self.starts += 1
-        reply = self._receive(self.start_timeout_s, "starting")
+        try:
+            reply = self._receive(self.start_timeout_s, "starting")
+        except WorkerError as exc:
+            self._start_failed = (time.monotonic(), str(exc))
+            raise
         if "error" in reply:
             self._stop()
-            raise WorkerError(f"the GPU worker could not start: {reply['error']}")
+            message = f"the GPU worker could not start: {reply['error']}"
+            self._start_failed = (time.monotonic(), message)
+            raise WorkerError(message)
+        self._start_failed = None
         self.info = WorkerInfo(
             device=reply.get("device"), cupti_ok=bool(reply.get("cupti_ok")), cupti_error=reply.get("cupti_error"),
             chip=reply.get("chip"), startup_s=float(reply.get("startup_s", 0.0)),
@@ -292,13 +305,18 @@ class GpuWorker:
             except (EOFError, OSError):
                 pass
             else:
-                if time.monotonic() < deadline:
-                    continue
-                self._stop()
-                raise WorkerError(
-                    f"the kernel did not finish within {timeout_s:.0f} s while {what} (profileTimeoutS): it may hang; "
-                    "the GPU worker was stopped and restarts on the next profile", fault=True)
-            code = self._process.exitcode if self._process is not None else None
+                died = self._process is not None and not self._process.is_alive() and not self._conn.poll()
+                if not died:
+                    if time.monotonic() < deadline:
+                        continue
+                    self._stop()
+                    raise WorkerError(
+                        f"the kernel did not finish within {timeout_s:.0f} s while {what} (profileTimeoutS): it may hang; "
+                        "the GPU worker was stopped and restarts on the next profile", fault=True)
+            code = None
+            if self._process is not None:
+                self._process.join(2.0)  # the pipe closes a moment before the process is reaped
+                code = self._process.exitcode
             self._stop()
             raise WorkerError(f"the GPU worker died while {what} (exit code {code}); it restarts on the next profile",
                               fault=True)

@@ -13,6 +13,9 @@ import time
 
 
 def scripted_main(conn, lib_dir):
+    if lib_dir == "no-gpu":
+        conn.send({"error": "ModuleNotFoundError: No module named 'pycuda'"})
+        return
     conn.send({"device": "Fake GPU", "cupti_ok": lib_dir != "no-cupti",
                "cupti_error": "CuptiError: cuptiRangeProfilerEnable: CUPTI_ERROR_INSUFFICIENT_PRIVILEGES" if lib_dir == "no-cupti" else None,
                "chip": "GH100", "startup_s": 0.01, "sass_available": ["smsp__sass_sectors_mem_global",

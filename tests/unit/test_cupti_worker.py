@@ -80,6 +80,14 @@ def test_a_worker_without_cupti_refuses_counters_but_says_why():
         w.close()
 
 
+def test_a_worker_that_cannot_start_is_not_retried_on_every_profile():
+    w = W.GpuWorker(main=cupti_fakes.scripted_main, lib_dir="no-gpu", start_timeout_s=30)
+    for _ in range(3):
+        with pytest.raises(W.WorkerError, match="could not start: ModuleNotFoundError"):
+            w.ensure()
+    assert w.starts == 1
+
+
 # -- routing -----------------------------------------------------------------------------
 
 
