@@ -43,6 +43,8 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 60.0
 #: After a worker could not start (no GPU, no pycuda), seconds before the next attempt: each costs a process.
 RETRY_START_S = 300.0
+#: CUPTI_ERROR_INVALID_METRIC_NAME: the chip's metric table has no such name.
+INVALID_METRIC_NAME = 17
 _POLL_S = 0.05
 
 # --------------------------------------------------------------------------- routing (pure)
@@ -236,6 +238,8 @@ class GpuWorker:
         self._conn: Any = None
         self._start_failed: tuple[float, str] | None = None
         """(monotonic time, message) of the last start that failed."""
+        self.range_refused: frozenset[str] = frozenset()
+        """Metric names the range profiler refused on this machine (learnt from the worker's replies)."""
 
     @property
     def alive(self) -> bool:
@@ -334,6 +338,7 @@ class GpuWorker:
                     # The context is poisoned: the worker exits after answering; start afresh next time.
                     self._stop()
                 raise WorkerError(reply["error"], fault=bool(reply.get("fault")), cupti=bool(reply.get("cupti")))
+            self.range_refused = self.range_refused | frozenset(reply.get("range_refused", ()))
             return Reply(
                 timings_us=tuple(float(t) for t in reply["timings_us"]),
                 metrics={k: float(v) for k, v in reply["metrics"].items()},
@@ -398,6 +403,8 @@ class _Gpu:
         self.chip: str | None = None
         self.cupti_error: str | None = None
         self.sass_available: set[str] | None = None
+        self.range_refused: set[str] = set()
+        """Names the range profiler's host refused (CUPTI_ERROR_INVALID_METRIC_NAME), found one by one."""
         self.context_handle = _current_context()
         try:
             from kernel_lsp.services import cupti_range
@@ -482,16 +489,20 @@ class _Gpu:
             passes = 0
             missing: list[str] = []
             for i, wanted in enumerate(r.get("collections", [])):
-                routing = route(wanted, sass_available=self.sass_available)
+                try:
+                    self._find_refused(route(wanted, range_refused=sorted(self.range_refused)).range)
+                except self.cr.CuptiError as exc:
+                    return self._cupti_failure(exc)
+                routing = route(wanted, range_refused=sorted(self.range_refused), sass_available=self.sass_available)
                 missing.extend(m for m in routing.missing if m not in missing)
                 if routing.range:
                     t = time.perf_counter()
                     try:
-                        result = self.cr.RangeProfiler(self.cupti, self.context_handle, self.chip)
+                        profiler = self.cr.RangeProfiler(self.cupti, self.context_handle, self.chip)
                         try:
-                            res = result.profile(list(routing.range), run)
+                            res = profiler.profile(list(routing.range), run)
                         finally:
-                            result.close()
+                            profiler.close()
                     except self.cr.CuptiError as exc:
                         return self._cupti_failure(exc)
                     passes += res.passes
@@ -507,7 +518,7 @@ class _Gpu:
                     metrics.update(sass_values(sass.totals, routing.sass))
                     steps[f"sass_{i}_s"] = time.perf_counter() - t
             return {"timings_us": timings, "metrics": metrics, "passes": passes, "missing": missing,
-                    "wall_s": time.perf_counter() - t0, "steps_s": steps}
+                    "range_refused": sorted(self.range_refused), "wall_s": time.perf_counter() - t0, "steps_s": steps}
         except cuda.Error as exc:
             # A launch error (illegal address, trap, ...) leaves the context unusable: the worker ends after this reply.
             return {"error": f"the kernel failed on the GPU: {type(exc).__name__}: {exc}", "fault": True}
@@ -517,6 +528,31 @@ class _Gpu:
                     buf.free()
                 except cuda.Error:
                     pass
+
+    def _find_refused(self, names: Sequence[str]) -> None:
+        """Add to :attr:`range_refused` the names the host refuses (a config image per name only when the set fails)."""
+        if not names:
+            return
+        try:
+            self._config_image(names)
+            return
+        except self.cr.CuptiError as exc:
+            if exc.code != INVALID_METRIC_NAME:
+                raise
+        for name in names:
+            try:
+                self._config_image([name])
+            except self.cr.CuptiError as exc:
+                if exc.code != INVALID_METRIC_NAME:
+                    raise
+                self.range_refused.add(name)
+
+    def _config_image(self, names: Sequence[str]) -> None:
+        host = self.cr.Host(self.cupti, self.chip)
+        try:
+            host.config_image(list(names))
+        finally:
+            host.close()
 
     def _cupti_failure(self, exc: Exception) -> dict[str, Any]:
         # A CUPTI error inside a collection may also come from a faulting kernel: check the context.

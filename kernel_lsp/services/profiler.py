@@ -537,7 +537,8 @@ class Profiler:
             raise _Fallback(f"the tree asks for ncu sections ({', '.join(sections)})")
         wanted = tuple(dict.fromkeys((P.M_DURATION_NS, *group_metrics, *metrics)))
         info = self._worker_info()
-        routing = gpu_worker.route(wanted, sass_available=info.sass_available)
+        routing = gpu_worker.route(wanted, range_refused=sorted(self.worker.range_refused),
+                                   sass_available=info.sass_available)
         if routing.missing:
             raise _Fallback(f"CUPTI cannot give {', '.join(routing.missing)}")
         with open(launch.spec_path, encoding="utf-8") as f:

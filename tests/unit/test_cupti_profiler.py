@@ -49,6 +49,7 @@ class FakeWorker:
         self.info = W.WorkerInfo("NVIDIA H200", cupti_ok, None if cupti_ok else "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES",
                                  "GH100", 0.5, tuple(sass_available))
         self.requests: list[W.Request] = []
+        self.range_refused: frozenset[str] = frozenset()
         self.fail: W.WorkerError | None = None
 
     def ensure(self):

@@ -70,7 +70,10 @@ def test_load_without_the_libraries_says_what_is_missing(monkeypatch, tmp_path):
 class ScriptedCupti:
     """Plays libcupti for the range profiler: checks each call's structSize, records the calls."""
 
-    def __init__(self, passes: int = 4, values: dict[str, float] | None = None, refuse: dict[str, int] | None = None):
+    def __init__(self, passes: int = 4, values: dict[str, float] | None = None, refuse: dict[str, int] | None = None,
+                 unknown_metrics: tuple[str, ...] = ()):
+        """``unknown_metrics``: names the host refuses (CUPTI_ERROR_INVALID_METRIC_NAME), as for a name the chip lacks."""
+        self.unknown_metrics = unknown_metrics
         self.passes = passes
         self.values = values or {}
         self.refuse = refuse or {}
@@ -89,8 +92,7 @@ class ScriptedCupti:
             self.calls.append(name)
             if name in self.refuse:
                 return self.refuse[name]
-            getattr(self, "_" + name, lambda p: None)(params)
-            return 0
+            return getattr(self, "_" + name, lambda p: None)(params) or 0
         return call
 
     def _cuptiProfilerHostInitialize(self, p):
@@ -99,6 +101,8 @@ class ScriptedCupti:
 
     def _cuptiProfilerHostConfigAddMetrics(self, p):
         self.metrics = [p.ppMetricNames[i].decode() for i in range(p.numMetrics)]
+        if set(self.metrics) & set(self.unknown_metrics):
+            return 17
 
     def _cuptiProfilerHostGetConfigImageSize(self, p):
         p.configImageSize = 64
@@ -130,6 +134,54 @@ class ScriptedCupti:
         assert p.rangeIndex == 0
         for i in range(p.numMetrics):
             p.pMetricValues[i] = self.values.get(p.ppMetricNames[i].decode(), 0.0)
+
+
+    # SASS metrics: two patched instructions; metric ids are their index in ``sass_names`` plus 1.
+    sass_names = ("smsp__sass_sectors_mem_global", "smsp__sass_sectors_mem_global_ideal", "smsp__sass_inst_executed")
+    sass_values = {"smsp__sass_sectors_mem_global": (96, 32), "smsp__sass_sectors_mem_global_ideal": (8, 8)}
+
+    def _cuptiSassMetricsGetNumOfMetrics(self, p):
+        p.numOfMetrics = len(self.sass_names)
+
+    def _cuptiSassMetricsGetMetrics(self, p):
+        assert p.numOfMetrics == len(self.sass_names)
+        self._keep = [n.encode() for n in self.sass_names]  # CUPTI owns its strings; here the fake keeps them
+        for i, name in enumerate(self._keep):
+            p.pMetricsList[i].metricId = i + 1
+            p.pMetricsList[i].pMetricName = name
+
+    def _cuptiSassMetricsGetProperties(self, p):
+        p.metric.metricId = self.sass_names.index(p.pMetricName.decode()) + 1
+
+    def _cuptiSassMetricsSetConfig(self, p):
+        self.sass_ids = [p.pConfigs[i].metricId for i in range(p.numOfMetricConfig)]
+
+    def _cuptiSassMetricsGetDataProperties(self, p):
+        p.numOfPatchedInstructionRecords = 2
+        p.numOfInstances = 1
+
+    def _cuptiSassMetricsFlushData(self, p):
+        for r in range(p.numOfPatchedInstructionRecords):
+            record = p.pMetricsData[r]
+            assert record.structSize == ctypes.sizeof(C.SassData)
+            record.pcOffset = 16 * r
+            for k, metric_id in enumerate(self.sass_ids):
+                name = self.sass_names[metric_id - 1]
+                record.pInstanceValues[k].metricId = metric_id
+                record.pInstanceValues[k].value = self.sass_values.get(name, (1, 1))[r]
+
+
+def test_sass_metrics_sum_over_the_patched_instructions():
+    lib = ScriptedCupti()
+    sm = C.SassMetrics(C.Cupti(lib, "/fake"), "GH100", 0xC0)
+    assert set(sm.available()) == set(ScriptedCupti.sass_names)
+    launches = []
+    res = sm.collect(["smsp__sass_sectors_mem_global", "smsp__sass_sectors_mem_global_ideal"], lambda: launches.append(1))
+    assert launches == [1] and res.records == 2
+    assert res.totals == {"smsp__sass_sectors_mem_global": 128.0, "smsp__sass_sectors_mem_global_ideal": 16.0}
+    assert res.by_pc[1] == (16, {"smsp__sass_sectors_mem_global": 32.0, "smsp__sass_sectors_mem_global_ideal": 8.0})
+    sass_calls = [c for c in lib.calls if c.startswith("cuptiSassMetrics")]
+    assert sass_calls[-3:] == ["cuptiSassMetricsFlushData", "cuptiSassMetricsDisable", "cuptiSassMetricsUnsetConfig"]
 
 
 def _profiler(lib) -> C.RangeProfiler:
