@@ -359,7 +359,8 @@ class Profiler:
     # -- the work ---------------------------------------------------------------
 
     def _collect(self, target, full, previous, cancel, report) -> tuple[KernelProfile, T.Plan | None]:
-        in_worker = self._worker_may_run(target, full)
+        self.fallback_reason = None
+        in_worker = self._worker_may_run(target, full) and self._worker_ready()
         if not in_worker:
             self._require_ncu()
         workdir = tempfile.mkdtemp(prefix="kernel-lsp-profile-")
@@ -400,6 +401,16 @@ class Profiler:
         spec_mode = target.spec_path is not None or target.spec_data is not None
         return self.worker is not None and spec_mode and not full and not self.settings.profile_line_counters
 
+    def _worker_ready(self) -> bool:
+        """Start the worker if needed; False (the reason in :attr:`fallback_reason`) when it cannot collect counters."""
+        try:
+            self._worker_info()
+        except _Fallback as why:
+            self.fallback_reason = str(why)
+            log.info("profiling with ncu instead of CUPTI: %s", why)
+            return False
+        return True
+
     def _require_ncu(self) -> None:
         if proc.which(self.settings.ncu_path) is None:
             raise _Failure(
@@ -408,7 +419,6 @@ class Profiler:
 
     def _tree_or_fallback(self, target, launch, workdir, facts, measured, cancel, report, in_worker):
         """The tree's runs in the worker when it can give every metric they need, else with ncu."""
-        self.fallback_reason = None
         if in_worker:
             try:
                 return self._tree_runs(target, launch, workdir, facts, measured, cancel, report, self._cupti)
