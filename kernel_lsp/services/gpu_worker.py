@@ -366,7 +366,7 @@ def _worker_main(conn: Any, lib_dir: str | None) -> None:
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
         return
     conn.send({"device": gpu.device_name, "cupti_ok": gpu.cupti_error is None, "cupti_error": gpu.cupti_error,
-               "chip": gpu.chip, "startup_s": time.perf_counter() - started,
+               "chip": gpu.chip, "cache_control": gpu.cache_control, "startup_s": time.perf_counter() - started,
                "sass_available": sorted(gpu.sass_available) if gpu.sass_available is not None else None})
     while True:
         try:
@@ -403,6 +403,7 @@ class _Gpu:
         self.chip: str | None = None
         self.cupti_error: str | None = None
         self.sass_available: set[str] | None = None
+        self.cache_control = 0
         self.range_refused: set[str] = set()
         """Names the range profiler's host refused (CUPTI_ERROR_INVALID_METRIC_NAME), found one by one."""
         self.context_handle = _current_context()
@@ -414,7 +415,14 @@ class _Gpu:
             self.cupti.profiler_initialize()
             self.chip = self.cupti.chip_name(0)
             # Enabling proves the range profiler works here (permissions, device support) before any request.
-            cupti_range.RangeProfiler(self.cupti, self.context_handle, self.chip).close()
+            # ncu flushes the caches before every replay pass (--cache-control all, its default), so the
+            # values compare with its profiles only when CUPTI does the same; older drivers may refuse it.
+            self.cache_control = cupti_range.CACHE_CONTROL_ALL
+            try:
+                cupti_range.RangeProfiler(self.cupti, self.context_handle, self.chip, cache_control=self.cache_control).close()
+            except cupti_range.CuptiError:
+                self.cache_control = cupti_range.CACHE_CONTROL_NONE
+                cupti_range.RangeProfiler(self.cupti, self.context_handle, self.chip).close()
         except Exception as exc:
             self.cupti_error = f"{type(exc).__name__}: {exc}"
             self.cupti = None
@@ -498,7 +506,8 @@ class _Gpu:
                 if routing.range:
                     t = time.perf_counter()
                     try:
-                        profiler = self.cr.RangeProfiler(self.cupti, self.context_handle, self.chip)
+                        profiler = self.cr.RangeProfiler(self.cupti, self.context_handle, self.chip,
+                                                         cache_control=self.cache_control)
                         try:
                             res = profiler.profile(list(routing.range), run)
                         finally:

@@ -112,6 +112,7 @@ class ScriptedCupti:
         p.numOfPasses = self.passes
 
     def _cuptiRangeProfilerEnable(self, p):
+        self.cache_control = p.cacheControlMode
         p.pRangeProfilerObject = 0x2000
 
     def _cuptiRangeProfilerGetCounterDataSize(self, p):

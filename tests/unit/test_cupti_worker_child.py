@@ -74,6 +74,7 @@ def _gpu(function: FakeFunction, lib: ScriptedCupti, allocated: list) -> W._Gpu:
     gpu.sm_count = 132
     gpu.sass_available = set(ScriptedCupti.sass_names)
     gpu.range_refused = set()
+    gpu.cache_control = C.CACHE_CONTROL_ALL
     gpu._function = lambda cubin, entry: function
     return gpu
 
@@ -101,6 +102,7 @@ def test_one_request_times_collects_range_sass_and_launch_metrics():
     assert len(function.launches) == 1 + 3 + 1 + 1
     assert function.launches[0] == (3, (256, 1, 1), (16, 1, 1), 0)
     assert allocated == [4096 * 4, 4096 * 4]
+    assert lib.cache_control == C.CACHE_CONTROL_ALL  # caches flushed before every pass, as ncu does
 
 
 def test_a_name_the_chip_lacks_is_reported_missing_and_the_rest_collected():
