@@ -20,7 +20,8 @@ table and writes JSON with the machine, the date, the command and every raw samp
 ``--cupti`` adds, for every kernel with a launch spec, the same tree profiles made in the
 GPU worker through CUPTI (:mod:`kernel_lsp.services.gpu_worker`):
 
-* ``cupti_cold``: a first profile by a worker started for it (its start-up counted);
+* ``cupti_cold``: a first profile by a worker started for it (its start-up, spawn to ready,
+  added to the collection's wall time);
 * ``cupti_first`` / ``cupti_again``: a first profile and the next save's, by a warm worker
   (started before, as the server's is after its first profile).
 
@@ -186,6 +187,10 @@ def main() -> int:
                     per_mode[mode].append(s)
                     samples.append(s)
                     if mode == "cupti_cold":
+                        # The worker started before the collection's clock: its start-up is added here.
+                        s["worker_start_s"] = cold_worker.start_wall_s
+                        if s["wall_s"] is not None and cold_worker.start_wall_s is not None:
+                            s["wall_s"] += cold_worker.start_wall_s
                         cold_worker.close()
         def med(mode: str) -> float | None:
             walls = [s["wall_s"] for s in per_mode[mode] if s["wall_s"] is not None and s["ok"]]

@@ -233,6 +233,8 @@ class GpuWorker:
         self.info: WorkerInfo | None = None
         self.starts = 0
         """Worker processes started so far (1 + restarts)."""
+        self.start_wall_s: float | None = None
+        """Seconds the last start took, spawn to ready (Python, pycuda, context, CUPTI), measured here."""
         self._lock = threading.Lock()
         self._process: multiprocessing.process.BaseProcess | None = None
         self._conn: Any = None
@@ -256,6 +258,7 @@ class GpuWorker:
         self._stop()
         if self._start_failed is not None and time.monotonic() - self._start_failed[0] < RETRY_START_S:
             raise WorkerError(self._start_failed[1])
+        spawned = time.monotonic()
         ctx = multiprocessing.get_context("spawn")
         parent, child = ctx.Pipe()
         process = ctx.Process(target=self._main, args=(child, self.lib_dir), name="kernel-lsp-gpu", daemon=True)
@@ -274,6 +277,7 @@ class GpuWorker:
             self._start_failed = (time.monotonic(), message)
             raise WorkerError(message)
         self._start_failed = None
+        self.start_wall_s = time.monotonic() - spawned
         self.info = WorkerInfo(
             device=reply.get("device"), cupti_ok=bool(reply.get("cupti_ok")), cupti_error=reply.get("cupti_error"),
             chip=reply.get("chip"), startup_s=float(reply.get("startup_s", 0.0)),

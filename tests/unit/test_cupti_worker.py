@@ -35,6 +35,7 @@ def test_a_warm_worker_answers_from_the_same_process(worker):
     assert first.timings_us == (5.0, 5.1, 4.9)
     assert first.metrics[P.M_SM_PCT] == 1.0 and first.passes == 3
     assert first.steps_s["pid"] == second.steps_s["pid"] and worker.starts == 1
+    assert 0 < worker.start_wall_s < 30
 
 
 def test_a_fault_is_reported_and_the_next_profile_restarts_the_worker(worker):
