@@ -538,18 +538,30 @@ class RangeResult:
 
 
 class RangeProfiler:
-    """Range profiling enabled on one CUDA context (``cuptiRangeProfilerEnable``)."""
+    """Range profiling enabled on one CUDA context (``cuptiRangeProfilerEnable``), for one profile.
+
+    Seen on the H200 (tests/fixtures/cupti/recorded): a second ``SetConfig`` on the same enabled
+    object crashed the process under kernel replay and made ``Start`` fail with
+    CUPTI_ERROR_UNKNOWN under user replay, while enable → one profile → disable worked every
+    time and costs about 0.01 s. So each object makes one profile (:func:`profile_once`), and
+    the config and counter-data images it handed to CUPTI live until it is disabled.
+    """
 
     def __init__(self, cupti: Cupti, context: int, chip: str, *, cache_control: int = CACHE_CONTROL_NONE):
         self.cupti = cupti
         self.chip = chip
+        self._images: tuple = ()
+        self._used = False
         p = cupti.call("cuptiRangeProfilerEnable", RangeEnable(ctx=context, cacheControlMode=cache_control))
         self.handle = p.pRangeProfilerObject
 
     def close(self) -> None:
         if self.handle:
-            self.cupti.call("cuptiRangeProfilerDisable", RangeDisable(pRangeProfilerObject=self.handle))
-            self.handle = None
+            try:
+                self.cupti.call("cuptiRangeProfilerDisable", RangeDisable(pRangeProfilerObject=self.handle))
+            finally:
+                self.handle = None
+                self._images = ()
 
     def counter_data(self, metrics: Sequence[str], max_ranges: int) -> ctypes.Array:
         names = _c_strings(metrics)
@@ -586,12 +598,17 @@ class RangeProfiler:
         ``host_factory``: makes the profiler-host object (default: :class:`Host` on this chip); a
         host object accumulates the metrics it is given, so every profile makes a fresh one.
         """
+        if self._used:
+            raise CuptiError("cuptiRangeProfilerSetConfig", 7, "one profile per enabled range profiler (see the class doc)")
+        self._used = True
         t0 = clock()
         host = host_factory() if host_factory is not None else Host(self.cupti, self.chip)
         try:
             config = host.config_image(metrics)
             passes = host.passes(config)
             data = self.counter_data(metrics, max_ranges)
+            # CUPTI keeps these pointers until Disable.
+            self._images = (config, data)
             t1 = clock()
             self.cupti.call(
                 "cuptiRangeProfilerSetConfig",
@@ -627,6 +644,21 @@ class RangeProfiler:
         if not stop.isAllPassSubmitted:
             raise CuptiError("cuptiRangeProfilerStop", 13, f"passes still pending after {rounds} rounds")
         return RangeResult(values, passes, rounds, int(dropped), t1 - t0, t2 - t1, t3 - t2)
+
+
+def profile_once(cupti: Cupti, context: int, chip: str, metrics: Sequence[str], launch: Callable[[], None], *,
+                 cache_control: int = CACHE_CONTROL_NONE, **options) -> RangeResult:
+    """Enable the range profiler, make one profile (:meth:`RangeProfiler.profile` options), disable it."""
+    profiler = RangeProfiler(cupti, context, chip, cache_control=cache_control)
+    try:
+        return profiler.profile(metrics, launch, **options)
+    finally:
+        profiler.close()
+
+
+#: What the profiler host answers for a metric name the chip does not have: INVALID_METRIC_NAME by the
+#: header, INVALID_PARAMETER as seen on the H200 (cuptiProfilerHostConfigAddMetrics, CUPTI 13.4).
+UNKNOWN_METRIC_CODES = (17, 1)
 
 
 @dataclass(frozen=True)

@@ -11,12 +11,13 @@ killable. A fault ends the worker (its reply says what happened); a request that
 answer within its timeout has the worker killed. Either way the next request starts a fresh
 worker, and the profile that failed reports the fault.
 
-Metric names stay ncu's. :func:`route` says which collector gives each name: the range
-profiler (hardware counters), the SASS-metrics API (``smsp__sass_*`` and ncu's source-level
-``memory_*`` sums, from instruction-level counters), or the launch itself (``launch__*``,
-``device__*`` and theoretical occupancy, from the function's attributes and
-:mod:`kernel_lsp.core.occupancy`, as ncu reports them without a counter). A name none of
-them gives is ``missing``: the profiler then uses ncu for that profile.
+Metric names stay ncu's. :func:`route` says which collector gives each name: the launch
+itself (``launch__*``, ``device__*`` and theoretical occupancy, from the function's attributes
+and :mod:`kernel_lsp.core.occupancy`, as ncu reports them without a counter), else the range
+profiler (hardware counters and, as its host accepted on the H200, ``smsp__sass_*`` names;
+ncu's source-level ``memory_*`` counts through a stand-in name), else the SASS-metrics API.
+The worker learns which names the range profiler's host refuses and routes them to the next
+collector. A name none of them gives is ``missing``: the profiler then uses ncu for that profile.
 
 The parent side is :class:`GpuWorker` (thread-safe, one request at a time); the child's
 loop is :func:`_worker_main`. Messages are dicts over a ``multiprocessing`` pipe.
@@ -43,8 +44,6 @@ log = logging.getLogger(__name__)
 START_TIMEOUT_S = 60.0
 #: After a worker could not start (no GPU, no pycuda), seconds before the next attempt: each costs a process.
 RETRY_START_S = 300.0
-#: CUPTI_ERROR_INVALID_METRIC_NAME: the chip's metric table has no such name.
-INVALID_METRIC_NAME = 17
 _POLL_S = 0.05
 
 # --------------------------------------------------------------------------- routing (pure)
@@ -65,6 +64,19 @@ SASS_FORMULAS: dict[str, tuple[str, ...]] = {
     P.M_BRANCH_UNIFORM_PCT: ("pct", "smsp__sass_branch_targets_threads_uniform", "smsp__sass_branch_targets"),
 }
 
+#: ncu's source-level (ncu-only) names and the range-profiler metric tried for each first; the H200's
+#: profiler host refused the ncu names themselves (tests/fixtures/cupti/recorded). When the host
+#: refuses the stand-in too, the SASS-metrics API is tried (:data:`SASS_FORMULAS`).
+RANGE_STANDINS: dict[str, str] = {
+    P.M_GLOBAL_SECTORS_THEORETICAL: "smsp__sass_sectors_mem_global.sum",
+    P.M_GLOBAL_SECTORS_IDEAL: "smsp__sass_sectors_mem_global_ideal.sum",
+    P.M_SHARED_WAVEFRONTS: "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared.sum",
+    P.M_SHARED_WAVEFRONTS_IDEAL: "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_ideal.sum",
+}
+
+#: Prefixes of what ncu computes itself (no counter of that name exists for CUPTI).
+NCU_ONLY_PREFIXES = ("derived__", "memory_", "launch__", "device__")
+
 
 def sass_formula(name: str) -> tuple[str, ...] | None:
     """How ncu's ``name`` comes from SASS metrics, or None when it is not instruction-level."""
@@ -80,47 +92,49 @@ class Routing:
     """Which collector gives each wanted metric (ncu names)."""
 
     range: tuple[str, ...]
-    """Hardware counters for the range profiler."""
+    """Names to ask the range profiler for (stand-ins included)."""
+    aliases: Mapping[str, str]
+    """Range-profiler stand-in -> the ncu name its value is reported under."""
     sass: tuple[str, ...]
     """ncu names computed from SASS metrics (see :data:`SASS_FORMULAS`)."""
     sass_metrics: tuple[str, ...]
     """The SASS-metric names to collect for them."""
     launch: tuple[str, ...]
     missing: tuple[str, ...] = ()
-    """Names no collector here gives (ncu-only derived metrics, or SASS metrics the chip lacks)."""
+    """Names no collector here gives (ncu-only metrics without a stand-in, or refused everywhere)."""
 
 
 def route(metrics: Sequence[str], *, range_refused: Sequence[str] = (), sass_available: Sequence[str] | None = None) -> Routing:
-    """Split ``metrics`` among the collectors.
+    """Split ``metrics`` among the collectors: launch attributes, else the range profiler, else SASS metrics.
 
-    ``range_refused``: names the range profiler refused on this machine (they are missing);
-    ``sass_available``: the chip's SASS metrics (None: not known yet, every formula is tried).
+    ``range_refused``: names the range profiler's host refused on this machine;
+    ``sass_available``: the chip's SASS metrics (None: not known, so SASS metrics are not offered).
     """
     rng: list[str] = []
+    aliases: dict[str, str] = {}
     sass: list[str] = []
     sass_names: list[str] = []
     launch: list[str] = []
     missing: list[str] = []
     refused = set(range_refused)
-    have = None if sass_available is None else set(sass_available)
+    have = set(sass_available or ())
     for name in dict.fromkeys(metrics):
         if name in LAUNCH_METRICS:
             launch.append(name)
             continue
+        asked = RANGE_STANDINS.get(name, name)
+        if asked not in refused and not asked.startswith(NCU_ONLY_PREFIXES):
+            rng.append(asked)
+            if asked != name:
+                aliases[asked] = name
+            continue
         formula = sass_formula(name)
-        if formula is not None:
-            needed = formula[1:]
-            if have is not None and not all(n in have for n in needed):
-                missing.append(name)
-                continue
+        if formula is not None and all(n in have for n in formula[1:]):
             sass.append(name)
-            sass_names.extend(n for n in needed if n not in sass_names)
+            sass_names.extend(n for n in formula[1:] if n not in sass_names)
             continue
-        if name.startswith(("derived__", "memory_", "launch__", "device__")) or name in refused:
-            missing.append(name)
-            continue
-        rng.append(name)
-    return Routing(tuple(rng), tuple(sass), tuple(sass_names), tuple(launch), tuple(missing))
+        missing.append(name)
+    return Routing(tuple(rng), aliases, tuple(sass), tuple(sass_names), tuple(launch), tuple(missing))
 
 
 def sass_values(totals: Mapping[str, float], names: Sequence[str]) -> dict[str, float]:
@@ -409,7 +423,7 @@ class _Gpu:
         self.sass_available: set[str] | None = None
         self.cache_control = 0
         self.range_refused: set[str] = set()
-        """Names the range profiler's host refused (CUPTI_ERROR_INVALID_METRIC_NAME), found one by one."""
+        """Names the range profiler's host refused (:data:`cupti_range.UNKNOWN_METRIC_CODES`), found one by one."""
         self.context_handle = _current_context()
         try:
             from kernel_lsp.services import cupti_range
@@ -502,7 +516,9 @@ class _Gpu:
             missing: list[str] = []
             for i, wanted in enumerate(r.get("collections", [])):
                 try:
-                    self._find_refused(route(wanted, range_refused=sorted(self.range_refused)).range)
+                    # A refused stand-in makes the next routing try the next collector: repeat until none is refused.
+                    while self._find_refused(route(wanted, range_refused=sorted(self.range_refused)).range):
+                        pass
                 except self.cr.CuptiError as exc:
                     return self._cupti_failure(exc)
                 routing = route(wanted, range_refused=sorted(self.range_refused), sass_available=self.sass_available)
@@ -510,17 +526,13 @@ class _Gpu:
                 if routing.range:
                     t = time.perf_counter()
                     try:
-                        profiler = self.cr.RangeProfiler(self.cupti, self.context_handle, self.chip,
-                                                         cache_control=self.cache_control)
-                        try:
-                            res = profiler.profile(list(routing.range), run)
-                        finally:
-                            profiler.close()
+                        res = self.cr.profile_once(self.cupti, self.context_handle, self.chip, list(routing.range), run,
+                                                   cache_control=self.cache_control)
                     except self.cr.CuptiError as exc:
                         return self._cupti_failure(exc)
                     passes += res.passes
                     if res.values:
-                        metrics.update(res.values[0])
+                        metrics.update({routing.aliases.get(k, k): v for k, v in res.values[0].items()})
                     steps[f"range_{i}_s"] = time.perf_counter() - t
                 if routing.sass_metrics:
                     t = time.perf_counter()
@@ -542,23 +554,27 @@ class _Gpu:
                 except cuda.Error:
                     pass
 
-    def _find_refused(self, names: Sequence[str]) -> None:
-        """Add to :attr:`range_refused` the names the host refuses (a config image per name only when the set fails)."""
+    def _find_refused(self, names: Sequence[str]) -> bool:
+        """Add to :attr:`range_refused` the names the host refuses (a config image per name only when the set
+        fails); True when it found any."""
         if not names:
-            return
+            return False
         try:
             self._config_image(names)
-            return
+            return False
         except self.cr.CuptiError as exc:
-            if exc.code != INVALID_METRIC_NAME:
+            if exc.code not in self.cr.UNKNOWN_METRIC_CODES:
                 raise
+        found = False
         for name in names:
             try:
                 self._config_image([name])
             except self.cr.CuptiError as exc:
-                if exc.code != INVALID_METRIC_NAME:
+                if exc.code not in self.cr.UNKNOWN_METRIC_CODES:
                     raise
                 self.range_refused.add(name)
+                found = True
+        return found
 
     def _config_image(self, names: Sequence[str]) -> None:
         host = self.cr.Host(self.cupti, self.chip)

@@ -44,7 +44,8 @@ SASS_ALL = sorted({n for f in W.SASS_FORMULAS.values() for n in f[1:]} | {
 class FakeWorker:
     """Answers like the GPU worker from a recorded full profile; ``fail`` makes the next request fail."""
 
-    def __init__(self, full: dict[str, float], *, cupti_ok=True, sass_available=SASS_ALL):
+    def __init__(self, full: dict[str, float], *, cupti_ok=True, sass_available=SASS_ALL, missing=()):
+        self.missing = tuple(missing)
         self.full = full
         self.info = W.WorkerInfo("NVIDIA H200", cupti_ok, None if cupti_ok else "CUPTI_ERROR_INSUFFICIENT_PRIVILEGES",
                                  "GH100", 0.5, tuple(sass_available))
@@ -62,7 +63,7 @@ class FakeWorker:
             raise fail
         wanted = [m for c in request.collections for m in c] + list(W.LAUNCH_METRICS)
         metrics = {m: self.full[m] for m in wanted if m in self.full}
-        return W.Reply(timings_us=(31.0, 30.0, 30.5)[: request.timed], metrics=metrics, passes=7, missing=(),
+        return W.Reply(timings_us=(31.0, 30.0, 30.5)[: request.timed], metrics=metrics, passes=7, missing=self.missing,
                        wall_s=0.05)
 
 
@@ -126,13 +127,19 @@ def test_cupti_refused_falls_back_to_ncu_and_says_why(setup):
     assert result.bottleneck.label == "shared-bank-conflicts"
 
 
-def test_a_worker_without_cupti_or_without_a_sass_metric_leaves_it_to_ncu(setup):
-    for worker, why in ((FakeWorker({}, cupti_ok=False), "INSUFFICIENT_PRIVILEGES"),
-                        (FakeWorker({}, sass_available=()), "CUPTI cannot give")):
+def test_a_worker_without_cupti_or_without_a_metric_leaves_it_to_ncu(setup):
+    without_cupti = FakeWorker({}, cupti_ok=False)
+    known_refused = FakeWorker({}, sass_available=())
+    known_refused.range_refused = frozenset(W.RANGE_STANDINS.values())
+    found_missing = FakeWorker(_full("bank_conflict_full:transpose_smem_conflict"), missing=[P.M_GLOBAL_SECTORS_IDEAL])
+    # The first profile (no previous facts) asks for the source-level counts: the known refusal applies.
+    for worker, why, asked in ((known_refused, "CUPTI cannot give", 0), (without_cupti, "INSUFFICIENT_PRIVILEGES", 0),
+                               (found_missing, "CUPTI could not give " + P.M_GLOBAL_SECTORS_IDEAL, 1)):
         ncu = FakeNcu("csv:bank_conflict_full.csv.gz")
         profiler, target = setup(worker, ncu)
         assert profiler.profile(target, use_cache=False).ok
-        assert worker.requests == [] and why in profiler.fallback_reason
+        assert len(worker.requests) == asked and why in profiler.fallback_reason
+        assert any("--metrics" in c for c in ncu.calls)
 
 
 def test_full_profiles_and_line_counters_stay_with_ncu(setup):

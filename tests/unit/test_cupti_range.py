@@ -102,7 +102,7 @@ class ScriptedCupti:
     def _cuptiProfilerHostConfigAddMetrics(self, p):
         self.metrics = [p.ppMetricNames[i].decode() for i in range(p.numMetrics)]
         if set(self.metrics) & set(self.unknown_metrics):
-            return 17
+            return 1  # what the H200's host answered for unknown names (not INVALID_METRIC_NAME)
 
     def _cuptiProfilerHostGetConfigImageSize(self, p):
         p.configImageSize = 64
@@ -214,12 +214,26 @@ def test_user_replay_launches_once_per_pass_inside_a_user_range():
 
 
 def test_a_refused_metric_raises_with_the_code_and_frees_the_host_object():
-    lib = ScriptedCupti(refuse={"cuptiProfilerHostConfigAddMetrics": 17})
+    lib = ScriptedCupti(unknown_metrics=("memory_l2_theoretical_sectors_global",))
     with pytest.raises(C.CuptiError) as failed:
-        _profiler(lib).profile(["smsp__sass_inst_executed_op_shared_ld.sum"], lambda: None)
-    assert failed.value.code == 17 and failed.value.call == "cuptiProfilerHostConfigAddMetrics"
-    assert "CUPTI_ERROR_INVALID_METRIC_NAME" in str(failed.value)
+        _profiler(lib).profile(["memory_l2_theoretical_sectors_global"], lambda: None)
+    assert failed.value.code in C.UNKNOWN_METRIC_CODES and failed.value.call == "cuptiProfilerHostConfigAddMetrics"
+    assert "CUPTI_ERROR_INVALID_PARAMETER" in str(failed.value)
     assert lib.calls[-1] == "cuptiProfilerHostDeinitialize" and "cuptiRangeProfilerStart" not in lib.calls
+
+
+def test_one_profile_per_enabled_profiler():
+    profiler = _profiler(ScriptedCupti())
+    profiler.profile(["dram__bytes.sum"], lambda: None)
+    with pytest.raises(C.CuptiError, match="one profile per enabled range profiler"):
+        profiler.profile(["dram__bytes.sum"], lambda: None)
+
+
+def test_profile_once_disables_after_the_profile_even_when_it_fails():
+    lib = ScriptedCupti(refuse={"cuptiRangeProfilerStart": 999})
+    with pytest.raises(C.CuptiError):
+        C.profile_once(C.Cupti(lib, "/fake"), 0xC0, "GH100", ["dram__bytes.sum"], lambda: None)
+    assert lib.calls[-1] == "cuptiRangeProfilerDisable"
 
 
 def test_passes_that_never_finish_are_an_error_not_a_loop():

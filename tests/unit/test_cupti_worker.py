@@ -92,21 +92,30 @@ def test_a_worker_that_cannot_start_is_not_retried_on_every_profile():
 # -- routing -----------------------------------------------------------------------------
 
 
-def test_every_group_metric_has_a_collector_when_the_chip_has_the_sass_metrics():
+def test_every_group_metric_has_a_collector():
     every = [m for ms in metric_groups.GROUPS.values() for m in ms]
-    sass_names = {n for m in every if (f := W.sass_formula(m)) for n in f[1:]}
-    routing = W.route(every, sass_available=sorted(sass_names))
-    assert routing.missing == ()
-    assert P.M_SM_PCT in routing.range and P.M_GLOBAL_SECTORS_IDEAL in routing.sass
-    assert "smsp__sass_sectors_mem_global_ideal" in routing.sass_metrics
-    assert not any(m.startswith("smsp__sass_") for m in routing.range)
+    routing = W.route(every)
+    assert routing.missing == () and routing.sass == ()
+    assert P.M_SM_PCT in routing.range and P.M_SHARED_REQ_LD in routing.range  # the H200's host took smsp__sass_*
+    standin = W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_IDEAL]
+    assert standin in routing.range and routing.aliases[standin] == P.M_GLOBAL_SECTORS_IDEAL
+    assert not any(m.startswith(W.NCU_ONLY_PREFIXES) for m in routing.range)
+
+
+def test_a_refused_name_goes_to_the_sass_api_or_is_missing():
+    standin = W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_IDEAL]
+    via_sass = W.route([P.M_GLOBAL_SECTORS_IDEAL, P.M_SHARED_REQ_LD], range_refused=[standin, P.M_SHARED_REQ_LD],
+                       sass_available=["smsp__sass_sectors_mem_global_ideal", "smsp__sass_inst_executed_op_shared_ld"])
+    assert via_sass.range == () and via_sass.sass == (P.M_GLOBAL_SECTORS_IDEAL, P.M_SHARED_REQ_LD)
+    assert via_sass.sass_metrics == ("smsp__sass_sectors_mem_global_ideal", "smsp__sass_inst_executed_op_shared_ld")
+    nowhere = W.route([P.M_GLOBAL_SECTORS_IDEAL], range_refused=[standin], sass_available=[])
+    assert nowhere.missing == (P.M_GLOBAL_SECTORS_IDEAL,)
 
 
 def test_routing_marks_what_no_collector_gives():
-    routing = W.route([P.M_EXCESSIVE_SECTORS, P.M_GLOBAL_SECTORS_IDEAL, P.M_WAVES, P.M_DRAM_PCT],
-                      sass_available=["smsp__sass_inst_executed"])
-    assert set(routing.missing) == {P.M_EXCESSIVE_SECTORS, P.M_GLOBAL_SECTORS_IDEAL}
-    assert routing.launch == (P.M_WAVES,) and routing.range == (P.M_DRAM_PCT,)
+    routing = W.route([P.M_EXCESSIVE_SECTORS, P.M_WAVES, P.M_DRAM_PCT, P.M_THEORETICAL_OCC])
+    assert routing.missing == (P.M_EXCESSIVE_SECTORS,)
+    assert routing.launch == (P.M_WAVES, P.M_THEORETICAL_OCC) and routing.range == (P.M_DRAM_PCT,)
 
 
 def test_sass_values_follow_ncus_definitions():

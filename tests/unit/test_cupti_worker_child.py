@@ -86,7 +86,11 @@ def _request(collections, timed=3) -> dict:
 
 def test_one_request_times_collects_range_sass_and_launch_metrics():
     function, allocated = FakeFunction(), []
-    lib = ScriptedCupti(values={P.M_DURATION_NS: 12500.0, P.M_SM_PCT: 9.0, P.M_MEMORY_PCT: 71.0})
+    # The host refuses the stand-ins of the source-level sector counts (as it refused ncu's own names): they
+    # come from the SASS-metrics API instead.
+    lib = ScriptedCupti(values={P.M_DURATION_NS: 12500.0, P.M_SM_PCT: 9.0, P.M_MEMORY_PCT: 71.0},
+                        unknown_metrics=(W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_THEORETICAL],
+                                         W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_IDEAL]))
     wanted = (P.M_DURATION_NS, *metric_groups.GROUPS["throughput"], P.M_GLOBAL_SECTORS_THEORETICAL,
               P.M_GLOBAL_SECTORS_IDEAL, P.M_WAVES)
     reply = _gpu(function, lib, allocated).profile(_request([wanted]))
@@ -103,6 +107,14 @@ def test_one_request_times_collects_range_sass_and_launch_metrics():
     assert function.launches[0] == (3, (256, 1, 1), (16, 1, 1), 0)
     assert allocated == [4096 * 4, 4096 * 4]
     assert lib.cache_control == C.CACHE_CONTROL_ALL  # caches flushed before every pass, as ncu does
+
+
+def test_an_accepted_stand_in_is_reported_under_ncus_name():
+    standin = W.RANGE_STANDINS[P.M_SHARED_WAVEFRONTS]
+    lib = ScriptedCupti(values={standin: 640.0, P.M_SM_PCT: 9.0})
+    reply = _gpu(FakeFunction(), lib, []).profile(_request([(P.M_SM_PCT, P.M_SHARED_WAVEFRONTS)]))
+    assert reply["metrics"][P.M_SHARED_WAVEFRONTS] == 640.0 and standin not in reply["metrics"]
+    assert standin in lib.metrics and reply["missing"] == []
 
 
 def test_a_name_the_chip_lacks_is_reported_missing_and_the_rest_collected():
