@@ -26,9 +26,11 @@ loop is :func:`_worker_main`. Messages are dicts over a ``multiprocessing`` pipe
 from __future__ import annotations
 
 import hashlib
+import json
 import logging
 import math
 import multiprocessing
+import os
 import threading
 import time
 from collections.abc import Mapping, Sequence
@@ -417,6 +419,8 @@ class _Gpu:
         self.context = self.device.make_context()
         self.sm_count = int(self.device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT))
         self.modules: dict[str, Any] = {}
+        self._cached_inputs: tuple | None = None
+        """(key, device args, [(work, pristine, bytes)] restored per request, every buffer) of the last spec."""
         self.cupti = None
         self.chip: str | None = None
         self.cupti_error: str | None = None
@@ -464,22 +468,16 @@ class _Gpu:
         return module.get_function(entry)
 
     def profile(self, r: Mapping[str, Any]) -> dict[str, Any]:
-        import numpy as np
-
-        from kernel_lsp.core.inputs import make_inputs
         from kernel_lsp.core.spec import SpecError, parse_spec
-        from kernel_lsp.services.harness.child import load_files
-        from kernel_lsp.services.harness.protocol import build_args
 
         cuda = self.cuda
         t0 = time.perf_counter()
         steps: dict[str, float] = {}
-        buffers = []
         try:
             try:
                 spec = parse_spec(r["spec"], r["base_dir"])
                 launch = spec.resolve(None).original
-                host_args = build_args(spec, make_inputs(spec, int(r.get("seed", 0)), None, load_files(spec)), None)
+                args = self._inputs(spec, r)
             except (OSError, ValueError, SpecError) as exc:
                 return {"error": f"launch spec: {exc}"}
             try:
@@ -488,16 +486,6 @@ class _Gpu:
                 return {"error": f"cannot load kernel '{r['entry']}' from {r['cubin_path']}: {exc}"}
             if launch.dynamic_smem_bytes > 48 * 1024:
                 function.set_attribute(cuda.function_attribute.MAX_DYNAMIC_SHARED_SIZE_BYTES, launch.dynamic_smem_bytes)
-            args = []
-            for a in host_args:
-                if isinstance(a, np.ndarray):
-                    buf = cuda.mem_alloc(max(a.nbytes, 1))
-                    buffers.append(buf)
-                    if a.nbytes:
-                        cuda.memcpy_htod(buf, a)
-                    args.append(buf)
-                else:
-                    args.append(a)
             steps["inputs_s"] = time.perf_counter() - t0
 
             def run() -> None:
@@ -547,12 +535,60 @@ class _Gpu:
         except cuda.Error as exc:
             # A launch error (illegal address, trap, ...) leaves the context unusable: the worker ends after this reply.
             return {"error": f"the kernel failed on the GPU: {type(exc).__name__}: {exc}", "fault": True}
-        finally:
-            for buf in buffers:
-                try:
-                    buf.free()
-                except cuda.Error:
-                    pass
+
+    def _inputs(self, spec, r: Mapping[str, Any]) -> list:
+        """The kernel's arguments on the GPU, made once per spec (and seed, and input files) and reused.
+
+        Making a large spec's inputs costs most of a warm profile (drawing and copying hundreds of MB),
+        and every save of the same kernel has the same spec. Arrays the kernel may write (``out``,
+        ``inout``) are restored from a pristine device copy before each request, so every request
+        starts from the same inputs, as a fresh process would.
+        """
+        import numpy as np
+
+        from kernel_lsp.core.inputs import file_names, make_inputs
+        from kernel_lsp.core.spec import ArrayParam
+        from kernel_lsp.services.harness.child import load_files
+        from kernel_lsp.services.harness.protocol import build_args
+
+        cuda = self.cuda
+        seed = int(r.get("seed", 0))
+        stamps = tuple(os.stat(os.path.join(spec.base_dir or ".", n)).st_mtime_ns for n in file_names(spec))
+        key = (json.dumps(r["spec"], sort_keys=True), r["base_dir"], seed, stamps)
+        cached = self._cached_inputs
+        if cached is not None and cached[0] == key:
+            for work, pristine, nbytes in cached[2]:
+                cuda.memcpy_dtod(work, pristine, nbytes)
+            return cached[1]
+        self._free_inputs()
+        host_args = build_args(spec, make_inputs(spec, seed, None, load_files(spec)), None)
+        args, restores, buffers = [], [], []
+        self._cached_inputs = (key, args, restores, buffers)
+        for p, a in zip(spec.params, host_args):
+            if not isinstance(a, np.ndarray):
+                args.append(a)
+                continue
+            work = cuda.mem_alloc(max(a.nbytes, 1))
+            buffers.append(work)
+            if a.nbytes:
+                cuda.memcpy_htod(work, a)
+            if a.nbytes and isinstance(p, ArrayParam) and p.role != "in":
+                pristine = cuda.mem_alloc(a.nbytes)
+                buffers.append(pristine)
+                cuda.memcpy_dtod(pristine, work, a.nbytes)
+                restores.append((work, pristine, a.nbytes))
+            args.append(work)
+        return args
+
+    def _free_inputs(self) -> None:
+        cached, self._cached_inputs = self._cached_inputs, None
+        if cached is None:
+            return
+        for buf in cached[3]:
+            try:
+                buf.free()
+            except self.cuda.Error:
+                pass
 
     def _find_refused(self, names: Sequence[str]) -> bool:
         """Add to :attr:`range_refused` the names the host refuses (a config image per name only when the set

@@ -57,6 +57,7 @@ def _fake_cuda(allocated: list):
         Error=FakeCudaError,
         mem_alloc=lambda n: allocated.append(n) or types.SimpleNamespace(free=lambda: None),
         memcpy_htod=lambda buf, a: None,
+        memcpy_dtod=lambda dst, src, n: allocated.append(("restore", n)),
         Event=FakeEvent,
         Context=types.SimpleNamespace(synchronize=lambda: None),
         function_attribute=types.SimpleNamespace(MAX_DYNAMIC_SHARED_SIZE_BYTES=8),
@@ -67,6 +68,7 @@ def _gpu(function: FakeFunction, lib: ScriptedCupti, allocated: list) -> W._Gpu:
     gpu = W._Gpu.__new__(W._Gpu)
     gpu.cuda = _fake_cuda(allocated)
     gpu.modules = {}
+    gpu._cached_inputs = None
     gpu.cr = C
     gpu.cupti = C.Cupti(lib, "/fake")
     gpu.chip = "GH100"
@@ -105,7 +107,8 @@ def test_one_request_times_collects_range_sass_and_launch_metrics():
     # a warm-up, the timed launches, one under the range profiler (kernel replay), one under SASS patching
     assert len(function.launches) == 1 + 3 + 1 + 1
     assert function.launches[0] == (3, (256, 1, 1), (16, 1, 1), 0)
-    assert allocated == [4096 * 4, 4096 * 4]
+    # x, z and a pristine copy of z (the kernel writes it), filled from z
+    assert allocated == [4096 * 4, 4096 * 4, 4096 * 4, ("restore", 4096 * 4)]
     assert lib.cache_control == C.CACHE_CONTROL_ALL  # caches flushed before every pass, as ncu does
 
 
@@ -144,3 +147,16 @@ def test_a_cupti_refusal_with_a_healthy_context_is_not_a_fault():
     lib = ScriptedCupti(refuse={"cuptiRangeProfilerSetConfig": 1})
     reply = _gpu(FakeFunction(), lib, []).profile(_request([(P.M_SM_PCT,)]))
     assert reply["cupti"] and not reply.get("fault") and "CUPTI_ERROR_INVALID_PARAMETER" in reply["error"]
+
+
+def test_the_same_spec_reuses_its_inputs_and_restores_what_the_kernel_writes():
+    function, allocated = FakeFunction(), []
+    gpu = _gpu(function, ScriptedCupti(), allocated)
+    gpu.profile(_request([(P.M_SM_PCT,)]))
+    made = len(allocated)
+    gpu.profile(_request([(P.M_SM_PCT,)]))
+    assert allocated[made:] == [("restore", 4096 * 4)]  # no new buffers: z restored from its pristine copy
+    other = _request([(P.M_SM_PCT,)])
+    other["seed"] = 1
+    gpu.profile(other)
+    assert len([a for a in allocated[made + 1:] if not isinstance(a, tuple)]) == 3  # a new seed: new inputs
