@@ -258,6 +258,8 @@ class GpuWorker:
         """(monotonic time, message) of the last start that failed."""
         self.range_refused: frozenset[str] = frozenset()
         """Metric names the range profiler refused on this machine (learnt from the worker's replies)."""
+        self.sass_refused: frozenset[str] = frozenset()
+        """SASS metrics listed by the chip that the worker could not collect (learnt likewise)."""
 
     @property
     def alive(self) -> bool:
@@ -359,6 +361,9 @@ class GpuWorker:
                     self._stop()
                 raise WorkerError(reply["error"], fault=bool(reply.get("fault")), cupti=bool(reply.get("cupti")))
             self.range_refused = self.range_refused | frozenset(reply.get("range_refused", ()))
+            self.sass_refused = self.sass_refused | frozenset(reply.get("sass_refused", ()))
+            for note in reply.get("notes", ()):
+                log.info("GPU worker: %s", note)
             return Reply(
                 timings_us=tuple(float(t) for t in reply["timings_us"]),
                 metrics={k: float(v) for k, v in reply["metrics"].items()},
@@ -426,6 +431,8 @@ class _Gpu:
         self.cupti_error: str | None = None
         self.sass_available: set[str] | None = None
         self.cache_control = 0
+        self.sass_refused: set[str] = set()
+        """SASS metrics the chip lists that could not be collected here."""
         self.range_refused: set[str] = set()
         """Names the range profiler's host refused (:data:`cupti_range.UNKNOWN_METRIC_CODES`), found one by one."""
         self.context_handle = _current_context()
@@ -502,6 +509,7 @@ class _Gpu:
             )
             passes = 0
             missing: list[str] = []
+            notes: list[str] = []
             for i, wanted in enumerate(r.get("collections", [])):
                 try:
                     # A refused stand-in makes the next routing try the next collector: repeat until none is refused.
@@ -509,7 +517,8 @@ class _Gpu:
                         pass
                 except self.cr.CuptiError as exc:
                     return self._cupti_failure(exc)
-                routing = route(wanted, range_refused=sorted(self.range_refused), sass_available=self.sass_available)
+                routing = route(wanted, range_refused=sorted(self.range_refused),
+                                sass_available=sorted((self.sass_available or set()) - self.sass_refused))
                 missing.extend(m for m in routing.missing if m not in missing)
                 if routing.range:
                     t = time.perf_counter()
@@ -527,11 +536,19 @@ class _Gpu:
                     try:
                         sass = self.cr.SassMetrics(self.cupti, self.chip, self.context_handle).collect(routing.sass_metrics, run)
                     except self.cr.CuptiError as exc:
-                        return self._cupti_failure(exc)
-                    metrics.update(sass_values(sass.totals, routing.sass))
+                        failure = self._cupti_failure(exc)
+                        if failure.get("fault"):
+                            return failure
+                        # Listed but not collectable here: never offered again; this profile goes without them.
+                        self.sass_refused.update(routing.sass_metrics)
+                        notes.append(failure["error"])
+                        missing.extend(m for m in routing.sass if m not in missing)
+                    else:
+                        metrics.update(sass_values(sass.totals, routing.sass))
                     steps[f"sass_{i}_s"] = time.perf_counter() - t
-            return {"timings_us": timings, "metrics": metrics, "passes": passes, "missing": missing,
-                    "range_refused": sorted(self.range_refused), "wall_s": time.perf_counter() - t0, "steps_s": steps}
+            return {"timings_us": timings, "metrics": metrics, "passes": passes, "missing": missing, "notes": notes,
+                    "range_refused": sorted(self.range_refused), "sass_refused": sorted(self.sass_refused),
+                    "wall_s": time.perf_counter() - t0, "steps_s": steps}
         except cuda.Error as exc:
             # A launch error (illegal address, trap, ...) leaves the context unusable: the worker ends after this reply.
             return {"error": f"the kernel failed on the GPU: {type(exc).__name__}: {exc}", "fault": True}

@@ -548,7 +548,7 @@ class Profiler:
         wanted = tuple(dict.fromkeys((P.M_DURATION_NS, *group_metrics, *metrics)))
         info = self._worker_info()
         routing = gpu_worker.route(wanted, range_refused=sorted(self.worker.range_refused),
-                                   sass_available=info.sass_available)
+                                   sass_available=sorted(set(info.sass_available or ()) - self.worker.sass_refused))
         if routing.missing:
             raise _Fallback(f"CUPTI cannot give {', '.join(routing.missing)}")
         with open(launch.spec_path, encoding="utf-8") as f:

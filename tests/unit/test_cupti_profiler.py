@@ -51,6 +51,7 @@ class FakeWorker:
                                  "GH100", 0.5, tuple(sass_available))
         self.requests: list[W.Request] = []
         self.range_refused: frozenset[str] = frozenset()
+        self.sass_refused: frozenset[str] = frozenset()
         self.fail: W.WorkerError | None = None
 
     def ensure(self):

@@ -76,6 +76,7 @@ def _gpu(function: FakeFunction, lib: ScriptedCupti, allocated: list) -> W._Gpu:
     gpu.sm_count = 132
     gpu.sass_available = set(ScriptedCupti.sass_names)
     gpu.range_refused = set()
+    gpu.sass_refused = set()
     gpu.cache_control = C.CACHE_CONTROL_ALL
     gpu._function = lambda cubin, entry: function
     return gpu
@@ -160,3 +161,15 @@ def test_the_same_spec_reuses_its_inputs_and_restores_what_the_kernel_writes():
     other["seed"] = 1
     gpu.profile(other)
     assert len([a for a in allocated[made + 1:] if not isinstance(a, tuple)]) == 3  # a new seed: new inputs
+
+
+def test_sass_metrics_that_fail_are_missing_once_and_not_offered_again():
+    lib = ScriptedCupti(refuse={"cuptiSassMetricsEnable": 27},
+                        unknown_metrics=(W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_IDEAL],))
+    gpu = _gpu(FakeFunction(), lib, [])
+    reply = gpu.profile(_request([(P.M_SM_PCT, P.M_GLOBAL_SECTORS_IDEAL)]))
+    assert reply["missing"] == [P.M_GLOBAL_SECTORS_IDEAL] and "CUPTI_ERROR_NOT_SUPPORTED" in reply["notes"][0]
+    assert reply["sass_refused"] == ["smsp__sass_sectors_mem_global_ideal"]
+    calls = lib.calls.count("cuptiSassMetricsEnable")
+    again = gpu.profile(_request([(P.M_SM_PCT, P.M_GLOBAL_SECTORS_IDEAL)]))
+    assert again["missing"] == [P.M_GLOBAL_SECTORS_IDEAL] and lib.calls.count("cuptiSassMetricsEnable") == calls
