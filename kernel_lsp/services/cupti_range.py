@@ -171,6 +171,11 @@ HostEvaluateToGpuValues = _params(
     ("numMetrics", c_size_t),
     ("pMetricValues", POINTER(c_double)),
 )
+HostGetBaseMetrics = _params(
+    "HostGetBaseMetrics", ("pHostObject", c_void_p), ("metricType", c_int), ("ppMetricNames", POINTER(c_char_p)),
+    ("numMetrics", c_size_t),
+)
+METRIC_TYPES = {"counter": 0, "ratio": 1, "throughput": 2}
 HostGetSinglePassSets = _params(
     "HostGetSinglePassSets", ("pChipName", c_char_p), ("numOfSinglePassSets", c_size_t), ("ppSinglePassSets", POINTER(c_char_p))
 )
@@ -285,6 +290,7 @@ C_NAMES: dict[type[ctypes.Structure], str] = {
     HostGetNumOfPasses: "CUpti_Profiler_Host_GetNumOfPasses_Params",
     HostEvaluateToGpuValues: "CUpti_Profiler_Host_EvaluateToGpuValues_Params",
     HostGetSinglePassSets: "CUpti_Profiler_Host_GetSinglePassSets_Params",
+    HostGetBaseMetrics: "CUpti_Profiler_Host_GetBaseMetrics_Params",
     RangeEnable: "CUpti_RangeProfiler_Enable_Params",
     RangeDisable: "CUpti_RangeProfiler_Disable_Params",
     RangeSetConfig: "CUpti_RangeProfiler_SetConfig_Params",
@@ -330,6 +336,7 @@ FUNCTIONS: dict[str, type[ctypes.Structure]] = {
     "cuptiProfilerHostGetNumOfPasses": HostGetNumOfPasses,
     "cuptiProfilerHostEvaluateToGpuValues": HostEvaluateToGpuValues,
     "cuptiProfilerHostGetSinglePassSets": HostGetSinglePassSets,
+    "cuptiProfilerHostGetBaseMetrics": HostGetBaseMetrics,
     "cuptiRangeProfilerEnable": RangeEnable,
     "cuptiRangeProfilerDisable": RangeDisable,
     "cuptiRangeProfilerSetConfig": RangeSetConfig,
@@ -504,6 +511,13 @@ class Host:
             ),
         )
         return list(values)
+
+    def base_metrics(self, metric_type: str) -> list[str]:
+        """The chip's base metric names of one type (``counter``, ``ratio``, ``throughput``)."""
+        p = self.cupti.call(
+            "cuptiProfilerHostGetBaseMetrics", HostGetBaseMetrics(pHostObject=self.handle, metricType=METRIC_TYPES[metric_type])
+        )
+        return [p.ppMetricNames[i].decode() for i in range(p.numMetrics)]
 
     def single_pass_sets(self) -> list[str]:
         p = self.cupti.call("cuptiProfilerHostGetSinglePassSets", HostGetSinglePassSets(pChipName=self.chip.encode()))
