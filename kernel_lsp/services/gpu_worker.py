@@ -44,6 +44,10 @@ log = logging.getLogger(__name__)
 
 #: Seconds a fresh worker may take to make its context (and load CUPTI) before it counts as dead.
 START_TIMEOUT_S = 60.0
+#: What the child reports once the kernel's own launches ran cleanly and counter collection begins.
+COUNTERS_PHASE = "collecting counters"
+#: CUPTI crashes (worker deaths while collecting) after which this worker collects no more counters.
+MAX_CUPTI_CRASHES = 2
 #: After a worker could not start (no GPU, no pycuda), seconds before the next attempt: each costs a process.
 RETRY_START_S = 300.0
 _POLL_S = 0.05
@@ -221,9 +225,11 @@ class Reply:
 class WorkerError(RuntimeError):
     """The request failed; ``fault`` when the kernel faulted or hung (the worker was stopped and will restart)."""
 
-    def __init__(self, message: str, *, fault: bool = False, cupti: bool = False):
+    def __init__(self, message: str, *, fault: bool = False, cupti: bool = False, died: bool = False):
         super().__init__(message)
         self.fault = fault
+        self.died = died
+        """The worker process ended without answering."""
         self.cupti = cupti
         """True when CUPTI refused (the launch itself worked): the caller may fall back to ncu."""
 
@@ -260,6 +266,8 @@ class GpuWorker:
         """Metric names the range profiler refused on this machine (learnt from the worker's replies)."""
         self.sass_refused: frozenset[str] = frozenset()
         """SASS metrics listed by the chip that the worker could not collect (learnt likewise)."""
+        self.cupti_crashes = 0
+        """Workers that died while collecting counters after the kernel had run cleanly."""
 
     @property
     def alive(self) -> bool:
@@ -345,7 +353,7 @@ class GpuWorker:
                 code = self._process.exitcode
             self._stop()
             raise WorkerError(f"the GPU worker died while {what} (exit code {code}); it restarts on the next profile",
-                              fault=True)
+                              fault=True, died=True)
 
     def profile(self, request: Request, *, timeout_s: float) -> Reply:
         """Run one request. Raises WorkerError (``fault``: the kernel faulted or hung; ``cupti``: counters refused)."""
@@ -353,8 +361,24 @@ class GpuWorker:
             info = self._ensure()
             if request.collections and not info.cupti_ok:
                 raise WorkerError(f"CUPTI is not usable in the GPU worker: {info.cupti_error}", cupti=True)
+            if request.collections and self.cupti_crashes >= MAX_CUPTI_CRASHES:
+                raise WorkerError(f"CUPTI crashed the GPU worker {self.cupti_crashes} times: counters are left to ncu",
+                                  cupti=True)
             self._conn.send({"op": "profile", "request": _request_dict(request)})
-            reply = self._receive(timeout_s, "profiling")
+            deadline = time.monotonic() + timeout_s
+            phase = "profiling"
+            while True:
+                try:
+                    reply = self._receive(max(0.0, deadline - time.monotonic()), phase)
+                except WorkerError as exc:
+                    if exc.died and phase == COUNTERS_PHASE:
+                        # The kernel had run cleanly: the crash is CUPTI's. Twice, and CUPTI is off for this worker.
+                        self.cupti_crashes += 1
+                        raise WorkerError(f"{exc} (the kernel ran cleanly before: CUPTI crashed)", cupti=True) from None
+                    raise
+                if "progress" not in reply:
+                    break
+                phase = reply["progress"]
             if "error" in reply:
                 if reply.get("fault"):
                     # The context is poisoned: the worker exits after answering; start afresh next time.
@@ -403,7 +427,7 @@ def _worker_main(conn: Any, lib_dir: str | None) -> None:
         if message.get("op") != "profile":
             conn.send({"error": f"unknown request {message.get('op')!r}"})
             continue
-        reply = gpu.profile(message["request"])
+        reply = gpu.profile(message["request"], progress=conn.send)
         conn.send(reply)
         if reply.get("fault"):
             return
@@ -474,7 +498,8 @@ class _Gpu:
             self.modules[key] = module
         return module.get_function(entry)
 
-    def profile(self, r: Mapping[str, Any]) -> dict[str, Any]:
+    def profile(self, r: Mapping[str, Any], progress=lambda message: None) -> dict[str, Any]:
+        """One request; ``progress`` gets ``{"progress": phase}`` messages on the way (the parent's reading of a crash)."""
         from kernel_lsp.core.spec import SpecError, parse_spec
 
         cuda = self.cuda
@@ -502,6 +527,8 @@ class _Gpu:
             t = time.perf_counter()
             timings = self._timed(function, args, launch, int(r.get("timed", 0)))
             steps["timing_s"] = time.perf_counter() - t
+            if r.get("collections"):
+                progress({"progress": COUNTERS_PHASE})
             metrics = launch_values(
                 arch=r["arch"], grid=launch.grid, block=launch.block, registers=int(function.num_regs),
                 static_smem_bytes=int(function.shared_size_bytes), dynamic_smem_bytes=int(launch.dynamic_smem_bytes),

@@ -33,6 +33,9 @@ def scripted_main(conn, lib_dir):
             time.sleep(3600)
         if entry == "die":
             os._exit(3)
+        if entry == "cupti-crash":
+            conn.send({"progress": "collecting counters"})
+            os._exit(-11 & 0xFF)
         if entry == "fault":
             conn.send({"error": "the kernel failed on the GPU: LaunchError: cuCtxSynchronize failed: an illegal memory access was encountered",
                        "fault": True})

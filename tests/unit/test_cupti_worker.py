@@ -59,6 +59,17 @@ def test_a_worker_that_dies_is_a_fault(worker):
     assert failed.value.fault and "exit code 3" in str(failed.value)
 
 
+def test_a_crash_while_collecting_counters_is_cuptis_and_twice_turns_counters_off(worker):
+    for _ in range(2):
+        with pytest.raises(W.WorkerError) as failed:
+            worker.profile(_request("cupti-crash"), timeout_s=30)
+        assert failed.value.cupti and not failed.value.fault and "CUPTI crashed" in str(failed.value)
+    with pytest.raises(W.WorkerError, match="crashed the GPU worker 2 times") as off:
+        worker.profile(_request("ok"), timeout_s=30)
+    assert off.value.cupti
+    assert worker.profile(_request("ok", collections=()), timeout_s=30).timings_us  # timing still works
+
+
 def test_cupti_refusal_is_not_a_fault(worker):
     with pytest.raises(W.WorkerError) as failed:
         worker.profile(_request("refused"), timeout_s=30)
