@@ -535,12 +535,13 @@ class Profiler:
         requested = tuple(items) if not full else ("full",)
         return _RunOutput(replace(first, duration_samples_us=samples, sections=first.sections or requested), passes_of(result.stdout))
 
-
     def _cupti(self, target, launch, workdir, tag, items, metrics, full, cancel) -> _RunOutput:
         """One collection in the GPU worker: ``items`` (metric groups) and ``metrics``, for one launch.
 
         Raises :class:`_Fallback` when the worker cannot give it (a section, a metric without a
         CUPTI equivalent, CUPTI refused) and :class:`_Failure` when the kernel faulted or hung.
+        A cancel takes effect after the collection (well under a second; stopping the worker
+        would cost the next save its start-up).
         """
         sections, group_metrics = T.split_items(items)
         if sections:
