@@ -33,7 +33,7 @@ import multiprocessing
 import os
 import threading
 import time
-from collections.abc import Mapping, Sequence
+from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -60,14 +60,29 @@ LAUNCH_METRICS: tuple[str, ...] = (
     P.M_THEORETICAL_OCC, P.M_LIMIT_REGISTERS, P.M_LIMIT_SHARED, P.M_LIMIT_WARPS, P.M_LIMIT_BLOCKS, P.M_SM_COUNT,
 )
 
-#: ncu names computed from SASS-metric totals: ("sum", sass) or ("pct", numerator, denominator).
+#: ncu names computed from SASS-metric totals, each with alternatives tried in order (the first whose
+#: inputs the chip lists): ("sum", a, b, ...) adds totals, ("pct", numerator, denominator) is 100 n / d.
 #: ncu derives its source-level ``memory_*`` counts from the same per-instruction counters.
-SASS_FORMULAS: dict[str, tuple[str, ...]] = {
-    P.M_GLOBAL_SECTORS_THEORETICAL: ("sum", "smsp__sass_sectors_mem_global"),
-    P.M_GLOBAL_SECTORS_IDEAL: ("sum", "smsp__sass_sectors_mem_global_ideal"),
-    P.M_SHARED_WAVEFRONTS: ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared"),
-    P.M_SHARED_WAVEFRONTS_IDEAL: ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_ideal"),
-    P.M_BRANCH_UNIFORM_PCT: ("pct", "smsp__sass_branch_targets_threads_uniform", "smsp__sass_branch_targets"),
+SASS_FORMULAS: dict[str, tuple[tuple[str, ...], ...]] = {
+    P.M_GLOBAL_SECTORS_THEORETICAL: (
+        ("sum", "smsp__sass_sectors_mem_global"),
+        ("sum", "smsp__sass_sectors_mem_global_op_ld", "smsp__sass_sectors_mem_global_op_st"),
+    ),
+    P.M_GLOBAL_SECTORS_IDEAL: (
+        ("sum", "smsp__sass_sectors_mem_global_ideal"),
+        ("sum", "smsp__sass_sectors_mem_global_op_ld_ideal", "smsp__sass_sectors_mem_global_op_st_ideal"),
+    ),
+    P.M_SHARED_WAVEFRONTS: (
+        ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared"),
+        ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ld",
+         "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_st"),
+    ),
+    P.M_SHARED_WAVEFRONTS_IDEAL: (
+        ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_ideal"),
+        ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ld_ideal",
+         "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_st_ideal"),
+    ),
+    P.M_BRANCH_UNIFORM_PCT: (("pct", "smsp__sass_branch_targets_threads_uniform", "smsp__sass_branch_targets"),),
 }
 
 #: ncu's source-level (ncu-only) names and the range-profiler metric tried for each first; the H200's
@@ -84,13 +99,18 @@ RANGE_STANDINS: dict[str, str] = {
 NCU_ONLY_PREFIXES = ("derived__", "memory_", "launch__", "device__")
 
 
-def sass_formula(name: str) -> tuple[str, ...] | None:
-    """How ncu's ``name`` comes from SASS metrics, or None when it is not instruction-level."""
+def sass_formulas(name: str) -> tuple[tuple[str, ...], ...]:
+    """How ncu's ``name`` may come from SASS metrics (alternatives in order); () when it is not instruction-level."""
     if name in SASS_FORMULAS:
         return SASS_FORMULAS[name]
     if name.startswith("smsp__sass_") and name.endswith(".sum"):
-        return ("sum", name.removesuffix(".sum"))
-    return None
+        return (("sum", name.removesuffix(".sum")),)
+    return ()
+
+
+def sass_formula(name: str, have: Collection[str]) -> tuple[str, ...] | None:
+    """The first of :func:`sass_formulas` whose inputs are all in ``have``, or None."""
+    return next((f for f in sass_formulas(name) if all(n in have for n in f[1:])), None)
 
 
 @dataclass(frozen=True)
@@ -134,8 +154,8 @@ def route(metrics: Sequence[str], *, range_refused: Sequence[str] = (), sass_ava
             if asked != name:
                 aliases[asked] = name
             continue
-        formula = sass_formula(name)
-        if formula is not None and all(n in have for n in formula[1:]):
+        formula = sass_formula(name, have)
+        if formula is not None:
             sass.append(name)
             sass_names.extend(n for n in formula[1:] if n not in sass_names)
             continue
@@ -147,12 +167,12 @@ def sass_values(totals: Mapping[str, float], names: Sequence[str]) -> dict[str, 
     """ncu values for ``names`` from SASS-metric totals (a percentage of a zero denominator is left out)."""
     out: dict[str, float] = {}
     for name in names:
-        formula = sass_formula(name)
+        formula = sass_formula(name, totals)
         if formula is None:
             continue
-        if formula[0] == "sum" and formula[1] in totals:
-            out[name] = float(totals[formula[1]])
-        elif formula[0] == "pct" and formula[1] in totals and totals.get(formula[2]):
+        if formula[0] == "sum":
+            out[name] = float(sum(totals[n] for n in formula[1:]))
+        elif totals[formula[2]]:
             out[name] = 100.0 * float(totals[formula[1]]) / float(totals[formula[2]])
     return out
 

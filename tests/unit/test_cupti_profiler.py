@@ -36,7 +36,7 @@ def _full(name: str) -> dict[str, float]:
     return dict(next(s for s in load_dataset(DATASET) if s.name.startswith(name)).metrics)
 
 
-SASS_ALL = sorted({n for f in W.SASS_FORMULAS.values() for n in f[1:]} | {
+SASS_ALL = sorted({n for fs in W.SASS_FORMULAS.values() for n in fs[0][1:]} | {
     "smsp__sass_inst_executed_op_shared_ld", "smsp__sass_inst_executed_op_shared_st",
     "smsp__sass_branch_targets_threads_divergent"})
 

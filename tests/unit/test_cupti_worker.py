@@ -127,6 +127,15 @@ def test_routing_marks_what_no_collector_gives():
     assert routing.launch == (P.M_WAVES, P.M_THEORETICAL_OCC) and routing.range == (P.M_DRAM_PCT,)
 
 
+def test_a_sass_alternative_is_used_when_the_first_is_not_listed():
+    parts = ["smsp__sass_sectors_mem_global_op_ld", "smsp__sass_sectors_mem_global_op_st"]
+    routing = W.route([P.M_GLOBAL_SECTORS_THEORETICAL], range_refused=[W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_THEORETICAL]],
+                      sass_available=parts)
+    assert routing.sass_metrics == tuple(parts)
+    assert W.sass_values({parts[0]: 96.0, parts[1]: 32.0}, [P.M_GLOBAL_SECTORS_THEORETICAL]) == {
+        P.M_GLOBAL_SECTORS_THEORETICAL: 128.0}
+
+
 def test_sass_values_follow_ncus_definitions():
     totals = {"smsp__sass_branch_targets_threads_uniform": 30.0, "smsp__sass_branch_targets": 40.0,
               "smsp__sass_inst_executed_op_shared_ld": 7.0}
