@@ -437,6 +437,13 @@ def _worker_main(conn: Any, lib_dir: str | None) -> None:
     conn.send({"device": gpu.device_name, "cupti_ok": gpu.cupti_error is None, "cupti_error": gpu.cupti_error,
                "chip": gpu.chip, "cache_control": gpu.cache_control, "startup_s": time.perf_counter() - started,
                "sass_available": sorted(gpu.sass_available) if gpu.sass_available is not None else None})
+    try:
+        _serve(conn, gpu)
+    finally:
+        gpu.close()
+
+
+def _serve(conn: Any, gpu: _Gpu) -> None:
     while True:
         try:
             message = conn.recv()
@@ -505,6 +512,14 @@ class _Gpu:
         except Exception as exc:
             log.info("SASS metrics unavailable: %s", exc)
             self.sass_available = set()
+
+    def close(self) -> None:
+        """Free the inputs and pop the context (pycuda aborts a process that exits with one current)."""
+        try:
+            self._free_inputs()
+            self.context.pop()
+        except self.cuda.Error:
+            pass  # a faulted context cannot be cleaned up; the process ends anyway
 
     def _function(self, cubin_path: str, entry: str):
         with open(cubin_path, "rb") as f:
