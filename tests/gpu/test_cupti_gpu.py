@@ -146,6 +146,10 @@ def test_cupti_values_agree_with_ncu(tmp_path, worker):
     assert b[P.M_DURATION_NS] == pytest.approx(a[P.M_DURATION_NS], rel=0.3), report
     for pct in (P.M_MEMORY_PCT, P.M_SM_PCT):
         assert abs(b[pct] - a[pct]) < 15, report
+    # launch statistics: ncu reports them with every run, the worker computes them
+    assert P.M_WAVES in a and P.M_REGISTERS in a, sorted(a)
     assert b[P.M_WAVES] == pytest.approx(a[P.M_WAVES], rel=0.01, abs=0.006), report
-    assert b[P.M_REGISTERS] == a[P.M_REGISTERS] and b[P.M_THEORETICAL_OCC] == pytest.approx(a[P.M_THEORETICAL_OCC], abs=0.5)
+    assert b[P.M_REGISTERS] == a[P.M_REGISTERS]
+    if P.M_THEORETICAL_OCC in a:
+        assert b[P.M_THEORETICAL_OCC] == pytest.approx(a[P.M_THEORETICAL_OCC], abs=0.5), report
     assert by_cupti.bottleneck.primary == by_ncu.bottleneck.primary
