@@ -106,3 +106,13 @@ def test_a_fault_loses_the_context_as_the_worker_assumes(probe):
     after = _step(probe, "fault", "plain_launch_after_fault")
     assert not fault["ok"] and "illegal memory access" in fault["error"]
     assert not after["ok"] and "illegal memory access" in after["error"]
+
+
+@pytest.mark.parametrize("kernel", ["saxpy", "strided_copy"])
+def test_the_workers_launch_statistics_match_ncus_for_the_probe_kernels(probe, ncu, kernel):
+    m = ncu[kernel]
+    got = W.launch_values(arch="sm_90", grid=(probe["n_floats"] // 256, 1, 1), block=(256, 1, 1),
+                          registers=int(m[P.M_REGISTERS]), static_smem_bytes=0, dynamic_smem_bytes=0, sm_count=132)
+    assert got[P.M_GRID_SIZE] == m[P.M_GRID_SIZE] and got[P.M_BLOCK_SIZE] == m[P.M_BLOCK_SIZE]
+    assert got[P.M_WAVES] == pytest.approx(m[P.M_WAVES], rel=0.01, abs=0.006)
+    assert got[P.M_THEORETICAL_OCC] == pytest.approx(m[P.M_THEORETICAL_OCC], abs=0.5)
