@@ -689,13 +689,21 @@ class SassResult:
 
 
 class SassMetrics:
-    """CUPTI's SASS metrics API for one device and context."""
+    """CUPTI's SASS metrics API for one device and context.
+
+    On the H200 (tests/fixtures/cupti/recorded/probe2) a collection worked, but the next
+    ``cuptiSassMetricsSetConfig`` after an unset failed with CUPTI_ERROR_OUT_OF_MEMORY. So a
+    configuration stays set (:meth:`configure`) for every collection that needs no other
+    metric, and is unset only by :meth:`close` or by a collection that needs more.
+    """
 
     def __init__(self, cupti: Cupti, chip: str, context: int, device_index: int = 0):
         self.cupti = cupti
         self.chip = chip
         self.context = context
         self.device_index = device_index
+        self._ids: dict[int, str] = {}
+        """Metric id -> name of the configuration that is set (empty: none)."""
 
     def available(self) -> dict[str, str]:
         """Every SASS metric of the chip: name -> description."""
@@ -710,47 +718,64 @@ class SassMetrics:
         p = self.cupti.call("cuptiSassMetricsGetProperties", SassGetProperties(pChipName=self.chip.encode(), pMetricName=name.encode()))
         return int(p.metric.metricId)
 
-    def collect(self, metrics: Sequence[str], launch: Callable[[], None], clock: Callable[[], float] = time.perf_counter) -> SassResult:
-        """Patch, run ``launch`` (it must synchronize), read every instruction's counters, unpatch."""
-        t0 = clock()
-        ids = {self.metric_id(m): m for m in metrics}
+    @property
+    def configured(self) -> tuple[str, ...]:
+        return tuple(self._ids.values())
+
+    def configure(self, metrics: Sequence[str]) -> None:
+        """Set the configuration to ``metrics`` (unsetting the one before, if any)."""
+        ids = {self.metric_id(m): m for m in dict.fromkeys(metrics)}
+        self.close()
         configs = (SassConfig * len(ids))(*(SassConfig(metricId=i, outputGranularity=SASS_GRANULARITY_GPU) for i in ids))
         self.cupti.call(
             "cuptiSassMetricsSetConfig",
             SassSetConfig(numOfMetricConfig=len(ids), pConfigs=configs, deviceIndex=self.device_index),
         )
-        try:
-            self.cupti.call("cuptiSassMetricsEnable", SassEnable(ctx=self.context, enableLazyPatching=1))
-            try:
-                launch()
-                props = self.cupti.call("cuptiSassMetricsGetDataProperties", SassGetDataProperties(ctx=self.context))
-                count, instances = int(props.numOfPatchedInstructionRecords), int(props.numOfInstances)
-                by_pc: list[tuple[int, dict[str, float]]] = []
-                totals = {m: 0.0 for m in metrics}
-                if count:
-                    records = (SassData * count)()
-                    keep = []
-                    for r in records:
-                        r.structSize = ctypes.sizeof(SassData)
-                        values = (SassInstanceValue * (instances * len(ids)))()
-                        keep.append(values)
-                        r.pInstanceValues = values
-                    self.cupti.call(
-                        "cuptiSassMetricsFlushData",
-                        SassFlushData(ctx=self.context, numOfPatchedInstructionRecords=count, numOfInstances=instances,
-                                      pMetricsData=records),
-                    )
-                    for r, values in zip(records, keep):
-                        row: dict[str, float] = {}
-                        for v in values:
-                            name = ids.get(int(v.metricId))
-                            if name is not None:
-                                row[name] = row.get(name, 0.0) + float(v.value)
-                        for name, value in row.items():
-                            totals[name] += value
-                        by_pc.append((int(r.pcOffset), row))
-            finally:
-                self.cupti.call("cuptiSassMetricsDisable", SassDisable(ctx=self.context))
-        finally:
+        self._ids = ids
+
+    def close(self) -> None:
+        if self._ids:
+            self._ids = {}
             self.cupti.call("cuptiSassMetricsUnsetConfig", SassUnsetConfig(deviceIndex=self.device_index))
+
+    def collect(self, metrics: Sequence[str], launch: Callable[[], None], clock: Callable[[], float] = time.perf_counter) -> SassResult:
+        """Patch, run ``launch`` (it must synchronize), read every instruction's counters, unpatch.
+
+        Totals cover every configured metric; the configuration is changed only when it lacks one of ``metrics``.
+        """
+        t0 = clock()
+        if not set(metrics) <= set(self.configured):
+            self.configure([*self.configured, *metrics])
+        ids = self._ids
+        self.cupti.call("cuptiSassMetricsEnable", SassEnable(ctx=self.context, enableLazyPatching=1))
+        try:
+            launch()
+            props = self.cupti.call("cuptiSassMetricsGetDataProperties", SassGetDataProperties(ctx=self.context))
+            count, instances = int(props.numOfPatchedInstructionRecords), int(props.numOfInstances)
+            by_pc: list[tuple[int, dict[str, float]]] = []
+            totals = {m: 0.0 for m in ids.values()}
+            if count:
+                records = (SassData * count)()
+                keep = []
+                for r in records:
+                    r.structSize = ctypes.sizeof(SassData)
+                    values = (SassInstanceValue * (instances * len(ids)))()
+                    keep.append(values)
+                    r.pInstanceValues = values
+                self.cupti.call(
+                    "cuptiSassMetricsFlushData",
+                    SassFlushData(ctx=self.context, numOfPatchedInstructionRecords=count, numOfInstances=instances,
+                                  pMetricsData=records),
+                )
+                for r, values in zip(records, keep):
+                    row: dict[str, float] = {}
+                    for v in values:
+                        name = ids.get(int(v.metricId))
+                        if name is not None:
+                            row[name] = row.get(name, 0.0) + float(v.value)
+                    for name, value in row.items():
+                        totals[name] += value
+                    by_pc.append((int(r.pcOffset), row))
+        finally:
+            self.cupti.call("cuptiSassMetricsDisable", SassDisable(ctx=self.context))
         return SassResult(totals, len(by_pc), tuple(by_pc), clock() - t0)

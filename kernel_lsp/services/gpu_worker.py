@@ -72,16 +72,9 @@ SASS_FORMULAS: dict[str, tuple[tuple[str, ...], ...]] = {
         ("sum", "smsp__sass_sectors_mem_global_ideal"),
         ("sum", "smsp__sass_sectors_mem_global_op_ld_ideal", "smsp__sass_sectors_mem_global_op_st_ideal"),
     ),
-    P.M_SHARED_WAVEFRONTS: (
-        ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared"),
-        ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ld",
-         "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_st"),
-    ),
-    P.M_SHARED_WAVEFRONTS_IDEAL: (
-        ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_ideal"),
-        ("sum", "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_ld_ideal",
-         "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_op_st_ideal"),
-    ),
+    # The H200's SASS-metrics API lists these as smsp__sass_l1tex_pipe_lsu_wavefronts_mem_shared[_ideal].
+    P.M_SHARED_WAVEFRONTS: (("sum", "smsp__sass_l1tex_pipe_lsu_wavefronts_mem_shared"),),
+    P.M_SHARED_WAVEFRONTS_IDEAL: (("sum", "smsp__sass_l1tex_pipe_lsu_wavefronts_mem_shared_ideal"),),
     P.M_BRANCH_UNIFORM_PCT: (("pct", "smsp__sass_branch_targets_threads_uniform", "smsp__sass_branch_targets"),),
 }
 
@@ -89,11 +82,12 @@ SASS_FORMULAS: dict[str, tuple[tuple[str, ...], ...]] = {
 #: profiler host refused the ncu names themselves (tests/fixtures/cupti/recorded). When the host
 #: refuses the stand-in too, the SASS-metrics API is tried (:data:`SASS_FORMULAS`).
 RANGE_STANDINS: dict[str, str] = {
+    # accepted by the H200's host, with the SASS API's value (tests/fixtures/cupti/recorded/probe2)
     P.M_GLOBAL_SECTORS_THEORETICAL: "smsp__sass_sectors_mem_global.sum",
-    P.M_GLOBAL_SECTORS_IDEAL: "smsp__sass_sectors_mem_global_ideal.sum",
-    P.M_SHARED_WAVEFRONTS: "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared.sum",
-    P.M_SHARED_WAVEFRONTS_IDEAL: "smsp__sass_l1tex_data_pipe_lsu_wavefronts_mem_shared_ideal.sum",
+    P.M_SHARED_WAVEFRONTS: "smsp__sass_l1tex_pipe_lsu_wavefronts_mem_shared.sum",
 }
+# The ideal counts have no range-profiler name (the host refused smsp__sass_sectors_mem_global_ideal.sum):
+# they come from the SASS-metrics API.
 
 #: Prefixes of what ncu computes itself (no counter of that name exists for CUPTI).
 NCU_ONLY_PREFIXES = ("derived__", "memory_", "launch__", "device__")
@@ -475,6 +469,7 @@ class _Gpu:
         self.context = self.device.make_context()
         self.sm_count = int(self.device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT))
         self.modules: dict[str, Any] = {}
+        self._sass_session = None
         self._cached_inputs: tuple | None = None
         """(key, device args, [(work, pristine, bytes)] restored per request, every buffer) of the last spec."""
         self.cupti = None
@@ -513,13 +508,26 @@ class _Gpu:
             log.info("SASS metrics unavailable: %s", exc)
             self.sass_available = set()
 
+    def _sass(self):
+        """The worker's SASS-metrics session, configured once with every formula input the chip lists."""
+        if self._sass_session is None:
+            have = (self.sass_available or set()) - self.sass_refused
+            inputs = [n for name in SASS_FORMULAS if (f := sass_formula(name, have)) for n in f[1:]]
+            session = self.cr.SassMetrics(self.cupti, self.chip, self.context_handle)
+            if inputs:
+                session.configure(inputs)
+            self._sass_session = session
+        return self._sass_session
+
     def close(self) -> None:
         """Free the inputs and pop the context (pycuda aborts a process that exits with one current)."""
         try:
+            if self._sass_session is not None:
+                self._sass_session.close()
             self._free_inputs()
             self.context.pop()
-        except self.cuda.Error:
-            pass  # a faulted context cannot be cleaned up; the process ends anyway
+        except (self.cuda.Error, RuntimeError):
+            pass  # a faulted context (or a CUPTI error) cannot be cleaned up; the process ends anyway
 
     def _function(self, cubin_path: str, entry: str):
         with open(cubin_path, "rb") as f:
@@ -596,7 +604,7 @@ class _Gpu:
                 if routing.sass_metrics:
                     t = time.perf_counter()
                     try:
-                        sass = self.cr.SassMetrics(self.cupti, self.chip, self.context_handle).collect(routing.sass_metrics, run)
+                        sass = self._sass().collect(routing.sass_metrics, run)
                     except self.cr.CuptiError as exc:
                         failure = self._cupti_failure(exc)
                         if failure.get("fault"):

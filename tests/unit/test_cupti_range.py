@@ -182,7 +182,16 @@ def test_sass_metrics_sum_over_the_patched_instructions():
     assert res.totals == {"smsp__sass_sectors_mem_global": 128.0, "smsp__sass_sectors_mem_global_ideal": 16.0}
     assert res.by_pc[1] == (16, {"smsp__sass_sectors_mem_global": 32.0, "smsp__sass_sectors_mem_global_ideal": 8.0})
     sass_calls = [c for c in lib.calls if c.startswith("cuptiSassMetrics")]
-    assert sass_calls[-3:] == ["cuptiSassMetricsFlushData", "cuptiSassMetricsDisable", "cuptiSassMetricsUnsetConfig"]
+    assert sass_calls[-2:] == ["cuptiSassMetricsFlushData", "cuptiSassMetricsDisable"]
+    # the configuration stays set (a second SetConfig failed with OUT_OF_MEMORY on the H200) until it lacks a metric
+    sm.collect(["smsp__sass_sectors_mem_global"], lambda: None)
+    assert lib.calls.count("cuptiSassMetricsSetConfig") == 1
+    sm.collect(["smsp__sass_inst_executed"], lambda: None)
+    assert lib.calls.count("cuptiSassMetricsSetConfig") == 2 and lib.calls.count("cuptiSassMetricsUnsetConfig") == 1
+    assert set(sm.configured) == {"smsp__sass_sectors_mem_global", "smsp__sass_sectors_mem_global_ideal",
+                                  "smsp__sass_inst_executed"}
+    sm.close()
+    assert lib.calls[-1] == "cuptiSassMetricsUnsetConfig" and sm.configured == ()
 
 
 def _profiler(lib) -> C.RangeProfiler:

@@ -101,24 +101,35 @@ def test_a_worker_that_cannot_start_is_not_retried_on_every_profile():
 # -- routing -----------------------------------------------------------------------------
 
 
-def test_every_group_metric_has_a_collector():
+def _h200_sass_metrics() -> list[str]:
+    """The SASS metrics the H200 listed (second probe, tests/fixtures/cupti/recorded/probe2)."""
+    import json
+
+    with open(os.path.join(ROOT, "tests", "fixtures", "cupti", "recorded", "probe2", "probe.json"), encoding="utf-8") as f:
+        steps = json.load(f)["steps"]
+    return sorted(next(s for s in steps if s["step"] == "sass_available")["result"])
+
+
+def test_every_group_metric_has_a_collector_on_the_h200():
     every = [m for ms in metric_groups.GROUPS.values() for m in ms]
-    routing = W.route(every)
-    assert routing.missing == () and routing.sass == ()
+    routing = W.route(every, sass_available=_h200_sass_metrics())
+    assert routing.missing == ()
     assert P.M_SM_PCT in routing.range and P.M_SHARED_REQ_LD in routing.range  # the H200's host took smsp__sass_*
-    standin = W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_IDEAL]
-    assert standin in routing.range and routing.aliases[standin] == P.M_GLOBAL_SECTORS_IDEAL
+    standin = W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_THEORETICAL]
+    assert standin in routing.range and routing.aliases[standin] == P.M_GLOBAL_SECTORS_THEORETICAL
+    assert set(routing.sass) == {P.M_GLOBAL_SECTORS_IDEAL, P.M_SHARED_WAVEFRONTS_IDEAL}
+    assert W.route([P.M_GLOBAL_SECTORS_IDEAL]).missing == (P.M_GLOBAL_SECTORS_IDEAL,)  # without the SASS list
     assert not any(m.startswith(W.NCU_ONLY_PREFIXES) for m in routing.range)
 
 
 def test_a_refused_name_goes_to_the_sass_api_or_is_missing():
-    standin = W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_IDEAL]
-    via_sass = W.route([P.M_GLOBAL_SECTORS_IDEAL, P.M_SHARED_REQ_LD], range_refused=[standin, P.M_SHARED_REQ_LD],
-                       sass_available=["smsp__sass_sectors_mem_global_ideal", "smsp__sass_inst_executed_op_shared_ld"])
-    assert via_sass.range == () and via_sass.sass == (P.M_GLOBAL_SECTORS_IDEAL, P.M_SHARED_REQ_LD)
-    assert via_sass.sass_metrics == ("smsp__sass_sectors_mem_global_ideal", "smsp__sass_inst_executed_op_shared_ld")
-    nowhere = W.route([P.M_GLOBAL_SECTORS_IDEAL], range_refused=[standin], sass_available=[])
-    assert nowhere.missing == (P.M_GLOBAL_SECTORS_IDEAL,)
+    standin = W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_THEORETICAL]
+    via_sass = W.route([P.M_GLOBAL_SECTORS_THEORETICAL, P.M_SHARED_REQ_LD], range_refused=[standin, P.M_SHARED_REQ_LD],
+                       sass_available=["smsp__sass_sectors_mem_global", "smsp__sass_inst_executed_op_shared_ld"])
+    assert via_sass.range == () and via_sass.sass == (P.M_GLOBAL_SECTORS_THEORETICAL, P.M_SHARED_REQ_LD)
+    assert via_sass.sass_metrics == ("smsp__sass_sectors_mem_global", "smsp__sass_inst_executed_op_shared_ld")
+    nowhere = W.route([P.M_GLOBAL_SECTORS_THEORETICAL], range_refused=[standin], sass_available=[])
+    assert nowhere.missing == (P.M_GLOBAL_SECTORS_THEORETICAL,)
 
 
 def test_routing_marks_what_no_collector_gives():

@@ -69,6 +69,7 @@ def _gpu(function: FakeFunction, lib: ScriptedCupti, allocated: list) -> W._Gpu:
     gpu.cuda = _fake_cuda(allocated)
     gpu.modules = {}
     gpu._cached_inputs = None
+    gpu._sass_session = None
     gpu.cr = C
     gpu.cupti = C.Cupti(lib, "/fake")
     gpu.chip = "GH100"
@@ -89,11 +90,10 @@ def _request(collections, timed=3) -> dict:
 
 def test_one_request_times_collects_range_sass_and_launch_metrics():
     function, allocated = FakeFunction(), []
-    # The host refuses the stand-ins of the source-level sector counts (as it refused ncu's own names): they
-    # come from the SASS-metrics API instead.
+    # The host refuses the stand-in of the theoretical sector count (as it refused ncu's own names): it comes
+    # from the SASS-metrics API instead, like the ideal count (no range-profiler name).
     lib = ScriptedCupti(values={P.M_DURATION_NS: 12500.0, P.M_SM_PCT: 9.0, P.M_MEMORY_PCT: 71.0},
-                        unknown_metrics=(W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_THEORETICAL],
-                                         W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_IDEAL]))
+                        unknown_metrics=(W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_THEORETICAL],))
     wanted = (P.M_DURATION_NS, *metric_groups.GROUPS["throughput"], P.M_GLOBAL_SECTORS_THEORETICAL,
               P.M_GLOBAL_SECTORS_IDEAL, P.M_WAVES)
     reply = _gpu(function, lib, allocated).profile(_request([wanted]))
@@ -164,8 +164,7 @@ def test_the_same_spec_reuses_its_inputs_and_restores_what_the_kernel_writes():
 
 
 def test_sass_metrics_that_fail_are_missing_once_and_not_offered_again():
-    lib = ScriptedCupti(refuse={"cuptiSassMetricsEnable": 27},
-                        unknown_metrics=(W.RANGE_STANDINS[P.M_GLOBAL_SECTORS_IDEAL],))
+    lib = ScriptedCupti(refuse={"cuptiSassMetricsEnable": 27})
     gpu = _gpu(FakeFunction(), lib, [])
     reply = gpu.profile(_request([(P.M_SM_PCT, P.M_GLOBAL_SECTORS_IDEAL)]))
     assert reply["missing"] == [P.M_GLOBAL_SECTORS_IDEAL] and "CUPTI_ERROR_NOT_SUPPORTED" in reply["notes"][0]
