@@ -116,3 +116,38 @@ def test_the_workers_launch_statistics_match_ncus_for_the_probe_kernels(probe, n
     assert got[P.M_GRID_SIZE] == m[P.M_GRID_SIZE] and got[P.M_BLOCK_SIZE] == m[P.M_BLOCK_SIZE]
     assert got[P.M_WAVES] == pytest.approx(m[P.M_WAVES], rel=0.01, abs=0.006)
     assert got[P.M_THEORETICAL_OCC] == pytest.approx(m[P.M_THEORETICAL_OCC], abs=0.5)
+
+
+@pytest.fixture(scope="module")
+def probe2() -> dict:
+    with open(os.path.join(RECORDED, "probe2", "probe.json"), encoding="utf-8") as f:
+        return json.load(f)
+
+
+def test_one_enable_per_profile_works_every_time(probe2):
+    profiles = [s for s in probe2["steps"] if s["child"] == "kernel_replay" and s["ok"]
+                and isinstance(s.get("result"), dict) and "passes" in s["result"]]
+    assert len(profiles) >= 25
+    assert probe2["children"]["kernel_replay"]["returncode"] == 0
+    warm = [s["result"]["config_s"] + s["result"]["collect_s"] + s["result"]["decode_s"] for s in profiles
+            if s["step"].startswith("warm_repeat")]
+    assert len(warm) == 3 and max(warm) < 0.5
+
+
+def test_the_sass_formulas_name_what_the_h200_lists(probe2):
+    listed = set(_step(probe2, "sass", "sass_available")["result"])
+    for name in (P.M_GLOBAL_SECTORS_THEORETICAL, P.M_GLOBAL_SECTORS_IDEAL, P.M_SHARED_WAVEFRONTS, P.M_SHARED_WAVEFRONTS_IDEAL):
+        assert W.sass_formula(name, listed) is not None, name
+
+
+def test_the_range_stand_in_and_the_sass_api_count_the_same_sectors(probe2):
+    by_range = _step(probe2, "kernel_replay", "profile:saxpy:standin:smsp__sass_sectors_mem_global.sum")["result"]["values"]
+    by_sass = _step(probe2, "sass", "sass_collect:saxpy:formula_inputs")["result"]["totals"]
+    assert by_range["smsp__sass_sectors_mem_global.sum"] == by_sass["smsp__sass_sectors_mem_global"] > 0
+    # saxpy is coalesced: theoretical == ideal
+    assert by_sass["smsp__sass_sectors_mem_global"] == by_sass["smsp__sass_sectors_mem_global_ideal"]
+
+
+def test_a_second_sass_configuration_is_what_failed(probe2):
+    second = _step(probe2, "sass", "sass_collect:strided_copy:formula_inputs")
+    assert not second["ok"] and second["error_call"] == "cuptiSassMetricsSetConfig" and second["error_code"] == 8
