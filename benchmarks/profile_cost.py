@@ -16,6 +16,21 @@ The time of a profile is the wall time of its ncu runs (``collection_wall_s``; t
 compile is the same for all three and left out). Target: tree time <= 25 % of full's,
 with the same bottleneck class (finer class, ``label``) for >= 90 % of kernels. Prints a
 table and writes JSON with the machine, the date, the command and every raw sample.
+
+``--cupti`` adds, for every kernel with a launch spec, the same tree profiles made in the
+GPU worker through CUPTI (:mod:`kernel_lsp.services.gpu_worker`):
+
+* ``cupti_cold``: a first profile by a worker started for it (its start-up, spawn to ready,
+  added to the collection's wall time);
+* ``cupti_first`` / ``cupti_again``: a first profile and the next save's, by a warm worker
+  (started before, as the server's is after its first profile).
+
+Each row then carries ``cupti_ratio`` (``cupti_again`` ÷ ``full``, collection wall seconds),
+``cupti_agrees`` (its class equals full's), the cold and first ratios, ``cupti_save_s``
+(the whole ``profile()`` call of ``cupti_again``: compile plus collection, what a save
+waits for before the hover has its result, without the debounce) and the reason whenever
+a profile fell back to ncu. Targets: ``cupti_ratio`` <= 10 % on the median kernel
+(25 % required), agreement >= 90 %, ``cupti_save_s`` <= 1.5 s for kernels of <= 10 ms.
 """
 
 from __future__ import annotations
@@ -38,11 +53,16 @@ sys.path.insert(0, ROOT)
 
 from kernel_lsp.config import Settings  # noqa: E402
 from kernel_lsp.core.profiling_tree import parse_tree  # noqa: E402
+from kernel_lsp.services import gpu_worker  # noqa: E402
 from kernel_lsp.services import profiler as prof  # noqa: E402
 from kernel_lsp.services.proc import run  # noqa: E402
 
 TARGET_RATIO = 0.25
 TARGET_AGREEMENT = 0.90
+TARGET_CUPTI_RATIO = 0.10
+TARGET_SAVE_S = 1.5
+#: Kernels up to this duration count for the save-to-hover target, µs.
+SAVE_TARGET_MAX_US = 10_000.0
 
 #: A tree that collects nothing beyond the duration every run carries (the ``floor`` mode).
 FLOOR_TREE = {"format": "kernel-lsp-profiling-tree", "version": 2, "name": "floor", "first_pass": [],
@@ -81,12 +101,16 @@ def programs(build_dir: str, arch: str) -> list[tuple[str, str, str, str]]:
 
 
 def sample(profiler: prof.Profiler, target: prof.Target, mode: str) -> dict:
+    started = time.monotonic()
     result = profiler.profile(target, full=(mode == "full"), use_cache=False)
+    total_s = time.monotonic() - started
     p = result.profile
     return {
         "mode": mode,
         "ok": result.ok,
         "message": result.message,
+        "fallback": profiler.fallback_reason,
+        "total_s": total_s,
         "wall_s": p.collection_wall_s if p else None,
         "passes": p.passes if p else None,
         "label": result.bottleneck.label if result.bottleneck else None,
@@ -106,7 +130,17 @@ def main() -> int:
     parser.add_argument("--no-programs", action="store_true", help="only the examples (no fixture programs)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="start no new kernel after this many seconds; the kernels left are listed as skipped")
+    parser.add_argument("--cupti", action="store_true", help="add the GPU worker's CUPTI profiles (kernels with a spec)")
+    parser.add_argument("--no-floor", action="store_true", help="leave out the one-metric ncu run")
     args = parser.parse_args()
+    warm = gpu_worker.GpuWorker() if args.cupti else None
+    if warm is not None:
+        try:
+            info = warm.ensure()
+            print(f"GPU worker: {info.device}, started in {info.startup_s:.2f} s; CUPTI "
+                  f"{'usable on ' + str(info.chip) if info.cupti_ok else 'unusable: ' + str(info.cupti_error)}", flush=True)
+        except gpu_worker.WorkerError as exc:
+            print(f"GPU worker unusable: {exc}", flush=True)
     started = time.monotonic()
     samples: list[dict] = []
     rows = []
@@ -128,7 +162,9 @@ def main() -> int:
             print(f"budget of {args.budget_s:.0f} s spent: skipped {', '.join(skipped)}", flush=True)
             break
         kernel = target.kernel
-        per_mode: dict[str, list[dict]] = {"full": [], "first": [], "again": [], "floor": []}
+        per_mode: dict[str, list[dict]] = {"full": [], "first": [], "again": [], "floor": [],
+                                           "cupti_cold": [], "cupti_first": [], "cupti_again": []}
+        spec_mode = target.spec_path is not None
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory() as store:
                 settings = Settings(ncu_path=args.ncu, arch=args.arch, profile_store=store, profile_timeout_s=300.0)
@@ -136,17 +172,50 @@ def main() -> int:
                 full_profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "full")))
                 floor_profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "floor")),
                                                tree=parse_tree(FLOOR_TREE))
-                for mode, who in (("full", full_profiler), ("first", profiler), ("again", profiler), ("floor", floor_profiler)):
+                runs = [("full", full_profiler), ("first", profiler), ("again", profiler)]
+                if not args.no_floor:
+                    runs.append(("floor", floor_profiler))
+                cold_worker = None
+                if warm is not None and spec_mode:
+                    cold_worker = gpu_worker.GpuWorker()
+                    cold = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "cold")), worker=cold_worker)
+                    warm_profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "warm")), worker=warm)
+                    runs += [("cupti_cold", cold), ("cupti_first", warm_profiler), ("cupti_again", warm_profiler)]
+                for mode, who in runs:
                     s = sample(who, target, mode)
                     s["example"] = name
                     per_mode[mode].append(s)
                     samples.append(s)
+                    if mode == "cupti_cold":
+                        # The worker started before the collection's clock: its start-up is added here.
+                        s["worker_start_s"] = cold_worker.start_wall_s
+                        if s["wall_s"] is not None and cold_worker.start_wall_s is not None:
+                            s["wall_s"] += cold_worker.start_wall_s
+                        cold_worker.close()
         def med(mode: str) -> float | None:
             walls = [s["wall_s"] for s in per_mode[mode] if s["wall_s"] is not None and s["ok"]]
             return statistics.median(walls) if walls else None
 
         full, first, again, floor = med("full"), med("first"), med("again"), med("floor")
         label_full = per_mode["full"][-1]["label"]
+        cupti: dict = {}
+        if per_mode["cupti_again"]:
+            c_again, c_first, c_cold = med("cupti_again"), med("cupti_first"), med("cupti_cold")
+            last = {mode: per_mode[mode][-1] for mode in ("cupti_cold", "cupti_first", "cupti_again")}
+            saves = [s["total_s"] for s in per_mode["cupti_again"] if s["ok"]]
+            cupti = {
+                "cupti_again_s": c_again, "cupti_first_s": c_first, "cupti_cold_s": c_cold,
+                "cupti_ratio": c_again / full if c_again and full else None,
+                "cupti_first_ratio": c_first / full if c_first and full else None,
+                "cupti_cold_ratio": c_cold / full if c_cold and full else None,
+                "cupti_agrees": last["cupti_again"]["label"] is not None and last["cupti_again"]["label"] == label_full,
+                "cupti_agrees_first": last["cupti_first"]["label"] is not None and last["cupti_first"]["label"] == label_full,
+                "label_cupti_again": last["cupti_again"]["label"], "label_cupti_first": last["cupti_first"]["label"],
+                "cupti_save_s": statistics.median(saves) if saves else None,
+                "cupti_duration_us": last["cupti_again"]["duration_us"],
+                "passes_cupti_again": last["cupti_again"]["passes"],
+                "cupti_fallbacks": sorted({s["fallback"] for m in last for s in per_mode[m] if s["fallback"]}),
+            }
         rows.append({
             "example": name, "kernel": kernel, "full_s": full, "first_s": first, "again_s": again,
             "floor_s": floor,
@@ -158,10 +227,13 @@ def main() -> int:
             "primary_full": per_mode["full"][-1]["primary"], "primary_first": per_mode["first"][-1]["primary"],
             "leaf_first": per_mode["first"][-1]["leaf"], "leaf_again": per_mode["again"][-1]["leaf"],
             "errors": [s["message"] for mode in per_mode.values() for s in mode if s["message"]],
+            **cupti,
         })
         # Written after every kernel so that a run stopped by a time limit still leaves its rows.
         write_report(args, rows, samples, skipped=[n for n, _ in targets[position + 1:]])
     shutil.rmtree(build_dir, ignore_errors=True)
+    if warm is not None:
+        warm.close()
     valid = write_report(args, rows, samples, skipped=[n for n, _ in targets[len(rows):]], final=True)
     return 0 if valid else 1
 
@@ -172,6 +244,10 @@ def write_report(args: argparse.Namespace, rows: list[dict], samples: list[dict]
         r = rows[-1]
         print(f"{r['example']}: full {r['full_s']} s, first {r['first_s']} s, again {r['again_s']} s; "
               f"{r['label_full']} / {r['label_first']} / {r['label_again']}", flush=True)
+        if "cupti_ratio" in r:
+            print(f"    cupti: again {r['cupti_again_s']} s ({r['cupti_ratio']}), first {r['cupti_first_s']} s, cold "
+                  f"{r['cupti_cold_s']} s, save {r['cupti_save_s']} s; {r['label_cupti_again']}; "
+                  f"fallbacks {r['cupti_fallbacks']}", flush=True)
     else:
         print(f"{'example':19s} {'full s':>7s} {'first s':>8s} {'again s':>8s} {'floor s':>8s} {'first%':>7s} {'again%':>7s} "
               f"{'floor%':>7s}  full class / first / again")
@@ -181,11 +257,36 @@ def write_report(args: argparse.Namespace, rows: list[dict], samples: list[dict]
             print(f"{r['example']:19s} {num(r['full_s'])} {num(r['first_s']):>8s} {num(r['again_s']):>8s} "
                   f"{num(r.get('floor_s')):>8s} {pct(r['first_ratio'])} {pct(r['again_ratio'])} {pct(r.get('floor_ratio'))}  "
                   f"{r['label_full']} / {r['label_first']} / {r['label_again']}")
+            if r.get("cupti_ratio") is not None:
+                print(f"    cupti: again {r['cupti_again_s']:.3f} s ({r['cupti_ratio']:.1%} of full), first "
+                      f"{r['cupti_first_s']:.3f} s, cold {r['cupti_cold_s'] or 0:.3f} s, save {r['cupti_save_s'] or 0:.3f} s, "
+                      f"class {r['label_cupti_again']}{'' if r['cupti_agrees'] else ' (differs)'}")
+            for fallback in r.get("cupti_fallbacks", [])[:2]:
+                print(f"    ncu fallback: {fallback[:160]}")
             for error in r["errors"][:2]:
                 print(f"    ! {error[:160]}")
     # A kernel counts only when all three profiles worked and the full profile named a class.
     valid = [r for r in rows if r["full_s"] and r["first_s"] and r["again_s"] and r["label_full"] not in (None, "unknown")]
     summary = {}
+    with_cupti = [r for r in rows if r.get("cupti_ratio") is not None and r["label_full"] not in (None, "unknown")]
+    if with_cupti:
+        quick = [r["cupti_save_s"] for r in with_cupti
+                 if r.get("cupti_save_s") is not None and (r.get("cupti_duration_us") or 0) <= SAVE_TARGET_MAX_US]
+        summary_cupti = {
+            "cupti_kernels": len(with_cupti),
+            "median_cupti_ratio": statistics.median(r["cupti_ratio"] for r in with_cupti),
+            "median_cupti_first_ratio": statistics.median(r["cupti_first_ratio"] for r in with_cupti if r["cupti_first_ratio"]),
+            "median_cupti_cold_ratio": statistics.median([r["cupti_cold_ratio"] for r in with_cupti if r["cupti_cold_ratio"]] or [0]),
+            "cupti_agreement": sum(bool(r["cupti_agrees"]) for r in with_cupti) / len(with_cupti),
+            "cupti_agreement_first": sum(bool(r["cupti_agrees_first"]) for r in with_cupti) / len(with_cupti),
+            "median_cupti_save_s": statistics.median(quick) if quick else None,
+            "max_cupti_save_s": max(quick) if quick else None,
+            "kernels_with_fallback": [r["example"] for r in with_cupti if r["cupti_fallbacks"]],
+            "target_cupti_ratio": TARGET_CUPTI_RATIO, "required_cupti_ratio": TARGET_RATIO,
+            "target_save_s": TARGET_SAVE_S,
+        }
+    else:
+        summary_cupti = {}
     floors = [r["floor_ratio"] for r in valid if r.get("floor_ratio")]
     if valid:
         summary = {
@@ -200,6 +301,13 @@ def write_report(args: argparse.Namespace, rows: list[dict], samples: list[dict]
             "target_ratio": TARGET_RATIO,
             "target_agreement": TARGET_AGREEMENT,
         }
+        summary.update(summary_cupti)
+        if final and summary_cupti:
+            print(f"\nCUPTI (warm worker) vs full: median {summary_cupti['median_cupti_ratio']:.1%} (target <= "
+                  f"{TARGET_CUPTI_RATIO:.0%}, required <= {TARGET_RATIO:.0%}); first {summary_cupti['median_cupti_first_ratio']:.1%}, "
+                  f"cold {summary_cupti['median_cupti_cold_ratio']:.1%}; class agreement {summary_cupti['cupti_agreement']:.0%}; "
+                  f"save to result (<= 10 ms kernels) median {summary_cupti['median_cupti_save_s']} s, max "
+                  f"{summary_cupti['max_cupti_save_s']} s")
         if final:
             print(f"\nmedian time vs full: first profile {summary['median_first_ratio']:.0%}, later saves "
                   f"{summary['median_again_ratio']:.0%} (target <= {TARGET_RATIO:.0%}; one metric alone: "

@@ -50,6 +50,7 @@ from kernel_lsp.server import code_actions
 from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import line_range, to_range
 from kernel_lsp.server.documents import DocumentState, uri_to_path
+from kernel_lsp.services import gpu_worker
 from kernel_lsp.services import profiler as prof
 from kernel_lsp.services.jobs import JobKey
 from kernel_lsp.services.spec_files import write_new_spec
@@ -58,8 +59,9 @@ from kernel_lsp.services.watch import SourceWatcher
 log = logging.getLogger(__name__)
 
 SOURCE = "kernel-lsp profile"
-#: Quiet time after a save (or a burst of file events) before profiling starts, seconds.
-PROFILE_DEBOUNCE_S = 1.0
+#: Quiet time after a save (or a burst of file events) before profiling starts, seconds. Short: with the
+#: GPU worker a profile takes well under a second, and the save-to-hover budget is 1.5 s.
+PROFILE_DEBOUNCE_S = 0.25
 #: Hot lines marked per kernel.
 HOT_LINES = 3
 
@@ -73,6 +75,8 @@ class ProfilingState:
     profiler_settings: object = None
     watcher: object = None
     lock: threading.Lock = field(default_factory=threading.Lock)
+    worker: gpu_worker.GpuWorker | None = None
+    """The server's GPU worker (CUPTI profiles), started on the first profile; None when disabled."""
 
 
 _STATES: "weakref.WeakKeyDictionary[ServerState, ProfilingState]" = weakref.WeakKeyDictionary()
@@ -97,8 +101,10 @@ def profiler_for(state: ServerState) -> prof.Profiler:
     """The profiler for the current settings (rebuilt when they change). Raises TreeError/OSError."""
     ps = pstate(state)
     with ps.lock:
+        if ps.worker is None and os.environ.get("KERNEL_LSP_GPU_WORKER", "1") != "0":
+            ps.worker = gpu_worker.GpuWorker()
         if ps.profiler is None or ps.profiler_settings != state.settings:
-            ps.profiler = prof.Profiler(state.settings, ps.store, flags=state.session().build_flags)
+            ps.profiler = prof.Profiler(state.settings, ps.store, flags=state.session().build_flags, worker=ps.worker)
             ps.profiler_settings = state.settings
         return ps.profiler
 

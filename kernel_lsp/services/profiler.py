@@ -1,4 +1,14 @@
-"""Profile one kernel with Nsight Compute, collecting what the profiling tree asks for.
+"""Profile one kernel, collecting what the profiling tree asks for: in the GPU worker through CUPTI, or with ncu.
+
+With a :class:`~kernel_lsp.services.gpu_worker.GpuWorker` (the server keeps one), a
+tree-chosen profile of a kernel with a launch spec runs in that long-lived process:
+the compiled cubin is loaded there, the spec's inputs made, the kernel timed with CUDA
+events and its counters collected through CUPTI (no process start-up, which is most of
+an ncu run's cost). ncu stays for ``full=True`` (``kernel-lsp profile --full``), for
+per-line counters (``profileLineCounters``: SourceCounters and ncu's rule advice), for
+program mode, for trees that name whole sections, and as the fallback whenever the
+worker cannot give a metric the tree asks for or CUPTI is refused (the reason is logged).
+A kernel that faults or hangs in the worker is a failure message; the worker restarts.
 
 Two ways to run the kernel under ``ncu`` (always ``--clock-control none``):
 
@@ -47,7 +57,7 @@ from kernel_lsp.core.classify import Bottleneck, classify
 from kernel_lsp.core.index import Function, build_index
 from kernel_lsp.core.spec import inline_spec_for
 from kernel_lsp.core.profile import KernelProfile, Regression, profile_from_json, profile_to_json, regression
-from kernel_lsp.services import ncu_reader, proc
+from kernel_lsp.services import gpu_worker, ncu_reader, proc
 from kernel_lsp.core.nvcc_output import ResourceUsage
 from kernel_lsp.services.harness.compile import compile_cubin, find_entry
 from kernel_lsp.services.toolchain import BuildFlags, build_flags
@@ -285,6 +295,7 @@ class Profiler:
         run: ToolRunner = proc.run,
         python: str = sys.executable,
         flags: Callable[[str], BuildFlags] | None = None,
+        worker: gpu_worker.GpuWorker | None = None,
     ):
         """``flags``: the build flags of a source path (the session's, with the compile database); by default
         the settings' alone."""
@@ -295,6 +306,9 @@ class Profiler:
         self.costs = costs if costs is not None else load_costs()
         self.run = run
         self.python = python
+        self.worker = worker
+        self.fallback_reason: str | None = None
+        """Why the last tree profile used ncu although a worker was given (None: it did not, or no worker)."""
 
     # -- public -----------------------------------------------------------------
 
@@ -345,10 +359,10 @@ class Profiler:
     # -- the work ---------------------------------------------------------------
 
     def _collect(self, target, full, previous, cancel, report) -> tuple[KernelProfile, T.Plan | None]:
-        if proc.which(self.settings.ncu_path) is None:
-            raise _Failure(
-                f"Nsight Compute ('{self.settings.ncu_path}') was not found: install it with the CUDA toolkit or set ncuPath"
-            )
+        self.fallback_reason = None
+        in_worker = self._worker_may_run(target, full) and self._worker_ready()
+        if not in_worker:
+            self._require_ncu()
         workdir = tempfile.mkdtemp(prefix="kernel-lsp-profile-")
         try:
             report("building")
@@ -366,7 +380,8 @@ class Profiler:
                     profile, plan = run.profile, None
                     passes = run.passes
                 else:
-                    profile, plan, passes = self._tree_runs(target, launch, workdir, facts, measured, cancel, report)
+                    profile, plan, passes = self._tree_or_fallback(target, launch, workdir, facts, measured, cancel,
+                                                                   report, in_worker and launch.cubin is not None)
             return (
                 replace(
                     profile,
@@ -381,22 +396,58 @@ class Profiler:
         finally:
             shutil.rmtree(workdir, ignore_errors=True)
 
-    def _tree_runs(self, target, launch, workdir, facts, measured, cancel, report):
-        """One run when the tree decides before measuring (see :func:`T.plan_for`), else first pass + leaf."""
+    def _worker_may_run(self, target: Target, full: bool) -> bool:
+        """Whether this profile can go to the GPU worker (decided again per run: see :meth:`_cupti`)."""
+        spec_mode = target.spec_path is not None or target.spec_data is not None
+        return self.worker is not None and spec_mode and not full and not self.settings.profile_line_counters
+
+    def _worker_ready(self) -> bool:
+        """Start the worker if needed; False (the reason in :attr:`fallback_reason`) when it cannot collect counters."""
+        try:
+            self._worker_info()
+        except _Fallback as why:
+            self.fallback_reason = str(why)
+            log.info("profiling with ncu instead of CUPTI: %s", why)
+            return False
+        return True
+
+    def _require_ncu(self) -> None:
+        if proc.which(self.settings.ncu_path) is None:
+            raise _Failure(
+                f"Nsight Compute ('{self.settings.ncu_path}') was not found: install it with the CUDA toolkit or set ncuPath"
+            )
+
+    def _tree_or_fallback(self, target, launch, workdir, facts, measured, cancel, report, in_worker):
+        """The tree's runs in the worker when it can give every metric they need, else with ncu."""
+        if in_worker:
+            try:
+                return self._tree_runs(target, launch, workdir, facts, measured, cancel, report, self._cupti)
+            except _Fallback as why:
+                self.fallback_reason = str(why)
+                log.info("profiling %s with ncu instead of CUPTI: %s", target.kernel, why)
+                self._require_ncu()
+        return self._tree_runs(target, launch, workdir, facts, measured, cancel, report, self._ncu)
+
+    def _tree_runs(self, target, launch, workdir, facts, measured, cancel, report, collect):
+        """One run when the tree decides before measuring (see :func:`T.plan_for`), else first pass + leaf.
+
+        ``collect``: :meth:`_ncu` or :meth:`_cupti` (same arguments, same result).
+        """
         tree = self.tree
+        tool = "cupti" if collect == self._cupti else "ncu"
         planned = T.plan_for(tree, facts, measured, self.costs)
         if isinstance(planned, T.Plan):
-            report(f"ncu: {', '.join(planned.sections) or 'first pass'}")
-            run = self._ncu(target, launch, workdir, "plan", planned.sections, planned.metrics, False, cancel)
+            report(f"{tool}: {', '.join(planned.sections) or 'first pass'}")
+            run = collect(target, launch, workdir, "plan", planned.sections, planned.metrics, False, cancel)
             return run.profile, planned, run.passes
-        report(f"ncu first pass: {', '.join(tree.first_pass)}")
-        cheap = self._ncu(target, launch, workdir, "first", tree.first_pass, (), False, cancel)
+        report(f"{tool} first pass: {', '.join(tree.first_pass)}")
+        cheap = collect(target, launch, workdir, "first", tree.first_pass, (), False, cancel)
         facts = {**facts, **T.facts_from_metrics(cheap.profile.metrics)}
         plan = T.plan_from_walk(tree, T.walk(tree, facts), first_pass_ran=True, costs=self.costs)
         if not plan.sections and not plan.metrics:
             return cheap.profile, plan, cheap.passes
-        report(f"ncu: {', '.join(plan.sections + plan.metrics)}")
-        second = self._ncu(target, launch, workdir, "second", plan.sections, plan.metrics, False, cancel)
+        report(f"{tool}: {', '.join(plan.sections + plan.metrics)}")
+        second = collect(target, launch, workdir, "second", plan.sections, plan.metrics, False, cancel)
         merged = replace(
             second.profile,
             metrics={**cheap.profile.metrics, **second.profile.metrics},
@@ -426,7 +477,8 @@ class Profiler:
                     "--timed", str(timed), "--timings-file", timings]
             resources = next((u for u in compiled.resources.values() if u.mangled_name == entry), None)
             return _Launch(argv, ("--kernel-name-base", "mangled", "-k", entry), entry, resources,
-                           os.path.join(workdir, "kernel.cu"), launches_before(timed), timings)
+                           os.path.join(workdir, "kernel.cu"), launches_before(timed), timings,
+                           cubin=compiled.cubin_path, spec_path=os.path.abspath(spec_path), base_dir=folder, timed=timed)
         if self.settings.profile_program or target.program:
             program = target.program or self.settings.profile_program
             args = target.program_args or self.settings.profile_args
@@ -479,6 +531,52 @@ class Profiler:
         requested = tuple(items) if not full else ("full",)
         return _RunOutput(replace(first, duration_samples_us=samples, sections=first.sections or requested), passes_of(result.stdout))
 
+    def _cupti(self, target, launch, workdir, tag, items, metrics, full, cancel) -> _RunOutput:
+        """One collection in the GPU worker: ``items`` (metric groups) and ``metrics``, for one launch.
+
+        Raises :class:`_Fallback` when the worker cannot give it (a section, a metric without a
+        CUPTI equivalent, CUPTI refused) and :class:`_Failure` when the kernel faulted or hung.
+        A cancel takes effect after the collection (well under a second; stopping the worker
+        would cost the next save its start-up).
+        """
+        sections, group_metrics = T.split_items(items)
+        if sections:
+            raise _Fallback(f"the tree asks for ncu sections ({', '.join(sections)})")
+        wanted = tuple(dict.fromkeys((P.M_DURATION_NS, *group_metrics, *metrics)))
+        info = self._worker_info()
+        routing = gpu_worker.route(wanted, range_refused=sorted(self.worker.range_refused),
+                                   sass_available=sorted(set(info.sass_available or ()) - self.worker.sass_refused))
+        if routing.missing:
+            raise _Fallback(f"CUPTI cannot give {', '.join(routing.missing)}")
+        with open(launch.spec_path, encoding="utf-8") as f:
+            spec = json.load(f)
+        request = gpu_worker.Request(
+            cubin_path=launch.cubin, entry=launch.entry, spec=spec, base_dir=launch.base_dir, arch=self.settings.arch,
+            timed=launch.timed, collections=(wanted,),
+        )
+        try:
+            reply = self.worker.profile(request, timeout_s=self.settings.profile_timeout_s)
+        except gpu_worker.WorkerError as exc:
+            if exc.fault:
+                raise _Failure(str(exc)) from None
+            raise _Fallback(str(exc)) from None
+        if reply.missing:
+            raise _Fallback(f"CUPTI could not give {', '.join(reply.missing)}")
+        profile = KernelProfile(
+            kernel=target.kernel, mangled=launch.entry, metrics=dict(reply.metrics), sections=tuple(items) or ("cupti",),
+            duration_samples_us=reply.timings_us,
+        )
+        return _RunOutput(profile, reply.passes)
+
+    def _worker_info(self) -> gpu_worker.WorkerInfo:
+        try:
+            info = self.worker.ensure()
+        except gpu_worker.WorkerError as exc:
+            raise _Fallback(str(exc)) from None
+        if not info.cupti_ok:
+            raise _Fallback(f"CUPTI is not usable in the GPU worker: {info.cupti_error}")
+        return info
+
 
 def _read_timings(path: str | None) -> tuple[float, ...]:
     """The launcher's event-timed durations (µs), or () when it wrote none or garbage."""
@@ -507,6 +605,13 @@ class _Launch:
     """Launches of the kernel before the one to profile (the launcher's warm-up and timed launches)."""
     timings_file: str | None = None
     """Where the launcher writes its event-timed durations."""
+    cubin: str | None = None
+    """The compiled cubin (harness mode), for the GPU worker."""
+    spec_path: str | None = None
+    base_dir: str | None = None
+    """Folder of the spec's ``file(NAME.npy)`` inputs."""
+    timed: int = 0
+    """Event-timed launches before the profiled one."""
 
 
 @dataclass(frozen=True)
@@ -517,6 +622,10 @@ class _RunOutput:
 
 class _Failure(Exception):
     """A profiling failure with a message for the user."""
+
+
+class _Fallback(Exception):
+    """The GPU worker cannot make this profile; ncu makes it (the reason is logged)."""
 
 
 def _package_root() -> str:
