@@ -1059,7 +1059,7 @@ class _Walker:
             else:
                 self.expr(init)
         self.declared_in_loop[-1].clear()
-        assigned = _assigned_names(body, self.src) | (_assigned_names(update, self.src) if update is not None else set())
+        assigned = assigned_names(body, self.src) | (assigned_names(update, self.src) if update is not None else set())
         var, step, geometric = self.induction(update, body, cond)
         trip_symbol = f"it@L{loop_id}:{var or '#'}"
         start = self.env.get(var) if var is not None else None
@@ -1131,7 +1131,7 @@ class _Walker:
             return found
         statements = body.named_children if body.type == "compound_statement" else [body]
         counts = _assignment_counts(body, self.src)
-        declared = _declared_anywhere(body, self.src)
+        declared = declared_anywhere(body, self.src)
         invariant = set(self.env) - assigned - declared
         for st in statements:
             if st.type != "expression_statement" or not st.named_children:
@@ -1175,7 +1175,7 @@ class _Walker:
             for st in statements:
                 if st.type == "expression_statement" and st.named_children:
                     e = st.named_children[0]
-                    if e.type in ("assignment_expression", "update_expression") and (_assigned_names(e, self.src) & cond_names):
+                    if e.type in ("assignment_expression", "update_expression") and (assigned_names(e, self.src) & cond_names):
                         candidates.append(e)
         for cand in candidates:
             found = self.step_of(cand)
@@ -1202,7 +1202,7 @@ class _Walker:
         name, op = _text(self.src, left), _text(self.src, op_node)
         if op in ("+=", "-="):
             value = self.expr(right)
-            if isinstance(value, Poly) and not (value.symbols & _assigned_names(node.parent, self.src) - {name}):
+            if isinstance(value, Poly) and not (value.symbols & assigned_names(node.parent, self.src) - {name}):
                 return name, value if op == "+=" else -value, None
             return name, None, None
         if op in (">>=", "/="):
@@ -1341,7 +1341,7 @@ def _identifiers(node: Node | None, src: bytes) -> set[str]:
     return found
 
 
-def _assigned_names(node: Node | None, src: bytes) -> set[str]:
+def assigned_names(node: Node | None, src: bytes) -> set[str]:
     """Local names assigned anywhere under ``node`` (``x = …``, ``x += …``, ``x++``)."""
     if node is None:
         return set()
@@ -1364,7 +1364,7 @@ def _assigned_names(node: Node | None, src: bytes) -> set[str]:
 _BUILTIN_NAMES = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})
 
 
-def _declared_anywhere(node: Node, src: bytes) -> set[str]:
+def declared_anywhere(node: Node, src: bytes) -> set[str]:
     found: set[str] = set()
     stack = [node]
     while stack:

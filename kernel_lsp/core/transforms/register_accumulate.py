@@ -23,7 +23,7 @@ from __future__ import annotations
 import re
 from dataclasses import dataclass
 
-from kernel_lsp.core.analysis import Access, Binding, KernelFacts, LoopFact, trip_count
+from kernel_lsp.core.analysis import Access, Binding, KernelFacts, LoopFact, declared_anywhere, trip_count
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
@@ -79,18 +79,7 @@ def _direct_statement(root, src: bytes, access: Access, loop: LoopFact) -> bool:
 
 def _declared_in(root, src: bytes, loop: LoopFact) -> set[str]:
     loop_node = node_at(src, root, loop.span)
-    names: set[str] = set()
-    stack = [loop_node] if loop_node is not None else []
-    while stack:
-        n = stack.pop()
-        if n.type in ("init_declarator", "declaration"):
-            for d in n.children_by_field_name("declarator"):
-                while d is not None and d.type not in ("identifier",):
-                    d = d.child_by_field_name("declarator")
-                if d is not None:
-                    names.add(src[d.start_byte:d.end_byte].decode())
-        stack.extend(n.children)
-    return names
+    return declared_anywhere(loop_node, src) if loop_node is not None else set()
 
 
 def _identifiers(text: str) -> set[str]:

@@ -32,7 +32,9 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import Binding, KernelFacts, LoopFact, Reduction, bind, conditional_update
+from kernel_lsp.core.analysis import (
+    Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, conditional_update, declared_anywhere,
+)
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, warp_reduce_helpers
@@ -171,7 +173,7 @@ class WarpPerRow(Rule):
         accumulators = tuple(r for r in facts.reductions if r.kind == "accumulator" and r.loop == loop.id)
         if any(r.op not in WARP_REDUCE for r in accumulators):
             return "an accumulator's operator has no shuffle reduction here", ()
-        carried = _assigned(body, src) - _declared(body, src) - {loop.var}
+        carried = assigned_names(body, src) - declared_anywhere(body, src) - {loop.var}
         names = {r.target for r in accumulators}
         if carried - names:
             return f"it carries {', '.join(sorted(carried - names))} from one iteration to the next", ()
@@ -287,34 +289,6 @@ def _init_value(init: Node | None) -> Node | None:
     if init.type == "assignment_expression":
         return init.child_by_field_name("right")
     return None
-
-
-def _assigned(node: Node, src: bytes) -> set[str]:
-    found = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        target = n.child_by_field_name("left") if n.type == "assignment_expression" else (
-            n.child_by_field_name("argument") if n.type == "update_expression" else None)
-        if target is not None and target.type == "identifier":
-            found.add(_text(src, target))
-        stack.extend(n.children)
-    return found
-
-
-def _declared(node: Node, src: bytes) -> set[str]:
-    found = set()
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type == "declaration":
-            for d in n.children_by_field_name("declarator"):
-                while d is not None and d.type != "identifier":
-                    d = d.child_by_field_name("declarator")
-                if d is not None:
-                    found.add(_text(src, d))
-        stack.extend(n.children)
-    return found
 
 
 def _only_updated(body: Node, src: bytes, name: str) -> bool:
