@@ -33,6 +33,7 @@ log = logging.getLogger(__name__)
 
 _KEY = "access-analysis"
 _TIMER = "access-analysis:timer"
+_DUE = "access-analysis:due"
 SOURCE = "kernel-lsp access"
 #: Quiet time after an edit before the analysis runs again, seconds, plus
 #: :data:`DEBOUNCE_S_PER_100KB` for every 100 KB of text: the analysis holds the GIL for about
@@ -78,18 +79,23 @@ def _schedule(state: ServerState, doc: DocumentState) -> None:
 
 
 def _debounce(state: ServerState, doc: DocumentState, delay_s: float) -> None:
-    """Start the analysis ``delay_s`` after the last edit. The timer lives on the event loop and
-    each edit replaces it, so a burst of 20,000 keystrokes leaves no queue of jobs (nor copies
-    of the text) behind: the job is submitted, and the text read, once the edits stop."""
-    pending = doc.extra.pop(_TIMER, None)
-    if pending is not None:
-        pending.cancel()
+    """Start the analysis ``delay_s`` after the last edit. One timer per document lives on the event
+    loop; an edit only moves the time it waits for, so a burst of 20,000 keystrokes makes no timer,
+    job or copy of the text per keystroke: the job is submitted, and the text read, once edits stop."""
     loop = state.loop
     if loop is None or loop.is_closed():
         _schedule(state, doc)
         return
+    due = loop.time() + delay_s
+    doc.extra[_DUE] = due
+    if doc.extra.get(_TIMER) is not None:
+        return
 
     def fire() -> None:
+        wait = doc.extra.get(_DUE, 0.0) - loop.time()
+        if wait > 0:
+            doc.extra[_TIMER] = loop.call_later(wait, fire)
+            return
         doc.extra.pop(_TIMER, None)
         if state.documents.get(doc.uri) is doc:
             _schedule(state, doc)

@@ -128,11 +128,20 @@ local function run()
   result.published = publications
   result.buffer_diagnostics = #vim.diagnostic.get(bufnr)
 
-  local completion = request(bufnr, "textDocument/completion", params.complete[1], params.complete[2]).clangd
-  local items = completion and (completion.items or completion) or {}
-  result.completion_labels = {}
-  for _, item in ipairs(items) do
-    table.insert(result.completion_labels, vim.trim(item.filterText or item.label))
+  -- Before its first build of the file clangd answers completion from the identifiers it saw
+  -- (a fallback without member access): ask again, a bounded number of times, until it has the AST.
+  for _ = 1, 20 do
+    local completion = request(bufnr, "textDocument/completion", params.complete[1], params.complete[2]).clangd
+    local items = completion and (completion.items or completion) or {}
+    result.completion_labels = {}
+    local members = 0
+    for _, item in ipairs(items) do
+      local label = vim.trim(item.filterText or item.label)
+      table.insert(result.completion_labels, label)
+      if label == "z" then members = members + 1 end
+    end
+    if members > 0 then break end
+    vim.wait(250)
   end
   local definition = request(bufnr, "textDocument/definition", params.launch[1], params.launch[2]).clangd
   if definition then
