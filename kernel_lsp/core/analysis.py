@@ -186,15 +186,6 @@ class KernelFacts:
         pointers = {name for name, _, is_pointer in self.params if is_pointer}
         return tuple(dict.fromkeys(a.array for a in self.accesses if a.reads and a.array in pointers))
 
-    def loop(self, loop_id: int) -> LoopFact:
-        return self.loops[loop_id]
-
-    def thread_dependent(self, poly: Poly) -> bool:
-        return bool(thread_dependence(poly, self.opaque))
-
-    def accesses_on_line(self, user_line: int) -> tuple[Access, ...]:
-        return tuple(a for a in self.accesses if a.user_line == user_line)
-
 
 class Opaque(NamedTuple):
     """What an opaque symbol stands for."""
@@ -1449,7 +1440,7 @@ def _function_name(fn: Node, src: bytes) -> str | None:
     return text.split("<", 1)[0].rsplit("::", 1)[-1].strip()
 
 
-def _functions(root: Node, src: bytes) -> Iterator[tuple[str, Node, str]]:
+def function_definitions(root: Node, src: bytes) -> Iterator[tuple[str, Node, str]]:
     """(name, definition, qualifier text) for every function definition, through templates,
     namespaces, ``extern "C"`` blocks and preprocessor conditionals."""
     stack = [root]
@@ -1546,7 +1537,8 @@ def _layout(node: Node, src: bytes, known: Mapping[str, _Struct]) -> _Struct | N
 _PARSER_CACHE: list[Parser] = []
 
 
-def _parse(text: str) -> tuple[bytes, Node]:
+def parse_text(text: str) -> tuple[bytes, Node]:
+    """(UTF-8 bytes, tree root) of ``text``, with a parser reused across calls."""
     parser = _PARSER_CACHE.pop() if _PARSER_CACHE else Parser(CUDA_LANGUAGE)
     try:
         src = text.encode("utf-8", errors="replace")
@@ -1561,8 +1553,8 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
         text, view = pre, None
     else:
         text, view = pre.text, pre
-    src, root = _parse(text)
-    functions = list(_functions(root, src))
+    src, root = parse_text(text)
+    functions = list(function_definitions(root, src))
     helpers = {name: node for name, node, head in functions if "__global__" not in head and "__device__" in head}
     structs = _struct_layouts(root, src)
     instances = _instantiations(root, src)
@@ -1620,7 +1612,7 @@ def explicit_instantiations(text: str) -> frozenset[str]:
     """Names of the function templates the text instantiates explicitly (``template __global__ void
     k<float>(float* p);``): such a declaration repeats the parameter types, so a rewrite that
     changes them must change it too."""
-    src, root = _parse(text)
+    src, root = parse_text(text)
     found = set()
     stack = [root]
     while stack:

@@ -16,11 +16,6 @@ from dataclasses import dataclass
 Monomial = tuple[str, ...]
 """Sorted symbol names, repeated for powers; ``()`` is the constant term."""
 
-THREAD_SYMBOLS = ("tid.x", "tid.y", "tid.z")
-BLOCK_SYMBOLS = ("bid.x", "bid.y", "bid.z")
-BUILTIN_PREFIXES = ("tid.", "bid.", "bdim.", "gdim.")
-
-
 def is_opaque(symbol: str) -> bool:
     return symbol.startswith("?")
 
@@ -103,20 +98,6 @@ class Poly:
                 acc[tuple(rest)] = acc.get(tuple(rest), 0) + c
         return Poly._from(acc)
 
-    def without(self, symbols: Iterable[str]) -> Poly:
-        """The terms that mention none of ``symbols``."""
-        drop = frozenset(symbols)
-        return Poly(tuple((m, c) for m, c in self.terms if not drop.intersection(m)))
-
-    def substitute(self, symbol: str, value: Poly) -> Poly:
-        out = ZERO
-        for m, c in self.terms:
-            term = Poly.const(c)
-            for s in m:
-                term = term * (value if s == symbol else Poly.sym(s))
-            out = out + term
-        return out
-
     def evaluate(self, env: Mapping[str, int]) -> int | None:
         """The value with every symbol bound by ``env``; None when one is missing."""
         total = 0
@@ -129,20 +110,6 @@ class Poly:
                 value *= bound
             total += value
         return total
-
-    def partial(self, env: Mapping[str, int]) -> Poly:
-        """Bind the symbols ``env`` has; keep the others."""
-        acc: dict[Monomial, int] = {}
-        for m, c in self.terms:
-            rest: list[str] = []
-            for s in m:
-                if s in env:
-                    c *= env[s]
-                else:
-                    rest.append(s)
-            key = tuple(rest)
-            acc[key] = acc.get(key, 0) + c
-        return Poly._from(acc)
 
     def __str__(self) -> str:
         if not self.terms:

@@ -71,10 +71,6 @@ class Preprocessed:
         found = self.origin(line)
         return found[1] if found is not None and found[0] == self.path else None
 
-    def lines_from(self, user_line: int) -> tuple[int, ...]:
-        """Expanded lines that came from the main file's ``user_line`` (0-based)."""
-        return tuple(i for i, o in enumerate(self.origins) if o is not None and o == (self.path, user_line))
-
     def object_macros(self) -> dict[str, str]:
         """Object-like macros as name -> replacement text (the form launch sizes and specs read)."""
         return {m.name: m.body for m in self.macros.values() if m.params is None}

@@ -13,11 +13,10 @@ import bisect
 
 from dataclasses import dataclass, field
 
-from tree_sitter import Node, Parser
+from tree_sitter import Node
 
-from kernel_lsp.core.analysis import KernelFacts
+from kernel_lsp.core.analysis import KernelFacts, parse_text
 from kernel_lsp.core.index import Function
-from kernel_lsp.core.parse import CUDA_LANGUAGE
 from kernel_lsp.core.source import Preprocessed, blank_comments
 
 
@@ -64,10 +63,6 @@ class BodyEdit:
             at = end
         out.append(self.src[at:hi])
         return b"".join(out).decode("utf-8")
-
-    @property
-    def changed(self) -> bool:
-        return bool(self.edits)
 
     def onto(self, source: str, function: Function) -> str | None:
         """The edits applied to the user's own text of the kernel (macros kept as written), or None when
@@ -144,8 +139,7 @@ def _line_of(starts: list[int], offset: int) -> int:
 def unit_start(source: str, function: Function) -> int:
     """Byte offset of the line where the kernel's definition starts, template header and a
     ``extern "C"`` wrapping it included: where helpers it needs are inserted."""
-    src = source.encode("utf-8")
-    root = Parser(CUDA_LANGUAGE).parse(src).root_node
+    src, root = parse_text(source)
     node: Node | None = root.descendant_for_byte_range(function.span.start_byte, function.span.start_byte)
     while node is not None and node.type != "function_definition":
         node = node.parent
@@ -194,8 +188,7 @@ def node_at(pre_src: bytes, root: Node, span: tuple[int, int]) -> Node | None:
 
 
 def parse(pre: Preprocessed) -> tuple[bytes, Node]:
-    src = pre.text.encode("utf-8")
-    return src, Parser(CUDA_LANGUAGE).parse(src).root_node
+    return parse_text(pre.text)
 
 
 WARP_REDUCE = {

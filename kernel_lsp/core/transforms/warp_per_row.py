@@ -34,6 +34,7 @@ from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
     Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, conditional_update, declared_anywhere,
+    function_definitions,
 )
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
@@ -129,7 +130,7 @@ class WarpPerRow(Rule):
         if kernel is None:
             return None, "the kernel's definition was not found in the preprocessed view"
         helpers = {name for a in facts.accesses for name in a.via}
-        for name, node in _definitions(root, src):
+        for name, node, _head in function_definitions(root, src):
             if name in helpers and re.search(r"\b(threadIdx|blockIdx|gridDim|blockDim)\b", _text(src, node)):
                 return None, f"the helper `{name}` reads the thread or block index"
         try:
@@ -250,20 +251,6 @@ class WarpPerRow(Rule):
         return (Rewrite(source, "a warp per row: the row loops split across the 32 lanes, accumulators combined with "
                                 f"warp shuffles; launched with 32 times the blocks{note}", self._launch(ctx),
                         grid_scale=(32, 1, 1)),)
-
-
-def _definitions(root: Node, src: bytes):
-    stack = [root]
-    while stack:
-        n = stack.pop()
-        if n.type == "function_definition":
-            decl = n.child_by_field_name("declarator")
-            while decl is not None and decl.type != "function_declarator":
-                decl = decl.child_by_field_name("declarator")
-            name = decl.child_by_field_name("declarator") if decl is not None else None
-            if name is not None:
-                yield _text(src, name).split("<", 1)[0].rsplit("::", 1)[-1], n
-        stack.extend(n.children)
 
 
 def _builtin_fields(root: Node, src: bytes, lo: int, hi: int):
