@@ -51,7 +51,7 @@ import platformdirs
 
 from kernel_lsp.core import kb_logic
 from kernel_lsp.core.candidates import TechniqueHint
-from kernel_lsp.core.kb_logic import Attempt, Entry, Example, KeySpec, State, StateMatch, TechniqueChoice
+from kernel_lsp.core.kb_logic import Attempt, Entry, Example, KeySpec, State, StateMatch, TechniqueChoice, state_from_json
 
 log = logging.getLogger(__name__)
 
@@ -264,7 +264,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def _catalogue_text() -> tuple[str, str]:
+def catalogue_text() -> tuple[str, str]:
     data = resources.files("kernel_lsp") / "data"
     return (data / "techniques.json").read_text(encoding="utf-8"), (data / "states.json").read_text(encoding="utf-8")
 
@@ -272,25 +272,6 @@ def _catalogue_text() -> tuple[str, str]:
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
-
-
-def _state_from_json(name: str, description: str, signature: Mapping[str, Any], parent: str | None) -> State:
-    return State(
-        name=name,
-        description=description,
-        signature={
-            key: KeySpec(value=float(spec["value"]), weight=float(spec.get("weight", 1.0)),
-                         scale=float(spec["scale"]) if spec.get("scale") else None, bound=_bound(spec.get("bound")))
-            for key, spec in signature.items()
-        },
-        parent=parent,
-    )
-
-
-def _bound(value: Any) -> str | None:
-    if value in (None, "min", "max"):
-        return value
-    raise ValueError(f"signature bound must be 'min' or 'max', not {value!r}")
 
 
 def _signature_json(state: State) -> str:
@@ -547,7 +528,7 @@ class KnowledgeBase:
 
     def _sync_catalogue(self, force: bool = False) -> None:
         """Load the shipped techniques and seed states when they changed since the last open."""
-        techniques_text, states_text = _catalogue_text()
+        techniques_text, states_text = catalogue_text()
         digest = hashlib.sha256((techniques_text + "\0" + states_text).encode()).hexdigest()
 
         def step(conn: sqlite3.Connection) -> None:
@@ -566,7 +547,7 @@ class KnowledgeBase:
                 )
             seeds = json.loads(states_text)["states"]
             for s in seeds:
-                state = _state_from_json(s["name"], s["description"], s["signature"], None)
+                state = state_from_json(s["name"], s["description"], s["signature"], None)
                 conn.execute(
                     "INSERT INTO states (name, description, signature_json, parent, origin, created_at)"
                     " VALUES (?, ?, ?, NULL, 'seed', ?) ON CONFLICT (name) DO UPDATE SET"
@@ -615,7 +596,7 @@ class KnowledgeBase:
 
     def states(self) -> list[State]:
         return [
-            _state_from_json(r["name"], r["description"], json.loads(r["signature_json"]), r["parent"])
+            state_from_json(r["name"], r["description"], json.loads(r["signature_json"]), r["parent"])
             for r in self._read("SELECT * FROM states ORDER BY name")
         ]
 
@@ -836,7 +817,7 @@ class KnowledgeBase:
             touched: set[str] = set()
             for _, record in records:
                 if record["type"] == "state":
-                    state = _state_from_json(record["name"], record["description"], record["signature"], record.get("parent"))
+                    state = state_from_json(record["name"], record["description"], record["signature"], record.get("parent"))
                     inserted = conn.execute(
                         "INSERT OR IGNORE INTO states (name, description, signature_json, parent, origin, created_at)"
                         " VALUES (?, ?, ?, ?, ?, ?)",
