@@ -32,12 +32,14 @@ from kernel_lsp.core.rules.structural import (
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
+from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Default order: structural templates (large, pattern-proven wins) first, then local edits.
 RULES: tuple[Rule, ...] = (
     RegisterAccumulate(),
     WarpPerRow(),
+    StencilRowReuse(),
     TiledTranspose(),
     TiledMatmul(),
     TreeReductionToShuffle(),
