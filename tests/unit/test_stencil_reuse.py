@@ -147,3 +147,82 @@ def test_corpus_stencils(name, reason, tmp_path):
             shutil.copytree(CORPUS / name, work / name)
             shutil.copytree(CORPUS / "_common", work / "_common")
             compiles(rw.source, work / name)
+
+
+# --------------------------------------------------------------------------- fixed-trip-unroll
+
+MARCH = """
+__global__ void march(int n, int nz, const float* A, float* B) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float below = A[i], here = A[n + i];
+  for (int k = 1; k < nz - 1; ++k) {
+    float above = A[(k + 1) * n + i];
+    B[k * n + i] = below + here + above;
+    below = here; here = above;
+  }
+}
+"""
+
+
+def march_spec(nz=8):
+    return {"kernel": "march", "params": [{"name": "n", "scalar": "int32", "value": 4096},
+                                          {"name": "nz", "scalar": "int32", "value": nz},
+                                          arr("A", "n*nz"), arr("B", "n*nz", "out")],
+            "grid": ["ceil_div(n,256)", 1, 1], "block": [256, 1, 1],
+            "tolerance": {"rtol": 1e-5, "atol": 1e-6}, "variants": [{"nz": 5}]}
+
+
+def unroll_outcome(source, data):
+    return evaluate(source, data["kernel"], parse_spec(data), [rule_by_name("fixed-trip-unroll")])[0]
+
+
+def test_fixed_trip_unrolled_behind_a_guard(tmp_path):
+    found = unroll_outcome(MARCH, march_spec())
+    assert found.applicable, found.why
+    assert "6 trips" in found.why
+    plain, restricted = found.rewrites
+    assert (plain.variant, restricted.variant) == ("unroll", "unroll+restrict")
+    src = plain.source
+    assert "if ((nz - 1) == 7) {\n#pragma unroll\n  for (int k = 1; k < 7; ++k) {" in src
+    # The general loop is kept, as written, for every other size.
+    assert "} else for (int k = 1; k < nz - 1; ++k) {" in src
+    assert plain.launch_override is None
+    assert "const float* __restrict__ A, float* __restrict__ B" in restricted.source
+    if shutil.which("nvcc"):
+        for r in found.rewrites:
+            compiles(r.source, tmp_path)
+
+
+def test_fixed_trip_with_inclusive_bound():
+    found = unroll_outcome(MARCH.replace("k < nz - 1", "k <= nz - 2"), march_spec())
+    assert found.applicable, found.why
+    assert "if ((nz - 2) == 6) {" in found.rewrites[0].source and "k <= 6;" in found.rewrites[0].source
+
+
+@pytest.mark.parametrize(("change", "nz", "why"), [
+    (lambda s: s.replace("k < nz - 1", "k < nz - threadIdx.x"), 8, "differs between threads"),
+    (lambda s: s.replace("++k", "k += 2"), 8, "step is not 1"),
+    (lambda s: s.replace("int k = 1", "int k = i % 2"), 8, "start is not a constant"),
+    (lambda s: s.replace("below = here;", "below = here; nz = nz - 0;"), 8, "which its bound reads"),
+    (lambda s: s.replace("k < nz - 1", "k < B[0]"), 8, "reads memory"),
+    (lambda s: s, 100, "runs 98 times"),
+    (lambda s: s.replace("for (int k = 1; k < nz - 1; ++k) {", "{ int k = 1;"), 8, "no loop"),
+])
+def test_fixed_trip_refusals(change, nz, why):
+    found = unroll_outcome(change(MARCH), march_spec(nz))
+    assert not found.applicable and why in found.why, found.why
+
+
+@pytest.mark.parametrize("name", ["rodinia_hotspot3d", "shoc_stencil2d", "rodinia_pathfinder", "rodinia_hotspot"])
+def test_fixed_trip_corpus(name, tmp_path):
+    text, pre, data = _corpus(name)
+    found = evaluate(text, data["kernel"], parse_spec(data), [rule_by_name("fixed-trip-unroll")], preprocessed=pre)[0]
+    assert found.applicable, found.why
+    for rw in found.rewrites:
+        assert "#pragma unroll" in rw.source and "} else " in rw.source
+        if shutil.which("nvcc"):
+            work = tmp_path / rw.variant.replace("+", "_")
+            shutil.copytree(CORPUS / name, work / name)
+            shutil.copytree(CORPUS / "_common", work / "_common")
+            compiles(rw.source, work / name)
