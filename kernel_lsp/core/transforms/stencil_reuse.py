@@ -11,7 +11,10 @@ them in registers (a C-row window: C + 2 row loads instead of 3·C for a radius-
 The original threads are kept as *virtual* threads: thread ``(x, y)`` of the new block runs
 ``(x, C*y + s)`` of the old one for ``s = 0 … C-1`` (``threadIdx.y`` becomes that row,
 ``blockDim.y`` the old block's height), so whatever the kernel does with its indices, each
-virtual thread does the original thread's work.
+virtual thread does the original thread's work. When the rows are whole blocks instead (a block
+of one row, ``k = blockIdx.y``), the grid shrinks along that axis the same way (``blockIdx.y``
+becomes ``C*blockIdx.y + s``, ``gridDim.y`` the old grid's), provided the grid's extent there is
+a multiple of C at every size of the spec.
 
 Boundary handling stays exact: a thread first evaluates, for each of its rows, what the
 original evaluated before storing (the statements before the guard, an early ``return``, the
@@ -19,7 +22,7 @@ guard itself). Only when every row passes does it take the fast path (guard drop
 deferred); otherwise it runs the original body once per row, unchanged (ragged tiles, borders).
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
-- a launch spec whose block height is a multiple of C at every size; every pointer parameter its
+- a launch spec whose block height (or grid extent) is a multiple of C at every size; every pointer parameter its
   own array (the virtual threads' reads move before the other virtual threads' stores, which the
   original's unordered threads allowed only if no thread reads what another writes);
 - no loop, barrier, shared memory, warp intrinsic or atomic, no helper that reads the thread
@@ -28,8 +31,8 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   holding straight-line statements; an early exit only as ``if (…) return;`` before it; no
   assignment in a condition;
 - every global store is a statement ``P[index] = value;`` on a pointer parameter, at an index
-  that moves with ``threadIdx.y``, and the stored array is read only at that same index;
-- two reads of one array are a whole number of rows apart along ``threadIdx.y`` (the reason to
+  that moves with the axis, and the stored array is read only at that same index;
+- two reads of one array are a whole number of rows apart along the axis (the reason to
   rewrite at all).
 """
 
@@ -46,8 +49,33 @@ from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
 
-#: Rows per thread tried, largest first (each a separate candidate where the block allows it).
-ROWS_PER_THREAD = (8, 4, 2)
+#: Rows per thread tried, largest first (each a separate candidate where the launch allows it).
+ROWS_PER_THREAD = (8, 6, 4, 3, 2)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A launch axis whose neighbouring rows one thread can take over."""
+
+    symbol: str
+    """The analysis' symbol (``tid.y``)."""
+    index: tuple[str, str]
+    """The builtin replaced by the virtual row (``threadIdx``, ``y``)."""
+    extent: tuple[str, str]
+    """The builtin whose value the virtual launch multiplies (``blockDim``, ``y``)."""
+    launch: str
+    """``block`` or ``grid``: which launch shape shrinks."""
+    dim: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.index[0]}.{self.index[1]}"
+
+
+#: Axes tried, the block's rows first (the window stays inside a block), then whole blocks along y, x.
+AXES = (Axis("tid.y", ("threadIdx", "y"), ("blockDim", "y"), "block", 1),
+        Axis("bid.y", ("blockIdx", "y"), ("gridDim", "y"), "grid", 1),
+        Axis("bid.x", ("blockIdx", "x"), ("gridDim", "x"), "grid", 0))
 #: Candidates per kernel from this rule.
 MAX_VARIANTS = 2
 _STRAIGHT = ("declaration", "expression_statement")
@@ -75,6 +103,9 @@ class _Plan:
     reuse: str
     """Which array's reads are rows apart (for the description)."""
     kernel: Node
+    axis: Axis
+    rows: tuple[int, ...]
+    """Rows per thread that the launch allows at every size, largest first."""
 
 
 def _text(src: bytes, node: Node) -> str:
@@ -127,12 +158,12 @@ def canonical(poly: Poly, facts: KernelFacts) -> Poly:
     return Poly(tuple(sorted((m, c) for m, c in acc.items() if c)))
 
 
-def rows_apart(a: Access, b: Access, facts: KernelFacts, limit: int) -> int | None:
-    """How many ``threadIdx.y`` rows apart two accesses are (a nonzero whole number below ``limit``),
+def rows_apart(a: Access, b: Access, facts: KernelFacts, limit: int, symbol: str = "tid.y") -> int | None:
+    """How many rows of ``symbol`` apart two accesses are (a nonzero whole number below ``limit``),
     or None."""
     ia, ib = canonical(a.index, facts), canonical(b.index, facts)
-    row = ia.coefficient("tid.y")
-    if row is None or row == Poly() or ib.coefficient("tid.y") != row:
+    row = ia.coefficient(symbol)
+    if row is None or row == Poly() or ib.coefficient(symbol) != row:
         return None
     diff = ia - ib
     for d in range(1, limit):
@@ -152,8 +183,8 @@ class StencilRowReuse(Rule):
             return None, "the kernel's analysis is missing or incomplete"
         if ctx.spec is None:
             return None, "needs a launch spec (the launch changes: a block with fewer rows)"
-        if "tid.y" not in facts.thread_dims:
-            return None, "the kernel does not use threadIdx.y (no rows to give a thread)"
+        if not {a.symbol for a in AXES} & set(facts.thread_dims):
+            return None, "the kernel uses neither threadIdx.y, blockIdx.y nor blockIdx.x (no rows to give a thread)"
         if not ctx.distinct_arrays():
             return None, "the spec does not allocate every pointer parameter on its own (reads would pass other threads' stores)"
         if facts.loops:
@@ -188,19 +219,35 @@ class StencilRowReuse(Rule):
         for w in writes:
             if not any(s.left.start_byte <= w.span[0] and w.span[1] <= s.left.end_byte for s in stores):
                 return None, f"`{w.text}` is stored outside a plain `P[index] = value;` statement in the guarded block"
-            row = canonical(w.index, facts).coefficient("tid.y")
-            if row is None or row == Poly():
-                return None, f"`{w.text}` is stored at an index that does not move with threadIdx.y"
             for r in globals_:
                 if r.array == w.array and not r.writes and canonical(r.index, facts) != canonical(w.index, facts):
                     return None, f"`{w.array}` is read at another index than it is stored"
         reads = [a for a in globals_ if a.kind == "read" and a.array not in {w.array for w in writes}]
         limit = max(ROWS_PER_THREAD) + 1
-        reuse = next((a.array for a in reads for b in reads
-                      if a.array == b.array and rows_apart(a, b, facts, limit)), None)
-        if reuse is None:
-            return None, "no array is read at neighbouring rows along threadIdx.y (nothing to reuse)"
-        return _Plan(tuple(prelude), guard, tuple(block), tuple(stores), reuse, kernel), ""
+        reasons = []
+        best: tuple[Axis, tuple[int, ...], str] | None = None
+        for axis in AXES:
+            if axis.symbol not in facts.thread_dims:
+                continue
+            still = [w.text for w in writes if canonical(w.index, facts).coefficient(axis.symbol) in (None, Poly())]
+            if still:
+                reasons.append(f"`{still[0]}` is stored at an index that does not move with {axis.label}")
+                continue
+            reuse = next((a.array for a in reads for b in reads
+                          if a.array == b.array and rows_apart(a, b, facts, limit, axis.symbol)), None)
+            if reuse is None:
+                reasons.append(f"no array is read at neighbouring rows along {axis.label} (nothing to reuse)")
+                continue
+            rows = self._rows(ctx, axis)
+            if not rows:
+                reasons.append(f"the {axis.launch}'s {'xyz'[axis.dim]} extent is not a multiple of 2 or 3 at every size of the spec")
+                continue
+            if best is None or rows[0] > best[1][0]:
+                best = (axis, rows, reuse)
+        if best is None:
+            return None, "; ".join(reasons)
+        axis, rows, reuse = best
+        return _Plan(tuple(prelude), guard, tuple(block), tuple(stores), reuse, kernel, axis, rows), ""
 
     def _shape(self, body: Node) -> tuple[tuple[list[Node], Node | None, list[Node]] | None, str]:
         stmts = _statements(body)
@@ -246,34 +293,31 @@ class StencilRowReuse(Rule):
             stores.append(_Store(stmt, left, right, params[w.array][0]))
         return stores, ""
 
-    def _rows(self, ctx: RuleContext) -> list[int]:
-        blocks = [launch.block for launch in ctx.launches()]
-        if not blocks:
-            return []
-        return [c for c in ROWS_PER_THREAD if all(b[1] % c == 0 for b in blocks)][:MAX_VARIANTS]
+    def _rows(self, ctx: RuleContext, axis: Axis) -> tuple[int, ...]:
+        shapes = [getattr(launch, axis.launch) for launch in ctx.launches()]
+        if not shapes:
+            return ()
+        return tuple(c for c in ROWS_PER_THREAD if all(s[axis.dim] % c == 0 for s in shapes))[:MAX_VARIANTS]
 
-    def _launch(self, ctx: RuleContext, rows: int) -> dict:
+    def _launch(self, ctx: RuleContext, axis: Axis, rows: int) -> dict:
         launch = ctx.spec.launch  # type: ignore[union-attr]
-        block = list(launch.block)
-        height = str(block[1]).strip()
-        block[1] = int(height) // rows if height.isdigit() else f"({height}) / {rows}"
-        return {"grid": list(launch.grid), "block": block}
+        shape = {"grid": list(launch.grid), "block": list(launch.block)}
+        extent = str(shape[axis.launch][axis.dim]).strip()
+        shape[axis.launch][axis.dim] = int(extent) // rows if extent.isdigit() else f"({extent}) / {rows}"
+        return shape
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         plan, why = self.plan(ctx)
         if plan is None:
             return False, why
-        rows = self._rows(ctx)
-        if not rows:
-            return False, "the block's height is not a multiple of 2 at every size of the spec"
         try:
-            for c in rows:
-                with_candidate_launch(ctx.spec, self._launch(ctx, c))  # type: ignore[arg-type]
+            for c in plan.rows:
+                with_candidate_launch(ctx.spec, self._launch(ctx, plan.axis, c))  # type: ignore[arg-type]
         except (SpecError, ValueError, ZeroDivisionError) as exc:
             return False, f"the new launch does not evaluate: {exc}"
-        return True, (f"`{plan.reuse}` is read at neighbouring rows along threadIdx.y; straight-line body, "
+        return True, (f"`{plan.reuse}` is read at neighbouring rows along {plan.axis.label}; straight-line body, "
                       f"{len(plan.stores)} plain store(s) at the thread's own row, no barriers or shared memory; "
-                      f"{' or '.join(map(str, rows))} rows per thread")
+                      f"{' or '.join(map(str, plan.rows))} rows per thread")
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         plan, _ = self.plan(ctx)
@@ -281,7 +325,8 @@ class StencilRowReuse(Rule):
         assert plan is not None and facts is not None
         src = ctx.preprocessed.text.encode("utf-8")
         out = []
-        for rows in self._rows(ctx):
+        axis = plan.axis
+        for rows in plan.rows:
             edit = BodyEdit(ctx.preprocessed, facts)
             lo, hi = facts.body_span
             edit.replace(lo + 1, hi - 1, self._body(src, plan, rows, facts))
@@ -289,14 +334,17 @@ class StencilRowReuse(Rule):
             note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
             out.append(Rewrite(
                 source,
-                f"{rows} rows per thread: `{plan.reuse}`'s neighbour rows reused from registers, stores deferred; "
-                f"a block with {rows} times fewer rows, borders on the original path{note}",
-                self._launch(ctx, rows), variant=f"rows={rows}"))
+                f"{rows} rows of {axis.label} per thread: `{plan.reuse}`'s neighbour rows reused from registers, "
+                f"stores deferred; a {axis.launch} {rows} times smaller along {'xyz'[axis.dim]}, borders on the "
+                f"original path{note}",
+                self._launch(ctx, axis, rows), variant=f"rows={rows}"))
         return tuple(out)
 
     def _body(self, src: bytes, plan: _Plan, rows: int, facts: KernelFacts) -> str:
         lo, hi = facts.body_span
-        builtins = list(_builtin_fields(src, lo, hi, plan.kernel))
+        axis = plan.axis
+        replaced = {axis.index: "kl_vrow", axis.extent: f"({axis.extent[0]}.{axis.extent[1]} * {rows}u)"}
+        builtins = list(_builtin_fields(src, lo, hi, plan.kernel, replaced))
 
         def render(node: Node, extra: list[tuple[int, int, str]] = ()) -> str:
             subs = [(n.start_byte, n.end_byte, v) for n, v in builtins
@@ -307,13 +355,13 @@ class StencilRowReuse(Rule):
                 if s < at:
                     continue
                 text.append(src[at:s].decode("utf-8"))
-                text.append(v.replace("{C}", str(rows)))
+                text.append(v)
                 at = e
             text.append(src[at:node.end_byte].decode("utf-8"))
             return "".join(text)
 
         ind = "\n        "
-        head = f"for (unsigned kl_s = 0; kl_s < {rows}u; ++kl_s) {{{ind}const unsigned kl_vty = threadIdx.y * {rows}u + kl_s;"
+        head = f"for (unsigned kl_s = 0; kl_s < {rows}u; ++kl_s) {{{ind}const unsigned kl_vrow = {axis.label} * {rows}u + kl_s;"
         # 1. The interior test: each row's prefix as the original ran it, then its guard.
         check = []
         for s in plan.prelude:
@@ -343,7 +391,7 @@ class StencilRowReuse(Rule):
             cond = _early_return(s)
             general.append(f"if {render(cond)} continue;" if cond is not None else render(s))
         j = ind + "    "
-        return ("\n    // Each thread runs rows threadIdx.y*C … +C-1 of the original block: neighbour rows stay in registers.\n"
+        return (f"\n    // Each thread runs rows {axis.label}*{rows} … +{rows - 1} of the original launch: neighbour rows stay in registers.\n"
                 f"    bool kl_all = true;\n    #pragma unroll\n    {head}{ind}" + ind.join(check) + "\n    }\n"
                 "    if (kl_all) {\n        " + " ".join(decls) +
                 f"\n        #pragma unroll\n        {head.replace(ind, j)}{j}" + j.join(fast) + "\n        }\n"
@@ -352,10 +400,7 @@ class StencilRowReuse(Rule):
                 "\n        }\n    }\n")
 
 
-_REPLACED = {("threadIdx", "y"): "kl_vty", ("blockDim", "y"): "(blockDim.y * {C}u)"}
-
-
-def _builtin_fields(src: bytes, lo: int, hi: int, start: Node):
+def _builtin_fields(src: bytes, lo: int, hi: int, start: Node, replaced: dict[tuple[str, str], str]):
     stack = [start]
     while stack:
         n = stack.pop()
@@ -363,7 +408,7 @@ def _builtin_fields(src: bytes, lo: int, hi: int, start: Node):
             continue
         if n.type == "field_expression":
             arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
-            if arg is not None and fld is not None and (_text(src, arg), _text(src, fld)) in _REPLACED:
-                yield n, _REPLACED[(_text(src, arg), _text(src, fld))]
+            if arg is not None and fld is not None and (_text(src, arg), _text(src, fld)) in replaced:
+                yield n, replaced[(_text(src, arg), _text(src, fld))]
                 continue
         stack.extend(n.children)
