@@ -207,7 +207,7 @@ def test_fixed_trip_with_inclusive_bound():
 @pytest.mark.parametrize(("change", "nz", "why"), [
     (lambda s: s.replace("k < nz - 1", "k < nz - threadIdx.x"), 8, "differs between threads"),
     (lambda s: s.replace("++k", "k += 2"), 8, "step is not 1"),
-    (lambda s: s.replace("int k = 1", "int k = i % 2"), 8, "start is not a constant"),
+    (lambda s: s.replace("int k = 1", "int k = i % 2"), 8, "start is not a constant of at least 0"),
     (lambda s: s.replace("below = here;", "below = here; nz = nz - 0;"), 8, "which its bound reads"),
     (lambda s: s.replace("k < nz - 1", "k < B[0]"), 8, "reads memory"),
     (lambda s: s, 100, "runs 98 times"),

@@ -17,7 +17,8 @@ second candidate also marks them ``__restrict__`` so the unrolled iterations' lo
 of the earlier iterations' stores.
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
-- a ``for`` loop of the kernel's own body with a constant start, a step of 1 and a condition
+- a ``for`` loop of the kernel's own body with a constant start of at least 0 (so ``var < 7``
+  compares as ``var < bound`` does, whatever the bound's type), a step of 1 and a condition
   ``var < bound`` or ``var <= bound``;
 - the bound is the same for every thread (so a barrier inside stays reached by all threads of a
   block on the same path), nothing in the loop assigns a name the bound reads, and it has no side
@@ -121,8 +122,9 @@ class FixedTripUnroll(Rule):
             return "not a counted for loop", None
         if loop.step is None or loop.step.constant != 1:
             return "its step is not 1", None
-        if loop.start is None or loop.start.constant is None:
-            return "its start is not a constant", None
+        if loop.start is None or loop.start.constant is None or loop.start.constant < 0:
+            # A negative start against an unsigned bound compares otherwise than against the literal.
+            return "its start is not a constant of at least 0", None
         cond = node.child_by_field_name("condition")
         if cond is None or cond.type != "binary_expression":
             return "its condition is not `var < bound`", None
