@@ -114,6 +114,16 @@ def test_refuses_a_block_height_it_cannot_split():
     assert [r.variant for r in found.rewrites] == ["rows=3"] and found.rewrites[0].launch_override["block"][1] == 1
 
 
+def test_keeps_enough_threads():
+    data = spec("jacobi")
+    data["params"][0]["value"] = 128
+    data["variants"] = []
+    found = outcome(JACOBI, data)
+    assert not found.applicable and "fewer than 65536 threads" in found.why, found.why
+    data["params"][0]["value"] = 512
+    assert [r.variant for r in outcome(JACOBI, data).rewrites] == ["rows=4", "rows=2"]
+
+
 def test_refuses_arrays_the_spec_does_not_separate():
     data = spec("jacobi")
     data["params"][2] = {"name": "B", "scalar": "int32", "value": 0}
@@ -130,8 +140,8 @@ def _corpus(name):
 
 
 @pytest.mark.parametrize(("name", "reason"), [
-    ("polybench_conv2d", None), ("polybench_jacobi2d", None), ("polybench_conv3d", None),
-    ("polybench_fdtd2d_step3", None),
+    ("polybench_conv2d", None), ("polybench_jacobi2d", None),
+    ("polybench_fdtd2d_step3", None), ("polybench_conv3d", "fewer than 65536 threads"),
     ("nvblog_fd_derivative_x", "shared memory"), ("rodinia_hotspot", "has loops"),
     ("rodinia_hotspot3d", "has loops"), ("parboil_stencil_naive", None),
     ("polybench_jacobi1d", "along blockIdx.x (nothing to reuse)"),

@@ -76,6 +76,9 @@ class Axis:
 AXES = (Axis("tid.y", ("threadIdx", "y"), ("blockDim", "y"), "block", 1),
         Axis("bid.y", ("blockIdx", "y"), ("gridDim", "y"), "grid", 1),
         Axis("bid.x", ("blockIdx", "x"), ("gridDim", "x"), "grid", 0))
+#: Fewest threads the new launch keeps at the spec's main size: below about 512 threads per SM of a
+#: large GPU the rows a thread runs one after the other cost more than the loads they save.
+MIN_THREADS = 1 << 16
 #: Candidates per kernel from this rule.
 MAX_VARIANTS = 2
 _STRAIGHT = ("declaration", "expression_statement")
@@ -240,7 +243,8 @@ class StencilRowReuse(Rule):
                 continue
             rows = self._rows(ctx, axis)
             if not rows:
-                reasons.append(f"the {axis.launch}'s {'xyz'[axis.dim]} extent is not a multiple of 2 or 3 at every size of the spec")
+                reasons.append(f"the {axis.launch}'s {'xyz'[axis.dim]} extent is not a multiple of 2 or 3 at every size of the "
+                               f"spec, or the launch would keep fewer than {MIN_THREADS} threads")
                 continue
             if best is None or rows[0] > best[1][0]:
                 best = (axis, rows, reuse)
@@ -294,10 +298,14 @@ class StencilRowReuse(Rule):
         return stores, ""
 
     def _rows(self, ctx: RuleContext, axis: Axis) -> tuple[int, ...]:
-        shapes = [getattr(launch, axis.launch) for launch in ctx.launches()]
-        if not shapes:
+        launches = ctx.launches()
+        if not launches:
             return ()
-        return tuple(c for c in ROWS_PER_THREAD if all(s[axis.dim] % c == 0 for s in shapes))[:MAX_VARIANTS]
+        shapes = [getattr(launch, axis.launch) for launch in launches]
+        main = launches[0]
+        threads = _product(main.grid) * _product(main.block)
+        return tuple(c for c in ROWS_PER_THREAD if all(s[axis.dim] % c == 0 for s in shapes)
+                     and threads // c >= MIN_THREADS)[:MAX_VARIANTS]
 
     def _launch(self, ctx: RuleContext, axis: Axis, rows: int) -> dict:
         launch = ctx.spec.launch  # type: ignore[union-attr]
@@ -398,6 +406,10 @@ class StencilRowReuse(Rule):
                 f"        #pragma unroll\n        for (unsigned kl_s = 0; kl_s < {rows}u; ++kl_s) {{ {flush} }}\n"
                 f"    }} else {{\n        #pragma unroll\n        {head.replace(ind, j)}{j}" + j.join(general) +
                 "\n        }\n    }\n")
+
+
+def _product(shape: tuple[int, int, int]) -> int:
+    return shape[0] * shape[1] * shape[2]
 
 
 def _builtin_fields(src: bytes, lo: int, hi: int, start: Node, replaced: dict[tuple[str, str], str]):
