@@ -240,3 +240,8 @@ def test_fixed_trip_corpus(name, tmp_path):
             shutil.copytree(CORPUS / name, work / name)
             shutil.copytree(CORPUS / "_common", work / "_common")
             compiles(rw.source, work / name)
+
+
+def test_fixed_trip_leaves_a_constant_bound_to_the_compiler():
+    found = unroll_outcome(MARCH.replace("k < nz - 1", "k < 7"), march_spec())
+    assert not found.applicable and "already a constant" in found.why, found.why

@@ -20,7 +20,7 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - a ``for`` loop of the kernel's own body with a constant start of at least 0 (so ``var < 7``
   compares as ``var < bound`` does, whatever the bound's type), a step of 1 and a condition
   ``var < bound`` or ``var <= bound``;
-- the bound is the same for every thread (so a barrier inside stays reached by all threads of a
+- the bound is not a constant already, is the same for every thread (so a barrier inside stays reached by all threads of a
   block on the same path), nothing in the loop assigns a name the bound reads, and it has no side
   effects (the copy does not evaluate it);
 - at the spec's main size the loop runs between 2 and :data:`MAX_TRIP` times.
@@ -134,6 +134,8 @@ class FixedTripUnroll(Rule):
             return "its condition is not `var < bound`", None
         if loop.bound is None or thread_dependence(loop.bound, ctx.facts.opaque):  # type: ignore[union-attr]
             return "its bound differs between threads or is not known", None
+        if not loop.bound.symbols:
+            return "its bound is already a constant (the compiler sees the trip count)", None
         if _has(right, ("assignment_expression", "update_expression", "call_expression", "subscript_expression",
                         "pointer_expression", "field_expression")):
             return "its bound reads memory or has side effects", None
