@@ -245,3 +245,14 @@ def test_fixed_trip_corpus(name, tmp_path):
 def test_fixed_trip_leaves_a_constant_bound_to_the_compiler():
     found = unroll_outcome(MARCH.replace("k < nz - 1", "k < 7"), march_spec())
     assert not found.applicable and "already a constant" in found.why, found.why
+
+
+def test_fixed_trip_keeps_a_pragma_with_the_original_loop(tmp_path):
+    src = MARCH.replace("  for (int k = 1;", "  #pragma unroll 2\n  for (int k = 1;")
+    found = unroll_outcome(src, march_spec())
+    assert found.applicable, found.why
+    out = found.rewrites[0].source
+    assert "} else \n#pragma unroll 2\n  for (int k = 1; k < nz - 1; ++k) {" in out, out
+    assert out.count("#pragma unroll 2") == 1
+    if shutil.which("nvcc"):
+        compiles(out, tmp_path)
