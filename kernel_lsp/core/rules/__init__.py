@@ -31,13 +31,16 @@ from kernel_lsp.core.rules.structural import (
 )
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
+from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
+from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Default order: structural templates (large, pattern-proven wins) first, then local edits.
 RULES: tuple[Rule, ...] = (
     RegisterAccumulate(),
     WarpPerRow(),
+    StencilRowReuse(),
     TiledTranspose(),
     TiledMatmul(),
     TreeReductionToShuffle(),
@@ -46,6 +49,7 @@ RULES: tuple[Rule, ...] = (
     RowParallel(),
     VectorCsr(),
     VectorizeElementwise(),
+    FixedTripUnroll(),
     IndexSwap(),
     GridStride(),
     BlockSizeSweep(),
@@ -56,7 +60,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "fixed-trip-unroll"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 
