@@ -31,7 +31,7 @@ from kernel_lsp.core.rules.structural import (
 )
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
-from kernel_lsp.core.transforms.block_reduce import TreeToShuffle
+from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToShuffle
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
@@ -40,6 +40,7 @@ RULES: tuple[Rule, ...] = (
     RegisterAccumulate(),
     WarpPerRow(),
     TreeToShuffle(),
+    AtomicToBlockReduce(),
     TiledTranspose(),
     TiledMatmul(),
     TreeReductionToShuffle(),
@@ -58,7 +59,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "tree-to-shuffle"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "tree-to-shuffle", "atomic-to-block-reduce"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 

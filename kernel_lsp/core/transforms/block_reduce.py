@@ -486,3 +486,150 @@ def _block_reduce(op: str, elem: str, value: str, part: str, linear: str, nthrea
             f"    }}\n")
 
 
+
+
+@dataclass(frozen=True)
+class _Target:
+    array: str
+    elem_type: str
+    address: str
+    """The atomics' address as written (re-evaluated at the kernel's end)."""
+    calls: tuple[tuple[int, int, str], ...]
+    """Each atomic call's byte range and the value it adds."""
+
+
+class AtomicToBlockReduce(Rule):
+    name = "atomic-to-block-reduce"
+    technique = "one-atomic-per-block"
+    summary = "per-element atomicAdd onto one address: summed in registers, reduced in the block, one atomic per block"
+
+    def plan(self, ctx: RuleContext) -> tuple[list[_Target], str]:
+        facts = ctx.facts
+        if facts is None or not facts.complete:
+            return [], "the kernel's analysis is missing or incomplete"
+        arrays = list(dict.fromkeys(r.target for r in facts.reductions if r.kind == "atomic"))
+        if not arrays:
+            return [], "no atomics onto an address that is the same for every thread of the block"
+        if ctx.spec is None:
+            return [], "needs a launch spec (the block must be whole warps at every size)"
+        blocks = _spec_blocks(ctx)
+        counts = sorted({b[0] * b[1] * b[2] for b in blocks})
+        if not counts or any(n % 32 or n > MAX_THREADS_PER_BLOCK for n in counts):
+            return [], f"the block ({', '.join(map(str, counts))} threads) is not whole warps at every size"
+        src, root = parse(ctx.preprocessed)
+        kernel = node_at(src, root, facts.span)
+        body = kernel.child_by_field_name("body") if kernel is not None else None
+        if body is None:
+            return [], "the kernel's definition was not found in the preprocessed view"
+        why = _exits_refusal(body, src, facts.syncs)
+        if why:
+            return [], why
+        params = {name for name, _, _ in facts.params} - assigned_names(body, src)
+        plans, reasons = [], []
+        for array in arrays:
+            mine = [a for a in facts.accesses if a.array == array]
+            if any(a.kind != "atomic" or a.op != "atomicAdd" for a in mine):
+                reasons.append(f"`{array}` is also read, written or updated by other atomics than atomicAdd: "
+                               "their order against the deferred sum is not kept")
+                continue
+            calls, addresses = [], set()
+            for a in mine:
+                call = node_at(src, root, a.span)
+                args = call.child_by_field_name("arguments") if call is not None and call.type == "call_expression" else None
+                if args is None or args.named_child_count != 2 or call.parent is None or call.parent.type != "expression_statement":
+                    reasons.append(f"`{a.text}` at line {(a.user_line or 0) + 1} uses the atomic's old value")
+                    break
+                address, value = args.named_children
+                addresses.add(_text(src, address).replace(" ", ""))
+                names = _identifiers_of(address, src)
+                if names - params - _BUILTINS:
+                    reasons.append(f"the address of `{a.text}` names {', '.join(sorted(names - params - _BUILTINS))}, "
+                                   "not an unassigned parameter or builtin: it cannot be re-evaluated at the kernel's end")
+                    break
+                calls.append((a.span[0], a.span[1], _text(src, value)))
+            else:
+                if len(addresses) != 1:
+                    reasons.append(f"the atomics onto `{array}` are written with different addresses")
+                    continue
+                plans.append(_Target(array, mine[0].elem_type, _text(src, node_at(src, root, mine[0].span)
+                                                                        .child_by_field_name("arguments").named_children[0]),
+                                     tuple(calls)))
+        if reasons:
+            return [], "; ".join(reasons)
+        return plans, ""
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        plans, why = self.plan(ctx)
+        if not plans:
+            return False, why
+        return True, "; ".join(
+            f"every atomic onto `{p.array}` is an atomicAdd at `{p.address}`, the same address for the whole block, "
+            "its old value unused, the array touched nowhere else" for p in plans) + "; every thread reaches the kernel's end"
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        plans, _ = self.plan(ctx)
+        facts = ctx.facts
+        src, root = parse(ctx.preprocessed)
+        edit = BodyEdit(ctx.preprocessed, facts)
+        lo, hi = facts.body_span
+        decls = "".join(f"    {p.elem_type} kl_acc{k} = ({p.elem_type})0;\n    bool kl_hit{k} = false;\n"
+                        for k, p in enumerate(plans))
+        edit.insert(lo + 1, f"\n{decls}    do {{ // the original body; a return leaves it for the block's sums")
+        for k, p in enumerate(plans):
+            for start, end, value in p.calls:
+                edit.replace(start, end, f"(kl_acc{k} += ({p.elem_type})({value}), kl_hit{k} = true)")
+        kernel = node_at(src, root, facts.span)
+        for ret in _returns(kernel.child_by_field_name("body")):
+            edit.replace(ret.start_byte, ret.end_byte, "break;")
+        tail = ["    } while (0);",
+                "    const unsigned kl_t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);"]
+        for k, p in enumerate(plans):
+            core = _block_reduce("+", p.elem_type, f"kl_acc{k}", f"kl_part{k}", "kl_t", "blockDim.x * blockDim.y * blockDim.z")
+            # Only a block one of whose threads reached the atomic touches the address (it may be out of
+            # bounds for the others).
+            tail.append(f"    if (__syncthreads_or(kl_hit{k})) {{ // one atomic per block\n        "
+                        + core.replace("\n", "\n    ").rstrip() + "\n"
+                        f"        if (kl_t == 0u) atomicAdd({p.address}, kl_total);\n    }}")
+        edit.insert(hi - 1, "\n".join(tail) + "\n")
+        source, expanded = emit(edit, ctx.source, ctx.kernel, warp_reduce_helpers({"+"}, ctx.source))
+        note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
+        what = ", ".join(f"`{p.array}`" for p in plans)
+        return (Rewrite(source, f"the atomics onto {what} summed per thread, reduced in the block with warp shuffles, "
+                                f"one atomicAdd per block; same grid and block{note}"),)
+
+
+def _identifiers_of(node: Node, src: bytes) -> set[str]:
+    found, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            found.add(_text(src, n))
+        stack.extend(n.children)
+    return found
+
+
+def _returns(body: Node) -> list[Node]:
+    found, stack = [], [body]
+    while stack:
+        n = stack.pop()
+        if n.type == "return_statement":
+            found.append(n)
+        stack.extend(n.children)
+    return found
+
+
+def _exits_refusal(body: Node, src: bytes, syncs: int) -> str | None:
+    """Why a ``return`` cannot become a ``break`` out of a ``do … while (0)`` around the body, or None."""
+    for ret in _returns(body):
+        if ret.named_child_count:
+            return "a return with a value"
+        p = ret.parent
+        while p is not None and p != body:
+            if p.type in ("for_statement", "while_statement", "do_statement", "switch_statement"):
+                return f"a return inside a loop or switch (line {ret.start_point[0] + 1}) cannot leave the body by a break"
+            p = p.parent
+        if syncs:
+            return "a return in a kernel with barriers: the threads that left would now reach the original's barriers"
+    if _has(body, ("goto_statement",)):
+        return "a goto in the kernel"
+    return None
