@@ -1,0 +1,200 @@
+"""Block reductions: shared-memory trees as warp shuffles (proven by simulating the tree at each
+block size of the spec), per-element atomics onto one address as one atomic per block; where each
+applies, each refusal's missing fact, the candidates compiled by nvcc."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.core.rules import evaluate, rule_by_name
+from kernel_lsp.core.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "benchmarks" / "corpus"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+
+def spec_of(kernel: str, block: int, variants=None, out_size="ceil_div(n,256)") -> dict:
+    data = {"kernel": kernel, "params": [
+        {"name": "x", "array": "float32", "size": "n", "init": "uniform(0,1)", "role": "in"},
+        {"name": "out", "array": "float32", "size": out_size, "init": "zeros", "role": "out"},
+        {"name": "n", "scalar": "int32", "value": 1 << 20}],
+        "grid": [f"ceil_div(n,{block})", 1, 1], "block": [block, 1, 1], "tolerance": {"rtol": 1e-4, "atol": 1e-4}}
+    if variants:
+        data["variants"] = variants
+    return data
+
+
+def outcome(rule: str, source: str, spec: dict):
+    return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
+
+
+def compiles(source: str, tmp_path: Path, beside: Path | None = None) -> None:
+    """nvcc on the candidate; ``beside``: the corpus kernel's folder, whose relative includes it keeps."""
+    from kernel_lsp.services.harness.compile import compile_cubin
+    from kernel_lsp.services.toolchain import BuildFlags
+
+    work = tmp_path / "k"
+    work.mkdir()
+    if beside is not None and (beside.parent / "_common").is_dir():
+        shutil.copytree(beside.parent / "_common", tmp_path / "_common")
+    result = compile_cubin(source, str(work), "cand", BuildFlags().for_arch("sm_90"))
+    assert result.ok, result.log
+
+
+TREE = """
+__global__ void partial(const float* x, float* out, int n) {
+    __shared__ float s[BLOCK];
+    unsigned int tid = threadIdx.x;
+    INDEX i = (INDEX)blockIdx.x * blockDim.x + threadIdx.x;
+    s[tid] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    LOOP
+    if (tid == 0) out[blockIdx.x] = s[0];
+}
+"""
+INTERLEAVED = """for (unsigned int st = 1; st < blockDim.x; st *= 2) {
+        if (tid % (2 * st) == 0) s[tid] += s[tid + st];
+        __syncthreads();
+    }"""
+STRIDED = """for (unsigned int st = 1; st < blockDim.x; st <<= 1) {
+        int index = 2 * st * tid;
+        if (index < blockDim.x) { s[index] = s[index] + s[index + st]; }
+        __syncthreads();
+    }"""
+SEQUENTIAL = """for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (tid < st) s[tid] = fmaxf(s[tid], s[tid + st]);
+        __syncthreads();
+    }"""
+
+
+def tree(loop: str, index: str = "int", block: int = 256) -> str:
+    return TREE.replace("LOOP", loop).replace("INDEX", index).replace("BLOCK", str(block))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("loop,index", [(INTERLEAVED, "int"), (STRIDED, "long long"), (SEQUENTIAL, "size_t")])
+def test_trees_of_any_indexing_become_shuffles(loop, index, tmp_path):
+    source = tree(loop, index)
+    found = outcome("tree-to-shuffle", source, spec_of("partial", 256, [{"n": 1000}]))
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert rw.launch_override is None and rw.grid_scale is None  # a per-block output keeps its grid
+    assert "__shfl_xor_sync" in rw.source and "st *= 2" not in rw.source and "st <<= 1" not in rw.source
+    assert ("kl_warp_max" in rw.source) == (loop is SEQUENTIAL)
+    compiles(rw.source, tmp_path)
+
+
+@pytest.mark.parametrize("source,block,why", [
+    (tree(INTERLEAVED, block=96), 96, "not a power of two from 32 to 1024"),
+    (tree(INTERLEAVED, block=16), 16, "not a power of two from 32 to 1024"),
+    # A guard one thread too wide: thread st writes the slot thread 0 reads in the same step.
+    (tree("""for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (tid <= st && tid + st < blockDim.x) s[tid] += s[tid + st];
+        __syncthreads();
+    }"""), 256, "race"),
+    (tree("""for (unsigned int st = 1; st < blockDim.x; st *= 2) {
+        if (tid % (2 * st) == 0) s[tid] += s[tid + st];
+    }"""), 256, "no barrier"),
+    (tree("if (blockIdx.x < n) { " + INTERLEAVED + " }"), 256, "sits under a condition"),
+    (tree(INTERLEAVED).replace("if (tid == 0) out[blockIdx.x] = s[0];", "out[i] = s[tid];"), 256,
+     "reads a slot other than the root"),
+    (tree(INTERLEAVED).replace("unsigned int tid = threadIdx.x;", "unsigned int tid = threadIdx.x; if (n < 0) return;"),
+     256, "return before the tree"),
+    (tree(INTERLEAVED.replace("st < blockDim.x", "st < n")), 256, "`n`"),
+    (tree("""for (unsigned int st = 1; st < blockDim.x; st *= 2) {
+        if (tid % st == 0) s[tid] += s[tid + st];
+        __syncthreads();
+    }"""), 256, "outside the block's slots"),
+])
+def test_tree_refusals_name_the_missing_fact(source, block, why):
+    found = outcome("tree-to-shuffle", source, spec_of("partial", block, [{"n": 5000}]))
+    assert not found.applicable and why in found.why, found.why
+
+
+def test_tree_written_for_one_block_size_is_refused_at_another():
+    source = tree("""for (int st = 128; st > 0; st >>= 1) {
+        if (tid < st) s[tid] += s[tid + st];
+        __syncthreads();
+    }""", block=512)
+    assert outcome("tree-to-shuffle", source, spec_of("partial", 256)).applicable
+    found = outcome("tree-to-shuffle", source, spec_of("partial", 512))
+    assert not found.applicable and "at 512 threads per block" in found.why
+
+
+def corpus(name: str) -> tuple[str, dict, Path]:
+    folder = CORPUS / name
+    return (folder / "kernel.cu").read_text(), json.loads((folder / "spec.json").read_text()), folder
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["howto_reduce_v0", "llmc_matmul_backward_bias_kernel1"])
+def test_corpus_trees_become_shuffles_and_compile(name, tmp_path):
+    source, spec, folder = corpus(name)
+    found = outcome("tree-to-shuffle", source, spec)
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert rw.launch_override is None
+    compiles(rw.source, tmp_path, folder)
+
+
+@pytest.mark.parametrize("name,rule,why", [
+    ("shoc_reduction", "tree-to-shuffle", "is unrolled"),
+    ("rodinia_backprop_layerforward", "tree-to-shuffle", "no shared-memory reduction tree"),
+    ("parboil_scan_l1", "tree-to-shuffle", "not one update"),
+    ("llmc_crossentropy_forward_kernel1", "tree-to-shuffle", "no shared-memory reduction tree"),
+    ("llmc_encoder_backward_kernel1", "atomic-to-block-reduce", "no atomics onto an address that is the same"),
+    ("llmc_crossentropy_forward_kernel1", "atomic-to-block-reduce", "no atomics"),
+    ("howto_reduce_v0", "atomic-to-block-reduce", "no atomics"),
+])
+def test_corpus_refusals(name, rule, why):
+    source, spec, _ = corpus(name)
+    found = outcome(rule, source, spec)
+    assert not found.applicable and why in found.why, found.why
+
+
+@needs_nvcc
+def test_the_reduction_example_tree_inside_a_uniform_tile_loop(tmp_path):
+    folder = ROOT / "examples" / "reduction"
+    source, spec = (folder / "original.cu").read_text(), json.loads((folder / "spec.json").read_text())
+    found = outcome("tree-to-shuffle", source, spec)
+    assert found.applicable, found.why
+    compiles(found.rewrites[0].source, tmp_path)
+
+
+ATOMIC = """
+__global__ void total(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    atomicAdd(&out[0], x[i] * 2.0f);
+}
+"""
+
+
+@needs_nvcc
+def test_atomics_onto_one_address_become_one_per_block(tmp_path):
+    found = outcome("atomic-to-block-reduce", ATOMIC, spec_of("total", 256, [{"n": 1000}], out_size="1"))
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert rw.source.count("atomicAdd(") == 1 and "__syncthreads_or" in rw.source and "break;" in rw.source
+    compiles(rw.source, tmp_path)
+
+
+@pytest.mark.parametrize("source,block,why", [
+    (ATOMIC.replace("atomicAdd(&out[0], x[i] * 2.0f);", "float old = atomicAdd(&out[0], x[i]); if (old < 0) out[1] = 0;"),
+     256, "other atomics than atomicAdd"),
+    (ATOMIC.replace("atomicAdd(&out[0], x[i] * 2.0f);", "if (atomicAdd(&out[0], x[i]) > 1.0f) return;"),
+     256, "uses the atomic's old value"),
+    (ATOMIC.replace("int i =", "int k = n / 2; int i =").replace("&out[0]", "&out[k]"), 256, "names k"),
+    (ATOMIC.replace("if (i >= n) return;", "for (int j = 0; j < 4; ++j) if (i + j >= n) return;"), 256,
+     "inside a loop"),
+    (ATOMIC, 48, "not whole warps"),
+    (ATOMIC.replace("&out[0]", "&out[threadIdx.x % 4]"), 256, "no atomics onto an address that is the same"),
+])
+def test_atomic_refusals_name_the_missing_fact(source, block, why):
+    found = outcome("atomic-to-block-reduce", source, spec_of("total", block, out_size="4"))
+    assert not found.applicable and why in found.why, found.why
