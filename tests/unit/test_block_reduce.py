@@ -106,6 +106,8 @@ def test_trees_of_any_indexing_become_shuffles(loop, index, tmp_path):
     (tree(INTERLEAVED).replace("unsigned int tid = threadIdx.x;", "unsigned int tid = threadIdx.x; if (n < 0) return;"),
      256, "return before the tree"),
     (tree(INTERLEAVED.replace("st < blockDim.x", "st < n")), 256, "`n`"),
+    (tree("for (int r = 0; r < 4; ++r) { if (r == n) continue; " + INTERLEAVED + " }"), 256,
+     "an enclosing loop holds a return, break or continue"),
     (tree("""for (unsigned int st = 1; st < blockDim.x; st *= 2) {
         if (tid % st == 0) s[tid] += s[tid + st];
         __syncthreads();

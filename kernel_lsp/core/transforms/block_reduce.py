@@ -306,6 +306,8 @@ class TreeToShuffle(Rule):
         node = node_at(src, root, loop.span)
         if node is None or node.type != "for_statement" or loop.var is None:
             return "its loop is not a counted for loop", ""
+        if not facts.body_span[0] <= loop.span[0] < loop.span[1] <= facts.body_span[1]:
+            return "the tree is in a helper function, not in the kernel's body", ""
         if "volatile" in next((a.elem_type for a in facts.accesses if a.array == array), ""):
             return "the array is volatile (warp-synchronous code the shuffles would have to reproduce)", ""
         # Every thread reaches the loop: only blocks and thread-uniform loops above it.
@@ -338,6 +340,8 @@ class TreeToShuffle(Rule):
             if p.type == "for_statement":
                 outermost = p
             p = p.parent
+        if outermost is not node and _has(outermost, ("return_statement", "break_statement", "continue_statement")):
+            return "an enclosing loop holds a return, break or continue: a thread may skip a later iteration's tree", ""
         for a in facts.accesses:
             if a.array != array or not a.reads:
                 continue
@@ -531,6 +535,9 @@ class AtomicToBlockReduce(Rule):
             if any(a.kind != "atomic" or a.op != "atomicAdd" for a in mine):
                 reasons.append(f"`{array}` is also read, written or updated by other atomics than atomicAdd: "
                                "their order against the deferred sum is not kept")
+                continue
+            if any(a.via for a in mine):
+                reasons.append(f"an atomic onto `{array}` is in a helper function, not in the kernel's body")
                 continue
             calls, addresses = [], set()
             for a in mine:
