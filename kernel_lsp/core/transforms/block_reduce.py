@@ -23,7 +23,7 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - afterwards (after the loop, or anywhere in an enclosing loop) the array is read only at slot 0
   (the other slots' partial sums, which the shuffles do not produce, are never observed).
 
-:class:`AtomicToBlockReduce` — ``atomicAdd`` onto one address per block (a ``atomic``
+:class:`AtomicToBlockReduce` — ``atomicAdd`` onto one address per block (an ``atomic``
 reduction: the address does not depend on the thread) becomes a per-thread register sum, reduced
 in the block with shuffles, added by one atomic per block at the kernel's end.
 
@@ -34,9 +34,14 @@ Legality:
   is re-evaluated at the kernel's end);
 - the block has a multiple of 32 threads, at most 1024, at every size of the spec;
 - every thread reaches the final reduction: a ``return`` becomes a ``break`` out of a
-  ``do { … } while (0)`` around the original body, so none may sit in a loop or ``switch``, and
-  the kernel has no barrier (a thread leaving early would no longer skip the block's barriers'
-  partners… the original's own barriers would then be waited on by threads that returned).
+  ``do { … } while (0)`` around the original body, so none may sit in a loop or ``switch``; a
+  kernel with barriers may not return at all (a thread that returned would now wait at them);
+- only a block one of whose threads reached an atomic adds its total (``__syncthreads_or``): the
+  address may be out of bounds for the others.
+
+Not done here: privatising atomics onto data-dependent targets in shared memory, thread
+coarsening (no target needed it without changing a per-block output), unrolled and
+warp-synchronous (``volatile``) trees, scans.
 """
 
 from __future__ import annotations
