@@ -200,3 +200,77 @@ def test_atomics_onto_one_address_become_one_per_block(tmp_path):
 def test_atomic_refusals_name_the_missing_fact(source, block, why):
     found = outcome("atomic-to-block-reduce", source, spec_of("total", block, out_size="4"))
     assert not found.applicable and why in found.why, found.why
+
+
+HIST = """
+__global__ void hist(const int* data, unsigned int* bins, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    atomicAdd(&bins[BIN], 1u);
+}
+"""
+
+
+def hist_spec(block: int = 256, bins: str = "256") -> dict:
+    return {"kernel": "hist", "params": [
+        {"name": "data", "array": "int32", "size": "n", "init": "randint(0,100000)", "role": "in"},
+        {"name": "bins", "array": "uint32", "size": bins, "init": "zeros", "role": "out"},
+        {"name": "n", "scalar": "int32", "value": 1 << 20}],
+        "grid": [f"ceil_div(n,{block})", 1, 1], "block": [block, 1, 1], "variants": [{"n": 999}]}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("bin_expr,count", [("data[i] & 255", 256), ("data[i] & 1023", 1024),
+                                            ("(data[i] >> 4) & 63", 64)])
+def test_histograms_are_privatised_in_shared_memory(bin_expr, count, tmp_path):
+    found = outcome("shared-privatize", HIST.replace("BIN", bin_expr), hist_spec())
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert f"kl_priv0[{count}]" in rw.source and "kl_private_add(" in rw.source and "break;" in rw.source
+    compiles(rw.source, tmp_path)
+
+
+@pytest.mark.parametrize("source,why", [
+    (HIST.replace("BIN", "data[i]"), "has no bound"),
+    (HIST.replace("BIN", "data[i] & 65535"), "do not fit"),
+    (HIST.replace("BIN", "i % 256"), "do not depend on loaded data"),
+    (HIST.replace("BIN", "(data[i] & 255) - (int)threadIdx.x"), "may be negative"),
+    # A signed remainder of a loaded value may be negative in C.
+    (HIST.replace("BIN", "data[i] % 1000"), "may be negative"),
+    (HIST.replace("BIN", "data[i] & 255").replace("if (i >= n) return;", "if (i >= n) return; if (bins[0] > 5u) return;"),
+     "reads it"),
+    (HIST.replace("BIN", "data[i] & 255").replace("int i =", "bins[0] = 0u; int i ="), "without a barrier"),
+])
+def test_privatisation_refusals_name_the_missing_fact(source, why):
+    found = outcome("shared-privatize", source, hist_spec())
+    assert not found.applicable and why in found.why, found.why
+
+
+@needs_nvcc
+def test_the_histogram_example_is_privatised(tmp_path):
+    folder = ROOT / "examples" / "histogram"
+    source, spec = (folder / "original.cu").read_text(), json.loads((folder / "spec.json").read_text())
+    found = outcome("shared-privatize", source, spec)
+    assert found.applicable, found.why
+    compiles(found.rewrites[0].source, tmp_path)
+
+
+def test_encoder_backward_targets_are_refused_with_their_facts():
+    source, spec, _ = corpus("llmc_encoder_backward_kernel1")
+    found = outcome("shared-privatize", source, spec)
+    assert not found.applicable
+    assert "`dwte`" in found.why and "has no bound" in found.why
+    assert "`dwpe`" in found.why and "do not depend on loaded data" in found.why
+
+
+def test_value_range_bounds_masks_and_remainders():
+    from kernel_lsp.core.analysis import Binding, analyze, split_block_base, value_range
+    from kernel_lsp.core.source import preprocess
+
+    facts = analyze(preprocess(HIST.replace("BIN", "256 * blockIdx.x + (data[i] % 100)")))["hist"]
+    (atomic,) = [a for a in facts.accesses if a.kind == "atomic"]
+    base, offset = split_block_base(atomic.index, facts)
+    assert str(base) == "256*bid.x"
+    binding = Binding.from_spec(parse_spec(hist_spec()))
+    # The remainder of a loaded value that may be negative lies in (-100, 100).
+    assert value_range(offset, facts, binding) == (-99, 99)

@@ -32,6 +32,7 @@ from kernel_lsp.core.rules.structural import (
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
 from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToShuffle
+from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
@@ -41,6 +42,7 @@ RULES: tuple[Rule, ...] = (
     WarpPerRow(),
     TreeToShuffle(),
     AtomicToBlockReduce(),
+    SharedPrivatize(),
     TiledTranspose(),
     TiledMatmul(),
     TreeReductionToShuffle(),
@@ -59,7 +61,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "tree-to-shuffle", "atomic-to-block-reduce"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "tree-to-shuffle", "atomic-to-block-reduce", "shared-privatize"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 

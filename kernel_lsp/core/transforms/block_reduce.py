@@ -39,7 +39,7 @@ Legality:
 - only a block one of whose threads reached an atomic adds its total (``__syncthreads_or``): the
   address may be out of bounds for the others.
 
-Not done here: privatising atomics onto data-dependent targets in shared memory, thread
+Not done here (privatisation is :mod:`kernel_lsp.core.transforms.privatize`): thread
 coarsening (no target needed it without changing a per-block output), unrolled and
 warp-synchronous (``volatile``) trees, scans.
 """
