@@ -299,7 +299,7 @@ class TreeToShuffle(Rule):
             text = ("{ // the tree as warp shuffles: every slot reduced, the total written to the root slot\n"
                     f"    __syncthreads();\n    {core}"
                     f"    if (threadIdx.x == 0u) {p.array}[0] = kl_total;\n    __syncthreads();\n}}")
-            edit.replace(p.loop.span[0], p.loop.span[1], text.replace("\n", "\n" + indent))
+            replace_by_lines(edit, p.loop.span[0], p.loop.span[1], text.replace("\n", "\n" + indent))
         source, expanded = emit(edit, ctx.source, ctx.kernel, warp_reduce_helpers({p.op for p in plans}, ctx.source))
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         what = ", ".join(f"`{p.array}`" for p in plans)
@@ -385,6 +385,19 @@ class TreeToShuffle(Rule):
         if updates[0][1].op not in WARP_REDUCE:
             return f"the operator `{updates[0][1].op}` has no shuffle reduction here"
         return init, cond, update, [s for s in stmts if s.type == "declaration"], updates[0]
+
+
+def replace_by_lines(edit: BodyEdit, start: int, end: int, new: str) -> None:
+    """``new`` in place of ``start..end`` as one edit per line of that range (the new text on the first),
+    so that each maps onto the user's own line where it reads the same and the file's macros stay."""
+    src = edit.src
+    at, first = start, True
+    while at < end:
+        stop = src.find(b"\n", at, end)
+        stop = end if stop < 0 else stop
+        edit.replace(at, stop, new if first else "")
+        first = False
+        at = stop + 1
 
 
 def _has_before(body: Node, at: int, types: tuple[str, ...]) -> bool:
