@@ -2155,3 +2155,23 @@ def _recipe_interval(entry: Opaque, known: Mapping[str, tuple[int, int]], opaque
         f = min if op == "min" else max
         return f(xv[0], yv[0]), f(xv[1], yv[1])
     return None
+
+
+def shared_combine_loops(facts: KernelFacts) -> tuple[Reduction, ...]:
+    """The looped ``shared_tree`` reductions plus every other loop that combines a shared array's
+    slots in place (a slot written from another slot of the same array in the same loop): trees the
+    analysis did not recognise by their update (a 2-D tree, a counted loop with ``pow``), candidates
+    for a transformation to prove or refuse."""
+    found = [r for r in facts.reductions if r.kind == "shared_tree" and r.loop is not None]
+    seen = {(r.target, r.loop) for r in found}
+    for w in facts.accesses:
+        if w.space != "shared" or not w.writes or not w.loops:
+            continue
+        loop = w.loops[-1]
+        if (w.array, loop) in seen:
+            continue
+        if any(r.array == w.array and r.reads and r.loops and r.loops[-1] == loop and r.index != w.index
+               for r in facts.accesses if r.space == "shared"):
+            found.append(Reduction("shared_tree", w.array, w.op or "+", w.line, w.user_line, loop))
+            seen.add((w.array, loop))
+    return tuple(found)

@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import KernelFacts, LoopFact, assigned_names, thread_dependence
+from kernel_lsp.core.analysis import KernelFacts, LoopFact, assigned_names, shared_combine_loops, thread_dependence
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, warp_reduce_helpers
 
@@ -248,9 +248,10 @@ class TreeToShuffle(Rule):
         facts = ctx.facts
         if facts is None or not facts.complete:
             return [], "the kernel's analysis is missing or incomplete"
-        trees = [r for r in facts.reductions if r.kind == "shared_tree"]
+        unrolled = [r for r in facts.reductions if r.kind == "shared_tree" and r.loop is None]
+        trees = [*unrolled, *shared_combine_loops(facts)]
         if not trees:
-            return [], "no shared-memory reduction tree"
+            return [], "no shared-memory reduction tree (no loop combines a shared array's slots in place)"
         if ctx.spec is None:
             return [], "needs a launch spec (the tree is simulated at each of its block sizes)"
         blocks = _spec_blocks(ctx)
@@ -329,15 +330,6 @@ class TreeToShuffle(Rule):
             parent = parent.parent
         if _has_before(body, node.start_byte, ("return_statement", "goto_statement")):
             return "a thread may return before the tree (it would miss the new barriers)", ""
-        header_and_body = self._steps(node, src, array)
-        if isinstance(header_and_body, str):
-            return header_and_body, ""
-        init, cond, update, stmts, upd = header_and_body
-        ev = _Eval(src, body, node.start_byte)
-        for n in sizes:
-            why = _simulate(ev, loop.var, init, cond, update, stmts, upd, n)
-            if why:
-                return f"at {n} threads per block: {why}", ""
         # The partial sums the shuffles do not produce must never be read.
         outermost = node
         p = node.parent
@@ -355,6 +347,15 @@ class TreeToShuffle(Rule):
             root_slot = a.index.constant == 0
             if later and not inside and not root_slot:
                 return f"`{a.text}` at line {(a.user_line or 0) + 1} reads a slot other than the root after the tree", ""
+        header_and_body = self._steps(node, src, array)
+        if isinstance(header_and_body, str):
+            return header_and_body, ""
+        init, cond, update, stmts, upd = header_and_body
+        ev = _Eval(src, body, node.start_byte)
+        for n in sizes:
+            why = _simulate(ev, loop.var, init, cond, update, stmts, upd, n)
+            if why:
+                return f"at {n} threads per block: {why}", ""
         return None, upd[1].op
 
     def _steps(self, node: Node, src: bytes, array: str):
@@ -372,12 +373,12 @@ class TreeToShuffle(Rule):
             elif s.type == "if_statement" and s.child_by_field_name("alternative") is None:
                 u = _update(s.child_by_field_name("consequence"), src, array)
                 if u is None:
-                    return f"the guarded statement `{_text(src, s)[:60]}` is not one update `{array}[w] op= {array}[r]`"
+                    return f"the guarded statement `{_first_line(_text(src, s))}` is not one update `{array}[w] op= {array}[r]`"
                 updates.append((s, u))
             elif _update(s, src, array) is not None:
                 updates.append((s, _update(s, src, array)))
             else:
-                return f"its body holds `{_text(src, s)[:60]}`, which is not a barrier, a declaration or a tree step"
+                return f"its body holds `{_first_line(_text(src, s))}`, which is not a barrier, a declaration or a tree step"
         if len(updates) != 1:
             return "its body does not hold exactly one tree step"
         if not barrier:
@@ -385,6 +386,11 @@ class TreeToShuffle(Rule):
         if updates[0][1].op not in WARP_REDUCE:
             return f"the operator `{updates[0][1].op}` has no shuffle reduction here"
         return init, cond, update, [s for s in stmts if s.type == "declaration"], updates[0]
+
+
+def _first_line(text: str) -> str:
+    line = text.split("\n", 1)[0].strip()
+    return line if len(line) <= 60 and "\n" not in text else line[:60] + " …"
 
 
 def replace_by_lines(edit: BodyEdit, start: int, end: int, new: str) -> None:
