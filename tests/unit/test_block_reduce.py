@@ -112,6 +112,12 @@ def test_trees_of_any_indexing_become_shuffles(loop, index, tmp_path):
         if (tid % st == 0) s[tid] += s[tid + st];
         __syncthreads();
     }"""), 256, "outside the block's slots"),
+    # `st - tid` is unsigned in C (tid is): it wraps instead of going negative, so the guard holds for
+    # nearly every thread; the simulation refuses rather than evaluate it as a signed value.
+    (tree("""for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (st - tid > 0) s[tid] += s[tid + st];
+        __syncthreads();
+    }"""), 256, "signedness is not modelled"),
 ])
 def test_tree_refusals_name_the_missing_fact(source, block, why):
     found = outcome("tree-to-shuffle", source, spec_of("partial", block, [{"n": 5000}]))

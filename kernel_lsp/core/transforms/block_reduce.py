@@ -89,6 +89,14 @@ class _Eval:
             stack.extend(n.children)
 
     def value(self, node: Node, env: dict[str, int], depth: int = 0) -> int:
+        v = self._value(node, env, depth)
+        # Non-negative values below 2**31 behave the same in signed and unsigned C arithmetic, whose
+        # types the evaluator does not track: anything else is refused rather than guessed.
+        if not 0 <= v < 2 ** 31:
+            raise _Unknown(f"a value outside 0..2^31 ({v} for `{_text(self.src, node)}`), whose signedness is not modelled")
+        return v
+
+    def _value(self, node: Node, env: dict[str, int], depth: int = 0) -> int:
         if depth > 40:
             raise _Unknown("an expression nested too deeply")
         t, src = node.type, self.src
