@@ -204,6 +204,8 @@ def test_atomics_onto_one_address_become_one_per_block(tmp_path):
     (ATOMIC.replace("if (i >= n) return;", "for (int j = 0; j < 4; ++j) if (i + j >= n) return;"), 256,
      "inside a loop"),
     (ATOMIC, 48, "not whole warps"),
+    (ATOMIC.replace("const float* x", "float* x").replace("&out[0]", "&out[(int)x[0]]")
+     .replace("atomicAdd(", "x[1] = 0.0f; atomicAdd("), 256, "which the kernel may write"),
     (ATOMIC.replace("&out[0]", "&out[threadIdx.x % 4]"), 256, "no atomics onto an address that is the same"),
 ])
 def test_atomic_refusals_name_the_missing_fact(source, block, why):

@@ -30,8 +30,8 @@ in the block with shuffles, added by one atomic per block at the kernel's end.
 Legality:
 - every atomic onto the array is an ``atomicAdd`` statement (its old value unused) at that one
   address, and the kernel accesses the array nowhere else (no order between them to keep);
-- the address names only parameters that the kernel never assigns and the block's builtins (it
-  is re-evaluated at the kernel's end);
+- the address names only parameters that the kernel never assigns and the block's builtins, and
+  reads only arrays the kernel never writes (it is re-evaluated at the kernel's end);
 - the block has a multiple of 32 threads, at most 1024, at every size of the spec;
 - every thread reaches the final reduction: a ``return`` becomes a ``break`` out of a
   ``do { … } while (0)`` around the original body, so none may sit in a loop or ``switch``; a
@@ -584,6 +584,11 @@ class AtomicToBlockReduce(Rule):
                 if names - params - _BUILTINS:
                     reasons.append(f"the address of `{a.text}` names {', '.join(sorted(names - params - _BUILTINS))}, "
                                    "not an unassigned parameter or builtin: it cannot be re-evaluated at the kernel's end")
+                    break
+                loaded = (names & {n for n, _, is_pointer in facts.params if is_pointer}) - {array} - set(facts.read_only)
+                if loaded:
+                    reasons.append(f"the address of `{a.text}` reads {', '.join(sorted(loaded))}, which the kernel may "
+                                   "write: it may differ at the kernel's end")
                     break
                 calls.append((a.span[0], a.span[1], _text(src, value)))
             else:
