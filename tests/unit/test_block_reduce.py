@@ -204,6 +204,7 @@ def test_atomics_onto_one_address_become_one_per_block(tmp_path):
     (ATOMIC.replace("if (i >= n) return;", "for (int j = 0; j < 4; ++j) if (i + j >= n) return;"), 256,
      "inside a loop"),
     (ATOMIC, 48, "not whole warps"),
+    (ATOMIC.replace("&out[0]", "(float*)&out[0]"), 256, "is cast"),
     (ATOMIC.replace("const float* x", "float* x").replace("&out[0]", "&out[(int)x[0]]")
      .replace("atomicAdd(", "x[1] = 0.0f; atomicAdd("), 256, "which the kernel may write"),
     (ATOMIC.replace("&out[0]", "&out[threadIdx.x % 4]"), 256, "no atomics onto an address that is the same"),
@@ -248,6 +249,7 @@ def test_histograms_are_privatised_in_shared_memory(bin_expr, count, tmp_path):
     (HIST.replace("BIN", "(data[i] & 255) - (int)threadIdx.x"), "may be negative"),
     # A signed remainder of a loaded value may be negative in C.
     (HIST.replace("BIN", "data[i] % 1000"), "may be negative"),
+    (HIST.replace("&bins[BIN]", "(unsigned int*)&bins[data[i] & 255]"), "is cast"),
     (HIST.replace("BIN", "data[i] & 255").replace("if (i >= n) return;", "if (i >= n) return; if (bins[0] > 5u) return;"),
      "reads it"),
     (HIST.replace("BIN", "data[i] & 255").replace("int i =", "bins[0] = 0u; int i ="), "without a barrier"),

@@ -579,6 +579,9 @@ class AtomicToBlockReduce(Rule):
                     reasons.append(f"`{a.text}` at line {(a.user_line or 0) + 1} uses the atomic's old value")
                     break
                 address, value = args.named_children
+                if _cast_pointer(address):
+                    reasons.append(f"the address of `{a.text}` is cast: the element type it adds is not the array's")
+                    break
                 addresses.add(_text(src, address).replace(" ", ""))
                 names = _identifiers_of(address, src)
                 if names - params - _BUILTINS:
@@ -640,6 +643,13 @@ class AtomicToBlockReduce(Rule):
         what = ", ".join(f"`{p.array}`" for p in plans)
         return (Rewrite(source, f"the atomics onto {what} summed per thread, reduced in the block with warp shuffles, "
                                 f"one atomicAdd per block; same grid and block{note}"),)
+
+
+def _cast_pointer(address: Node) -> bool:
+    """The atomic's address is itself a cast (``(T*)&a[i]``): it adds another element type than the array's."""
+    while address.type == "parenthesized_expression" and address.named_children:
+        address = address.named_children[0]
+    return address.type == "cast_expression"
 
 
 def _identifiers_of(node: Node, src: bytes) -> set[str]:

@@ -32,7 +32,7 @@ from kernel_lsp.core.analysis import Binding, _data_dependent, assigned_names, s
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.block_reduce import _exits_refusal, _is_barrier, _returns, _text
+from kernel_lsp.core.transforms.block_reduce import _cast_pointer, _exits_refusal, _is_barrier, _returns, _text
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
 
 #: Shared memory a block may use without opting in (every GPU since compute capability 2.0).
@@ -160,6 +160,8 @@ class SharedPrivatize(Rule):
             if args is None or args.named_child_count != 2 or call.parent is None or call.parent.type != "expression_statement":
                 return f"`{a.text}` uses the atomic's old value", None
             address, value = args.named_children
+            if _cast_pointer(address):
+                return f"the address of `{a.text}` is cast: the element type it adds is not the array's", None
             calls.append((a.span[0], a.span[1], _text(src, address), _text(src, value)))
         return None, _Private(array, atomics[0].elem_type, c_text(base), count, tuple(calls))
 
