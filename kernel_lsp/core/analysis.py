@@ -2068,3 +2068,110 @@ def summary(facts: KernelFacts, binding: Binding | None) -> dict:
         "shuffles": facts.shuffles,
         "unknowns": list(facts.unknowns),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Value ranges: the interval an index takes over a block's threads and any loaded data
+# --------------------------------------------------------------------------------------------
+
+
+def split_block_base(poly: Poly, facts: KernelFacts) -> tuple[Poly, Poly]:
+    """(base, offset): ``base`` holds the terms that are the same for every thread of a block and
+    every loaded value (scalar parameters, block indices, block and grid sizes), ``offset`` the rest."""
+    fixed = ("bid.", "bdim.", "gdim.")
+    scalars = {name for name, _, is_pointer in facts.params if not is_pointer}
+    base: dict = {}
+    rest: dict = {}
+    for m, c in poly.terms:
+        uniform = all(s.startswith(fixed) or s in scalars for s in m)
+        (base if uniform else rest)[m] = c
+    return Poly._from(base), Poly._from(rest)
+
+
+def value_range(poly: Poly, facts: KernelFacts, binding: Binding) -> tuple[int, int] | None:
+    """The interval ``poly`` can take in any block under ``binding`` for any thread and any loaded
+    value, by interval arithmetic over the opaque terms' recipes (``x & m``, ``x % m``, ``/``,
+    ``>>``, ``min``, ``max``, selects); None when a term is unbounded (a loaded value used as is)."""
+    bx, by, bz = binding.block
+    gx, gy, gz = binding.grid if binding.grid is not None else (None, None, None)
+    known: dict[str, tuple[int, int]] = {k: (v, v) for k, v in binding.values.items()}
+    known.update({"bdim.x": (bx, bx), "bdim.y": (by, by), "bdim.z": (bz, bz),
+                  "tid.x": (0, bx - 1), "tid.y": (0, by - 1), "tid.z": (0, bz - 1)})
+    for axis, g in zip("xyz", (gx, gy, gz)):
+        if g is not None:
+            known[f"gdim.{axis}"] = (g, g)
+            known[f"bid.{axis}"] = (0, g - 1)
+    return _interval(poly, known, facts.opaque, 0)
+
+
+def _interval(poly: Poly, known: Mapping[str, tuple[int, int]], opaque: Mapping[str, Opaque],
+              depth: int) -> tuple[int, int] | None:
+    if depth > 32:
+        return None
+    lo = hi = 0
+    for m, c in poly.terms:
+        term = (c, c)
+        for s in m:
+            iv = known.get(s)
+            if iv is None:
+                entry = opaque.get(s)
+                iv = _recipe_interval(entry, known, opaque, depth + 1) if entry is not None else None
+            if iv is None:
+                return None
+            products = [a * b for a in term for b in iv]
+            term = (min(products), max(products))
+        lo, hi = lo + term[0], hi + term[1]
+    return lo, hi
+
+
+def _recipe_interval(entry: Opaque, known: Mapping[str, tuple[int, int]], opaque: Mapping[str, Opaque],
+                     depth: int) -> tuple[int, int] | None:
+    recipe = entry.recipe
+    if recipe is None:
+        return None
+    if recipe[0] == "select":
+        a, b = _interval(recipe[4], known, opaque, depth), _interval(recipe[5], known, opaque, depth)
+        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    op, x, y = recipe
+    yv = _interval(y, known, opaque, depth)
+    xv = _interval(x, known, opaque, depth)
+    if op == "&":
+        # A non-negative mask bounds the result whatever the other operand is.
+        masks = [v for v in (xv, yv) if v is not None and v[0] >= 0]
+        return (0, min(v[1] for v in masks)) if masks else None
+    if op == "%":
+        if yv is None or yv[0] <= 0:
+            return None
+        bound = yv[1] - 1
+        return (0, bound) if xv is not None and xv[0] >= 0 else (-bound, bound)
+    if xv is None or yv is None:
+        return None
+    if op == "/" and yv[0] > 0:
+        ends = [a // b if a >= 0 else -((-a) // b) for a in xv for b in yv]
+        return min(ends), max(ends)
+    if op == ">>" and yv[0] >= 0 and xv[0] >= 0:
+        return xv[0] >> yv[1], xv[1] >> yv[0]
+    if op in ("min", "max"):
+        f = min if op == "min" else max
+        return f(xv[0], yv[0]), f(xv[1], yv[1])
+    return None
+
+
+def shared_combine_loops(facts: KernelFacts) -> tuple[Reduction, ...]:
+    """The looped ``shared_tree`` reductions plus every other loop that combines a shared array's
+    slots in place (a slot written from another slot of the same array in the same loop): trees the
+    analysis did not recognise by their update (a 2-D tree, a counted loop with ``pow``), candidates
+    for a transformation to prove or refuse."""
+    found = [r for r in facts.reductions if r.kind == "shared_tree" and r.loop is not None]
+    seen = {(r.target, r.loop) for r in found}
+    for w in facts.accesses:
+        if w.space != "shared" or not w.writes or not w.loops:
+            continue
+        loop = w.loops[-1]
+        if (w.array, loop) in seen:
+            continue
+        if any(r.array == w.array and r.reads and r.loops and r.loops[-1] == loop and r.index != w.index
+               for r in facts.accesses if r.space == "shared"):
+            found.append(Reduction("shared_tree", w.array, w.op or "+", w.line, w.user_line, loop))
+            seen.add((w.array, loop))
+    return tuple(found)

@@ -31,7 +31,9 @@ from kernel_lsp.core.rules.structural import (
 )
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
+from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToShuffle
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
+from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
@@ -41,6 +43,9 @@ RULES: tuple[Rule, ...] = (
     RegisterAccumulate(),
     WarpPerRow(),
     StencilRowReuse(),
+    TreeToShuffle(),
+    AtomicToBlockReduce(),
+    SharedPrivatize(),
     TiledTranspose(),
     TiledMatmul(),
     TreeReductionToShuffle(),
@@ -60,7 +65,8 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "fixed-trip-unroll"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "fixed-trip-unroll", "tree-to-shuffle",
+                        "atomic-to-block-reduce", "shared-privatize"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 
