@@ -39,8 +39,8 @@ from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 RULES: tuple[Rule, ...] = (
     RegisterAccumulate(),
     WarpPerRow(),
-    SharedTileStore(),
     TiledTranspose(),
+    SharedTileStore(),
     TiledMatmul(),
     TreeReductionToShuffle(),
     AtomicPerBlock(),
