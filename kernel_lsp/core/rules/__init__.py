@@ -32,7 +32,7 @@ from kernel_lsp.core.rules.structural import (
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
-from kernel_lsp.core.transforms.shared_tile import SharedTileStore
+from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Default order: structural templates (large, pattern-proven wins) first, then local edits.
@@ -41,6 +41,7 @@ RULES: tuple[Rule, ...] = (
     WarpPerRow(),
     TiledTranspose(),
     SharedTileStore(),
+    SharedTileLoad(),
     TiledMatmul(),
     TreeReductionToShuffle(),
     AtomicPerBlock(),
@@ -58,7 +59,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "shared-tile-store"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "shared-tile-store", "shared-tile-load"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 

@@ -42,7 +42,9 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import Access, Binding, KernelFacts, LoopFact, bind, thread_dependence
+from kernel_lsp.core.analysis import (
+    Access, Binding, KernelFacts, LoopFact, assigned_names, bind, declared_anywhere, thread_dependence,
+)
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
@@ -262,3 +264,283 @@ class SharedTileStore(Rule):
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         return (Rewrite(source, f"the store `{plan.access.text}` staged through a padded shared tile and written back "
                                 f"with consecutive threads on consecutive elements{note}"),)
+
+
+# --------------------------------------------------------------------------------------------
+# The load side: a thread-per-row loop reading its row, staged a few iterations at a time
+# --------------------------------------------------------------------------------------------
+
+#: One 32-byte sector of elements per thread and chunk: the loader's lanes then read whole sectors.
+_SECTOR_BYTES = 32
+#: Static shared memory one block may declare.
+_STATIC_SMEM_BYTES = 48 * 1024
+_CONDITIONAL = ("if_statement", "conditional_expression", "switch_statement")
+
+
+@dataclass(frozen=True)
+class _LoadPlan:
+    access: Access
+    loop: LoopFact
+    loop_node: Node
+    guard: Node | None
+    """The ``if`` whose only statement is the loop (its condition is evaluated once, as before)."""
+    chunk: int
+    """Iterations staged at a time: one sector of elements per thread."""
+    threads: int
+    """The tile's rows: the spec's largest block."""
+
+
+def _identifier_nodes(node: Node, src: bytes) -> list[Node]:
+    found, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            found.append(n)
+        elif n.type == "field_expression":
+            arg = n.child_by_field_name("argument")
+            if arg is not None:
+                stack.append(arg)
+            continue
+        stack.extend(n.children)
+    return found
+
+
+def _substituted(src: bytes, node: Node, name: str, new: str) -> str:
+    """``node``'s text with every identifier ``name`` replaced by ``new``."""
+    out, at = [], node.start_byte
+    for ident in sorted(_identifier_nodes(node, src), key=lambda n: n.start_byte):
+        if _text(src, ident) == name:
+            out.append(src[at:ident.start_byte].decode("utf-8"))
+            out.append(new)
+            at = ident.end_byte
+    out.append(src[at:node.end_byte].decode("utf-8"))
+    return "".join(out)
+
+
+def _monotone_condition(cond: Node, var: str, src: bytes) -> bool:
+    """``var < b`` / ``var <= b`` / ``b > var`` / ``b >= var``: once false for a growing ``var``, false for good."""
+    op = _text(src, cond.child_by_field_name("operator"))
+    left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
+    if op in ("<", "<=") and left.type == "identifier" and _text(src, left) == var:
+        return True
+    return op in (">", ">=") and right.type == "identifier" and _text(src, right) == var
+
+
+def _unit_increment(update: Node | None, var: str, src: bytes) -> bool:
+    if update is None:
+        return False
+    text = "".join(_text(src, update).split())
+    return text in (f"{var}++", f"++{var}", f"{var}+=1", f"{var}={var}+1")
+
+
+class SharedTileLoad(Rule):
+    name = "shared-tile-load"
+    technique = "transpose-via-shared-memory"
+    summary = "a row read a row apart across the warp staged through a padded shared tile, a sector per thread at a time"
+
+    def plan(self, ctx: RuleContext) -> tuple[_LoadPlan | None, str]:
+        facts = ctx.facts
+        if facts is None or not facts.complete:
+            return None, "the kernel's analysis is missing or incomplete"
+        if ctx.spec is None:
+            return None, "needs a launch spec (to find the uncoalesced read under the launch)"
+        if not ctx.distinct_arrays():
+            return None, "the spec does not allocate every pointer parameter on its own (they may alias)"
+        if facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses) or any(
+                a.kind == "atomic" for a in facts.accesses):
+            return None, "barriers, shared memory, warp intrinsics or atomics: the threads are not independent"
+        launches = ctx.launches()
+        try:
+            patterns = bind(facts, Binding.from_spec(ctx.spec))
+        except (SpecError, ValueError, ZeroDivisionError):
+            return None, "the spec's launch does not evaluate"
+        if not launches:
+            return None, "the spec's launch does not evaluate"
+        src, root = parse(ctx.preprocessed)
+        kernel = node_at(src, root, facts.span)
+        body = kernel.child_by_field_name("body") if kernel is not None else None
+        if body is None:
+            return None, "the kernel's definition was not found in the preprocessed view"
+        why = SharedTileStore._jumps(None, body)  # type: ignore[arg-type]
+        if why:
+            return None, why
+        reasons: list[str] = []
+        for p in patterns:
+            a = p.access
+            if a.space != "global" or a.kind != "read" or p.pattern != "strided" or not a.loops or p.loop_stride_elems != 1:
+                continue
+            why, plan = self._read_plan(ctx, facts, a, root, src, body, launches)
+            if why:
+                reasons.append(f"the read `{a.text}` at line {(a.user_line or 0) + 1}: {why}")
+                continue
+            return plan, ""
+        return None, "; ".join(reasons) or "no uncoalesced global read with unit stride along its loop under this launch"
+
+    def _read_plan(self, ctx, facts: KernelFacts, a: Access, root: Node, src: bytes, body: Node,
+                   launches) -> tuple[str | None, _LoadPlan | None]:
+        if a.field is not None or a.via:
+            return "a struct member or inside a helper function", None
+        if a.array in facts.escaped or any(b.array == a.array and b.kind != "read" for b in facts.accesses):
+            return f"`{a.array}` is written in the kernel or escapes", None
+        loop = facts.loops[a.loops[-1]]
+        loop_node = node_at(src, root, loop.span)
+        if loop_node is None:
+            return "its loop was not found", None
+        why = _uniform_loop(loop, loop_node, facts, src)
+        if why:
+            return f"its loop {why}", None
+        if any(not (s.startswith(("bdim.", "gdim.")) or s in ctx.param_names) for p in (loop.start, loop.bound)
+               for s in p.symbols):
+            return "its loop's bounds are not made of the kernel's scalars and the launch's dimensions", None
+        cond = loop_node.child_by_field_name("condition")
+        if not _monotone_condition(cond, loop.var, src) or _find(cond, _SIDE_EFFECTS + ("subscript_expression",)):
+            return "its loop's condition is not `var < bound` without loads or calls", None
+        if not _unit_increment(loop_node.child_by_field_name("update"), loop.var, src):
+            return "its loop does not count up by one", None
+        if any(other.parent == loop.id for other in facts.loops) or loop.calls_unknown:
+            return "its loop holds a nested loop or calls code the analysis does not see", None
+        loop_body = loop_node.child_by_field_name("body")
+        if loop.var in assigned_names(loop_body, src):
+            return "its loop assigns its own variable in the body", None
+        node = node_at(src, root, a.span)
+        if _conditional_in(node, loop_node, src):
+            return "the read is conditional inside the loop (staging would read what the original skips)", None
+        if node.child_by_field_name("indices") is None or _find(node, _SIDE_EFFECTS):
+            return "its index has side effects", None
+        names = {_text(src, n) for n in _identifier_nodes(node, src)}
+        if names & (assigned_names(loop_body, src) | declared_anywhere(loop_body, src)):
+            return "its address uses names made inside the loop", None
+        if _mentioned_after(body, loop_node, loop.var, src):
+            return "the loop's variable is read after the loop (threads outside the guard would now run the loop)", None
+        # From the loop up to the body: at most one guard whose only statement is the loop, then blocks and uniform loops.
+        guard: Node | None = None
+        child, up = loop_node, loop_node.parent
+        loops = {(lp.span[0], lp.span[1]): lp for lp in facts.loops}
+        while up is not None and up != body:
+            if up.type == "compound_statement":
+                if guard is None and up.parent is not None and up.parent.type == "if_statement" and up.named_child_count != 1:
+                    return "the guard around the loop holds other statements too", None
+            elif up.type == "if_statement" and guard is None and child == up.child_by_field_name("consequence") \
+                    and up.child_by_field_name("alternative") is None:
+                cond_node = up.child_by_field_name("condition")
+                if cond_node is None or _find(cond_node, _SIDE_EFFECTS):
+                    return "the guard's condition has side effects", None
+                guard = up
+            elif up.type == "for_statement":
+                outer = loops.get((up.start_byte, up.end_byte))
+                why = _uniform_loop(outer, up, facts, src) if outer is not None else "is not modelled"
+                if why:
+                    return f"the enclosing loop at line {up.start_point[0] + 1} {why}", None
+            else:
+                return f"the loop sits in a {up.type.replace('_', ' ')} that every thread would not reach", None
+            child, up = up, up.parent
+        elem = a.elem_bytes or ctx.spec and Binding.from_spec(ctx.spec).elem_bytes.get(a.array)
+        if not elem or not a.elem_type:
+            return "the element type is not known", None
+        chunk = max(1, _SECTOR_BYTES // elem)
+        threads = max(launch.block[0] * launch.block[1] * launch.block[2] for launch in launches)
+        smem = threads * (chunk + 1) * (8 + elem + 1)
+        if smem > _STATIC_SMEM_BYTES:
+            return f"the tile ({smem} bytes for {threads} threads) exceeds the static shared memory of a block", None
+        return None, _LoadPlan(a, loop, loop_node, guard, chunk, threads)
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        plan, why = self.plan(ctx)
+        if plan is None:
+            return False, why
+        return True, (f"the read `{plan.access.text}` is a row apart across the warp and unit stride along its loop; "
+                      f"`{plan.access.array}` is never written, the read is unconditional in the loop, whose count is the "
+                      "same for every thread; the guard around it is kept as each slot's flag")
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        plan, _ = self.plan(ctx)
+        facts = ctx.facts
+        assert plan is not None and facts is not None
+        src, root = parse(ctx.preprocessed)
+        edit = BodyEdit(ctx.preprocessed, facts)
+        a, k, rows = plan.access, plan.chunk, plan.threads
+        var = plan.loop.var
+        slots = rows * (k + 1)
+        lo, _hi = facts.body_span
+        edit.insert(lo + 1, (
+            f"\n    // The read `{a.text}` staged {k} iterations at a time in a tile of one row of {k} + 1 slots per thread "
+            "(the +1 pads a column onto 32 banks).\n"
+            f"    __shared__ long long kl_rtile_index[{slots}];\n"
+            f"    __shared__ {a.elem_type} kl_rtile_value[{slots}];\n"
+            f"    __shared__ unsigned char kl_rtile_set[{slots}];\n"
+            "    const unsigned kl_rthreads = blockDim.x * blockDim.y * blockDim.z;\n"
+            f"    const bool kl_rtiled = kl_rthreads <= {rows}u;\n"
+            "    const unsigned kl_rme = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n"))
+        loop_node = plan.loop_node
+        loop_cond = loop_node.child_by_field_name("condition")
+        index = src[a.span[0]:a.span[1]].decode("utf-8")
+        node = node_at(src, root, a.span)
+        index_node = node.child_by_field_name("indices")
+        staged_index = _substituted(src, index_node, var, "kl_ri")
+        staged_cond = _substituted(src, loop_cond, var, "kl_ri")
+        base = _text(src, node.child_by_field_name("argument"))
+        loop_body = loop_node.child_by_field_name("body")
+        ind = edit.indent_at(loop_node.start_byte) + "    "
+        edit.insert(loop_body.start_byte, (
+            f"{{\n{ind}if (kl_rtiled && kl_rk == 0) {{\n"
+            f"{ind}    __syncthreads();\n"
+            # Each thread notes the elements its next iterations read (where its guard and the loop's condition hold) ...
+            f"{ind}    for (int kl_rj = 0; kl_rj < {k}; kl_rj++) {{\n"
+            f"{ind}        const auto kl_ri = {var} + kl_rj;\n"
+            f"{ind}        const bool kl_rok = kl_rg && ({staged_cond});\n"
+            f"{ind}        kl_rtile_set[kl_rme * {k + 1} + kl_rj] = kl_rok;\n"
+            f"{ind}        if (kl_rok) kl_rtile_index[kl_rme * {k + 1} + kl_rj] = (long long)(&{base}{staged_index} - {a.array});\n"
+            f"{ind}    }}\n"
+            f"{ind}    __syncthreads();\n"
+            # ... then the block reads them with consecutive threads on one thread's consecutive elements.
+            f"{ind}    for (unsigned kl_rs = kl_rme; kl_rs < kl_rthreads * {k}u; kl_rs += kl_rthreads) {{\n"
+            f"{ind}        const unsigned kl_rslot = (kl_rs / {k}u) * {k + 1}u + kl_rs % {k}u;\n"
+            f"{ind}        if (kl_rtile_set[kl_rslot]) kl_rtile_value[kl_rslot] = {a.array}[kl_rtile_index[kl_rslot]];\n"
+            f"{ind}    }}\n"
+            f"{ind}    __syncthreads();\n"
+            f"{ind}}}\n{ind}if (kl_rg) "))
+        edit.replace(a.span[0], a.span[1], f"(kl_rtiled ? kl_rtile_value[kl_rme * {k + 1} + kl_rk] : {index})")
+        step = f"\n{ind}kl_rk = kl_rk + 1 == {k} ? 0 : kl_rk + 1;\n{ind[:-4]}}}"
+        # The guard's condition, evaluated once as before, now only decides what each thread stages and runs.
+        if plan.guard is not None:
+            cond = plan.guard.child_by_field_name("condition")
+            consequence = plan.guard.child_by_field_name("consequence")
+            opened_at, closed_at = plan.guard.start_byte, plan.guard.end_byte
+            edit.replace(opened_at, consequence.start_byte,
+                         f"{{ const bool kl_rg = ({edit.text(cond.start_byte, cond.end_byte)}); int kl_rk = 0;\n"
+                         + edit.indent_at(opened_at))
+        else:
+            opened_at, closed_at = loop_node.start_byte, loop_node.end_byte
+            edit.insert(opened_at, "{ const bool kl_rg = true; int kl_rk = 0;\n" + edit.indent_at(opened_at))
+        # One insert where the loop's body and the wrapper end at the same byte, so their order is fixed.
+        if loop_body.end_byte == closed_at:
+            edit.insert(closed_at, step + " }")
+        else:
+            edit.insert(loop_body.end_byte, step)
+            edit.insert(closed_at, " }")
+        source, expanded = emit(edit, ctx.source, ctx.kernel)
+        note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
+        return (Rewrite(source, f"the read `{a.text}` staged {k} iterations at a time through a padded shared tile, "
+                                f"read by consecutive threads on consecutive elements{note}"),)
+
+
+def _conditional_in(node: Node, stop: Node, src: bytes) -> bool:
+    """``node`` is evaluated only on some paths through ``stop``: in a branch of an ``if``, ``switch`` or
+    ``?:``, or on the right of ``&&`` / ``||`` (their conditions and left operands always run)."""
+    child, up = node, node.parent
+    while up is not None and up != stop:
+        if up.type in _CONDITIONAL and child != up.child_by_field_name("condition"):
+            return True
+        if up.type == "binary_expression" and _text(src, up.child_by_field_name("operator")) in ("&&", "||") \
+                and child == up.child_by_field_name("right"):
+            return True
+        child, up = up, up.parent
+    return False
+
+
+def _mentioned_after(body: Node, loop_node: Node, var: str, src: bytes) -> bool:
+    """``var`` is named after the loop and was not declared by the loop itself."""
+    init = loop_node.child_by_field_name("initializer")
+    if init is not None and init.type == "declaration":
+        return False
+    return any(_text(src, n) == var and n.start_byte >= loop_node.end_byte for n in _identifier_nodes(body, src))
