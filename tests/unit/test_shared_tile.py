@@ -79,6 +79,9 @@ def test_a_guarded_transpose_store_is_staged_and_the_guard_kept(tmp_path):
      "depends on the thread"),
     (lambda s: s.replace("out[x * m + y] = in[y * n + x];", "for (int k = 0; k < 2; k++) out[x * m + y] = in[y * n + x];"),
      "another loop"),
+    (lambda s: s.replace("  if (x < n && y < m)\n    out[x * m + y] = in[y * n + x];",
+                         "  for (int k = 0; k < 4; k++) { if (x < n && y < m) out[x * m + y] = in[y * n + k]; k += x & 1; }"),
+     "its body assigns"),
     (lambda s: s.replace("out[x * m + y] = in[y * n + x];", "{ int k = 0; while (k < 2) { out[x * m + y] = in[y * n + k]; k++; } }"),
      "another loop"),
     (lambda s: s.replace("out[x * m + y] = in[y * n + x];", "{ __syncthreads(); out[x * m + y] = in[y * n + x]; }"),
@@ -176,7 +179,7 @@ def test_a_row_read_is_staged_with_the_guard_split(tmp_path):
     (lambda s: s.replace("in[p * f + i]", "in[p * f + i + k]").replace("out[p + n * i] =", "{ int k = i & 1; out[p + n * i] =").replace("+ k];\n", "+ k]; }\n"),
      "names made inside the loop"),
     (lambda s: s.replace("int p =", "int i; int p =").replace("for (int i = 0;", "for (i = 0;")
-     .replace("  }\n}", "  }\n  out[0] = i;\n}"), "read after the loop"),
+     .replace("  }\n}", "  }\n  out[0] = i;\n}"), "used outside the loop"),
 ])
 def test_load_refusals_name_the_missing_fact(change, why):
     found = load_outcome(change(ROWS), ROWS_SPEC)

@@ -95,6 +95,9 @@ def _uniform_loop(loop: LoopFact, node: Node, facts: KernelFacts, src: bytes) ->
         return "has a condition that is not one comparison of its variable"
     if any(thread_dependence(p, facts.opaque) for p in (loop.start, loop.step, loop.bound)):
         return "runs a number of times that depends on the thread"
+    changed = assigned_names(node.child_by_field_name("body"), src)
+    if loop.var in changed or {_text(src, n) for n in _identifier_nodes(cond, src)} & changed:
+        return "has a variable or bound that its body assigns"
     return None
 
 
@@ -407,11 +410,11 @@ class SharedTileLoad(Rule):
             return "the read is conditional inside the loop (staging would read what the original skips)", None
         if node.child_by_field_name("indices") is None or _find(node, _SIDE_EFFECTS):
             return "its index has side effects", None
-        names = {_text(src, n) for n in _identifier_nodes(node, src)}
+        names = {_text(src, n) for n in _identifier_nodes(node, src)} | {a.array}
         if names & (assigned_names(loop_body, src) | declared_anywhere(loop_body, src)):
             return "its address uses names made inside the loop", None
         if _mentioned_after(body, loop_node, loop.var, src):
-            return "the loop's variable is read after the loop (threads outside the guard would now run the loop)", None
+            return "the loop's variable is used outside the loop (threads outside the guard would now run the loop)", None
         # From the loop up to the body: at most one guard whose only statement is the loop, then blocks and uniform loops.
         guard: Node | None = None
         child, up = loop_node, loop_node.parent
@@ -539,8 +542,11 @@ def _conditional_in(node: Node, stop: Node, src: bytes) -> bool:
 
 
 def _mentioned_after(body: Node, loop_node: Node, var: str, src: bytes) -> bool:
-    """``var`` is named after the loop and was not declared by the loop itself."""
+    """``var`` is named outside the loop (a plain declaration aside) and was not declared by the loop itself:
+    threads the guard kept out of the loop would now leave it with another value."""
     init = loop_node.child_by_field_name("initializer")
     if init is not None and init.type == "declaration":
         return False
-    return any(_text(src, n) == var and n.start_byte >= loop_node.end_byte for n in _identifier_nodes(body, src))
+    return any(_text(src, n) == var and not loop_node.start_byte <= n.start_byte < loop_node.end_byte
+               and not (n.parent is not None and n.parent.type == "declaration")
+               for n in _identifier_nodes(body, src))
