@@ -155,10 +155,10 @@ def test_a_row_read_is_staged_with_the_guard_split(tmp_path):
     # The guard is evaluated once, as before, and no longer keeps threads from the loop and its barriers:
     # it decides what each thread stages (the load guard) and whether it runs the body (the store guard).
     assert "const bool kl_rg = ((p < n));" in source and "if (p < n)" not in source
-    assert "const bool kl_rok = kl_rg && (kl_ri < f);" in source
-    assert "if (kl_rg) out[p + n * i] = (kl_rtiled ? kl_rtile_value[kl_rme * 9 + kl_rk] : in[p * f + i]);" in source
-    # 8 floats (one sector) per thread and chunk, rows of 8 + 1 slots for the spec's 256 threads.
-    assert "kl_rtile_value[2304]" in source and source.count("__syncthreads();") == 3
+    assert "if (kl_rg && (kl_ri < f)) kl_rn = kl_rj + 1;" in source and "kl_rtile_from[kl_rme] = &in[p * f + i];" in source
+    assert "if (kl_rg) out[p + n * i] = (kl_rtiled ? kl_rtile_value[kl_rme * 33 + kl_rk] : in[p * f + i]);" in source
+    # 32 floats (a 128-byte line) per thread and chunk, rows of 32 + 1 slots for the spec's 256 threads.
+    assert "kl_rtile_value[8448]" in source and source.count("__syncthreads();") == 3
     if shutil.which("nvcc"):
         compiles(source, tmp_path)
 
@@ -172,11 +172,15 @@ def test_a_row_read_is_staged_with_the_guard_split(tmp_path):
      "is written"),
     (lambda s: s.replace("i < f;", "i < p % 7;"), "depends on the thread"),
     (lambda s: s.replace("i < f;", "i != f;"), "not a counted for loop"),
+    (lambda s: s.replace("out[p + n * i] = in[p * f + i];", "{ const float* q = &in[p * f + i]; out[p + n * i] = *q; }"),
+     "not a subscript or a load intrinsic"),
     (lambda s: s.replace("i++)", "i += 2)"), "no uncoalesced global read with unit stride along its loop"),
     (lambda s: s.replace("if (p < n) {", "if (p < n) {\n    out[p] = 0;"), "holds other statements too"),
     (lambda s: s.replace("if (p < n) {", "if (p < n) {\n    if (f > 1)"), "every thread would not reach"),
     (lambda s: s.replace("  if (p < n) {", "  if (p >= n) return;\n  {"), "a return before the kernel's end"),
     (lambda s: s.replace("in[p * f + i]", "in[p * f + i + k]").replace("out[p + n * i] =", "{ int k = i & 1; out[p + n * i] =").replace("+ k];\n", "+ k]; }\n"),
+     "not the loop's iteration plus a part the loop does not change"),
+    (lambda s: s.replace("out[p + n * i] = in[p * f + i];", "{ const float* q = in + p * f; out[p + n * i] = q[i]; }"),
      "names made inside the loop"),
     (lambda s: s.replace("int p =", "int i; int p =").replace("for (int i = 0;", "for (i = 0;")
      .replace("  }\n}", "  }\n  out[0] = i;\n}"), "used outside the loop"),
@@ -186,10 +190,23 @@ def test_load_refusals_name_the_missing_fact(change, why):
     assert not found.applicable and why in found.why, found.why
 
 
-def test_load_refused_when_the_tile_would_not_fit():
+def test_load_chunk_shrinks_to_fit_and_is_refused_when_nothing_fits():
     spec = {**ROWS_SPEC, "block": [1024, 1, 1], "grid": ["ceil_div(n,1024)", 1, 1]}
     found = load_outcome(ROWS, spec)
+    # 1024 threads: 8 floats (one sector) per thread is what fits in 48 KB.
+    assert found.applicable and "kl_rtile_value[9216]" in found.rewrites[0].source, found.why
+    doubles = {**spec, "params": [{**p, "array": "float64"} if "array" in p else p for p in spec["params"]]}
+    found = load_outcome(ROWS.replace("float", "double"), doubles)
     assert not found.applicable and "exceeds the static shared memory" in found.why
+
+
+def test_load_through_ldg_is_staged(tmp_path):
+    found = load_outcome(ROWS.replace("in[p * f + i]", "__ldg(&in[p * f + i])"), ROWS_SPEC)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "kl_rtile_from[kl_rme] = &in[p * f + i];" in source and ": __ldg(&in[p * f + i]))" in source
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
 
 
 def test_load_without_a_guard_wraps_the_loop(tmp_path):

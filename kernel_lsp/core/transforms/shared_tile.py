@@ -275,8 +275,10 @@ class SharedTileStore(Rule):
 
 #: One 32-byte sector of elements per thread and chunk: the loader's lanes then read whole sectors.
 _SECTOR_BYTES = 32
+_LINE_BYTES = 128
 #: Static shared memory one block may declare.
 _STATIC_SMEM_BYTES = 48 * 1024
+_LOAD_INTRINSICS = ("__ldg", "__ldca", "__ldcg", "__ldcs", "__ldlu", "__ldcv")
 _CONDITIONAL = ("if_statement", "conditional_expression", "switch_statement")
 
 
@@ -288,7 +290,7 @@ class _LoadPlan:
     guard: Node | None
     """The ``if`` whose only statement is the loop (its condition is evaluated once, as before)."""
     chunk: int
-    """Iterations staged at a time: one sector of elements per thread."""
+    """Iterations staged at a time: a 128-byte line of elements per thread where the tile fits, down to a sector."""
     threads: int
     """The tile's rows: the spec's largest block."""
 
@@ -405,12 +407,23 @@ class SharedTileLoad(Rule):
         loop_body = loop_node.child_by_field_name("body")
         if loop.var in assigned_names(loop_body, src):
             return "its loop assigns its own variable in the body", None
+        along = a.index.coefficient(loop.trip_symbol)
+        if along is None or along.constant != 1 or any(
+                loop.id in facts.opaque[sym].created_in for sym in a.index.symbols if sym in facts.opaque):
+            return "its index is not the loop's iteration plus a part the loop does not change", None
         node = node_at(src, root, a.span)
+        if node is None:
+            return "the read was not found", None
+        subscript = _loaded_subscript(node, src)
+        if subscript is None:
+            return "not a subscript or a load intrinsic of one", None
+        if node.parent is not None and node.parent.type == "pointer_expression":
+            return "its address is taken", None
         if _conditional_in(node, loop_node, src):
             return "the read is conditional inside the loop (staging would read what the original skips)", None
-        if node.child_by_field_name("indices") is None or _find(node, _SIDE_EFFECTS):
+        if subscript.child_by_field_name("indices") is None or _find(subscript, _SIDE_EFFECTS):
             return "its index has side effects", None
-        names = {_text(src, n) for n in _identifier_nodes(node, src)} | {a.array}
+        names = {_text(src, n) for n in _identifier_nodes(subscript, src)} | {a.array}
         if names & (assigned_names(loop_body, src) | declared_anywhere(loop_body, src)):
             return "its address uses names made inside the loop", None
         if _mentioned_after(body, loop_node, loop.var, src):
@@ -440,11 +453,15 @@ class SharedTileLoad(Rule):
         elem = a.elem_bytes or ctx.spec and Binding.from_spec(ctx.spec).elem_bytes.get(a.array)
         if not elem or not a.elem_type:
             return "the element type is not known", None
-        chunk = max(1, _SECTOR_BYTES // elem)
         threads = max(launch.block[0] * launch.block[1] * launch.block[2] for launch in launches)
-        smem = threads * (chunk + 1) * (8 + elem + 1)
-        if smem > _STATIC_SMEM_BYTES:
+        # A chunk of a 128-byte line per thread where the tile fits (the loader's warp then reads whole lines),
+        # down to one 32-byte sector; per thread: the padded row of values, a pointer and a count.
+        fitting = [k for k in (_LINE_BYTES // elem, _LINE_BYTES // elem // 2, _SECTOR_BYTES // elem)
+                   if k >= 1 and threads * ((k + 1) * elem + 8 + 4) <= _STATIC_SMEM_BYTES]
+        if not fitting:
+            smem = threads * ((max(1, _SECTOR_BYTES // elem) + 1) * elem + 12)
             return f"the tile ({smem} bytes for {threads} threads) exceeds the static shared memory of a block", None
+        chunk = fitting[0]
         return None, _LoadPlan(a, loop, loop_node, guard, chunk, threads)
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
@@ -468,37 +485,36 @@ class SharedTileLoad(Rule):
         edit.insert(lo + 1, (
             f"\n    // The read `{a.text}` staged {k} iterations at a time in a tile of one row of {k} + 1 slots per thread "
             "(the +1 pads a column onto 32 banks).\n"
-            f"    __shared__ long long kl_rtile_index[{slots}];\n"
             f"    __shared__ {a.elem_type} kl_rtile_value[{slots}];\n"
-            f"    __shared__ unsigned char kl_rtile_set[{slots}];\n"
+            f"    __shared__ const {a.elem_type}* kl_rtile_from[{rows}];\n"
+            f"    __shared__ int kl_rtile_count[{rows}];\n"
             "    const unsigned kl_rthreads = blockDim.x * blockDim.y * blockDim.z;\n"
             f"    const bool kl_rtiled = kl_rthreads <= {rows}u;\n"
             "    const unsigned kl_rme = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n"))
         loop_node = plan.loop_node
         loop_cond = loop_node.child_by_field_name("condition")
         index = src[a.span[0]:a.span[1]].decode("utf-8")
-        node = node_at(src, root, a.span)
-        index_node = node.child_by_field_name("indices")
-        staged_index = _substituted(src, index_node, var, "kl_ri")
+        address = "&" + _text(src, _loaded_subscript(node_at(src, root, a.span), src))
         staged_cond = _substituted(src, loop_cond, var, "kl_ri")
-        base = _text(src, node.child_by_field_name("argument"))
         loop_body = loop_node.child_by_field_name("body")
         ind = edit.indent_at(loop_node.start_byte) + "    "
         edit.insert(loop_body.start_byte, (
             f"{{\n{ind}if (kl_rtiled && kl_rk == 0) {{\n"
             f"{ind}    __syncthreads();\n"
-            # Each thread notes the elements its next iterations read (where its guard and the loop's condition hold) ...
+            # Each thread notes where its next iterations read (the index moves one element per iteration) and how
+            # many of them run: its guard and the loop's condition, which once false stays false ...
+            f"{ind}    int kl_rn = 0;\n"
             f"{ind}    for (int kl_rj = 0; kl_rj < {k}; kl_rj++) {{\n"
             f"{ind}        const auto kl_ri = {var} + kl_rj;\n"
-            f"{ind}        const bool kl_rok = kl_rg && ({staged_cond});\n"
-            f"{ind}        kl_rtile_set[kl_rme * {k + 1} + kl_rj] = kl_rok;\n"
-            f"{ind}        if (kl_rok) kl_rtile_index[kl_rme * {k + 1} + kl_rj] = (long long)(&{base}{staged_index} - {a.array});\n"
+            f"{ind}        if (kl_rg && ({staged_cond})) kl_rn = kl_rj + 1;\n"
             f"{ind}    }}\n"
+            f"{ind}    kl_rtile_count[kl_rme] = kl_rn;\n"
+            f"{ind}    if (kl_rn) kl_rtile_from[kl_rme] = {address};\n"
             f"{ind}    __syncthreads();\n"
-            # ... then the block reads them with consecutive threads on one thread's consecutive elements.
+            # ... then the block reads them, consecutive threads on one thread's consecutive elements.
             f"{ind}    for (unsigned kl_rs = kl_rme; kl_rs < kl_rthreads * {k}u; kl_rs += kl_rthreads) {{\n"
-            f"{ind}        const unsigned kl_rslot = (kl_rs / {k}u) * {k + 1}u + kl_rs % {k}u;\n"
-            f"{ind}        if (kl_rtile_set[kl_rslot]) kl_rtile_value[kl_rslot] = {a.array}[kl_rtile_index[kl_rslot]];\n"
+            f"{ind}        const unsigned kl_rt = kl_rs / {k}u, kl_rj = kl_rs % {k}u;\n"
+            f"{ind}        if ((int)kl_rj < kl_rtile_count[kl_rt]) kl_rtile_value[kl_rt * {k + 1}u + kl_rj] = kl_rtile_from[kl_rt][kl_rj];\n"
             f"{ind}    }}\n"
             f"{ind}    __syncthreads();\n"
             f"{ind}}}\n{ind}if (kl_rg) "))
@@ -525,6 +541,20 @@ class SharedTileLoad(Rule):
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         return (Rewrite(source, f"the read `{a.text}` staged {k} iterations at a time through a padded shared tile, "
                                 f"read by consecutive threads on consecutive elements{note}"),)
+
+
+def _loaded_subscript(node: Node, src: bytes) -> Node | None:
+    """The subscript a read loads: the node itself, or the ``&a[i]`` argument of ``__ldg``-like intrinsics."""
+    if node.type == "subscript_expression":
+        return node
+    if node.type == "call_expression":
+        fn, args = node.child_by_field_name("function"), node.child_by_field_name("arguments")
+        first = args.named_children[0] if args is not None and args.named_child_count == 1 else None
+        if fn is not None and _text(src, fn) in _LOAD_INTRINSICS and first is not None and first.type == "pointer_expression" \
+                and _text(src, first.child_by_field_name("operator")) == "&":
+            inner = first.child_by_field_name("argument")
+            return inner if inner is not None and inner.type == "subscript_expression" else None
+    return None
 
 
 def _conditional_in(node: Node, stop: Node, src: bytes) -> bool:
