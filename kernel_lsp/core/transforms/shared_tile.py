@@ -168,6 +168,13 @@ class SharedTileStore(Rule):
             return "a struct member or inside a helper function", None
         if a.array in facts.escaped:
             return "its address escapes to code the analysis does not see", None
+        # The gain: a loop the store is not in that moves global memory repeats its traffic; the store's is then a
+        # small part of the kernel's and staging it would not pay for the barriers.
+        busier = next((b for b in facts.accesses if b.space == "global" and b.loops
+                       and not set(b.loops) <= set(a.loops)), None)
+        if busier is not None:
+            return (f"`{busier.text}` at line {(busier.user_line or 0) + 1} repeats in a loop the store is not in: "
+                    "the store is a small part of the kernel's traffic"), None
         others = [b for b in facts.accesses if b.array == a.array and b is not a]
         if others:
             return f"`{a.array}` is accessed elsewhere in the kernel (line {(others[0].user_line or 0) + 1})", None
