@@ -62,11 +62,11 @@ def test_a_guarded_transpose_store_is_staged_and_the_guard_kept(tmp_path):
     source = found.rewrites[0].source
     # The guard decides what is staged; the barriers are outside it, reached by every thread.
     guarded, flush = source.split("if (x < n && y < m)", 1)[1].split("__syncthreads();", 1)
-    assert "kl_tile_set[kl_mine] = 1;" in guarded and "out[kl_tile_index[kl_slot]] = kl_tile_value[kl_slot];" in flush
+    assert "kl_stage_set[kl_stage_mine] = 1;" in guarded and "out[kl_stage_index[kl_stage_slot]] = kl_stage_value[kl_stage_slot];" in flush
     body = source.split("{", 1)[1]
-    assert body.index("kl_tile_set[kl_mine] = 0;") < body.index("if (x < n && y < m)") < body.index("__syncthreads();")
+    assert body.index("kl_stage_set[kl_stage_mine] = 0;") < body.index("if (x < n && y < m)") < body.index("__syncthreads();")
     # The tile: the spec's 32 x 8 block, each row padded by one slot.
-    assert "kl_tile_value[288]" in source and "<= 288u" in source
+    assert "kl_stage_value[288]" in source and "<= 288u" in source
     if shutil.which("nvcc"):
         compiles(source, tmp_path)
 

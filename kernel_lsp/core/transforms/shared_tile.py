@@ -247,27 +247,27 @@ class SharedTileStore(Rule):
         edit.insert(lo + 1, (
             f"\n    // The uncoalesced store to `{plan.access.array}` staged in a tile of blockDim.x rows x "
             "(blockDim.y + 1) slots (the +1 pads a column onto 32 banks).\n"
-            f"    __shared__ long long kl_tile_index[{plan.slots}];\n"
-            f"    __shared__ {elem} kl_tile_value[{plan.slots}];\n"
-            f"    __shared__ unsigned char kl_tile_set[{plan.slots}];\n"
-            f"    const bool kl_tiled = blockDim.z == 1 && blockDim.x * (blockDim.y + 1) <= {plan.slots}u;\n"
-            "    const unsigned kl_mine = threadIdx.x * (blockDim.y + 1) + threadIdx.y;\n"))
+            f"    __shared__ long long kl_stage_index[{plan.slots}];\n"
+            f"    __shared__ {elem} kl_stage_value[{plan.slots}];\n"
+            f"    __shared__ unsigned char kl_stage_set[{plan.slots}];\n"
+            f"    const bool kl_staged = blockDim.z == 1 && blockDim.x * (blockDim.y + 1) <= {plan.slots}u;\n"
+            "    const unsigned kl_stage_mine = threadIdx.x * (blockDim.y + 1) + threadIdx.y;\n"))
         index = edit.text(plan.index.start_byte, plan.index.end_byte)
         value = edit.text(plan.value.start_byte, plan.value.end_byte)
         edit.replace(plan.statement.start_byte, plan.statement.end_byte, (
-            f"if (kl_tiled) {{ kl_tile_index[kl_mine] = (long long)({index}); kl_tile_value[kl_mine] = ({value}); "
-            f"kl_tile_set[kl_mine] = 1; }} else {plan.access.array}[{index}] = {value};"))
+            f"if (kl_staged) {{ kl_stage_index[kl_stage_mine] = (long long)({index}); kl_stage_value[kl_stage_mine] = ({value}); "
+            f"kl_stage_set[kl_stage_mine] = 1; }} else {plan.access.array}[{index}] = {value};"))
         indent = edit.indent_at(plan.round_statement.start_byte)
         inner = indent + "    "
-        edit.insert(plan.round_statement.start_byte, "{ if (kl_tiled) kl_tile_set[kl_mine] = 0;\n" + indent)
+        edit.insert(plan.round_statement.start_byte, "{ if (kl_staged) kl_stage_set[kl_stage_mine] = 0;\n" + indent)
         edit.insert(plan.round_statement.end_byte, (
-            f"\n{indent}if (kl_tiled) {{\n"
+            f"\n{indent}if (kl_staged) {{\n"
             f"{inner}__syncthreads();\n"
             # Flat thread l writes back the slot of thread (l / blockDim.y, l % blockDim.y): consecutive lanes,
             # consecutive threadIdx.y, consecutive elements.
-            f"{inner}const unsigned kl_l = threadIdx.y * blockDim.x + threadIdx.x;\n"
-            f"{inner}const unsigned kl_slot = (kl_l / blockDim.y) * (blockDim.y + 1) + kl_l % blockDim.y;\n"
-            f"{inner}if (kl_tile_set[kl_slot]) {plan.access.array}[kl_tile_index[kl_slot]] = kl_tile_value[kl_slot];\n"
+            f"{inner}const unsigned kl_stage_l = threadIdx.y * blockDim.x + threadIdx.x;\n"
+            f"{inner}const unsigned kl_stage_slot = (kl_stage_l / blockDim.y) * (blockDim.y + 1) + kl_stage_l % blockDim.y;\n"
+            f"{inner}if (kl_stage_set[kl_stage_slot]) {plan.access.array}[kl_stage_index[kl_stage_slot]] = kl_stage_value[kl_stage_slot];\n"
             f"{inner}__syncthreads();\n"
             f"{indent}}} }}"))
         source, expanded = emit(edit, ctx.source, ctx.kernel)
