@@ -177,7 +177,10 @@ def test_a_row_read_is_staged_with_the_guard_split(tmp_path):
     (lambda s: s.replace("out[p + n * i] = in[p * f + i];", "{ const float* q = &in[p * f + i]; out[p + n * i] = *q; }"),
      "not a subscript or a load intrinsic"),
     (lambda s: s.replace("i++)", "i += 2)"), "no uncoalesced global read with unit stride along its loop"),
-    (lambda s: s.replace("if (p < n) {", "if (p < n) {\n    out[p] = 0;"), "holds other statements too"),
+    (lambda s: s.replace("if (p < n) {", "if (p < n) {\n    int g = f;").replace("i < f;", "i < g;"),
+     "the loop's header uses g, declared under the guard"),
+    (lambda s: s.replace("if (p < n) {", "if (p < n) {\n    auto g = f;"), "cannot be named before its initialiser"),
+    (lambda s: s.replace("if (p < n) {", "if (p < n) {\n    float g[2] = {0, 1};"), "an array"),
     (lambda s: s.replace("if (p < n) {", "if (p < n) {\n    if (f > 1)"), "every thread would not reach"),
     (lambda s: s.replace("  if (p < n) {", "  if (p >= n) return;\n  {"), "a return before the kernel's end"),
     (lambda s: s.replace("in[p * f + i]", "in[p * f + i + k]").replace("out[p + n * i] =", "{ int k = i & 1; out[p + n * i] =").replace("+ k];\n", "+ k]; }\n"),
@@ -202,6 +205,34 @@ def test_load_chunk_shrinks_to_fit_and_is_refused_when_nothing_fits():
     assert not found.applicable and "exceeds the static shared memory" in found.why
 
 
+DOT = """
+__global__ void dots(const float* in, const float* w, float* out, int n, int f) {
+  int p = blockIdx.x * blockDim.x + threadIdx.x;
+  if (p < n) {
+    float acc = 0.0f;
+    const float* row = in + p * f;
+    for (int i = 0; i < f; i++)
+      acc += row[i] * w[i];
+    out[p] = acc;
+  }
+}
+"""
+
+
+def test_the_other_statements_of_the_guard_run_under_its_value(tmp_path):
+    spec = spec_of("dots", [arr("in", "n*f"), arr("w", "f"), arr("out", "n", "out"), scalar("n", 1000), scalar("f", 34)],
+                   ["ceil_div(n,256)", 1, 1], [256, 1, 1], [{"n": 37, "f": 3}])
+    found = load_outcome(DOT, spec)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    # Declarations keep their scope and are initialised only under the guard; other statements run only under it.
+    assert "float acc = kl_rg ? (0.0f) : decltype(acc)();" in source
+    assert "const float* row = kl_rg ? (in + p * f) : decltype(row)();" in source
+    assert "if (kl_rg) { out[p] = acc; }" in source and "kl_rtile_from[kl_rme] = &row[i];" in source
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
+
 def test_load_through_ldg_is_staged(tmp_path):
     found = load_outcome(ROWS.replace("in[p * f + i]", "__ldg(&in[p * f + i])"), ROWS_SPEC)
     assert found.applicable, found.why
@@ -222,13 +253,14 @@ def test_load_without_a_guard_wraps_the_loop(tmp_path):
         compiles(found.rewrites[0].source, tmp_path)
 
 
-def test_kmeans_invert_mapping_is_staged_on_the_load_side(tmp_path):
-    folder = CORPUS / "rodinia_kmeans_invert_mapping"
+@pytest.mark.parametrize("name", ["rodinia_kmeans_invert_mapping", "sgemmcuda_naive", "llmc_matmul_forward_kernel1"])
+def test_corpus_row_reads_are_staged_on_the_load_side(name, tmp_path):
+    folder = CORPUS / name
     spec = json.loads((folder / "spec.json").read_text())
     src = (folder / "kernel.cu").read_text()
-    outcomes = evaluate(src, spec["kernel"], parse_spec(spec),
-                        [rule_by_name("shared-tile-store"), rule_by_name("shared-tile-load")])
-    store, load = outcomes
-    assert not store.applicable and load.applicable, (store.why, load.why)
+    load = evaluate(src, spec["kernel"], parse_spec(spec), [rule_by_name("shared-tile-load")])[0]
+    assert load.applicable, load.why
+    assert load.rewrites[0].source.count("__syncthreads();") == 3
     if shutil.which("nvcc"):
-        compiles(load.rewrites[0].source, tmp_path)
+        shutil.copytree(CORPUS / "_common", tmp_path / "_common")
+        compiles(load.rewrites[0].source, tmp_path / name)

@@ -295,7 +295,8 @@ class _LoadPlan:
     loop: LoopFact
     loop_node: Node
     guard: Node | None
-    """The ``if`` whose only statement is the loop (its condition is evaluated once, as before)."""
+    """The ``if`` around the loop (its condition is evaluated once, as before); the other statements it holds
+    run under the condition's value, declarations with their initialiser under it."""
     chunk: int
     """Iterations staged at a time: a 128-byte line of elements per thread where the tile fits, down to a sector."""
     threads: int
@@ -441,8 +442,10 @@ class SharedTileLoad(Rule):
         loops = {(lp.span[0], lp.span[1]): lp for lp in facts.loops}
         while up is not None and up != body:
             if up.type == "compound_statement":
-                if guard is None and up.parent is not None and up.parent.type == "if_statement" and up.named_child_count != 1:
-                    return "the guard around the loop holds other statements too", None
+                if guard is None and up.parent is not None and up.parent.type == "if_statement":
+                    why = _guard_siblings_refusal(up, loop_node, src)
+                    if why:
+                        return f"the guard around the loop: {why}", None
             elif up.type == "if_statement" and guard is None and child == up.child_by_field_name("consequence") \
                     and up.child_by_field_name("alternative") is None:
                 cond_node = up.child_by_field_name("condition")
@@ -529,6 +532,18 @@ class SharedTileLoad(Rule):
         step = f"\n{ind}kl_rk = kl_rk + 1 == {k} ? 0 : kl_rk + 1;\n{ind[:-4]}}}"
         # The guard's condition, evaluated once as before, now only decides what each thread stages and runs.
         if plan.guard is not None:
+            block = plan.guard.child_by_field_name("consequence")
+            for statement in _siblings(block, loop_node):
+                if statement.type == "declaration":
+                    for decl in statement.children_by_field_name("declarator"):
+                        value = decl.child_by_field_name("value") if decl.type == "init_declarator" else None
+                        if value is not None:
+                            name = _declarator_identifier(decl, src)
+                            edit.replace(value.start_byte, value.end_byte,
+                                         f"kl_rg ? ({_text(src, value)}) : decltype({name})()")
+                else:
+                    edit.insert(statement.start_byte, "if (kl_rg) { ")
+                    edit.insert(statement.end_byte, " }")
             cond = plan.guard.child_by_field_name("condition")
             consequence = plan.guard.child_by_field_name("consequence")
             opened_at, closed_at = plan.guard.start_byte, plan.guard.end_byte
@@ -548,6 +563,50 @@ class SharedTileLoad(Rule):
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         return (Rewrite(source, f"the read `{a.text}` staged {k} iterations at a time through a padded shared tile, "
                                 f"read by consecutive threads on consecutive elements{note}"),)
+
+
+def _siblings(block: Node, loop_node: Node) -> list[Node]:
+    """The statements of the guard's block other than (the statement holding) the loop."""
+    return [n for n in block.named_children if n.type != "comment"
+            and not (n.start_byte <= loop_node.start_byte and loop_node.end_byte <= n.end_byte)]
+
+
+def _declarator_identifier(decl: Node, src: bytes) -> str | None:
+    target = decl.child_by_field_name("declarator")
+    while target is not None and target.type == "pointer_declarator":
+        target = target.child_by_field_name("declarator")
+    return _text(src, target) if target is not None and target.type == "identifier" else None
+
+
+def _guard_siblings_refusal(block: Node, loop_node: Node, src: bytes) -> str | None:
+    """Why the other statements of the guard's block cannot run under the guard's value instead (None: they can):
+    each declaration must be of plain variables or pointers with an ``=`` initialiser (it becomes
+    ``guard ? (init) : T()``), no statement may be a label, and the loop's header names none of them."""
+    declared: set[str] = set()
+    for n in _siblings(block, loop_node):
+        if n.type == "labeled_statement":
+            return "it holds a label"
+        if n.type != "declaration":
+            continue
+        type_node = n.child_by_field_name("type")
+        if type_node is None or _text(src, type_node) in ("auto", "decltype(auto)") or any(
+                c.type in ("storage_class_specifier", "attribute_specifier") or _text(src, c) in ("__shared__", "static")
+                for c in n.children):
+            return "it declares a variable whose type cannot be named before its initialiser (auto) or is not local"
+        for decl in n.children_by_field_name("declarator"):
+            value = decl.child_by_field_name("value") if decl.type == "init_declarator" else None
+            name = _declarator_identifier(decl, src)
+            if name is None or (value is not None and value.type in ("initializer_list", "argument_list")):
+                return "it declares a reference, an array or a brace-initialised variable"
+            declared.add(name)
+    header = [loop_node.child_by_field_name(f) for f in ("initializer", "condition", "update")]
+    used = {_text(src, ident) for part in header if part is not None for ident in _identifier_nodes(part, src)}
+    if used & declared:
+        return f"the loop's header uses {', '.join(sorted(used & declared))}, declared under the guard"
+    # The loop must be a statement of the block itself (not nested in another statement of it).
+    if loop_node.parent != block:
+        return "the loop is nested in another statement of the guard's block"
+    return None
 
 
 def _loaded_subscript(node: Node, src: bytes) -> Node | None:
