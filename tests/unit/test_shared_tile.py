@@ -233,6 +233,16 @@ def test_the_other_statements_of_the_guard_run_under_its_value(tmp_path):
         compiles(source, tmp_path)
 
 
+def test_a_guard_without_braces_is_split_too(tmp_path):
+    src = ROWS.replace("  if (p < n) {\n", "  if (p < n)\n").replace("  }\n}", "}")
+    found = load_outcome(src, ROWS_SPEC)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "const bool kl_rg = ((p < n));" in source and "if (kl_rg) { for" not in source
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
+
 def test_load_through_ldg_is_staged(tmp_path):
     found = load_outcome(ROWS.replace("in[p * f + i]", "__ldg(&in[p * f + i])"), ROWS_SPEC)
     assert found.applicable, found.why

@@ -533,7 +533,7 @@ class SharedTileLoad(Rule):
         # The guard's condition, evaluated once as before, now only decides what each thread stages and runs.
         if plan.guard is not None:
             block = plan.guard.child_by_field_name("consequence")
-            for statement in _siblings(block, loop_node):
+            for statement in _siblings(block, loop_node) if block.type == "compound_statement" else ():
                 if statement.type == "declaration":
                     for decl in statement.children_by_field_name("declarator"):
                         value = decl.child_by_field_name("value") if decl.type == "init_declarator" else None
