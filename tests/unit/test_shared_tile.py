@@ -195,6 +195,14 @@ def test_load_refusals_name_the_missing_fact(change, why):
     assert not found.applicable and why in found.why, found.why
 
 
+def test_load_refused_when_the_loop_bound_is_loaded_from_memory():
+    src = ROWS.replace("const float* in,", "const float* in, const int* len,").replace("i < f;", "i < len[0];")
+    spec = {**ROWS_SPEC, "params": [ROWS_SPEC["params"][0], {**arr("len", "1"), "array": "int32", "init": "zeros"},
+                                    *ROWS_SPEC["params"][1:]]}
+    found = load_outcome(src, spec)
+    assert not found.applicable and "not made of the kernel's scalars" in found.why, found.why
+
+
 def test_load_chunk_shrinks_to_fit_and_is_refused_when_nothing_fits():
     spec = {**ROWS_SPEC, "block": [1024, 1, 1], "grid": ["ceil_div(n,1024)", 1, 1]}
     found = load_outcome(ROWS, spec)

@@ -95,6 +95,12 @@ def _uniform_loop(loop: LoopFact, node: Node, facts: KernelFacts, src: bytes) ->
         return "has a condition that is not one comparison of its variable"
     if any(thread_dependence(p, facts.opaque) for p in (loop.start, loop.step, loop.bound)):
         return "runs a number of times that depends on the thread"
+    # Scalars and the block's own coordinates only: a bound loaded from memory could differ between threads
+    # that read it at different times.
+    scalars = {name for name, _, is_pointer in facts.params if not is_pointer}
+    if any(not (sym.startswith(("bdim.", "gdim.", "bid.")) or sym in scalars)
+           for p in (loop.start, loop.step, loop.bound) for sym in p.symbols):
+        return "has bounds that are not made of the kernel's scalars and the block's coordinates"
     changed = assigned_names(node.child_by_field_name("body"), src)
     if loop.var in changed or {_text(src, n) for n in _identifier_nodes(cond, src)} & changed:
         return "has a variable or bound that its body assigns"
@@ -402,9 +408,6 @@ class SharedTileLoad(Rule):
         why = _uniform_loop(loop, loop_node, facts, src)
         if why:
             return f"its loop {why}", None
-        if any(not (s.startswith(("bdim.", "gdim.")) or s in ctx.param_names) for p in (loop.start, loop.bound)
-               for s in p.symbols):
-            return "its loop's bounds are not made of the kernel's scalars and the launch's dimensions", None
         cond = loop_node.child_by_field_name("condition")
         if not _monotone_condition(cond, loop.var, src) or _find(cond, _SIDE_EFFECTS + ("subscript_expression",)):
             return "its loop's condition is not `var < bound` without loads or calls", None
