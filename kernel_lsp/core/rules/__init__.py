@@ -35,6 +35,7 @@ from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToS
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
 from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
+from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore
 from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
@@ -48,6 +49,8 @@ RULES: tuple[Rule, ...] = (
     SharedPrivatize(),
     TiledTranspose(),
     TiledMatmul(),
+    SharedTileStore(),
+    SharedTileLoad(),
     TreeReductionToShuffle(),
     AtomicPerBlock(),
     PrivatizedHistogram(),
@@ -66,7 +69,7 @@ RULES: tuple[Rule, ...] = (
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
 COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "fixed-trip-unroll", "tree-to-shuffle",
-                        "atomic-to-block-reduce", "shared-privatize"})
+                        "atomic-to-block-reduce", "shared-privatize", "shared-tile-store", "shared-tile-load"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 
