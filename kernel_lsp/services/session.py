@@ -182,7 +182,7 @@ class Session:
     compile_db: CompileDb | None = None
     """The server's long-lived database cache; None: a fresh one (the CLI reads each database once anyway)."""
     kb_path: str | None = None
-    """The knowledge base; None: ``settings.kb_path`` (itself None: the per-user one)."""
+    """The knowledge base (a SQLite file or a ``postgresql://`` URL); None: :attr:`kb_target`'s settings."""
     use_kb: bool = True
     traces_path: str | None = None
     """The trace store; None: the per-user one."""
@@ -277,6 +277,12 @@ class Session:
 
     # --- knowledge base and traces -------------------------------------------------
 
+    @property
+    def kb_target(self) -> str | None:
+        """Which knowledge base a search opens: ``kb_path`` when given, else ``kbUrl`` (a team's PostgreSQL),
+        else ``kbPath``; None: ``$KERNEL_LSP_KB`` or the per-user file."""
+        return self.kb_path or self.settings.kb_url or self.settings.kb_path
+
     @contextlib.contextmanager
     def stores(self, *, traces: bool) -> Iterator[Stores]:
         """The knowledge base (unless ``use_kb`` is off) and, when ``traces`` or ``keep_traces``, the trace
@@ -288,7 +294,7 @@ class Session:
         kb = store = None
         if self.use_kb:
             try:
-                kb = KnowledgeBase.open(self.kb_path or self.settings.kb_path)
+                kb = KnowledgeBase.open(self.kb_target)
                 # A corrupt database was moved aside and replaced: the user must hear of it.
                 messages.extend(kb.messages)
             except Exception as exc:
