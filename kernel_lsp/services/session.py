@@ -339,11 +339,13 @@ class Session:
         document_version: int | None = None,
         generators: Sequence[Any] | None = None,
         seed: int = optimizer.DEFAULT_SEED,
+        verifier: optimizer.Verifier | None = None,
     ) -> optimizer.OptimizeResult:
         """One search for ``kernel`` of the file at ``path`` (text ``source``): rules, plus ``model`` when given;
         every candidate verified with :meth:`verify_options`; the stores opened and closed around it.
-        ``generators`` replaces the rules and model (tests)."""
-        verifier = self.verifier(path, **dict(verify_overrides or {}))
+        ``generators`` replaces the rules and model (tests); ``verifier`` wraps or replaces the harness
+        (the sweep's verdict cache around :meth:`verifier`, a scripted one in tests)."""
+        verifier = verifier or self.verifier(path, **dict(verify_overrides or {}))
         with self.stores(traces=model is not None) as stores:
             # The rules read the file as the compiler does: local headers' macros expanded with the file's flags.
             pre = self.preprocessed(path, source) if generators is None else None
