@@ -340,11 +340,13 @@ class Session:
         generators: Sequence[Any] | None = None,
         seed: int = optimizer.DEFAULT_SEED,
         verifier: optimizer.Verifier | None = None,
+        already_recorded: Any = None,
     ) -> optimizer.OptimizeResult:
         """One search for ``kernel`` of the file at ``path`` (text ``source``): rules, plus ``model`` when given;
         every candidate verified with :meth:`verify_options`; the stores opened and closed around it.
         ``generators`` replaces the rules and model (tests); ``verifier`` wraps or replaces the harness
-        (the sweep's verdict cache around :meth:`verifier`, a scripted one in tests)."""
+        (the sweep's verdict cache around :meth:`verifier`, a scripted one in tests); ``already_recorded``
+        names the verdicts that cache replayed (see :func:`kernel_lsp.services.optimizer.optimize`)."""
         verifier = verifier or self.verifier(path, **dict(verify_overrides or {}))
         with self.stores(traces=model is not None) as stores:
             # The rules read the file as the compiler does: local headers' macros expanded with the file's flags.
@@ -360,7 +362,7 @@ class Session:
                 result = optimizer.optimize(source, path, kernel, spec, generators=chosen, verifier=verifier, kb=stores.kb,
                                             profile=profile, budget=budget, cancel=cancel, progress=progress,
                                             traces=stores.traces, document_version=document_version, verify=verify,
-                                            seed=seed)
+                                            seed=seed, already_recorded=already_recorded)
         if stores.messages:
             result = dataclasses.replace(result, messages=result.messages + stores.messages)
         return result

@@ -273,6 +273,14 @@ class VerdictCache:
         self.folder = Path(out_dir) / VERDICTS
         self.context = context
         self.reused = 0
+        self._replayed: set[str] = set()
+
+    def replayed(self, result: optimizer.CandidateResult) -> bool:
+        """Whether ``result``'s verdict was read from the cache: the knowledge base has it from the run that made it.
+
+        (A worker lost between keeping a verdict and recording it leaves that one attempt unrecorded; recording
+        replays instead would count every retried verdict twice.)"""
+        return sha256_text(result.candidate.source) in self._replayed
 
     def _path(self, original: str, candidate: str, spec: Spec) -> Path:
         key = [self.context, sha256_text(original), sha256_text(candidate), json.dumps(spec.to_json(), sort_keys=True, default=str)]
@@ -287,6 +295,7 @@ class VerdictCache:
                 verdict = None
             if verdict is not None:
                 self.reused += 1
+                self._replayed.add(sha256_text(candidate))
                 return verdict
             verdict = verifier(original, candidate, spec, cancel)
             try:
@@ -413,7 +422,7 @@ def run_job(job: KernelJob, options: SweepOptions, verifier: optimizer.Verifier 
     cache = VerdictCache(options.out_dir, job.verify_context)
     base = verifier or session.verifier(job.path, **options.verify_overrides())
     result = session.optimize(job.source, job.path, job.kernel, job.spec, budget=options.budget(), verify=options.verify,
-                              seed=options.seed, verifier=cache.wrap(base))
+                              seed=options.seed, verifier=cache.wrap(base), already_recorded=cache.replayed)
     best = result.best
     verified = [r for r in result.results if r.verdict is not None]
     gpu = next((r.verdict.gpu.name for r in verified if r.verdict.gpu is not None), None)  # type: ignore[union-attr]

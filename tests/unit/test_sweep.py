@@ -234,8 +234,10 @@ def test_ray_retries_a_lost_worker_and_nothing_is_verified_twice(ray_cluster, sr
     calls = verifier.calls()
     assert Counter(calls).most_common(1)[0][1] == 1  # no candidate verified twice
     assert len(calls) == sum(o.verified for o in report.outcomes)
-    # The retried task found its first attempt's verdict kept.
+    # The retried task found its first attempt's verdict kept, and did not record it in the knowledge base again.
     assert sum(o.reused_verdicts for o in report.outcomes) == 1
+    with KnowledgeBase.open(opts.kb_path) as kb:
+        assert len(kb.attempts()) == len(calls)
 
     local_opts = options(src, tmp_path, out_dir=str(tmp_path / "local"), kb_path=str(tmp_path / "local.sqlite3"))
     local = run_sweep(discover([str(src)], local_opts), local_opts, verifier=LoggingVerifier(str(tmp_path / "l.log")),
