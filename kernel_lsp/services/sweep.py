@@ -475,9 +475,11 @@ def _ray(jobs: Sequence[KernelJob], options: SweepOptions, verifier: optimizer.V
         raise SweepError("--engine ray needs Ray: pip install 'kernel-lsp[ray]'") from exc
     started = not ray.is_initialized()
     if started:
+        # No address: Ray starts a cluster of this machine (its GPUs), without its dashboard (the progress is
+        # ours); "auto" or host:port joins a running one as it was started.
+        here = {"include_dashboard": False} if address is None else {}
         try:
-            # No address: Ray starts a cluster of this machine (its GPUs); "auto" or host:port joins one.
-            ray.init(address=address, logging_level=logging.WARNING, configure_logging=False)
+            ray.init(address=address, logging_level=logging.WARNING, configure_logging=False, **here)
         except Exception as exc:  # Ray's connection errors have no common base class
             raise SweepError(f"cannot reach the Ray cluster at {address or 'this machine'}: {exc}") from exc
     try:
