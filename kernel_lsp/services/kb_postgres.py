@@ -87,9 +87,6 @@ class Row(tuple):
             return tuple.__getitem__(self, self._names[key])
         return tuple.__getitem__(self, key)
 
-    def keys(self) -> list[str]:
-        return list(self._names)
-
 
 def _row_factory(cursor: Any) -> Callable[[Sequence[Any]], Row]:
     names = {column.name: i for i, column in enumerate(cursor.description or ())}
