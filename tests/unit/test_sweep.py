@@ -7,6 +7,7 @@ import json
 import os
 import shutil
 import subprocess
+import sys
 from collections import Counter
 from pathlib import Path
 
@@ -244,3 +245,12 @@ def test_ray_retries_a_lost_worker_and_nothing_is_verified_twice(ray_cluster, sr
                       stream=open(os.devnull, "w"))
     strip = lambda o: (o.kernel, o.status, o.technique, o.speedup, o.candidates, o.verified, o.patch)
     assert sorted(map(strip, report.outcomes)) == sorted(map(strip, local.outcomes))
+
+
+def test_ray_engine_without_ray_installed_says_how_to_get_it(src, tmp_path, monkeypatch, capsys):
+    monkeypatch.setitem(sys.modules, "ray", None)  # import ray raises ImportError
+    monkeypatch.chdir(src)
+    assert cli.main(["sweep", ".", "--dry-run", "--no-kb", "--engine", "ray", "--out", str(tmp_path / "out")]) == 2
+    assert "pip install 'kernel-lsp[ray]'" in capsys.readouterr().err
+    assert cli.main(["sweep", ".", "--address", "auto", "--out", str(tmp_path / "out")]) == 2
+    assert "--address needs --engine ray" in capsys.readouterr().err
