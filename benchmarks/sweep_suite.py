@@ -17,10 +17,10 @@ task start and the session's set-up inside a worker add), discovery time, and wh
 each kernel's outcome and technique (timing noise may flip a borderline one).
 
     PYTHONPATH=. python3 benchmarks/sweep_suite.py --out $OUT/sweep_suite.json [--only A,B] [--budget 3]
-        [--max-seconds 60] [--single-from earlier.json]
+        [--max-seconds 60] [--single-only | --single-from earlier.json]
 
-``--single-from`` takes the single runs from an earlier result (of the same kernels and budget), so the
-two halves can be run in separate commands.
+``--single-only`` makes the single runs alone and writes them; ``--single-from`` then takes them from
+that result (same kernels and budget), so the two halves fit separate commands.
 """
 
 from __future__ import annotations
@@ -91,6 +91,23 @@ def single_runs(jobs: list[sweep.KernelJob], options: SweepOptions) -> dict[str,
     return rows
 
 
+def write(args: argparse.Namespace, rows: list[dict[str, Any]], total: dict[str, Any]) -> None:
+    import ray
+
+    result = {
+        "machine": {"host": platform.node(), "python": platform.python_version(), "gpu": _gpu_name(),
+                    "ray": ray.__version__, "cpus": os.cpu_count()},
+        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
+        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
+        "budget": {"max_candidates": args.budget, "max_seconds": args.max_seconds},
+        "units": "every *_s in seconds",
+        "kernels": rows, "summary": total,
+    }
+    out = Path(args.out)
+    out.parent.mkdir(parents=True, exist_ok=True)
+    out.write_text(json.dumps(result, indent=1) + "\n")
+
+
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=str(DEFAULT_OUT))
@@ -98,6 +115,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--budget", type=int, default=3, help="candidates verified per kernel (at most)")
     parser.add_argument("--max-seconds", type=float, default=60.0, help="wall time per kernel (at most)")
     parser.add_argument("--single-from", help="take the single runs from this earlier result")
+    parser.add_argument("--single-only", action="store_true", help="make and write the single runs only")
     args = parser.parse_args(argv)
     names = entries({x.strip() for x in args.only.split(",") if x.strip()} or None)
     import ray
@@ -115,6 +133,10 @@ def main(argv: list[str] | None = None) -> int:
             single = {r["rel"]: r["single"] for r in json.loads(Path(args.single_from).read_text())["kernels"]}
         else:
             single = single_runs(jobs, options)
+        if args.single_only:
+            write(args, [{"rel": rel, "kernel": row["kernel"], "single": row} for rel, row in single.items()],
+                  {"kernels": len(single), "single_sum_s": sum(r["wall_s"] for r in single.values())})
+            return 0
 
         start = time.monotonic()
         # The kernel-lsp of this checkout in Ray's workers, as in this process.
@@ -152,18 +174,7 @@ def main(argv: list[str] | None = None) -> int:
         "task_overhead_mean_s": (sum(r["task_overhead_s"] for r in rows if r["task_overhead_s"] is not None) / n) if n else None,
         "agree": sum(1 for r in rows if r["agree"]),
     }
-    result = {
-        "machine": {"host": platform.node(), "python": platform.python_version(), "gpu": _gpu_name(),
-                    "ray": ray.__version__, "cpus": os.cpu_count()},
-        "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
-        "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
-        "budget": {"max_candidates": args.budget, "max_seconds": args.max_seconds},
-        "units": "every *_s in seconds",
-        "kernels": rows, "summary": total,
-    }
-    out = Path(args.out)
-    out.parent.mkdir(parents=True, exist_ok=True)
-    out.write_text(json.dumps(result, indent=1) + "\n")
+    write(args, rows, total)
     print(f"{'kernel':50s} {'single s':>9s} {'task s':>8s} {'over s':>7s}  outcome (single / sweep)")
     for r in rows:
         alone = r["single"]
