@@ -31,6 +31,7 @@ from kernel_lsp.core.rules.structural import (
 )
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
+from kernel_lsp.core.transforms.more_parallelism import SmallerBlocks, SplitLoop
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
@@ -38,6 +39,7 @@ from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 RULES: tuple[Rule, ...] = (
     RegisterAccumulate(),
     WarpPerRow(),
+    SplitLoop(),
     TiledTranspose(),
     TiledMatmul(),
     TreeReductionToShuffle(),
@@ -48,6 +50,7 @@ RULES: tuple[Rule, ...] = (
     VectorizeElementwise(),
     IndexSwap(),
     GridStride(),
+    SmallerBlocks(),
     BlockSizeSweep(),
     RestrictConst(),
     ReadOnlyLoads(),
@@ -56,7 +59,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 
