@@ -292,6 +292,8 @@ class _Walker:
         self.functors: Mapping[str, Functor] = {}
         """Structs of the file with a ``__device__ operator()``, by name: their objects are called inline."""
         self.objects: dict[str, tuple[Functor, dict[str, _Value | None]]] = {}
+        self.type_names: frozenset[str] = frozenset()
+        """``typedef`` and ``using`` names of the file: ``(floatX)(x)`` with one of them is a cast."""
         """Local function objects (``texReader r = {vec};``): their struct and their members' values."""
         """Template type parameters bound by the instantiation (``T`` → ``float``)."""
         self.complete = True
@@ -867,6 +869,8 @@ class _Walker:
         helper = self.helpers.get(short)
         if helper is not None and len(self.via) < _MAX_INLINE_DEPTH and short not in self.via:
             return self.inline(short, helper, args, node)
+        if fn is not None and fn.type == "parenthesized_expression" and len(args) == 1 and self.is_type(fn):
+            return self.fresh(_text(self.src, node), [self.expr(args[0])])
         if fn is not None and fn.type == "identifier" and name in self.objects and len(self.via) < _MAX_INLINE_DEPTH \
                 and "operator()" not in self.via:
             functor, members = self.objects[name]
@@ -876,6 +880,17 @@ class _Walker:
         if not _is_pure_math(short):
             self.unknown_calls += 1
         return self.fresh(_text(self.src, node), values)
+
+    def is_type(self, node: Node) -> bool:
+        """``(T)`` names a type: a typedef of the file, a template type parameter or a sized builtin,
+        and no variable of the same name is in scope."""
+        inner = node.named_children[0] if len(node.named_children) == 1 else None
+        if inner is None or inner.type not in ("identifier", "type_identifier", "primitive_type"):
+            return False
+        name = _text(self.src, inner)
+        if name in self.env or name in self.arrays or name in self.helpers:
+            return False
+        return name in self.type_names or name in self.types or name in TYPE_SIZES_BYTES
 
     def escape(self, values: Iterable[_Value | None]) -> None:
         """Pointers handed to code the analysis does not see may be written there."""
@@ -1578,6 +1593,7 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     structs = _struct_layouts(root, src)
     instances = _instantiations(root, src)
     functors = call_operators(root, src)
+    aliases = type_aliases(root, src)
     consts = dict(view.object_macros()) if view is not None else {}
     consts.update(constants or {})
     consts.update(_file_constants(root, src))
@@ -1585,7 +1601,7 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     for name, node, head in functions:
         if "__global__" not in head or name in out:
             continue
-        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts, instances.get(name), functors)
+        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts, instances.get(name), functors, aliases)
     return out
 
 
@@ -1673,9 +1689,11 @@ def _file_constants(root: Node, src: bytes) -> dict[str, str]:
 
 def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None, helpers: Mapping[str, Node],
                     structs: Mapping[str, _Struct], constants: Mapping[str, str],
-                    instance: tuple[str, ...] | None = None, functors: Mapping[str, Functor] | None = None) -> KernelFacts:
+                    instance: tuple[str, ...] | None = None, functors: Mapping[str, Functor] | None = None,
+                    type_names: frozenset[str] = frozenset()) -> KernelFacts:
     walker = _Walker(src, pre, helpers, structs, constants)
     walker.functors = functors or {}
+    walker.type_names = type_names
     if instance is not None:
         types, consts = walker.bind_template(node, list(instance))
         walker.types = types
@@ -2125,3 +2143,24 @@ def call_operators(root: Node, src: bytes) -> dict[str, Functor]:
                                 "template_declaration"):
                 stack.append(child)
     return found
+
+
+def type_aliases(root: Node, src: bytes) -> frozenset[str]:
+    """Names the file's ``typedef`` and ``using X = …;`` declarations give to types, at any scope."""
+    found: set[str] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "type_definition":
+            for d in node.children_by_field_name("declarator"):
+                while d is not None and d.type != "type_identifier":
+                    d = d.child_by_field_name("declarator")
+                if d is not None:
+                    found.add(_text(src, d))
+        elif node.type == "alias_declaration":
+            name = node.child_by_field_name("name")
+            if name is not None:
+                found.add(_text(src, name))
+        elif node.type != "function_definition":
+            stack.extend(node.children)
+    return frozenset(found)

@@ -4,10 +4,11 @@ A launch with fewer warps than the GPU can keep busy (PolyBench's one thread per
 4096-row matrix is 128 warps on 132 SMs: one warp per SM) leaves each SM waiting on one long
 chain of loads. Two rewrites give it more threads for the same work:
 
-- :class:`SplitLoop`: each original thread's loop split across a small group of consecutive
-  lanes (2, 4 or 8), accumulators combined with shuffles inside the group. It is the warp-per-row
-  rewrite with fewer lanes per original thread, chosen so that accesses coalesced across threads
-  stay sector-coalesced (a group of ``k`` lanes keeps ``32/k`` neighbouring threads per warp) and
+- :class:`SplitLoop`: each original thread's loop split across a group of consecutive lanes
+  (2 to 8, or a whole warp when no access of the loop is coalesced across threads, as in a loop
+  that one thread runs alone), accumulators combined with shuffles inside the group. It is the
+  warp-per-row rewrite with a lane count chosen so that accesses coalesced across threads stay
+  sector-coalesced (a group of ``k`` lanes keeps ``32/k`` neighbouring threads per warp) and
   its legality is that rewrite's, stated there: iterations independent (no carried value but
   accumulators, every write at an index that moves with the iteration), no barrier, shared memory,
   warp intrinsic or atomic, and no read that could see another lane's store.
@@ -18,7 +19,7 @@ chain of loads. Two rewrites give it more threads for the same work:
 
 from __future__ import annotations
 
-from kernel_lsp.core.analysis import Binding, trip_count
+from kernel_lsp.core.analysis import Binding, bind, trip_count
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.rules.simple import DEFAULT_SM_COUNT, _launch_ok, _one_dimensional, same_work
 from kernel_lsp.core.spec import SpecError
@@ -31,7 +32,8 @@ UNDERFILLED_WARPS_PER_SM = 4
 #: Bytes of one memory sector: a group of lanes keeps ``32 / lanes`` neighbouring threads of a
 #: warp together, which must still fill whole sectors.
 SECTOR_BYTES = 32
-#: Most lanes per original thread (beyond 8 the warp-per-row rewrite is the better form).
+#: Most lanes per original thread when a loop access is coalesced across threads (a group of 8
+#: keeps 4 neighbouring threads per warp: one sector of doubles).
 MAX_GROUP = 8
 #: Block sizes tried for an under-filled 1-D launch.
 SMALL_BLOCKS = (32, 64)
@@ -79,8 +81,9 @@ def group_reduce_helpers(ops: set[str], lanes: int, source: str) -> str:
 class SplitLoop(WarpPerRow):
     name = "split-loop"
     technique = "split-loop-across-threads"
-    summary = "an under-filled grid: each thread's loop split across a group of 2-8 lanes, accumulators combined with shuffles"
+    summary = "an under-filled grid: each thread's loop split across a group of lanes, accumulators combined with shuffles"
     nothing_to_split = "no loop of the kernel runs more than one group's worth of iterations in an under-filled launch"
+    loop_claim = "run more iterations than a group has lanes"
 
     def lanes(self, ctx: RuleContext) -> int:
         """The fewest lanes that bring the launch to enough warps, at most as many as keep every
@@ -92,10 +95,18 @@ class SplitLoop(WarpPerRow):
         return lanes
 
     def _cap(self, ctx: RuleContext) -> int:
+        """32 lanes when no loop access is coalesced across threads (a single thread's loop, a
+        column walk: nothing to keep); else as many as keep 32 bytes of neighbouring threads."""
         facts = ctx.facts
-        elem = [a.elem_bytes for a in (facts.accesses if facts is not None else ()) if a.space == "global" and a.loops
-                and a.elem_bytes]
-        return min(MAX_GROUP, 32 * min(elem, default=4) // SECTOR_BYTES)
+        if facts is None or ctx.spec is None:
+            return 1
+        try:
+            patterns = bind(facts, Binding.from_spec(ctx.spec))
+        except (SpecError, ValueError, ZeroDivisionError):
+            return 1
+        elem = [p.access.elem_bytes or 1 for p in patterns
+                if p.access.space == "global" and p.access.loops and p.pattern == "coalesced"]
+        return min(MAX_GROUP, 32 * min(elem) // SECTOR_BYTES) if elem else 32
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         if ctx.spec is not None and not underfilled(ctx):
@@ -119,10 +130,10 @@ class SplitLoop(WarpPerRow):
         return None
 
     def _reduction(self, op: str, lanes: int) -> str:
-        return group_reduce_name(op, lanes)
+        return super()._reduction(op, lanes) if lanes == 32 else group_reduce_name(op, lanes)
 
     def _helpers(self, ops: set[str], lanes: int, source: str) -> str:
-        return group_reduce_helpers(ops, lanes, source)
+        return super()._helpers(ops, lanes, source) if lanes == 32 else group_reduce_helpers(ops, lanes, source)
 
     def _description(self, lanes: int) -> str:
         return (f"more parallelism: each thread's loop split across {lanes} consecutive lanes, accumulators combined "

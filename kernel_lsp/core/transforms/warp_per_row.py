@@ -214,6 +214,8 @@ class WarpPerRow(Rule):
             return None, "; ".join(reasons)
         return plans, ""
 
+    #: What the split loops were found to do (the reason to split them).
+    loop_claim = "walk a row per thread"
     #: The refusal when no loop gives a reason to rewrite.
     nothing_to_split = "no loop walks a row per thread (unit stride along the loop, a row apart across the warp)"
 
@@ -284,7 +286,7 @@ class WarpPerRow(Rule):
         except (SpecError, ValueError, ZeroDivisionError) as exc:
             return False, f"the new launch does not evaluate: {exc}"
         lines = ", ".join(str((p.loop.user_line or 0) + 1) for p in plans)
-        return True, (f"loops at line {lines} walk a row per thread with independent iterations"
+        return True, (f"loops at line {lines} {self.loop_claim} with independent iterations"
                       + (" and accumulators combined associatively" if any(p.accumulators for p in plans) else "")
                       + "; 1-D kernel without barriers, shared memory or warp intrinsics")
 
