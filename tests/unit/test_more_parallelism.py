@@ -186,3 +186,31 @@ extern "C" __global__ void k(int n, const float* x, float* y) {
     spec.update(spec_change)
     found = outcome("smaller-blocks", elementwise, spec)
     assert not found.applicable and why in found.why, found.why
+
+
+def test_smaller_blocks_edit_the_host_launch_in_its_own_terms():
+    from kernel_lsp.core.candidates import Candidate
+    from kernel_lsp.core.transforms.launch_edit import applied_source
+
+    source = """
+extern "C" __global__ void k(int n, const float* x, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { y[i] = 2.0f * x[i]; }
+}
+void host(int n, const float* x, float* y) { int threads = 256; k<<<(n + threads - 1) / threads, threads>>>(n, x, y); }
+"""
+    spec = spec_of("k", [scalar("n", 1024), arr("x", "n"), arr("y", "n", "out")], ["ceil_div(n,256)", 1, 1], [256, 1, 1])
+    found = outcome("smaller-blocks", source, spec)
+    assert found.applicable, found.why
+    rewrite = found.rewrites[0]
+    assert rewrite.block == (32, 1, 1) and rewrite.launch_override["grid"][0] == "(ceil_div(n,256)) * 8"
+    candidate = Candidate("k", rewrite.source, found.technique, "rule:smaller-blocks", rewrite.description,
+                          rewrite.launch_override, block=rewrite.block)
+    host = applied_source(candidate, source)
+    assert host.instruction is None and host.lines == (6,)
+    assert ("k<<<dim3(dim3((n + threads - 1) / threads).x * (dim3(threads).x / 32), "
+            "dim3((n + threads - 1) / threads).y * dim3(threads).y, dim3((n + threads - 1) / threads).z * dim3(threads).z), "
+            "dim3(32, 1, 1)>>>") in host.source
+    unlaunched = applied_source(Candidate("k", source.split("void host")[0], found.technique, "rule:smaller-blocks", "",
+                                          rewrite.launch_override, block=rewrite.block))
+    assert "blocks of 32 x 1 x 1 threads" in unlaunched.instruction

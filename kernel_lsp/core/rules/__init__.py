@@ -157,7 +157,7 @@ class RuleGenerator:
                 seen.add(key)
                 name = f"rule:{outcome.rule}" + (f"[{rw.variant}]" if rw.variant else "")
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, name, rw.description, rw.launch_override,
-                                      grid_scale=rw.grid_scale)
+                                      grid_scale=rw.grid_scale, block=rw.block)
                 yield candidate
                 if outcome.rule in COMPOSABLE and not rw.launch_override:
                     yield from self._sequences(request, candidate, (outcome.rule,), seen)
@@ -181,7 +181,7 @@ class RuleGenerator:
                 sequence = (*done, outcome.rule)
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, "rule:" + "+".join(sequence),
                                       f"{base.description}; then {rw.description}", rw.launch_override,
-                                      grid_scale=rw.grid_scale, after=base.generator)
+                                      grid_scale=rw.grid_scale, block=rw.block, after=base.generator)
                 yield candidate
                 if not rw.launch_override:
                     yield from self._sequences(request, candidate, sequence, seen)

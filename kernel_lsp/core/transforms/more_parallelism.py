@@ -177,6 +177,5 @@ class SmallerBlocks(Rule):
                         "dynamic_smem": ctx.spec.launch.dynamic_smem}
             if _launch_ok(ctx, override) and same_work(ctx, override):
                 out.append(Rewrite(ctx.source, f"block {bx} -> {size} with {bx // size} times the blocks: the same "
-                                               f"threads over more SMs (host: launch <<<grid * {bx // size}, {size}>>>)",
-                                   override, f"block={size}"))
+                                               "threads over more SMs", override, f"block={size}", block=(size, 1, 1)))
         return tuple(out)
