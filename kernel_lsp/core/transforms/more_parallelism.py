@@ -35,7 +35,8 @@ SECTOR_BYTES = 32
 #: Most lanes per original thread when a loop access is coalesced across threads (a group of 8
 #: keeps 4 neighbouring threads per warp: one sector of doubles).
 MAX_GROUP = 8
-#: Block sizes tried for an under-filled 1-D launch.
+#: Block sizes for an under-filled 1-D launch, the first that keeps the original's threads is taken
+#: (the smallest block spreads them over the most SMs).
 SMALL_BLOCKS = (32, 64)
 
 _GROUP_BODIES = {
@@ -143,7 +144,7 @@ class SplitLoop(WarpPerRow):
 class SmallerBlocks(Rule):
     name = "smaller-blocks"
     technique = "block-size-tuning"
-    summary = "an under-filled 1-D launch in blocks of 32 or 64 threads, spread over more SMs"
+    summary = "an under-filled 1-D launch in blocks of 32 (or 64) threads, spread over more SMs"
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         if ctx.spec is None:
@@ -171,7 +172,7 @@ class SmallerBlocks(Rule):
         gx = ctx.spec.launch.grid[0]
         out = []
         for size in SMALL_BLOCKS:
-            if size >= bx or bx % size:
+            if size >= bx or bx % size or out:
                 continue
             override = {"grid": [f"({gx}) * {bx // size}", "1", "1"], "block": [size, 1, 1],
                         "dynamic_smem": ctx.spec.launch.dynamic_smem}
