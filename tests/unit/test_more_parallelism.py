@@ -209,9 +209,58 @@ void host(int n, const float* x, float* y) { int threads = 256; k<<<(n + threads
                           rewrite.launch_override, block=rewrite.block)
     host = applied_source(candidate, source)
     assert host.instruction is None and host.lines == (6,)
-    assert ("k<<<dim3(dim3((n + threads - 1) / threads).x * (dim3(threads).x / 32), "
+    assert ("k<<<dim3(dim3((n + threads - 1) / threads).x * dim3(threads).x / 32, "
             "dim3((n + threads - 1) / threads).y * dim3(threads).y, dim3((n + threads - 1) / threads).z * dim3(threads).z), "
             "dim3(32, 1, 1)>>>") in host.source
     unlaunched = applied_source(Candidate("k", source.split("void host")[0], found.technique, "rule:smaller-blocks", "",
                                           rewrite.launch_override, block=rewrite.block))
     assert "blocks of 32 x 1 x 1 threads" in unlaunched.instruction
+
+
+def test_fan2_gets_fuller_blocks_along_y():
+    """Rodinia gaussian Fan2: 4 x 4 blocks (half of each warp idle, a quarter of an SM's threads).
+    4 x 16 keeps the threads per axis at Size 1024 and at Size 333 (336 threads: 4 x 32 does not divide)."""
+    source, spec, pre, _, _ = corpus("rodinia_gaussian_fan2")
+    found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("fuller-blocks")], preprocessed=pre)[0]
+    assert found.applicable, found.why
+    (rewrite,) = found.rewrites
+    assert rewrite.block == (4, 16, 1) and rewrite.source == source
+    parsed = parse_spec(spec)
+    for variant in [None, *range(len(parsed.variants))]:
+        resolved = with_candidate_launch(parsed, rewrite.launch_override).resolve(variant)
+        assert [g * b for g, b in zip(resolved.candidate.grid, resolved.candidate.block)] == \
+               [g * b for g, b in zip(resolved.original.grid, resolved.original.block)]
+
+
+TINY_2D = """
+__global__ void k(int n, const float* x, float* y) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row < n && col < n) y[row * n + col] = 2.0f * x[row * n + col];
+}
+"""
+TINY_SPEC = spec_of("k", [scalar("n", 1024), arr("x", "n*n"), arr("y", "n*n", "out")],
+                    ["ceil_div(n,8)", "ceil_div(n,4)", 1], [8, 4, 1], [{"n": 200}])
+
+
+def test_fuller_blocks_applies_and_keeps_threads_per_axis():
+    found = outcome("fuller-blocks", TINY_2D, TINY_SPEC)
+    assert found.applicable, found.why
+    # 8 x 16 would be 128 threads, but 200 rows run on 200 threads along y: 16 does not divide them, 8 does.
+    assert found.rewrites[0].block == (8, 8, 1)
+    assert found.rewrites[0].launch_override["grid"][1] == "((ceil_div(n,4))*4)/8"
+    taller = outcome("fuller-blocks", TINY_2D, dict(TINY_SPEC, variants=[{"n": 256}]))
+    assert taller.rewrites[0].block == (8, 16, 1)
+
+
+@pytest.mark.parametrize(("change", "spec_change", "why"), [
+    (None, {"block": [16, 8, 1]}, "can fill an SM already"),
+    (lambda s: s.replace("2.0f * x", "(float)threadIdx.y * x"), None, "'threadIdx.y' is used outside"),
+    (lambda s: s.replace("if (row", "__syncthreads(); if (row"), None, "barriers"),
+    (None, {"variants": [{"n": 203}]}, "no taller block divides"),
+    (None, {"block": [32, 1, 1]}, "not 2-D"),
+])
+def test_fuller_blocks_refusals(change, spec_change, why):
+    spec = dict(TINY_SPEC, **(spec_change or {}))
+    found = outcome("fuller-blocks", change(TINY_2D) if change else TINY_2D, spec)
+    assert not found.applicable and why in found.why, found.why

@@ -31,7 +31,7 @@ from kernel_lsp.core.rules.structural import (
 )
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
-from kernel_lsp.core.transforms.more_parallelism import SmallerBlocks, SplitLoop
+from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SmallerBlocks, SplitLoop
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
@@ -51,6 +51,7 @@ RULES: tuple[Rule, ...] = (
     IndexSwap(),
     GridStride(),
     SmallerBlocks(),
+    FullerBlocks(),
     BlockSizeSweep(),
     RestrictConst(),
     ReadOnlyLoads(),

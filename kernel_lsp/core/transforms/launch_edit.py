@@ -5,8 +5,8 @@ states it as a grid scale; the harness verified the kernel under the spec's laun
 way, and this module applies that scale to every launch of the kernel in the file, whatever the
 grid is written as: ``dim3(dim3(G).x * 32, dim3(G).y, dim3(G).z)`` holds for an integer and for a
 ``dim3`` alike. A rewrite that launches the same threads in other blocks (smaller blocks over more
-SMs) names its block; the grid becomes ``dim3(G).x * (dim3(B).x / b)`` per axis, in the host's own
-terms. Where the file has no launch of the kernel, the result says what the host must
+SMs, or fuller 2-D blocks) names its block; the grid becomes ``dim3(G).x * dim3(B).x / b`` per
+axis, in the host's own terms. Where the file has no launch of the kernel, the result says what the host must
 change instead.
 """
 
@@ -49,10 +49,9 @@ def scaled_grid(grid: str, scale: tuple[int, int, int]) -> str:
 
 def reshaped_grid(grid: str, block: str, new_block: tuple[int, int, int]) -> str:
     """The grid that keeps the threads per axis of ``<<<grid, block>>>`` in blocks of ``new_block``
-    (the rewrite proved the old block a multiple of the new one at every size of the spec)."""
+    (the rewrite proved the threads per axis a multiple of the new block at every size of the spec)."""
     g, b = grid.strip(), block.strip()
-    parts = [f"dim3({g}).{axis}" + (f" * (dim3({b}).{axis} / {k})" if k != 1 else f" * dim3({b}).{axis}")
-             for axis, k in zip("xyz", new_block)]
+    parts = [f"dim3({g}).{axis} * dim3({b}).{axis}" + (f" / {k}" if k != 1 else "") for axis, k in zip("xyz", new_block)]
     return f"dim3({', '.join(parts)})"
 
 

@@ -15,14 +15,25 @@ chain of loads. Two rewrites give it more threads for the same work:
 - :class:`SmallerBlocks`: the same threads in blocks of 32 or 64, so that they spread over more
   SMs; only where the kernel's threads differ by their global 1-D index alone and the new launch
   runs exactly the original's work (the block-size rule's conditions).
+- :class:`FullerBlocks`: a 2-D launch of tiny blocks (Rodinia's 4 x 4: half of each warp idle, and
+  an SM holds at most 32 blocks, so a quarter of its threads) in blocks grown along y, the same
+  threads per axis. Only where the threads differ by their global x and y indices alone (no
+  other use of the thread, block or grid indices, no shared memory, barrier or warp intrinsic)
+  and the new block divides the original's threads on each axis at every size of the spec. The
+  x extent is kept, so the elements a warp touches in one row stay contiguous as before.
 """
 
 from __future__ import annotations
 
+import re
+
 from kernel_lsp.core.analysis import Binding, bind, trip_count
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
-from kernel_lsp.core.rules.simple import DEFAULT_SM_COUNT, _launch_ok, _one_dimensional, same_work
-from kernel_lsp.core.spec import SpecError
+from kernel_lsp.core.rules import text as T
+from kernel_lsp.core.rules.simple import (
+    _INDEX_TOKEN, _WARP_LEVEL, DEFAULT_SM_COUNT, THREADS_PER_SM, _launch_ok, _one_dimensional, same_work,
+)
+from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import WARP_REDUCE
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
@@ -35,6 +46,10 @@ SECTOR_BYTES = 32
 #: Most lanes per original thread when a loop access is coalesced across threads (a group of 8
 #: keeps 4 neighbouring threads per warp: one sector of doubles).
 MAX_GROUP = 8
+#: Most resident blocks per SM on sm_80/sm_90: blocks smaller than THREADS_PER_SM / this leave threads idle.
+MAX_BLOCKS_PER_SM = 32
+#: Threads per block a fuller 2-D block aims at (several warps; 32 of them fill an SM).
+FULL_BLOCK_THREADS = 128
 #: Block sizes for an under-filled 1-D launch, the first that keeps the original's threads is taken
 #: (the smallest block spreads them over the most SMs).
 SMALL_BLOCKS = (32, 64)
@@ -180,3 +195,68 @@ class SmallerBlocks(Rule):
                 out.append(Rewrite(ctx.source, f"block {bx} -> {size} with {bx // size} times the blocks: the same "
                                                "threads over more SMs", override, f"block={size}", block=(size, 1, 1)))
         return tuple(out)
+
+
+def _two_dimensional(ctx: RuleContext) -> str | None:
+    """Why the kernel's threads may differ by more than their global x and y indices, or None."""
+    rest = ctx.body_masked
+    for axis in "xy":
+        rest = re.sub(T.global_index_pattern(axis), " ", rest)
+    leftover = _INDEX_TOKEN.search(rest)
+    if leftover:
+        return f"'{leftover.group(0)}' is used outside the global x and y indices"
+    if ctx.kernel.shared or ctx.kernel.syncs or _WARP_LEVEL.search(ctx.body_masked):
+        return "the kernel uses shared memory, barriers or warp-level operations"
+    return None
+
+
+def same_threads_per_axis(ctx: RuleContext, override: dict) -> bool:
+    """The launch ``override`` has the original's number of threads along every axis, at every size."""
+    assert ctx.spec is not None
+    candidate = with_candidate_launch(ctx.spec, override)
+    for variant in [None, *range(len(ctx.spec.variants))]:
+        resolved = candidate.resolve(variant)
+        before, after = resolved.original, resolved.candidate
+        if any(before.grid[a] * before.block[a] != after.grid[a] * after.block[a] for a in range(3)):
+            return False
+    return True
+
+
+class FullerBlocks(Rule):
+    name = "fuller-blocks"
+    technique = "block-size-tuning"
+    summary = "a 2-D launch of tiny blocks in blocks grown along y: full warps, more threads per SM"
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        if ctx.spec is None:
+            return False, "needs a launch spec (the launch changes)"
+        if ctx.kernel.launch_bounds:
+            return False, "__launch_bounds__ fixes the block size"
+        block = ctx.constant_block()
+        if block is None or block[2] != 1 or block[1] == 1 or any(launch.grid[2] != 1 for launch in ctx.launches()):
+            return False, "the launch is not 2-D (x and y) with a constant block"
+        threads = block[0] * block[1]
+        if threads * MAX_BLOCKS_PER_SM >= THREADS_PER_SM:
+            return False, f"blocks of {threads} threads can fill an SM already"
+        why = _two_dimensional(ctx)
+        if why:
+            return False, why
+        if not self.rewrite(ctx):
+            return False, "no taller block divides the original's threads along y at every size of the spec"
+        return True, (f"blocks of {threads} threads fill at most {threads * MAX_BLOCKS_PER_SM} of an SM's {THREADS_PER_SM} "
+                      "threads; the threads differ by their global x and y indices only")
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        assert ctx.spec is not None
+        bx, by, _ = ctx.constant_block()  # type: ignore[misc]
+        gx, gy, gz = ctx.spec.launch.grid
+        k = FULL_BLOCK_THREADS // (bx * by)
+        while k > 1:
+            size = by * k
+            override = {"grid": [str(gx), f"(({gy})*{by})/{size}", str(gz)], "block": [bx, size, 1],
+                        "dynamic_smem": ctx.spec.launch.dynamic_smem}
+            if size <= 1024 and bx * size <= 1024 and _launch_ok(ctx, override) and same_threads_per_axis(ctx, override):
+                return (Rewrite(ctx.source, f"block {bx}x{by} -> {bx}x{size}: the same threads in full warps, "
+                                            f"{k} times fewer blocks", override, f"block={bx}x{size}", block=(bx, size, 1)),)
+            k //= 2
+        return ()
