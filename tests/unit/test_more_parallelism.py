@@ -164,7 +164,6 @@ def test_adi_kernel1_smaller_blocks_and_no_illegal_block_size():
     smaller = outcomes["smaller-blocks"]
     assert smaller.applicable, smaller.why
     assert [(r.launch_override["grid"][0], r.launch_override["block"][0]) for r in smaller.rewrites] == [("(1) * 8", 32)]
-    assert not outcomes["block-size"].rewrites or all(r.launch_override["block"][0] < 256 for r in outcomes["block-size"].rewrites)
     parsed = parse_spec(spec)
     for rewrite in [*smaller.rewrites, *outcomes["block-size"].rewrites]:
         resolved = with_candidate_launch(parsed, rewrite.launch_override).resolve()

@@ -362,8 +362,3 @@ def test_block_size_without_a_guard_keeps_the_thread_count_exact() -> None:
 
 def test_block_size_rounds_up_where_the_original_threads_reach_the_guard() -> None:
     assert _block_sizes(ELEMENTWISE, SPEC_1D) == [128, 512, 1024]
-
-
-def test_block_size_offers_no_larger_block_to_a_grid_with_fewer_blocks_than_sms() -> None:
-    few = dict(SPEC_1D, params=[dict(SPEC_1D["params"][0], value=256 * 64), *SPEC_1D["params"][1:]])
-    assert _block_sizes(ELEMENTWISE, few) == [128]

@@ -211,11 +211,8 @@ class BlockSizeSweep(Rule):
         bx = ctx.constant_block()[0]  # type: ignore[index]
         gx = ctx.spec.launch.grid[0]
         out = []
-        launches = ctx.launches()
-        # Fewer blocks than SMs: larger blocks would leave even more SMs idle.
-        underfilled = bool(launches) and launches[0].grid[0] < DEFAULT_SM_COUNT
         for size in _BLOCK_SIZES:
-            if size == bx or (underfilled and size > bx):
+            if size == bx:
                 continue
             override = {"grid": [f"(({gx})*{bx}+{size - 1})/{size}", "1", "1"], "block": [size, 1, 1], "dynamic_smem": ctx.spec.launch.dynamic_smem}
             if _launch_ok(ctx, override) and same_work(ctx, override):
