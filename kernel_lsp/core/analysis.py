@@ -289,6 +289,12 @@ class _Walker:
         self.depth = 0
         self.unknown_calls = 0
         self.types: dict[str, str] = {}
+        self.functors: Mapping[str, Functor] = {}
+        """Structs of the file with a ``__device__ operator()``, by name: their objects are called inline."""
+        self.objects: dict[str, tuple[Functor, dict[str, _Value | None]]] = {}
+        self.type_names: frozenset[str] = frozenset()
+        """``typedef`` and ``using`` names of the file: ``(floatX)(x)`` with one of them is a cast."""
+        """Local function objects (``texReader r = {vec};``): their struct and their members' values."""
         """Template type parameters bound by the instantiation (``T`` → ``float``)."""
         self.complete = True
         self.nodes = 0
@@ -863,11 +869,28 @@ class _Walker:
         helper = self.helpers.get(short)
         if helper is not None and len(self.via) < _MAX_INLINE_DEPTH and short not in self.via:
             return self.inline(short, helper, args, node)
+        if fn is not None and fn.type == "parenthesized_expression" and len(args) == 1 and self.is_type(fn):
+            return self.fresh(_text(self.src, node), [self.expr(args[0])])
+        if fn is not None and fn.type == "identifier" and name in self.objects and len(self.via) < _MAX_INLINE_DEPTH \
+                and "operator()" not in self.via:
+            functor, members = self.objects[name]
+            return self.inline("operator()", functor.call, args, node, members)
         values = [self.expr(a) for a in args]
         self.escape(values)
         if not _is_pure_math(short):
             self.unknown_calls += 1
         return self.fresh(_text(self.src, node), values)
+
+    def is_type(self, node: Node) -> bool:
+        """``(T)`` names a type: a typedef of the file, a template type parameter or a sized builtin,
+        and no variable of the same name is in scope."""
+        inner = node.named_children[0] if len(node.named_children) == 1 else None
+        if inner is None or inner.type not in ("identifier", "type_identifier", "primitive_type"):
+            return False
+        name = _text(self.src, inner)
+        if name in self.env or name in self.arrays or name in self.helpers:
+            return False
+        return name in self.type_names or name in self.types or name in TYPE_SIZES_BYTES
 
     def escape(self, values: Iterable[_Value | None]) -> None:
         """Pointers handed to code the analysis does not see may be written there."""
@@ -879,7 +902,10 @@ class _Walker:
         line = self.user_line(node.start_point[0])
         return str(line + 1) if line is not None else "?"
 
-    def inline(self, name: str, helper: Node, args: list[Node], node: Node) -> _Value | None:
+    def inline(self, name: str, helper: Node, args: list[Node], node: Node,
+               members: Mapping[str, _Value | None] | None = None) -> _Value | None:
+        """The helper's body walked with its parameters bound to the arguments (and, for a function
+        object's ``operator()``, its members bound to the values the object was made with)."""
         values = [self.expr(a) for a in args]
         params = [(n, self.ty(t), p) for n, t, p in _param_list(helper, self.src)]
         saved_env, saved_returns, saved_arrays = self.env, self.returns, dict(self.arrays)
@@ -890,7 +916,7 @@ class _Walker:
             types, consts = self.bind_template(helper, [_text(self.src, a) for a in type_args.named_children])
             self.types = {**self.types, **types}
             self.constants = {**self.constants, **consts}
-        env: dict[str, _Value] = {}
+        env: dict[str, _Value] = {k: v if v is not None else self.fresh(k) for k, v in (members or {}).items()}
         for (pname, ptype, is_pointer), value, arg in zip(params, values, args):
             if is_pointer and not isinstance(value, _Pointer):
                 value = self.unresolved(pname, ptype, arg)
@@ -984,6 +1010,14 @@ class _Walker:
                 self.declared_in_loop[-1].add(name)
             if wide:
                 self.wide_vars.add(name)
+            functor = self.functors.get(base_type)
+            if functor is not None and not is_pointer and value_node is not None and value_node.type == "initializer_list" \
+                    and len(value_node.named_children) <= len(functor.fields):
+                members = dict(zip(functor.fields, (self.expr(c) for c in value_node.named_children)))
+                self.objects[name] = (functor, members)
+                self.env[name] = self.fresh(name)
+                continue
+            self.objects.pop(name, None)
             value = self.expr(value_node) if value_node is not None else None
             if shared and not is_pointer:
                 self.arrays[name] = _Array(name, "shared", base_type, ())
@@ -1558,6 +1592,8 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     helpers = {name: node for name, node, head in functions if "__global__" not in head and "__device__" in head}
     structs = _struct_layouts(root, src)
     instances = _instantiations(root, src)
+    functors = call_operators(root, src)
+    aliases = type_aliases(root, src)
     consts = dict(view.object_macros()) if view is not None else {}
     consts.update(constants or {})
     consts.update(_file_constants(root, src))
@@ -1565,7 +1601,7 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     for name, node, head in functions:
         if "__global__" not in head or name in out:
             continue
-        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts, instances.get(name))
+        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts, instances.get(name), functors, aliases)
     return out
 
 
@@ -1653,8 +1689,11 @@ def _file_constants(root: Node, src: bytes) -> dict[str, str]:
 
 def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None, helpers: Mapping[str, Node],
                     structs: Mapping[str, _Struct], constants: Mapping[str, str],
-                    instance: tuple[str, ...] | None = None) -> KernelFacts:
+                    instance: tuple[str, ...] | None = None, functors: Mapping[str, Functor] | None = None,
+                    type_names: frozenset[str] = frozenset()) -> KernelFacts:
     walker = _Walker(src, pre, helpers, structs, constants)
+    walker.functors = functors or {}
+    walker.type_names = type_names
     if instance is not None:
         types, consts = walker.bind_template(node, list(instance))
         walker.types = types
@@ -2175,3 +2214,60 @@ def shared_combine_loops(facts: KernelFacts) -> tuple[Reduction, ...]:
             found.append(Reduction("shared_tree", w.array, w.op or "+", w.line, w.user_line, loop))
             seen.add((w.array, loop))
     return tuple(found)
+
+
+@dataclass(frozen=True)
+class Functor:
+    """A struct whose objects are called like functions (SHOC's texture readers): its data members
+    in declaration order (the order of a brace initialiser) and its ``__device__ operator()``."""
+    fields: tuple[str, ...]
+    call: Node
+
+
+def call_operators(root: Node, src: bytes) -> dict[str, Functor]:
+    """Structs and classes of the file that define a ``__device__ operator()`` in their body, by name."""
+    found: dict[str, Functor] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for child in node.children:
+            if child.type in ("struct_specifier", "class_specifier"):
+                name_node, body = child.child_by_field_name("name"), child.child_by_field_name("body")
+                if name_node is None or body is None:
+                    continue
+                fields: list[str] = []
+                call = None
+                for member in body.named_children:
+                    if member.type == "field_declaration":
+                        fields.extend(n for d in member.children_by_field_name("declarator")
+                                      if (n := _declarator_name(d, src)))
+                    elif member.type == "function_definition" and _function_name(member, src) == "operator()":
+                        head = src[member.start_byte:(member.child_by_field_name("body") or member).start_byte]
+                        call = member if b"__device__" in head else call
+                if call is not None:
+                    found[_text(src, name_node)] = Functor(tuple(fields), call)
+            elif child.type in ("declaration", "namespace_definition", "declaration_list", "linkage_specification",
+                                "template_declaration"):
+                stack.append(child)
+    return found
+
+
+def type_aliases(root: Node, src: bytes) -> frozenset[str]:
+    """Names the file's ``typedef`` and ``using X = …;`` declarations give to types, at any scope."""
+    found: set[str] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "type_definition":
+            for d in node.children_by_field_name("declarator"):
+                while d is not None and d.type != "type_identifier":
+                    d = d.child_by_field_name("declarator")
+                if d is not None:
+                    found.add(_text(src, d))
+        elif node.type == "alias_declaration":
+            name = node.child_by_field_name("name")
+            if name is not None:
+                found.add(_text(src, name))
+        elif node.type != "function_definition":
+            stack.extend(node.children)
+    return frozenset(found)

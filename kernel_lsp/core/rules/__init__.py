@@ -33,6 +33,7 @@ from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
 from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToShuffle
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
+from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SmallerBlocks, SplitLoop
 from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore
@@ -43,6 +44,7 @@ from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 RULES: tuple[Rule, ...] = (
     RegisterAccumulate(),
     WarpPerRow(),
+    SplitLoop(),
     StencilRowReuse(),
     TreeToShuffle(),
     AtomicToBlockReduce(),
@@ -60,6 +62,8 @@ RULES: tuple[Rule, ...] = (
     FixedTripUnroll(),
     IndexSwap(),
     GridStride(),
+    SmallerBlocks(),
+    FullerBlocks(),
     BlockSizeSweep(),
     RestrictConst(),
     ReadOnlyLoads(),
@@ -68,7 +72,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "fixed-trip-unroll", "tree-to-shuffle",
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "fixed-trip-unroll", "tree-to-shuffle",
                         "atomic-to-block-reduce", "shared-privatize", "shared-tile-store", "shared-tile-load"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
@@ -167,7 +171,7 @@ class RuleGenerator:
                 seen.add(key)
                 name = f"rule:{outcome.rule}" + (f"[{rw.variant}]" if rw.variant else "")
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, name, rw.description, rw.launch_override,
-                                      grid_scale=rw.grid_scale)
+                                      grid_scale=rw.grid_scale, block=rw.block)
                 yield candidate
                 if outcome.rule in COMPOSABLE and not rw.launch_override:
                     yield from self._sequences(request, candidate, (outcome.rule,), seen)
@@ -191,7 +195,7 @@ class RuleGenerator:
                 sequence = (*done, outcome.rule)
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, "rule:" + "+".join(sequence),
                                       f"{base.description}; then {rw.description}", rw.launch_override,
-                                      grid_scale=rw.grid_scale, after=base.generator)
+                                      grid_scale=rw.grid_scale, block=rw.block, after=base.generator)
                 yield candidate
                 if not rw.launch_override:
                     yield from self._sequences(request, candidate, sequence, seen)
