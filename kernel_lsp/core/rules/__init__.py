@@ -32,10 +32,12 @@ from kernel_lsp.core.rules.structural import (
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
+from kernel_lsp.core.transforms.tile_contraction import TileContraction
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Default order: structural templates (large, pattern-proven wins) first, then local edits.
 RULES: tuple[Rule, ...] = (
+    TileContraction(),
     RegisterAccumulate(),
     WarpPerRow(),
     TiledTranspose(),
@@ -56,7 +58,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "tile-contraction"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 

@@ -1,0 +1,208 @@
+"""tile-contraction: dot-product loops staged through shared-memory tiles. Where it applies, each
+refusal with its missing fact, the guard split around the barriers, and every candidate for the
+corpus's contraction kernels compiled by nvcc."""
+
+from __future__ import annotations
+
+import json
+import os
+import re
+import shutil
+
+import pytest
+
+from kernel_lsp.core.rules import COMPOSABLE, RULES, evaluate, rule_by_name
+from kernel_lsp.core.source import preprocess
+from kernel_lsp.core.spec import parse_spec
+
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "corpus")
+
+
+def arr(name, size, role="in"):
+    return {"name": name, "array": "float32", "size": size, "init": "uniform(-1,1)" if role != "out" else "zeros", "role": role}
+
+
+def scalar(name, value, kind="int32"):
+    return {"name": name, "scalar": kind, "value": value}
+
+
+GEMM = """
+__global__ void gemm(int M, int N, int K, float alpha, float beta, const float* A, const float* B, float* C) {
+  int col = blockIdx.x * blockDim.x + threadIdx.x;
+  int row = blockIdx.y * blockDim.y + threadIdx.y;
+  if (row < M && col < N) {
+    float acc = 0.0f;
+    for (int k = 0; k < K; k++) {
+      acc += A[row * K + k] * B[k * N + col];
+    }
+    C[row * N + col] = alpha * acc + beta * C[row * N + col];
+  }
+}
+"""
+GEMM_SPEC = {"kernel": "gemm", "params": [scalar("M", 512), scalar("N", 512), scalar("K", 512), scalar("alpha", 1.5, "float32"),
+                                          scalar("beta", 0.5, "float32"), arr("A", "M*K"), arr("B", "K*N"), arr("C", "M*N", "inout")],
+             "grid": ["ceil_div(N,32)", "ceil_div(M,8)", 1], "block": [32, 8, 1],
+             "tolerance": {"rtol": 1e-4, "atol": 1e-4}, "variants": [{"M": 100, "N": 77, "K": 33}]}
+
+NBODY = """
+struct P { float x, y, vx; };
+__global__ void pairs(P* p, float dt, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float f = 0.0f;
+  for (int j = 0; j < n; j++) {
+    float dx = p[j].x - p[i].x;
+    f += dx * rsqrtf(dx * dx + p[j].y * p[j].y + 1e-9f);
+  }
+  p[i].vx += dt * f;
+}
+"""
+NBODY_SPEC = {"kernel": "pairs", "params": [{"name": "p", "array": "float32", "size": "n*3", "init": "uniform(-1,1)", "role": "inout"},
+                                           scalar("dt", 0.01, "float32"), scalar("n", 4096)],
+              "grid": ["ceil_div(n,128)", 1, 1], "block": [128, 1, 1], "tolerance": {"rtol": 1e-4, "atol": 1e-4},
+              "variants": [{"n": 1000}]}
+
+
+def outcome(source: str, spec: dict, rule: str = "tile-contraction"):
+    return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
+
+
+def compiles(source: str, tmp_path, include: str | None = None) -> None:
+    from kernel_lsp.services.harness.compile import compile_cubin
+    from kernel_lsp.services.toolchain import BuildFlags
+
+    flags = BuildFlags().for_arch("sm_90")
+    if include:
+        source = source.replace('#include "', f'#include "{os.path.abspath(include)}/')
+    result = compile_cubin(source, str(tmp_path), "cand", flags)
+    assert result.ok, result.log
+
+
+def test_registered_and_composable():
+    assert rule_by_name("tile-contraction") in RULES
+    assert "tile-contraction" in COMPOSABLE
+
+
+def test_gemm_tiles_both_operands_and_splits_the_guard(tmp_path):
+    found = outcome(GEMM, GEMM_SPEC)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    # A moves with threadIdx.y only, B with threadIdx.x only: a tile of each, padded.
+    assert "__shared__ float kl_s0[8][33];" in source and "__shared__ float kl_s1[32][33];" in source
+    assert "acc += kl_s0[threadIdx.y][k - kl_kb] * kl_s1[k - kl_kb][threadIdx.x];" in source
+    # The guard became a predicate: the barriers are outside every condition, the computation under it.
+    assert "const bool kl_on1 = (row < M && col < N);" in source
+    assert "float acc; if (kl_on1) { acc = 0.0f; }" in source
+    body = source[source.index("{ const bool kl_on1"):]
+    first_barrier = body.index("__syncthreads()")
+    assert "if (kl_on1) {" not in body[:first_barrier].replace("if (kl_on1) { acc = 0.0f; }", "").replace(
+        "if (kl_on1) { kl_rows[threadIdx.y] = 1; kl_cols[threadIdx.x] = 1; }", "")
+    # The epilogue is kept as written, under the predicate.
+    assert "if (kl_on1) { C[row * N + col] = alpha * acc + beta * C[row * N + col]; }" in source
+    # Ragged edges: loads guarded by the iteration range and by a row/column that has an active thread.
+    assert "kl_t0 + kl_k < kl_trips && kl_rows[kl_r]" in source and "kl_t0 + kl_k < kl_trips && kl_cols[kl_r]" in source
+    # Coalesced loads: A's unit stride is along k (k fastest), B's along its column (column fastest).
+    assert re.search(r"kl_r = kl_e / 32; const int kl_k = kl_e % 32; kl_s0", source)
+    assert re.search(r"kl_r = kl_e % 32; const int kl_k = kl_e / 32; kl_s1", source)
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
+
+def test_all_pairs_uniform_operand_with_a_leading_exit(tmp_path):
+    found = outcome(NBODY, NBODY_SPEC)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "const bool kl_on1 = !(i >= n);" in source
+    assert "return" not in source[source.index("kl_on1"):]
+    # p[j].x and p[j].y are the same for the whole block: one tile each, 128 iterations (one per thread);
+    # p[i].x moves with the thread and stays a global read.
+    assert "__shared__ decltype(p->x) kl_s0[128];" in source and "__shared__ decltype(p->y) kl_s1[128];" in source
+    assert "float dx = kl_s0[j - kl_kb] - p[i].x;" in source
+    assert "kl_any = __syncthreads_or(kl_on1)" in source
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
+
+def test_tile_length_follows_the_trip_count():
+    short = GEMM.replace("k < K", "k < 16")
+    found = outcome(short, GEMM_SPEC)
+    assert found.applicable and "tiles of 16 iterations" in found.why
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda s: s.replace("const float* A, const float* B", "float* A, float* B").replace(
+        "C[row * N + col] = alpha", "A[row] = 0; B[col] = 0; C[row * N + col] = alpha"),
+     "the kernel writes it"),
+    (lambda s: s.replace("k < K", "k < row"), "differ between the threads"),
+    (lambda s: s.replace("      acc += A", "      if (k > 3) acc += A"), "under a condition"),
+    (lambda s: s.replace("acc += A[row * K + k] * B[k * N + col];", "acc += A[row * K + k] * B[k * N + col]; if (acc > 9) break;"),
+     "early exit"),
+    (lambda s: s.replace("    C[row * N + col] = alpha * acc + beta * C[row * N + col];\n  }",
+                         "    C[row * N + col] = alpha * acc + beta * C[row * N + col];\n  } else { C[0] = 1; }"), "with an `else`"),
+    (lambda s: s.replace("float acc = 0.0f;", "float acc = 0.0f; if (acc > 1) { C[0] = 0; return; }"), "`return` before it"),
+    (lambda s: s.replace("float acc = 0.0f;", "float acc = 0.0f; __syncthreads();"), "already uses barriers"),
+    (lambda s: s.replace("for (int k = 0; k < K; k++)", "for (int k = 0; k < K; k += 2)"), "step is not 1"),
+    (lambda s: s.replace("A[row * K + k]", "A[row * col + k]").replace("B[k * N + col]", "B[k * N + col * row]"),
+     "no operand it reads is shared"),
+])
+def test_refusals(change, why):
+    found = outcome(change(GEMM), GEMM_SPEC)
+    assert not found.applicable and why in found.why, found.why
+
+
+def test_aliasing_arrays_refused():
+    spec = dict(GEMM_SPEC, params=[p for p in GEMM_SPEC["params"]])
+    spec["params"] = [*spec["params"][:-1], scalar("C", 0)]
+    assert not outcome(GEMM, spec).applicable
+
+
+def _corpus(name):
+    folder = os.path.join(CORPUS, name)
+    path = os.path.abspath(os.path.join(folder, "kernel.cu"))
+    source = open(path).read()
+    spec = json.load(open(os.path.join(folder, "spec.json")))
+
+    def read(p):
+        try:
+            return open(p).read()
+        except OSError:
+            return None
+    return folder, source, spec, preprocess(source, path, read)
+
+
+APPLIES = ["llmc_matmul_forward_kernel1", "polybench_gemm", "polybench_syrk", "sgemmcuda_naive", "polybench_doitgen_kernel1",
+           "mininbody_bodyforce"]
+REFUSED = {"llmc_attention_query_key_kernel1": "`return` before it", "llmc_attention_value_kernel1": "nested in or contains",
+           "rodinia_lud_internal": "already uses barriers"}
+
+
+@pytest.mark.parametrize("name", APPLIES)
+def test_corpus_contractions_apply_and_compile(name, tmp_path):
+    folder, source, spec, pre = _corpus(name)
+    found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("tile-contraction")], preprocessed=pre)[0]
+    assert found.applicable, found.why
+    assert "__syncthreads();" in found.rewrites[0].source
+    if shutil.which("nvcc"):
+        compiles(found.rewrites[0].source, tmp_path, folder)
+
+
+@pytest.mark.parametrize(("name", "why"), sorted(REFUSED.items()))
+def test_corpus_refusals(name, why):
+    _, source, spec, pre = _corpus(name)
+    found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("tile-contraction")], preprocessed=pre)[0]
+    assert not found.applicable and why in found.why, found.why
+
+
+@needs_nvcc
+def test_after_register_accumulate(tmp_path):
+    folder, source, spec, pre = _corpus("polybench_gemm")
+    first = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("register-accumulate")], preprocessed=pre)[0]
+    assert first.applicable
+    path = os.path.abspath(os.path.join(folder, "kernel.cu"))
+    view = preprocess(first.rewrites[0].source, path, lambda p: open(p).read() if os.path.exists(p) else None)
+    second = evaluate(first.rewrites[0].source, spec["kernel"], parse_spec(spec), [rule_by_name("tile-contraction")],
+                      preprocessed=view)[0]
+    assert second.applicable, second.why
+    assert "kl_acc0 += alpha * kl_s0[threadIdx.y][k - kl_kb] * kl_s1[k - kl_kb][threadIdx.x];" in second.rewrites[0].source
+    compiles(second.rewrites[0].source, tmp_path, folder)
