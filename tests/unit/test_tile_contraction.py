@@ -206,3 +206,45 @@ def test_after_register_accumulate(tmp_path):
     assert second.applicable, second.why
     assert "kl_acc0 += alpha * kl_s0[threadIdx.y][k - kl_kb] * kl_s1[k - kl_kb][threadIdx.x];" in second.rewrites[0].source
     compiles(second.rewrites[0].source, tmp_path, folder)
+
+
+def test_pragma_before_the_loop_stays_with_the_loop(tmp_path):
+    source = GEMM.replace("    for (int k = 0; k < K; k++) {", "    #pragma unroll 4\n    for (int k = 0; k < K; k++) {")
+    found = outcome(source, GEMM_SPEC)
+    assert found.applicable, found.why
+    out = found.rewrites[0].source
+    assert re.search(r"kl_kb = [^;]*;\n#pragma unroll 4\n for \(int k = ", out)
+    if shutil.which("nvcc"):
+        compiles(out, tmp_path)
+
+
+def test_a_loop_variable_read_after_the_loop_is_refused():
+    source = GEMM.replace("int k = 0; k < K", "k = 0; k < K").replace("float acc = 0.0f;", "float acc = 0.0f; int k;")
+    assert outcome(source, GEMM_SPEC).applicable
+    used = source.replace("C[row * N + col] = alpha", "C[row * N + col + k - K] = alpha")
+    found = outcome(used, GEMM_SPEC)
+    assert not found.applicable and "used outside it" in found.why
+
+
+def test_a_declaration_that_cannot_be_split_is_refused_before_rewriting():
+    found = outcome(GEMM.replace("float acc = 0.0f;", "float acc = 0.0f; float v[2] = {1, 2};"), GEMM_SPEC)
+    assert not found.applicable and "cannot be split from its initialiser" in found.why
+
+
+def test_refused_when_the_loop_streams_a_per_thread_row_too():
+    # A matrix-vector product: x is shared by the block, but A's rows are each thread's own and
+    # carry the loop's traffic; a warp per row is the transformation for it.
+    gemv = """
+__global__ void gemv(int n, const float* A, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float acc = 0;
+    for (int j = 0; j < n; j++) acc += A[i * n + j] * x[j];
+    y[i] = acc;
+  }
+}
+"""
+    spec = {"kernel": "gemv", "params": [scalar("n", 1024), arr("A", "n*n"), arr("x", "n"), arr("y", "n", "out")],
+            "grid": ["ceil_div(n,256)", 1, 1], "block": [256, 1, 1], "tolerance": {"rtol": 1e-4, "atol": 1e-5}}
+    found = outcome(gemv, spec)
+    assert not found.applicable and "`A[i * n + j]` moves with the loop and is not shared" in found.why

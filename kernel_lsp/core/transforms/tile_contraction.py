@@ -195,6 +195,17 @@ def _exit_guard(stmt: Node, src: bytes) -> str | None:
     return _text(src, cond) if cond is not None else None
 
 
+def _used_outside(body: Node, loop_node: Node, var: str, src: bytes) -> bool:
+    """``var`` is mentioned in ``body`` outside ``loop_node`` other than where it is declared."""
+    for n in _find(body, ("identifier",)):
+        if _text(src, n) != var or loop_node.start_byte <= n.start_byte < loop_node.end_byte:
+            continue
+        if n.parent is not None and n.parent.type == "declaration":
+            continue
+        return True
+    return False
+
+
 def _under_condition(node: Node, stop: Node) -> bool:
     n = node.parent
     while n is not None and n != stop:
@@ -242,7 +253,9 @@ class TileContraction(Rule):
         reasons = []
         for loop in facts.loops:
             try:
-                return self._loop_plan(facts, loop, block, bindings, src, root, kernel), ""
+                plan = self._loop_plan(facts, loop, block, bindings, src, root, kernel)
+                _Writer(plan, facts, src, _Emitter(facts, src, kernel)).text()
+                return plan, ""
             except _Refused as exc:
                 reasons.append(f"the loop at line {(loop.user_line or 0) + 1}: {exc}")
         return None, "; ".join(reasons) or "the kernel has no loop"
@@ -275,6 +288,8 @@ class TileContraction(Rule):
         emitter.poly(loop.bound, {})
         if loop.var in assigned_names(loop_body, src):
             raise _Refused("its body assigns the loop variable")
+        if loop_node.child_by_field_name("initializer").type != "declaration" and _used_outside(body, loop_node, loop.var, src):
+            raise _Refused("its variable is used outside it (its last value would change when the loop runs zero times)")
         tiles = self._tiles(facts, loop, block, src, root, loop_node, emitter)
         trips = []
         for binding in bindings:
@@ -369,6 +384,12 @@ class TileContraction(Rule):
                 continue
             size = accesses[0].field_bytes if member is not None else accesses[0].elem_bytes
             tiles.append(_Tile(array, member, index, dim, elem_type, size or 8, tuple(accesses), tuple(spans), k_fastest))
+        tiled = {a for t in tiles for a in t.accesses}
+        for a in facts.accesses:
+            moves = trip in a.index.symbols
+            if tiles and a.loops == (loop.id,) and a.space == "global" and a.reads and a not in tiled and moves:
+                raise _Refused(f"`{a.text}` moves with the loop and is not shared by the block: the loop's traffic "
+                               "would stay in global memory")
         if not tiles:
             raise _Refused("; ".join(why) or "no operand it reads is shared by the threads of a block "
                            "(each moves with the loop and with at most one thread dimension)")
@@ -452,6 +473,7 @@ class _Writer:
         self.emitter = emitter
         self.on_chain = set(plan.chain)
         self.pred_count = 0
+        self.loop_pragma = ""
 
     def text(self) -> str:
         return self.node(self.plan.chain[0], None)
@@ -470,6 +492,10 @@ class _Writer:
             if child in self.on_chain:
                 out.append(self.node(child, pred))
                 continue
+            if child.type.startswith("preproc") and child.next_named_sibling == self.plan.chain[-1]:
+                # ``#pragma unroll`` before the loop goes with the loop that still walks k.
+                self.loop_pragma = "\n" + _text(self.src, child).strip() + "\n"
+                continue
             guard = _exit_guard(child, self.src)
             if guard is not None and child.start_byte < self.plan.chain[-1].start_byte:
                 name = self.new_pred()
@@ -487,6 +513,9 @@ class _Writer:
 
     def predicated(self, stmt: Node, pred: str | None) -> str:
         text = _text(self.src, stmt)
+        if stmt.type.startswith("preproc"):
+            # A directive (``#pragma unroll``) keeps a line of its own.
+            return "\n" + text.strip() + "\n"
         if pred is None or stmt.type == "comment":
             return text
         if stmt.type != "declaration":
@@ -603,7 +632,7 @@ class _Writer:
         else:
             init_text = f"{_text(src, init.child_by_field_name('left'))} = {first}"
         last = f"{start} + (kl_t0 + {tk} < kl_trips ? kl_t0 + {tk} : kl_trips)"
-        return f"const long long kl_kb = {first}; for ({init_text}; {loop.var} < {last}; {_text(src, update)})"
+        return f"const long long kl_kb = {first};{self.loop_pragma} for ({init_text}; {loop.var} < {last}; {_text(src, update)})"
 
     def body(self, node: Node) -> str:
         body = node.child_by_field_name("body")
