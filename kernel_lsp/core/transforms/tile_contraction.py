@@ -59,6 +59,10 @@ TILE_BUDGET_BYTES = min(STATIC_SMEM_BYTES, SMEM_PER_SM_BYTES // 4)
 #: row of a tile is one 128-byte line of a float operand).
 DEFAULT_TK = 32
 
+#: Unroll factor for the fixed-trip loop over a tile longer than DEFAULT_TK (a whole unroll of
+#: hundreds of iterations only grows the code).
+UNROLL_LONG_TILE = 8
+
 _BUILTINS = {"tid.x": "threadIdx.x", "tid.y": "threadIdx.y", "bid.x": "blockIdx.x", "bid.y": "blockIdx.y",
              "bid.z": "blockIdx.z", "bdim.x": "blockDim.x", "bdim.y": "blockDim.y", "bdim.z": "blockDim.z",
              "gdim.x": "gridDim.x", "gdim.y": "gridDim.y", "gdim.z": "gridDim.z"}
@@ -593,9 +597,7 @@ class _Writer:
             lines.append(f"for (int kl_e = {flat}; kl_e < {rows * tk}; kl_e += {threads}) {{ {coords}"
                          f"{self.ref(n, t, 'kl_r', 'kl_k')} = ({guard}) ? ({t.elem_type})({element}) : ({t.elem_type})0; }}")
         lines.append("__syncthreads();")
-        header = self.header(node, start)
-        body = self.body(node)
-        compute = f"{header} {body}"
+        compute = self.header(node, start)
         lines.append(f"if ({pred}) {{ {compute} }}" if pred else compute)
         lines.append("__syncthreads();")
         lines.append("}")
@@ -619,8 +621,8 @@ class _Writer:
         return f"kl_s{n}[{kk}]"
 
     def header(self, node: Node, start: str) -> str:
-        """``for (var = start + t0; var < start + min(t0 + TK, trips); var++)``: the original header
-        with its first value and bound moved to the tile."""
+        """The original loop over one tile: its header with the first value and the bound moved to
+        the tile, its body reading the tiles."""
         src, loop, tk = self.src, self.plan.loop, self.plan.tk
         init = node.child_by_field_name("initializer")
         update = node.child_by_field_name("update")
@@ -631,8 +633,14 @@ class _Writer:
             init_text = f"{type_text} {_text(src, d.child_by_field_name('declarator'))} = {first}"
         else:
             init_text = f"{_text(src, init.child_by_field_name('left'))} = {first}"
-        last = f"{start} + (kl_t0 + {tk} < kl_trips ? kl_t0 + {tk} : kl_trips)"
-        return f"const long long kl_kb = {first};{self.loop_pragma} for ({init_text}; {loop.var} < {last}; {_text(src, update)})"
+        body = self.body(node)
+        step = _text(src, update)
+        # A whole tile runs a fixed number of iterations, which the compiler unrolls (ascending k as
+        # before); the last, ragged tile stops at the loop's own bound.
+        pragma = self.loop_pragma or ("\n#pragma unroll\n" if tk <= DEFAULT_TK else f"\n#pragma unroll {UNROLL_LONG_TILE}\n")
+        full = f"{pragma} for ({init_text}; {loop.var} < kl_kb + {tk}; {step}) {body}"
+        ragged = f"{self.loop_pragma} for ({init_text}; {loop.var} < {start} + kl_trips; {step}) {body}"
+        return f"const long long kl_kb = {first}; if (kl_t0 + {tk} <= kl_trips) {{ {full} }} else {{ {ragged} }}"
 
     def body(self, node: Node) -> str:
         body = node.child_by_field_name("body")
@@ -640,7 +648,7 @@ class _Writer:
         for n, t in enumerate(self.plan.tiles):
             r = {"tid.x": "threadIdx.x", "tid.y": "threadIdx.y", None: ""}[t.dim]
             for lo, hi in t.spans:
-                subs.append((lo, hi, self.ref(n, t, r, f"{self.plan.loop.var} - kl_kb")))
+                subs.append((lo, hi, self.ref(n, t, r, f"(int)({self.plan.loop.var} - kl_kb)")))
         out, at = [], body.start_byte
         for lo, hi, new in sorted(subs):
             out.append(self.src[at:lo].decode("utf-8"))
