@@ -172,7 +172,7 @@ def _corpus(name):
 
 
 APPLIES = ["llmc_matmul_forward_kernel1", "polybench_gemm", "polybench_syrk", "sgemmcuda_naive", "polybench_doitgen_kernel1",
-           "mininbody_bodyforce"]
+           "mininbody_bodyforce", "polybench_gramschmidt_kernel1"]
 REFUSED = {"llmc_attention_query_key_kernel1": "`return` before it", "llmc_attention_value_kernel1": "nested in or contains",
            "rodinia_lud_internal": "already uses barriers"}
 
@@ -248,3 +248,20 @@ __global__ void gemv(int n, const float* A, const float* x, float* y) {
             "grid": ["ceil_div(n,256)", 1, 1], "block": [256, 1, 1], "tolerance": {"rtol": 1e-4, "atol": 1e-5}}
     found = outcome(gemv, spec)
     assert not found.applicable and "`A[i * n + j]` moves with the loop and is not shared" in found.why
+
+
+def test_a_goto_anywhere_is_refused():
+    source = GEMM.replace("float acc = 0.0f;", "float acc = 0.0f; if (acc > 1) goto done;").replace(
+        "    C[row * N + col] = alpha * acc + beta * C[row * N + col];", "    done: C[row * N + col] = alpha * acc + beta * C[row * N + col];")
+    found = outcome(source, GEMM_SPEC)
+    assert not found.applicable and "`goto`" in found.why
+
+
+def test_without_a_guard_no_flags_are_needed(tmp_path):
+    source = GEMM.replace("  if (row < M && col < N) {\n", "  {\n")
+    found = outcome(source, GEMM_SPEC)
+    assert found.applicable, found.why
+    out = found.rewrites[0].source
+    assert "kl_on" not in out and "kl_rows" not in out and "kl_t0 + kl_k < kl_trips) ?" in out
+    if shutil.which("nvcc"):
+        compiles(out, tmp_path)

@@ -284,6 +284,8 @@ class TileContraction(Rule):
         if loop_body is None or _find(loop_body, _EXITS):
             raise _Refused("it has an early exit (break, continue, return or goto)")
         self._header(loop_node, loop, src)
+        if _find(body, ("goto_statement",)):
+            raise _Refused("the kernel has a `goto`, which could jump past the barriers")
         for ret in _find(body, ("return_statement",)):
             if ret.start_byte < loop_node.end_byte and not self._leading_exit(ret, chain, src):
                 raise _Refused("a `return` before it would leave threads out of the barriers")
@@ -557,8 +559,8 @@ class _Writer:
         start, trips = e.poly(loop.start, {}), e.poly(loop.bound - loop.start, {})
         lines = ["{"]
         flags: dict[str | None, str] = {}
+        dims = {t.dim for t in plan.tiles}
         if pred is not None:
-            dims = {t.dim for t in plan.tiles}
             if "tid.y" in dims:
                 lines += [f"__shared__ int kl_rows[{by}];", "if (threadIdx.x == 0) kl_rows[threadIdx.y] = 0;"]
                 flags["tid.y"] = "kl_rows[kl_r]"
@@ -573,8 +575,11 @@ class _Writer:
                 if "tid.x" in flags:
                     sets.append("kl_cols[threadIdx.x] = 1;")
                 lines.append(f"if ({pred}) {{ {' '.join(sets)} }}")
-            lines.append(f"const int kl_any = __syncthreads_or({pred});")
-            flags[None] = "kl_any"
+            if None in dims:
+                lines.append(f"const int kl_any = __syncthreads_or({pred});")
+                flags[None] = "kl_any"
+            elif flags:
+                lines.append("__syncthreads();")
         lines.append(f"const long long kl_trips = {trips};")
         for n, t in enumerate(plan.tiles):
             lines.append(f"__shared__ {t.elem_type} kl_s{n}{self.shape(t)};")
