@@ -97,7 +97,7 @@ class _Plan:
     block: tuple[int, int, int]
     tk: int
     chain: tuple[Node, ...]
-    """The kernel body's descendants down to the loop (the loop last)."""
+    """The kernel body, then the blocks and `if`s down to the loop (the loop last)."""
 
 
 class _Emitter:
