@@ -265,3 +265,116 @@ def test_without_a_guard_no_flags_are_needed(tmp_path):
     assert "kl_on" not in out and "kl_rows" not in out and "kl_t0 + kl_k < kl_trips) ?" in out
     if shutil.which("nvcc"):
         compiles(out, tmp_path)
+
+
+# ---- the rewrite run on the CPU: every CUDA thread of a block a std::thread, barriers real ------
+
+CPU_CUDA = r"""
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <thread>
+#include <vector>
+struct kl_dim3 { unsigned x, y, z; };
+thread_local kl_dim3 threadIdx;
+kl_dim3 blockIdx, blockDim, gridDim;
+static std::barrier<>* kl_barrier;
+static std::atomic<int> kl_or{0};
+static void __syncthreads() { kl_barrier->arrive_and_wait(); }
+static int __syncthreads_or(int v) {
+  kl_barrier->arrive_and_wait();
+  if (v) kl_or.store(1);
+  kl_barrier->arrive_and_wait();
+  int r = kl_or.load();
+  kl_barrier->arrive_and_wait();
+  if (threadIdx.x == 0 && threadIdx.y == 0) kl_or.store(0);
+  kl_barrier->arrive_and_wait();
+  return r;
+}
+static float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+#define __global__
+#define __shared__ static
+template <class F> void kl_launch(kl_dim3 grid, kl_dim3 block, F body) {
+  gridDim = grid; blockDim = block;
+  for (unsigned by = 0; by < grid.y; by++) for (unsigned bx = 0; bx < grid.x; bx++) {
+    blockIdx = {bx, by, 0};
+    std::barrier<> bar(block.x * block.y);
+    kl_barrier = &bar;
+    std::vector<std::thread> threads;
+    for (unsigned ty = 0; ty < block.y; ty++) for (unsigned tx = 0; tx < block.x; tx++)
+      threads.emplace_back([=] { threadIdx = {tx, ty, 0}; body(); });
+    for (auto& t : threads) t.join();
+  }
+}
+"""
+
+
+def run_on_cpu(source: str, main: str, tmp_path, name: str) -> str:
+    import subprocess
+
+    path = tmp_path / f"{name}.cpp"
+    path.write_text(CPU_CUDA + source + main)
+    exe = tmp_path / name
+    build = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-o", str(exe), str(path)],
+                           capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout
+
+
+GEMM_MAIN = r"""
+int main() {
+  const int M = 37, N = 45, K = 77;
+  std::vector<float> A(M * K), B(K * N), C(M * N);
+  for (int i = 0; i < M * K; i++) A[i] = (i * 37 % 101) / 50.0f - 1;
+  for (int i = 0; i < K * N; i++) B[i] = (i * 53 % 97) / 40.0f - 1;
+  for (int i = 0; i < M * N; i++) C[i] = (i % 13) / 7.0f;
+  kl_launch({(N + 7) / 8, (M + 3) / 4, 1}, {8, 4, 1}, [&] { gemm(M, N, K, 1.5f, 0.5f, A.data(), B.data(), C.data()); });
+  for (float v : C) printf("%a\n", v);
+}
+"""
+GEMM_SMALL_SPEC = dict(GEMM_SPEC, grid=["ceil_div(N,8)", "ceil_div(M,4)", 1], block=[8, 4, 1],
+                       variants=[{"M": 37, "N": 45, "K": 77}])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("variant", ["guarded", "leading-exit", "accumulate-in-memory"])
+def test_rewrite_computes_what_the_original_does_on_ragged_sizes(variant, tmp_path):
+    source = GEMM
+    if variant == "leading-exit":
+        source = GEMM.replace("  if (row < M && col < N) {\n", "  if (row >= M || col >= N) return;\n  {\n")
+    if variant == "accumulate-in-memory":
+        source = GEMM.replace("float* C) {", "float* C) {\n  (void)alpha;").replace(
+            "    float acc = 0.0f;\n", "    C[row * N + col] *= beta;\n").replace(
+            "acc += A[row * K + k] * B[k * N + col];", "C[row * N + col] += alpha * A[row * K + k] * B[k * N + col];").replace(
+            "    C[row * N + col] = alpha * acc + beta * C[row * N + col];\n", "")
+    found = outcome(source, GEMM_SMALL_SPEC)
+    assert found.applicable, found.why
+    # 77 iterations: two whole tiles of 32 and a ragged one; 37 x 45 outputs: partial blocks on both axes.
+    assert "tiles of 32 iterations" in found.why
+    before = run_on_cpu(source, GEMM_MAIN, tmp_path, "original")
+    after = run_on_cpu(found.rewrites[0].source, GEMM_MAIN, tmp_path, "rewritten")
+    assert after == before and len(before.split()) == 37 * 45
+
+
+NBODY_MAIN = r"""
+int main() {
+  const int n = 50;
+  std::vector<P> p(n);
+  for (int i = 0; i < n; i++) p[i] = {(i * 7 % 11) / 3.0f, (i * 5 % 13) / 4.0f, 0.25f * i};
+  kl_launch({(n + 15) / 16, 1, 1}, {16, 1, 1}, [&] { pairs(p.data(), 0.01f, n); });
+  for (auto& b : p) printf("%a %a %a\n", b.x, b.y, b.vx);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+def test_all_pairs_rewrite_computes_what_the_original_does(tmp_path):
+    spec = dict(NBODY_SPEC, grid=["ceil_div(n,16)", 1, 1], block=[16, 1, 1], variants=[{"n": 50}])
+    found = outcome(NBODY, spec)
+    assert found.applicable, found.why
+    before = run_on_cpu(NBODY, NBODY_MAIN, tmp_path, "original")
+    after = run_on_cpu(found.rewrites[0].source, NBODY_MAIN, tmp_path, "rewritten")
+    assert after == before and len(before.split()) == 150
