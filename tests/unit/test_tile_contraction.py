@@ -87,6 +87,7 @@ def test_registered_and_composable():
 def test_gemm_tiles_both_operands_and_splits_the_guard(tmp_path):
     found = outcome(GEMM, GEMM_SPEC)
     assert found.applicable, found.why
+    assert [rw.variant for rw in found.rewrites] == ["", "4x1"]
     source = found.rewrites[0].source
     # A moves with threadIdx.y only, B with threadIdx.x only: a tile of each, padded.
     assert "__shared__ float kl_s0[8][33];" in source and "__shared__ float kl_s1[32][33];" in source
@@ -177,14 +178,20 @@ REFUSED = {"llmc_attention_query_key_kernel1": "`return` before it", "llmc_atten
            "rodinia_lud_internal": "already uses barriers"}
 
 
+BLOCKED = {"llmc_matmul_forward_kernel1", "polybench_gemm", "polybench_syrk", "polybench_doitgen_kernel1"}
+
+
 @pytest.mark.parametrize("name", APPLIES)
 def test_corpus_contractions_apply_and_compile(name, tmp_path):
     folder, source, spec, pre = _corpus(name)
     found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("tile-contraction")], preprocessed=pre)[0]
     assert found.applicable, found.why
-    assert "__syncthreads();" in found.rewrites[0].source
-    if shutil.which("nvcc"):
-        compiles(found.rewrites[0].source, tmp_path, folder)
+    assert [rw.variant for rw in found.rewrites] == (["", "4x1"] if name in BLOCKED else [""])
+    for n, rewrite in enumerate(found.rewrites):
+        assert "__syncthreads();" in rewrite.source
+        if shutil.which("nvcc"):
+            (tmp_path / str(n)).mkdir()
+            compiles(rewrite.source, tmp_path / str(n), folder)
 
 
 @pytest.mark.parametrize(("name", "why"), sorted(REFUSED.items()))
@@ -354,9 +361,13 @@ def test_rewrite_computes_what_the_original_does_on_ragged_sizes(variant, tmp_pa
     assert found.applicable, found.why
     # 77 iterations: two whole tiles of 32 and a ragged one; 37 x 45 outputs: partial blocks on both axes.
     assert "tiles of 32 iterations" in found.why
+    # The tiles alone, then with a 4x1 micro-tile per thread (10 blocks along y: the last physical row
+    # of blocks has copies past the grid).
+    assert [rw.variant for rw in found.rewrites] == ["", "4x1"]
     before = run_on_cpu(source, GEMM_MAIN, tmp_path, "original")
-    after = run_on_cpu(found.rewrites[0].source, GEMM_MAIN, tmp_path, "rewritten")
-    assert after == before and len(before.split()) == 37 * 45
+    assert len(before.split()) == 37 * 45
+    for n, rewrite in enumerate(found.rewrites):
+        assert run_on_cpu(rewrite.source, GEMM_MAIN, tmp_path, f"rewritten{n}") == before, rewrite.variant
 
 
 NBODY_MAIN = r"""

@@ -42,7 +42,8 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
-    Access, Binding, KernelFacts, LoopFact, Opaque, assigned_names, declared_anywhere, thread_dependence, trip_count,
+    Access, Binding, KernelFacts, LoopFact, Opaque, assigned_names, declared_anywhere, evaluate, thread_dependence,
+    trip_count,
 )
 from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
@@ -98,13 +99,17 @@ class _Plan:
     tk: int
     chain: tuple[Node, ...]
     """The kernel body, then the blocks and `if`s down to the loop (the loop last)."""
+    narrow: bool = False
+    """Every index the tiles compute fits in 32 bits at every size of the spec."""
 
 
 class _Emitter:
     """C expressions for the analysis' polynomials, with thread indices and counters replaced."""
 
-    def __init__(self, facts: KernelFacts, src: bytes, kernel: Node):
+    def __init__(self, facts: KernelFacts, src: bytes, kernel: Node, narrow: bool = False):
         self.facts = facts
+        # 32-bit arithmetic where the spec's sizes prove every value fits (fewer registers).
+        self.int_type, self.suffix = ("int", "") if narrow else ("long long", "LL")
         self.params = {name for name, _, _ in facts.params}
         body = kernel.child_by_field_name("body")
         self.assigned = assigned_names(body, src)
@@ -114,20 +119,21 @@ class _Emitter:
         parts = []
         for monomial, coefficient in poly.terms:
             factors = [self.symbol(s, subs) for s in monomial]
-            parts.append("*".join([f"{coefficient}LL", *factors]) if factors else f"{coefficient}LL")
-        return "(" + " + ".join(parts) + ")" if parts else "0LL"
+            c = f"{coefficient}{self.suffix}"
+            parts.append("*".join([c, *factors]) if factors else c)
+        return "(" + " + ".join(parts) + ")" if parts else f"0{self.suffix}"
 
     def symbol(self, s: str, subs: dict[str, str]) -> str:
         if s in subs:
-            return f"(long long)({subs[s]})"
+            return f"({self.int_type})({subs[s]})"
         if s in _BUILTINS:
-            return f"(long long){_BUILTINS[s]}"
+            return f"({self.int_type}){_BUILTINS[s]}"
         if is_iteration(s):
             raise _Refused("the index uses the counter of another loop")
         if is_opaque(s):
             return self.opaque(self.facts.opaque.get(s), subs)
         if s in self.params and s not in self.assigned:
-            return f"(long long){s}"
+            return f"({self.int_type}){s}"
         raise _Refused(f"the index uses `{s}`, which is not a parameter the kernel leaves unchanged")
 
     def opaque(self, entry: Opaque | None, subs: dict[str, str]) -> str:
@@ -147,7 +153,7 @@ class _Emitter:
         # parameter: the same value wherever it is written.
         if entry.deps or not _IDENT.match(text) or text in self.declared or text in self.assigned:
             raise _Refused(f"the index has a term (`{text}`) that cannot be recomputed elsewhere in the kernel")
-        return f"(long long)({text})"
+        return f"({self.int_type})({text})"
 
 
 def _text(src: bytes, node: Node) -> str:
@@ -197,6 +203,46 @@ def _exit_guard(stmt: Node, src: bytes) -> str | None:
         return None
     cond = stmt.child_by_field_name("condition")
     return _text(src, cond) if cond is not None else None
+
+
+_INT32_MAX = 2**31 - 1
+
+
+def _nonnegative(poly: Poly, opaque, depth: int = 0) -> bool:
+    """Every coefficient of ``poly`` and of the recipes of its opaque terms is >= 0, so with
+    non-negative symbols each partial sum is at most the whole."""
+    if depth > 8 or any(c < 0 for _, c in poly.terms):
+        return False
+    for s in poly.symbols:
+        entry = opaque.get(s) if is_opaque(s) else None
+        if entry is None or entry.recipe is None:
+            continue
+        if entry.recipe[0] not in ("/", "%", "min", "max", ">>", "&"):
+            return False
+        if not all(_nonnegative(x, opaque, depth + 1) for x in entry.recipe[1:]):
+            return False
+    return True
+
+
+def _fits_int32(facts: KernelFacts, loop: LoopFact, tiles, binding: Binding, trips: int) -> bool:
+    """At ``binding``'s size, the loop's bounds and every tile index, at the largest thread, block
+    and iteration (where a polynomial with non-negative coefficients is largest), fit in an int."""
+    if binding.grid is None:
+        return False
+    env = {**binding.values}
+    for axis, i in zip("xyz", range(3)):
+        env[f"bdim.{axis}"], env[f"gdim.{axis}"] = binding.block[i], binding.grid[i]
+        env[f"tid.{axis}"], env[f"bid.{axis}"] = binding.block[i] - 1, binding.grid[i] - 1
+    env[loop.trip_symbol] = max(trips - 1, 0)
+    if any(v < 0 for v in binding.values.values()):
+        return False
+    for poly in (loop.start, loop.bound, *(t.index for t in tiles)):
+        if not _nonnegative(poly, facts.opaque):
+            return False
+        value = evaluate(poly, env, facts.opaque)
+        if value is None or not 0 <= value <= _INT32_MAX // 2:
+            return False
+    return True
 
 
 def _used_outside(body: Node, loop_node: Node, var: str, src: bytes) -> bool:
@@ -258,7 +304,7 @@ class TileContraction(Rule):
         for loop in facts.loops:
             try:
                 plan = self._loop_plan(facts, loop, block, bindings, src, root, kernel)
-                _Writer(plan, facts, src, _Emitter(facts, src, kernel)).text()
+                _Writer(plan, facts, src, _Emitter(facts, src, kernel, plan.narrow)).text()
                 return plan, ""
             except _Refused as exc:
                 reasons.append(f"the loop at line {(loop.user_line or 0) + 1}: {exc}")
@@ -306,7 +352,8 @@ class TileContraction(Rule):
         tk = self._tile_k(tiles, block, max(trips))
         if tk is None:
             raise _Refused("its tiles do not fit the shared memory budget")
-        return _Plan(loop, tiles, block, tk, chain)
+        narrow = all(_fits_int32(facts, loop, tiles, b, n) for b, n in zip(bindings, trips))
+        return _Plan(loop, tiles, block, tk, chain, narrow)
 
     @staticmethod
     def _leading_exit(ret: Node, chain: tuple[Node, ...], src: bytes) -> bool:
@@ -456,7 +503,7 @@ class TileContraction(Rule):
         facts = ctx.facts
         src, root = parse(ctx.preprocessed)
         kernel = node_at(src, root, facts.span)
-        emitter = _Emitter(facts, src, kernel)
+        emitter = _Emitter(facts, src, kernel, plan.narrow)
         new = _Writer(plan, facts, src, emitter).text()
         top = plan.chain[0]
         edit = BodyEdit(ctx.preprocessed, facts)
@@ -464,9 +511,31 @@ class TileContraction(Rule):
         source, expanded = emit(edit, ctx.source, ctx.kernel)
         what = ", ".join(f"`{t.accesses[0].text}`" for t in plan.tiles)
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
-        return (Rewrite(source, f"stage {what} through shared-memory tiles of {plan.tk} iterations of the loop at line "
+        tiled = Rewrite(source, f"stage {what} through shared-memory tiles of {plan.tk} iterations of the loop at line "
                                 f"{(plan.loop.user_line or 0) + 1}, loaded once per block and coalesced; the guard "
-                                f"split so every thread reaches the barriers{note}"),)
+                                f"split so every thread reaches the barriers{note}")
+        blocked = self._blocked(ctx, plan, kernel, src)
+        return (tiled,) if blocked is None else (tiled, blocked)
+
+    def _blocked(self, ctx: RuleContext, plan: _Plan, kernel: Node, src: bytes) -> Rewrite | None:
+        """The same tiles with each thread computing the outputs of REGISTER_BLOCK blocks along y
+        (None when that is not proven legal)."""
+        facts = ctx.facts
+        launches = ctx.launches()
+        if not launches or blocking_refusal(plan, facts, src, kernel, launches[0].grid[1]) is not None:
+            return None
+        try:
+            new = _BlockedWriter(plan, facts, src, _Emitter(facts, src, kernel, plan.narrow), kernel).text()
+        except _Refused:
+            return None
+        edit = BodyEdit(ctx.preprocessed, facts)
+        edit.replace(plan.chain[0].start_byte, plan.chain[0].end_byte, new)
+        source, _ = emit(edit, ctx.source, ctx.kernel)
+        return Rewrite(source, f"the tiles of the loop at line {(plan.loop.user_line or 0) + 1} with each thread computing "
+                               f"the outputs of {REGISTER_BLOCK} blocks along y (a {REGISTER_BLOCK}x1 micro-tile in "
+                               "registers, the tiles shared along y read once for all of them); the blocks past "
+                               f"gridDim.y / {REGISTER_BLOCK} return at once (launch ceil(grid.y / {REGISTER_BLOCK}) blocks "
+                               "along y to skip them)", variant=f"{REGISTER_BLOCK}x1")
 
 
 class _Writer:
@@ -517,8 +586,15 @@ class _Writer:
         self.pred_count += 1
         return f"kl_on{self.pred_count}"
 
+    def t(self, node: Node) -> str:
+        """A statement's text as the rewrite writes it."""
+        return _text(self.src, node)
+
+    def span_text(self, lo: int, hi: int) -> str:
+        return self.src[lo:hi].decode("utf-8")
+
     def predicated(self, stmt: Node, pred: str | None) -> str:
-        text = _text(self.src, stmt)
+        text = self.t(stmt)
         if stmt.type.startswith("preproc"):
             # A directive (``#pragma unroll``) keeps a line of its own.
             return "\n" + text.strip() + "\n"
@@ -530,11 +606,11 @@ class _Writer:
         if not any(d.type == "init_declarator" for d in decls):
             return text
         first = decls[0]
-        type_text = self.src[stmt.start_byte:first.start_byte].decode("utf-8").strip()
+        type_text = self.span_text(stmt.start_byte, first.start_byte).strip()
         hoisted, assigns = [], []
         for d in decls:
             if d.type != "init_declarator":
-                hoisted.append(f"{type_text} {_text(self.src, d)};")
+                hoisted.append(f"{type_text} {self.t(d)};")
                 continue
             target, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
             if value is None or value.type in ("initializer_list", "argument_list") or target.type not in (
@@ -546,8 +622,8 @@ class _Writer:
             own_type = type_text if target.type == "pointer_declarator" else re.sub(r"\bconst\b\s*", "", type_text)
             if "auto" in own_type.split() or "&" in own_type:
                 raise _Refused("a declaration before the loop has no type to hoist")
-            hoisted.append(f"{own_type} {_text(self.src, target)};")
-            assigns.append(f"{_text(self.src, name)} = {_text(self.src, value)};")
+            hoisted.append(f"{own_type} {self.t(target)};")
+            assigns.append(f"{self.t(name)} = {self.t(value)};")
         return " ".join(hoisted) + f" if ({pred}) {{ {' '.join(assigns)} }}"
 
     def loop(self, pred: str | None) -> str:
@@ -580,10 +656,10 @@ class _Writer:
                 flags[None] = "kl_any"
             elif flags:
                 lines.append("__syncthreads();")
-        lines.append(f"const long long kl_trips = {trips};")
+        lines.append(f"const {e.int_type} kl_trips = {trips};")
         for n, t in enumerate(plan.tiles):
             lines.append(f"__shared__ {t.elem_type} kl_s{n}{self.shape(t)};")
-        lines.append(f"for (long long kl_t0 = 0; kl_t0 < kl_trips; kl_t0 += {tk}) {{")
+        lines.append(f"for ({e.int_type} kl_t0 = 0; kl_t0 < kl_trips; kl_t0 += {tk}) {{")
         threads = bx * by
         flat = "(int)(threadIdx.y * blockDim.x + threadIdx.x)" if by > 1 else "(int)threadIdx.x"
         for n, t in enumerate(plan.tiles):
@@ -645,7 +721,7 @@ class _Writer:
         pragma = self.loop_pragma or ("\n#pragma unroll\n" if tk <= DEFAULT_TK else f"\n#pragma unroll {UNROLL_LONG_TILE}\n")
         full = f"{pragma} for ({init_text}; {loop.var} < kl_kb + {tk}; {step}) {body}"
         ragged = f"{self.loop_pragma} for ({init_text}; {loop.var} < {start} + kl_trips; {step}) {body}"
-        return f"const long long kl_kb = {first}; if (kl_t0 + {tk} <= kl_trips) {{ {full} }} else {{ {ragged} }}"
+        return f"const {self.emitter.int_type} kl_kb = {first}; if (kl_t0 + {tk} <= kl_trips) {{ {full} }} else {{ {ragged} }}"
 
     def body(self, node: Node) -> str:
         body = node.child_by_field_name("body")
@@ -661,3 +737,218 @@ class _Writer:
             at = hi
         out.append(self.src[at:body.end_byte].decode("utf-8"))
         return "".join(out)
+
+
+def _mentions(poly: Poly, symbol: str, opaque, depth: int = 0) -> bool:
+    """``poly`` depends on ``symbol``, directly or through the recipe of an opaque term."""
+    if symbol in poly.symbols:
+        return True
+    if depth > 8:
+        return True
+    for s in poly.symbols:
+        entry = opaque.get(s) if is_opaque(s) else None
+        if entry is not None and entry.recipe is not None:
+            parts = entry.recipe[1:] if entry.recipe[0] != "select" else entry.recipe[1:2] + entry.recipe[3:]
+            if any(isinstance(x, Poly) and _mentions(x, symbol, opaque, depth + 1) for x in parts):
+                return True
+    return False
+
+
+def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, grid_y: int) -> str | None:
+    """Why the tiles cannot also be register-blocked along ``blockIdx.y`` (None: they can)."""
+    bx, by, _ = plan.block
+    if by == 1 or bx * by * REGISTER_BLOCK > MAX_THREADS_PER_BLOCK * 4 or bx * by > 256:
+        return "register blocking needs a 2-D block of at most 256 threads (registers for several outputs)"
+    if grid_y < REGISTER_BLOCK:
+        return f"register blocking needs at least {REGISTER_BLOCK} blocks along y"
+    if not any(t.dim == "tid.x" and not _mentions(t.index, "bid.y", facts.opaque) for t in plan.tiles):
+        return "no tile is shared by blocks along y (the reuse register blocking would add)"
+    if any(a.space == "shared" for a in facts.accesses):
+        return "the kernel declares shared memory of its own"
+    body = kernel.child_by_field_name("body")
+    counts: dict[str, int] = {}
+    for decl in _find(body, ("declaration",)):
+        for name in declared_anywhere(decl, src):
+            counts[name] = counts.get(name, 0) + 1
+    params = {name for name, _, _ in facts.params}
+    if any(c > 1 for c in counts.values()) or set(counts) & params:
+        return "a name is declared twice in the kernel (the copies' scopes are merged)"
+    update = plan.chain[-1].child_by_field_name("update")
+    var = plan.loop.var
+    if update is None or re.sub(r"\s", "", _text(src, update)) not in (f"{var}++", f"++{var}", f"{var}+=1"):
+        return "the loop's update does more than step its variable"
+    for n in _find(body, ("identifier",)):
+        if _text(src, n) in ("blockIdx", "gridDim") and (n.parent is None or n.parent.type != "field_expression"):
+            return "the kernel uses blockIdx or gridDim as a whole"
+    tiles_bytes = 0
+    for t in plan.tiles:
+        rows = {"tid.x": bx, "tid.y": by, None: 1}[t.dim]
+        copies = REGISTER_BLOCK if _mentions(t.index, "bid.y", facts.opaque) else 1
+        tiles_bytes += copies * (rows + 1) * (plan.tk + 1) * t.elem_bytes
+    if tiles_bytes > TILE_BUDGET_BYTES:
+        return "the register-blocked tiles do not fit the shared memory budget"
+    return None
+
+
+#: Outputs per thread when register blocking: the thread runs the original threads of this many
+#: blocks along y (a 4x1 micro-tile), the tiles shared along y loaded once for all of them.
+REGISTER_BLOCK = 4
+
+
+class _BlockedWriter(_Writer):
+    """Each thread runs REGISTER_BLOCK original threads, those of blocks ``R*blockIdx.y + q``: every
+    copy's statements renamed (``acc`` → ``acc_kl1``), their scopes merged, the loop run once for
+    all copies so the tiles shared along y are read once per iteration for all of them."""
+
+    def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: _Emitter, kernel: Node):
+        super().__init__(plan, facts, src, emitter)
+        body = kernel.child_by_field_name("body")
+        self.names = declared_anywhere(body, src)
+        self.renames = [n for n in _find(body, ("identifier",)) if _text(src, n) in self.names]
+        self.block_y = [n for n in _find(body, ("field_expression",)) if re.sub(r"\s", "", _text(src, n)) == "blockIdx.y"]
+        self.q = 0
+        self.tile_subs: list[tuple[int, int, str]] = []
+        self.shared_tile = [not _mentions(t.index, "bid.y", facts.opaque) for t in plan.tiles]
+
+    def span_text(self, lo: int, hi: int) -> str:
+        subs = [(a, b, new) for a, b, new in self.tile_subs if lo <= a and b <= hi]
+        taken = [(a, b) for a, b, _ in subs]
+        for n in self.renames:
+            if lo <= n.start_byte and n.end_byte <= hi and not any(a <= n.start_byte < b for a, b in taken):
+                subs.append((n.start_byte, n.end_byte, f"{_text(self.src, n)}_kl{self.q}"))
+        for n in self.block_y:
+            if lo <= n.start_byte and n.end_byte <= hi and not any(a <= n.start_byte < b for a, b in taken):
+                subs.append((n.start_byte, n.end_byte, f"(blockIdx.y * {REGISTER_BLOCK} + {self.q})"))
+        out, at = [], lo
+        for a, b, new in sorted(subs):
+            out.append(self.src[at:a].decode("utf-8"))
+            out.append(new)
+            at = b
+        out.append(self.src[at:hi].decode("utf-8"))
+        return "".join(out)
+
+    def t(self, node: Node) -> str:
+        return self.span_text(node.start_byte, node.end_byte)
+
+    def text(self) -> str:
+        copies = []
+        for q in range(REGISTER_BLOCK):
+            self.q = q
+            pre: list[str] = []
+            post: list[str] = []
+            first = f"kl_v{q}"
+            pre.append(f"const bool {first} = blockIdx.y * {REGISTER_BLOCK} + {q} < gridDim.y;")
+            pred = self.flatten(self.plan.chain[0], first, pre, post)
+            copies.append((pre, post, pred))
+        out = ["{", f"if (blockIdx.y * {REGISTER_BLOCK} >= gridDim.y) return;"]
+        for pre, _, _ in copies:
+            out += pre
+        out.append(self.blocked_loop([pred for _, _, pred in copies]))
+        for _, post, _ in copies:
+            out += post
+        out.append("}")
+        return "\n".join(out)
+
+    def flatten(self, n: Node, pred: str, pre: list[str], post: list[str]) -> str:
+        """The statements around the loop of copy ``self.q`` in order, each under its predicate; the
+        predicate at the loop."""
+        if n == self.plan.chain[-1]:
+            return pred
+        if n.type == "if_statement":
+            name = f"{self.new_pred()}_{self.q}"
+            pre.append(f"const bool {name} = {pred} && {self.t(n.child_by_field_name('condition'))};")
+            return self.flatten(n.child_by_field_name("consequence"), name, pre, post)
+        at_loop = pred
+        after = False
+        for child in n.named_children:
+            if child in self.on_chain:
+                at_loop = self.flatten(child, pred, pre, post)
+                after = True
+                continue
+            if child.type.startswith("preproc"):
+                continue
+            guard = _exit_guard(child, self.src)
+            if guard is not None and not after:
+                name = f"{self.new_pred()}_{self.q}"
+                pre.append(f"const bool {name} = {pred} && !{self.t(child.child_by_field_name('condition'))};")
+                pred = name
+                continue
+            (post if after else pre).append(self.predicated(child, pred))
+        return at_loop
+
+    def blocked_loop(self, preds: list[str]) -> str:
+        plan, loop, e = self.plan, self.plan.loop, self.emitter
+        node = plan.chain[-1]
+        bx, by, _ = plan.block
+        tk, copies = plan.tk, REGISTER_BLOCK
+        start, trips = e.poly(loop.start, {}), e.poly(loop.bound - loop.start, {})
+        lines = ["{"]
+        for q in range(copies):
+            lines.append(f"__shared__ int kl_rows{q}[{by}]; __shared__ int kl_cols{q}[{bx}];")
+            lines.append(f"if (threadIdx.x == 0) kl_rows{q}[threadIdx.y] = 0; if (threadIdx.y == 0) kl_cols{q}[threadIdx.x] = 0;")
+        lines.append("__syncthreads();")
+        for q in range(copies):
+            lines.append(f"if ({preds[q]}) {{ kl_rows{q}[threadIdx.y] = 1; kl_cols{q}[threadIdx.x] = 1; }}")
+        anys = " || ".join(preds)
+        lines.append(f"const int kl_any = __syncthreads_or({anys});")
+        lines += [f"const int kl_any{q} = __syncthreads_or({preds[q]});" for q in range(copies)
+                  if any(t.dim is None for t in plan.tiles)]
+        lines.append(f"const {e.int_type} kl_trips = {trips};")
+        for n, t in enumerate(plan.tiles):
+            for q in ([None] if self.shared_tile[n] else range(copies)):
+                lines.append(f"__shared__ {t.elem_type} {self.tile_name(n, q)}{self.shape(t)};")
+        lines.append(f"for ({e.int_type} kl_t0 = 0; kl_t0 < kl_trips; kl_t0 += {tk}) {{")
+        flat = "(int)(threadIdx.y * blockDim.x + threadIdx.x)"
+        for n, t in enumerate(plan.tiles):
+            rows = {"tid.x": bx, "tid.y": by, None: 1}[t.dim]
+            r, kk = (f"kl_e / {tk}", f"kl_e % {tk}") if t.k_fastest else (f"kl_e % {rows}", f"kl_e / {rows}")
+            for q in ([None] if self.shared_tile[n] else range(copies)):
+                subs = {loop.trip_symbol: "kl_t0 + kl_k"}
+                if q is not None:
+                    subs["bid.y"] = f"blockIdx.y * {copies} + {q}"
+                if t.dim:
+                    subs[t.dim] = "kl_r"
+                element = f"{t.array}[{e.poly(t.index, subs)}]" + (f".{t.field}" if t.field else "")
+                if t.dim is None:
+                    flag = "kl_any" if q is None else f"kl_any{q}"
+                else:
+                    kind = "rows" if t.dim == "tid.y" else "cols"
+                    qs = range(copies) if q is None else [q]
+                    flag = "(" + " || ".join(f"kl_{kind}{c}[kl_r]" for c in qs) + ")"
+                ref = self.ref(n, t, "kl_r", "kl_k").replace(f"kl_s{n}", self.tile_name(n, q), 1)
+                lines.append(f"for (int kl_e = {flat}; kl_e < {rows * tk}; kl_e += {bx * by}) {{ "
+                             f"const int kl_r = {r}; const int kl_k = {kk}; {ref} = "
+                             f"(kl_t0 + kl_k < kl_trips && {flag}) ? ({t.elem_type})({element}) : ({t.elem_type})0; }}")
+        lines.append("__syncthreads();")
+        bodies = []
+        for q in range(copies):
+            self.q = q
+            self.tile_subs = []
+            for n, t in enumerate(plan.tiles):
+                thread = {"tid.x": "threadIdx.x", "tid.y": "threadIdx.y", None: ""}[t.dim]
+                name = self.tile_name(n, None if self.shared_tile[n] else q)
+                for lo, hi in t.spans:
+                    self.tile_subs.append((lo, hi, self.ref(n, t, thread, "kl_kk").replace(f"kl_s{n}", name, 1)))
+            init = node.child_by_field_name("initializer")
+            var = f"{loop.var}_kl{q}"
+            if init.type == "declaration":
+                d = init.children_by_field_name("declarator")[0]
+                set_var = f"{self.span_text(init.start_byte, d.start_byte).strip()} {var} = kl_kb + kl_kk;"
+            else:
+                set_var = f"{var} = kl_kb + kl_kk;"
+            body = node.child_by_field_name("body")
+            bodies.append(f"if ({preds[q]}) {{ {set_var} {self.t(body)} }}")
+            self.tile_subs = []
+        step = "\n".join(bodies)
+        pragma = self.loop_pragma or "\n#pragma unroll\n"
+        lines.append(f"const {e.int_type} kl_kb = {start} + kl_t0;")
+        lines.append(f"if (kl_t0 + {tk} <= kl_trips) {{ {pragma} for (int kl_kk = 0; kl_kk < {tk}; kl_kk++) {{\n{step}\n}} }}")
+        lines.append(f"else {{ for (int kl_kk = 0; kl_kk < kl_trips - kl_t0; kl_kk++) {{\n{step}\n}} }}")
+        lines.append("__syncthreads();")
+        lines.append("}")
+        lines.append("}")
+        return "\n".join(lines)
+
+    @staticmethod
+    def tile_name(n: int, q: int | None) -> str:
+        return f"kl_s{n}" if q is None else f"kl_s{n}_{q}"
