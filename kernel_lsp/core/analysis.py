@@ -2068,3 +2068,9 @@ def summary(facts: KernelFacts, binding: Binding | None) -> dict:
         "shuffles": facts.shuffles,
         "unknowns": list(facts.unknowns),
     }
+
+
+def is_pure_math(name: str) -> bool:
+    """``name`` is a CUDA math function or intrinsic: a function of its arguments only (it reads
+    no thread or block index and touches no memory)."""
+    return _is_pure_math(name)

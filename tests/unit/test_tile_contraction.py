@@ -389,3 +389,27 @@ def test_all_pairs_rewrite_computes_what_the_original_does(tmp_path):
     before = run_on_cpu(NBODY, NBODY_MAIN, tmp_path, "original")
     after = run_on_cpu(found.rewrites[0].source, NBODY_MAIN, tmp_path, "rewritten")
     assert after == before and len(before.split()) == 150
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda s: "__device__ int first_row() { return blockIdx.y * blockDim.y; }\n" + s.replace(
+        "int row = blockIdx.y * blockDim.y + threadIdx.y;", "int row = first_row() + threadIdx.y;"), "calls `first_row`"),
+    (lambda s: s.replace("for (int k = 0; k < K; k++)", "for (int k = 0; k < K; k++, (void)0)"), "update does more"),
+    (lambda s: s.replace("float acc = 0.0f;", "float acc = 0.0f; { int col = 0; (void)col; }"), "declared twice"),
+])
+def test_register_blocking_refusals_keep_the_plain_tiles(change, why):
+    from kernel_lsp.core.transforms.emit import node_at, parse
+    from kernel_lsp.core.transforms.tile_contraction import TileContraction, blocking_refusal
+    from kernel_lsp.core.rules.base import RuleContext
+    from kernel_lsp.core.index import build_index
+
+    source = change(GEMM)
+    index = build_index(source)
+    fn = next(f for f in index.kernels if f.name == "gemm")
+    ctx = RuleContext(source, index, fn, parse_spec(GEMM_SPEC))
+    plan, reason = TileContraction().plan(ctx)
+    assert plan is not None, reason
+    src, root = parse(ctx.preprocessed)
+    refusal = blocking_refusal(plan, ctx.facts, src, node_at(src, root, ctx.facts.span), 64)
+    assert refusal is not None and why in refusal
+    assert [rw.variant for rw in outcome(source, GEMM_SPEC).rewrites] == [""]

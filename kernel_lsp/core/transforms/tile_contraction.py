@@ -42,8 +42,8 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
-    Access, Binding, KernelFacts, LoopFact, Opaque, assigned_names, declared_anywhere, evaluate, thread_dependence,
-    trip_count,
+    Access, Binding, KernelFacts, LoopFact, Opaque, assigned_names, declared_anywhere, evaluate, is_pure_math,
+    thread_dependence, trip_count,
 )
 from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
@@ -757,7 +757,7 @@ def _mentions(poly: Poly, symbol: str, opaque, depth: int = 0) -> bool:
 def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, grid_y: int) -> str | None:
     """Why the tiles cannot also be register-blocked along ``blockIdx.y`` (None: they can)."""
     bx, by, _ = plan.block
-    if by == 1 or bx * by * REGISTER_BLOCK > MAX_THREADS_PER_BLOCK * 4 or bx * by > 256:
+    if by == 1 or bx * by > BLOCKED_MAX_THREADS:
         return "register blocking needs a 2-D block of at most 256 threads (registers for several outputs)"
     if grid_y < REGISTER_BLOCK:
         return f"register blocking needs at least {REGISTER_BLOCK} blocks along y"
@@ -777,6 +777,11 @@ def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, 
     var = plan.loop.var
     if update is None or re.sub(r"\s", "", _text(src, update)) not in (f"{var}++", f"++{var}", f"{var}+=1"):
         return "the loop's update does more than step its variable"
+    for call in _find(body, ("call_expression",)):
+        fn = call.child_by_field_name("function")
+        name = _text(src, fn).split("<", 1)[0].rsplit("::", 1)[-1].strip() if fn is not None else ""
+        if not is_pure_math(name):
+            return f"the kernel calls `{name}`, which the copies could not give their own block index"
     for n in _find(body, ("identifier",)):
         if _text(src, n) in ("blockIdx", "gridDim") and (n.parent is None or n.parent.type != "field_expression"):
             return "the kernel uses blockIdx or gridDim as a whole"
@@ -790,6 +795,9 @@ def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, 
     return None
 
 
+#: Largest block register-blocked: several outputs per thread need up to 255 registers each, and
+#: 64K registers per SM hold 256 such threads.
+BLOCKED_MAX_THREADS = 256
 #: Outputs per thread when register blocking: the thread runs the original threads of this many
 #: blocks along y (a 4x1 micro-tile), the tiles shared along y loaded once for all of them.
 REGISTER_BLOCK = 4
