@@ -396,6 +396,8 @@ def test_all_pairs_rewrite_computes_what_the_original_does(tmp_path):
         "int row = blockIdx.y * blockDim.y + threadIdx.y;", "int row = first_row() + threadIdx.y;"), "calls `first_row`"),
     (lambda s: s.replace("for (int k = 0; k < K; k++)", "for (int k = 0; k < K; k++, (void)0)"), "update does more"),
     (lambda s: s.replace("float acc = 0.0f;", "float acc = 0.0f; { int col = 0; (void)col; }"), "declared twice"),
+    (lambda s: s.replace("    C[row * N + col] = alpha", "    if (acc == 0) return;\n    C[row * N + col] = alpha"),
+     "`return` after the loop"),
 ])
 def test_register_blocking_refusals_keep_the_plain_tiles(change, why):
     from kernel_lsp.core.transforms.emit import node_at, parse

@@ -20,6 +20,17 @@ by the active threads before the loop) and its iteration is inside the loop's ra
 the tile is zero-filled and never read. The loads' addresses are the analysis' affine index
 with the thread index replaced by the tile row: nothing the original did not read is read.
 
+A second rewrite adds register blocking: each thread runs the original threads of
+``REGISTER_BLOCK`` blocks along y (blocks ``4*blockIdx.y + q``), their statements copied with
+their names renamed and scopes merged, one loop over k for all copies, so a tile shared along y
+(``B[k][j]`` of a GEMM) is read once from shared memory for four outputs held in registers. The
+launch stays as it is: the blocks past ``gridDim.y / 4`` return at once (the host may launch
+``ceil(grid.y / 4)`` blocks along y instead; the Rewrite's grid scale can only multiply, so that
+change is stated, not made). It needs, besides the above: a 2-D block of at most 256 threads, at
+least four blocks along y, a tile shared along y, no shared memory of the kernel's own, no name
+declared twice, no call other than math functions (a helper would see the physical block), no
+``return`` after the loop, and ``blockIdx``/``gridDim`` used only through their fields.
+
 Legality, in terms of the analysis (each refusal names the fact that was missing):
 - a launch spec with one block shape at every size (2-D at most), distinct arrays, a complete
   analysis, no barrier or warp intrinsic in the kernel yet;
@@ -777,6 +788,8 @@ def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, 
     var = plan.loop.var
     if update is None or re.sub(r"\s", "", _text(src, update)) not in (f"{var}++", f"++{var}", f"{var}+=1"):
         return "the loop's update does more than step its variable"
+    if any(ret.start_byte > plan.chain[-1].start_byte for ret in _find(body, ("return_statement",))):
+        return "a `return` after the loop would end the other copies too"
     for call in _find(body, ("call_expression",)):
         fn = call.child_by_field_name("function")
         name = _text(src, fn).split("<", 1)[0].rsplit("::", 1)[-1].strip() if fn is not None else ""
