@@ -212,7 +212,10 @@ def test_after_register_accumulate(tmp_path):
                       preprocessed=view)[0]
     assert second.applicable, second.why
     assert "kl_acc0 += alpha * kl_s0[threadIdx.y][(int)(k - kl_kb)] * kl_s1[(int)(k - kl_kb)][threadIdx.x];" in second.rewrites[0].source
-    compiles(second.rewrites[0].source, tmp_path, folder)
+    assert "kl_acc0_kl3 += alpha * kl_s0_3[threadIdx.y][kl_kk] * kl_s1[kl_kk][threadIdx.x];" in second.rewrites[1].source
+    for n, rewrite in enumerate(second.rewrites):
+        (tmp_path / str(n)).mkdir()
+        compiles(rewrite.source, tmp_path / str(n), folder)
 
 
 def test_pragma_before_the_loop_stays_with_the_loop(tmp_path):
@@ -347,7 +350,7 @@ GEMM_SMALL_SPEC = dict(GEMM_SPEC, grid=["ceil_div(N,8)", "ceil_div(M,4)", 1], bl
 
 
 @pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
-@pytest.mark.parametrize("variant", ["guarded", "leading-exit", "accumulate-in-memory"])
+@pytest.mark.parametrize("variant", ["guarded", "leading-exit", "accumulate-in-memory", "after-register-accumulate"])
 def test_rewrite_computes_what_the_original_does_on_ragged_sizes(variant, tmp_path):
     source = GEMM
     if variant == "leading-exit":
@@ -357,6 +360,15 @@ def test_rewrite_computes_what_the_original_does_on_ragged_sizes(variant, tmp_pa
             "    float acc = 0.0f;\n", "    C[row * N + col] *= beta;\n").replace(
             "acc += A[row * K + k] * B[k * N + col];", "C[row * N + col] += alpha * A[row * K + k] * B[k * N + col];").replace(
             "    C[row * N + col] = alpha * acc + beta * C[row * N + col];\n", "")
+    original = source
+    if variant == "after-register-accumulate":
+        source = GEMM.replace("float acc = 0.0f;\n    for", "C[row * N + col] *= beta;\n    for").replace(
+            "acc += A[row * K + k] * B[k * N + col];", "C[row * N + col] += alpha * A[row * K + k] * B[k * N + col];").replace(
+            "    C[row * N + col] = alpha * acc + beta * C[row * N + col];\n", "")
+        original = source
+        first = outcome(source, GEMM_SMALL_SPEC, "register-accumulate")
+        assert first.applicable, first.why
+        source = first.rewrites[0].source
     found = outcome(source, GEMM_SMALL_SPEC)
     assert found.applicable, found.why
     # 77 iterations: two whole tiles of 32 and a ragged one; 37 x 45 outputs: partial blocks on both axes.
@@ -364,7 +376,7 @@ def test_rewrite_computes_what_the_original_does_on_ragged_sizes(variant, tmp_pa
     # The tiles alone, then with a 4x1 micro-tile per thread (10 blocks along y: the last physical row
     # of blocks has copies past the grid).
     assert [rw.variant for rw in found.rewrites] == ["", "4x1"]
-    before = run_on_cpu(source, GEMM_MAIN, tmp_path, "original")
+    before = run_on_cpu(original, GEMM_MAIN, tmp_path, "original")
     assert len(before.split()) == 37 * 45
     for n, rewrite in enumerate(found.rewrites):
         assert run_on_cpu(rewrite.source, GEMM_MAIN, tmp_path, f"rewritten{n}") == before, rewrite.variant
