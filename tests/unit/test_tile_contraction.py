@@ -427,3 +427,14 @@ def test_register_blocking_refusals_keep_the_plain_tiles(change, why):
     refusal = blocking_refusal(plan, ctx.facts, src, node_at(src, root, ctx.facts.span), 64)
     assert refusal is not None and why in refusal
     assert [rw.variant for rw in outcome(source, GEMM_SPEC).rewrites] == [""]
+
+
+def test_loads_through_ldg_are_replaced_whole(tmp_path):
+    source = GEMM.replace("acc += A[row * K + k] * B[k * N + col];", "acc += __ldg(&A[row * K + k]) * __ldg(&B[k * N + col]);")
+    found = outcome(source, GEMM_SPEC)
+    assert found.applicable, found.why
+    out = found.rewrites[0].source
+    assert "acc += kl_s0[threadIdx.y][(int)(k - kl_kb)] * kl_s1[(int)(k - kl_kb)][threadIdx.x];" in out
+    assert "__ldg(&kl_s" not in out
+    if shutil.which("nvcc"):
+        compiles(out, tmp_path)
