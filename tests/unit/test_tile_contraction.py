@@ -144,6 +144,7 @@ def test_tile_length_follows_the_trip_count():
     (lambda s: s.replace("float acc = 0.0f;", "float acc = 0.0f; if (acc > 1) { C[0] = 0; return; }"), "`return` before it"),
     (lambda s: s.replace("float acc = 0.0f;", "float acc = 0.0f; __syncthreads();"), "already uses barriers"),
     (lambda s: s.replace("for (int k = 0; k < K; k++)", "for (int k = 0; k < K; k += 2)"), "step is not 1"),
+    (lambda s: s.replace("if (row < M && col < N) {", "if (bool ok = row < M && col < N) {"), "declares a variable"),
     (lambda s: s.replace("A[row * K + k]", "A[row * col + k]").replace("B[k * N + col]", "B[k * N + col * row]"),
      "no operand it reads is shared"),
 ])

@@ -198,6 +198,9 @@ def _chain(kernel_body: Node, loop_node: Node) -> tuple[Node, ...]:
                 raise _Refused("the loop is under an `if` with an `else`")
             if parent.child_by_field_name("consequence") != child:
                 raise _Refused("the loop is not in the consequence of its `if`")
+            cond = parent.child_by_field_name("condition")
+            if cond is None or any(c.type in ("declaration", "init_statement") for c in cond.named_children):
+                raise _Refused("an `if` on the way to the loop declares a variable in its condition")
             continue
         raise _Refused(f"the loop is inside a `{parent.type}`, not only blocks and `if`s")
     return (kernel_body, *chain)
