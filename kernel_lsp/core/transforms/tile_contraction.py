@@ -409,7 +409,7 @@ class TileContraction(Rule):
             stride = index.coefficient(trip)
             if stride is None or not stride.terms or index.degree_in(trip) != 1:
                 continue
-            if thread_dependence(stride, facts.opaque) or stride.symbols & {trip}:
+            if thread_dependence(stride, facts.opaque):
                 why.append(f"`{accesses[0].text}` moves by a different stride in each thread")
                 continue
             deps = thread_dependence(index, facts.opaque) - {"tid.z"}
