@@ -2271,3 +2271,9 @@ def type_aliases(root: Node, src: bytes) -> frozenset[str]:
         elif node.type != "function_definition":
             stack.extend(node.children)
     return frozenset(found)
+
+
+def is_pure_math(name: str) -> bool:
+    """``name`` is a CUDA math function or intrinsic: a function of its arguments only (it reads
+    no thread or block index and touches no memory)."""
+    return _is_pure_math(name)

@@ -38,10 +38,12 @@ from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore
 from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
+from kernel_lsp.core.transforms.tile_contraction import TileContraction
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Default order: structural templates (large, pattern-proven wins) first, then local edits.
 RULES: tuple[Rule, ...] = (
+    TileContraction(),
     RegisterAccumulate(),
     WarpPerRow(),
     SplitLoop(),
@@ -72,8 +74,9 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "fixed-trip-unroll", "tree-to-shuffle",
-                        "atomic-to-block-reduce", "shared-privatize", "shared-tile-store", "shared-tile-load"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "tile-contraction",
+                        "fixed-trip-unroll", "tree-to-shuffle", "atomic-to-block-reduce", "shared-privatize",
+                        "shared-tile-store", "shared-tile-load"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 
