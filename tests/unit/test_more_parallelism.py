@@ -263,3 +263,39 @@ def test_fuller_blocks_refusals(change, spec_change, why):
     spec = dict(TINY_SPEC, **(spec_change or {}))
     found = outcome("fuller-blocks", change(TINY_2D) if change else TINY_2D, spec)
     assert not found.applicable and why in found.why, found.why
+
+
+def test_sector_per_row_splits_attentions_short_head_rows(tmp_path):
+    source, spec, view, _reprocess, path = corpus("llmc_attention_query_key_kernel1")
+    found = evaluate(source, spec["kernel"], parse_spec(spec, str(CORPUS / "llmc_attention_query_key_kernel1")),
+                     [rule_by_name("sector-per-row")], preprocessed=view)[0]
+    assert found.applicable, found.why
+    rewrite = found.rewrites[0]
+    # 64-float head rows: 8 lanes per row, one 32-byte sector of the key row per step.
+    assert rewrite.grid_scale == (8, 1, 1)
+    assert "i = (0) + kl_lane; i < hs; i += 8" in rewrite.source and "kl_warp_sum8(val)" in rewrite.source
+    if shutil.which("nvcc"):
+        compiles(rewrite.source, tmp_path, include=str(CORPUS / "llmc_attention_query_key_kernel1"))
+
+
+ROWSUM = """
+__global__ void rowsum(int n, int m, const float* a, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float s = 0.0f;
+    for (int j = 0; j < m; j++)
+      s += a[i * m + j];
+    y[i] = s;
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("m, applies", [(64, True), (4096, False), (6, False)])
+def test_sector_per_row_only_for_rows_shorter_than_a_warp_needs(m, applies):
+    spec = spec_of("rowsum", [scalar("n", 1 << 20), scalar("m", m), arr("a", "n*m"), arr("y", "n", "out")],
+                   ["ceil_div(n,256)", 1, 1], [256, 1, 1])
+    found = outcome("sector-per-row", ROWSUM, spec)
+    assert found.applicable == applies, found.why
+    if not applies:
+        assert "shorter than 128" in found.why

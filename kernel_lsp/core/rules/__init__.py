@@ -33,7 +33,7 @@ from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
 from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToShuffle
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
-from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SmallerBlocks, SplitLoop
+from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SectorPerRow, SmallerBlocks, SplitLoop
 from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore
@@ -46,6 +46,7 @@ RULES: tuple[Rule, ...] = (
     TileContraction(),
     RegisterAccumulate(),
     WarpPerRow(),
+    SectorPerRow(),
     SplitLoop(),
     StencilRowReuse(),
     TreeToShuffle(),
@@ -74,7 +75,7 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "tile-contraction",
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "sector-per-row", "tile-contraction",
                         "fixed-trip-unroll", "tree-to-shuffle", "atomic-to-block-reduce", "shared-privatize",
                         "shared-tile-store", "shared-tile-load"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).

@@ -12,6 +12,11 @@ chain of loads. Two rewrites give it more threads for the same work:
   its legality is that rewrite's, stated there: iterations independent (no carried value but
   accumulators, every write at an index that moves with the iteration), no barrier, shared memory,
   warp intrinsic or atomic, and no read that could see another lane's store.
+- :class:`SectorPerRow`: the same split for a short row walked a row apart across the warp
+  (attention's 64-element head rows): a warp per row would leave each lane one or two iterations
+  and pay five shuffle stages for them, so the row goes to as many lanes as one 32-byte sector
+  holds elements (8 floats). Its legality is warp-per-row's; it is offered only where a loop
+  that walks a row runs fewer than :data:`SHORT_ROW_TRIPS` iterations at the spec's main size.
 - :class:`SmallerBlocks`: the same threads in blocks of 32 or 64, so that they spread over more
   SMs; only where the kernel's threads differ by their global 1-D index alone and the new launch
   runs exactly the original's work (the block-size rule's conditions).
@@ -27,7 +32,7 @@ from __future__ import annotations
 
 import re
 
-from kernel_lsp.core.analysis import Binding, bind, trip_count
+from kernel_lsp.core.analysis import Binding, bind, trip_count, value_range
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.rules import text as T
 from kernel_lsp.core.rules.simple import (
@@ -35,7 +40,7 @@ from kernel_lsp.core.rules.simple import (
 )
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import WARP_REDUCE
-from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
+from kernel_lsp.core.transforms.warp_per_row import WarpPerRow, _walks_row
 
 #: Warps per SM below which a launch counts as under-filled (latency is hidden by 4+ warps per
 #: scheduler's worth of independent loads; one or two per SM leave it exposed).
@@ -46,6 +51,8 @@ SECTOR_BYTES = 32
 #: Most lanes per original thread when a loop access is coalesced across threads (a group of 8
 #: keeps 4 neighbouring threads per warp: one sector of doubles).
 MAX_GROUP = 8
+#: Iterations below which a row is short: a warp per row would give each lane fewer than 4.
+SHORT_ROW_TRIPS = 128
 #: Most resident blocks per SM on sm_80/sm_90: blocks smaller than THREADS_PER_SM / this leave threads idle.
 MAX_BLOCKS_PER_SM = 32
 #: Threads per block a fuller 2-D block aims at (several warps; 32 of them fill an SM).
@@ -154,6 +161,52 @@ class SplitLoop(WarpPerRow):
     def _description(self, lanes: int) -> str:
         return (f"more parallelism: each thread's loop split across {lanes} consecutive lanes, accumulators combined "
                 f"with shuffles in the group; launched with {lanes} times the blocks")
+
+
+class SectorPerRow(SplitLoop):
+    name = "sector-per-row"
+    technique = "warp-per-row"
+    summary = "a short row walked per thread split across the lanes one sector feeds, accumulators combined with shuffles"
+    nothing_to_split = f"no loop walks a row shorter than {SHORT_ROW_TRIPS} iterations per thread"
+    loop_claim = "walk a short row per thread"
+
+    def lanes(self, ctx: RuleContext) -> int:
+        """Elements of the narrowest row-walking access that fill one sector (8 floats, 4 doubles)."""
+        facts = ctx.facts
+        try:
+            patterns = bind(facts, Binding.from_spec(ctx.spec)) if facts is not None and ctx.spec is not None else []
+        except (SpecError, ValueError, ZeroDivisionError):
+            patterns = []
+        elem = [p.access.elem_bytes or 4 for p in patterns if p.access.loops and _walks_row(facts, next(
+            loop for loop in facts.loops if loop.id == p.access.loops[-1]), [p])]
+        lanes = SECTOR_BYTES // max(elem) if elem else 8
+        return max(2, min(16, lanes))
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        ok, why = WarpPerRow.check(self, ctx)
+        return (ok, f"{why}; rows under {SHORT_ROW_TRIPS} iterations" if ok else why)
+
+    def _motivates(self, ctx: RuleContext, loop, patterns) -> bool:
+        if not _walks_row(ctx.facts, loop, patterns):
+            return False
+        try:
+            binding = Binding.from_spec(ctx.spec)
+            trips = trip_count(ctx.facts, loop, binding)
+            if trips is None and loop.step is not None and loop.step.constant == 1 and loop.start is not None \
+                    and loop.bound is not None and (start := loop.start.evaluate({})) is not None:
+                # A bound computed from the parameters (llm.c's head size C / NH): its value range is exact.
+                bound = value_range(loop.bound, ctx.facts, binding)
+                trips = bound[1] - start if bound is not None and bound[0] == bound[1] else None
+        except (SpecError, ValueError, ZeroDivisionError):
+            return False
+        return trips is not None and self.lanes(ctx) < trips < SHORT_ROW_TRIPS
+
+    def _unprofitable(self, ctx: RuleContext, patterns, plans) -> str | None:
+        return WarpPerRow._unprofitable(self, ctx, patterns, plans)
+
+    def _description(self, lanes: int) -> str:
+        return (f"a short row per {lanes} lanes: each thread's row loop split across {lanes} consecutive lanes (one "
+                f"sector of the row per step), accumulators combined with shuffles; launched with {lanes} times the blocks")
 
 
 class SmallerBlocks(Rule):
