@@ -45,7 +45,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     learn.add_argument("--outcomes", required=True, help="the harness's verdicts on the corpus (benchmarks/corpus_suite.py)")
     learn.add_argument("--budget", type=int, default=3, help="verified candidates per kernel (default 3)")
     learn.add_argument("--tree", help="starting tree JSON (default: the shipped tree)")
-    learn.add_argument("--costs", help="section cost table JSON (default: the shipped data/ncu_sections.json)")
+    learn.add_argument("--cost-model", choices=("cupti", "ncu"), default="cupti",
+                       help="what a profile costs: the GPU worker's CUPTI profiles (default, data/cupti_costs.json) or ncu runs")
     learn.add_argument("--cost-weight", type=float, default=0.25, help="weight of the cost ratio in the score (default 0.25)")
     learn.add_argument("--min-gain", type=float, default=0.01,
                        help="least score gain that keeps an edit, in ln-geomean units (default 0.01)")
@@ -122,7 +123,7 @@ def run_learn(args: argparse.Namespace) -> int:
     from kernel_lsp.core import kb_logic
     from kernel_lsp.core import tree_learning as L
     from kernel_lsp.services.kb import catalogue_text
-    from kernel_lsp.services.profiler import load_costs
+    from kernel_lsp.services.profiler import load_costs, load_cupti_costs
     from kernel_lsp.services.tree_dataset import load_corpus_cases, split_cases
 
     try:
@@ -131,7 +132,7 @@ def run_learn(args: argparse.Namespace) -> int:
     except (OSError, ValueError, KeyError, T.TreeError) as exc:
         print(f"tree learn: {exc}", file=sys.stderr)
         return EXIT_USAGE
-    costs = load_costs(args.costs)
+    costs = load_cupti_costs() if args.cost_model == "cupti" else load_costs()
     if costs is None or len(cases) < 2:
         print("tree learn: " + ("no section cost table" if costs is None else f"{len(cases)} usable kernels"), file=sys.stderr)
         return EXIT_USAGE
@@ -153,6 +154,7 @@ def run_learn(args: argparse.Namespace) -> int:
             return
         with open(args.records, "w", encoding="utf-8") as f:
             json.dump({"format": "kernel-lsp-tree-learning", "budget": args.budget, "cost_weight": args.cost_weight,
+                       "cost_model": args.cost_model, "command": " ".join(["kernel-lsp", *sys.argv[1:]]),
                        "min_gain": args.min_gain, "seed": args.seed, "train": [c.sample.name for c in train],
                        "held_out": [c.sample.name for c in held], "left_out": left_out, "steps": steps,
                        "tree": T.tree_to_json(tree_now), "evaluation": evaluation}, f, indent=1)

@@ -222,9 +222,13 @@ def learn(
     current = replay.run(tree, cost_weight).value
     steps: list[Step] = []
     idle = 0
+    # Edits measured and not kept since the tree last changed: the next round tries the next best instead.
+    rejected: set[str] = set()
     for round_no in range(1, max_rounds + 1):
         best: tuple[Feedback, T.Edit, T.Tree] | None = None
         for edit in propose(tree, samples, replay.costs):
+            if edit.description in rejected:
+                continue
             candidate = edit.apply(tree)
             feedback = replay.run(candidate, cost_weight)
             if best is None or feedback.value > best[0].value + 1e-12:
@@ -237,7 +241,9 @@ def learn(
                           feedback.cost_ratio, kept))
         if kept:
             tree, current, idle = _with_provenance(tree, edit, steps[-1]), feedback.value, 0
+            rejected.clear()
         else:
+            rejected.add(edit.description)
             idle += 1
             if idle >= patience:
                 break

@@ -147,3 +147,32 @@ def test_the_catalogue_states_and_priors_parse():
     assert len(states) >= 5 and {p.state for p in priors} <= {s.name for s in states}
     assert kb_logic.FALLBACK_STATE in {s.name for s in states}
     assert all(s.signature for s in states if s.name != kb_logic.FALLBACK_STATE)
+
+
+def test_learning_on_the_recorded_corpus_profiles_and_verdicts():
+    """The H200 recordings (every group of each corpus kernel, the harness's verdicts of the corpus benchmark):
+    each kept edit raised the training score by more than the noise, and the learned tree costs a fraction of
+    the full profile."""
+    from pathlib import Path
+
+    from kernel_lsp.services.kb import catalogue_text
+    from kernel_lsp.services.profiler import default_tree_path, load_cupti_costs
+    from kernel_lsp.services.tree_dataset import load_corpus_cases, split_cases
+
+    root = Path(__file__).resolve().parents[2]
+    cases, left_out = load_corpus_cases(str(root / "benchmarks" / "corpus"),
+                                        str(root / "tests" / "fixtures" / "tree_learning" / "corpus_profiles_h200.json"),
+                                        str(root / "benchmarks" / "results" / "corpus_suite.json"))
+    assert len(cases) >= 50 and not left_out
+    costs = load_cupti_costs()
+    states, priors = kb_logic.catalogue_states(catalogue_text()[1])
+    train, held = split_cases(cases)
+    replay = L.Replay(train, costs, L.Policy(states, priors, budget=3))
+    start = T.parse_tree(Path(default_tree_path()).read_text())
+    learned, steps = L.learn(start, replay, max_rounds=3)
+    for step in steps:
+        assert step.kept == (step.score_after > step.score_before + 0.01)
+    assert replay.run(learned).value >= replay.run(start).value
+    assert replay.run_full().cost_ratio == pytest.approx(1.0)
+    assert replay.run(learned).cost_ratio < 0.25
+    assert L.Replay(held, costs, L.Policy(states, priors, budget=3)).run(learned).geomean_speedup >= 1.0
