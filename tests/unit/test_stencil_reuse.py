@@ -256,3 +256,41 @@ def test_fixed_trip_keeps_a_pragma_with_the_original_loop(tmp_path):
     assert out.count("#pragma unroll 2") == 1
     if shutil.which("nvcc"):
         compiles(out, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["polybench_conv2d", "polybench_fdtd2d_step3"])
+def test_corpus_candidates_keep_the_users_macros(name, tmp_path):
+    """The rewrite copies the statements from the user's text, so the harness's static check finds
+    no problem size written as a literal (``NJ`` stays ``NJ``, not the ``4096`` it expands to)."""
+    from kernel_lsp.core.static_check import check
+
+    text, pre, data = _corpus(name)
+    found = evaluate(text, data["kernel"], parse_spec(data), [rule_by_name("stencil-row-reuse")], preprocessed=pre)[0]
+    assert found.applicable and found.rewrites, found.why
+    for rw in found.rewrites:
+        report = check(text, rw.source, parse_spec(data))
+        assert report.ok, [f"line {e.line}: {e.rule}: {e.message}" for e in report.errors]
+        assert "macros expanded" not in rw.description
+        body = rw.source[rw.source.index(data["kernel"]):]
+        used = [m for m in pre.macros if re.search(rf"\b{m}\b", text[text.index(data["kernel"]):])]
+        assert used and all(re.search(rf"\b{m}\b", body) for m in used), used
+        if shutil.which("nvcc"):
+            work = tmp_path / rw.variant.replace("=", "")
+            shutil.copytree(CORPUS / name, work / name)
+            shutil.copytree(CORPUS / "_common", work / "_common")
+            compiles(rw.source, work / name)
+
+
+def test_a_statement_inside_a_macro_falls_back_to_the_expanded_body(tmp_path):
+    """A guard written as a macro has no text of its own to copy: the body is written expanded."""
+    source = "#define STORE B[i*n + j] = A[(i-1)*n + j] + A[(i+1)*n + j]\n" + JACOBI.replace(
+        "B[i*n + j] = 0.2f * (A[i*n + j] + A[i*n + j - 1] + A[i*n + j + 1] + A[(i + 1)*n + j] + A[(i - 1)*n + j]);",
+        "STORE;")
+    found = evaluate(source, "jacobi", parse_spec(spec("jacobi")), [rule_by_name("stencil-row-reuse")],
+                     preprocessed=preprocess(source))[0]
+    assert found.applicable, found.why
+    rw = found.rewrites[0]
+    assert "macros expanded" in rw.description
+    assert "kl_v0[kl_s] = A[(i-1)*n + j] + A[(i+1)*n + j];" in rw.source
+    if shutil.which("nvcc"):
+        compiles(rw.source, tmp_path)

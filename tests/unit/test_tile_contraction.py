@@ -439,3 +439,22 @@ def test_loads_through_ldg_are_replaced_whole(tmp_path):
     assert "__ldg(&kl_s" not in out
     if shutil.which("nvcc"):
         compiles(out, tmp_path)
+
+
+def test_corpus_candidate_keeps_the_users_macros(tmp_path):
+    """The statements around the loop and the tile's loads are written from the user's text, so the
+    harness's static check finds no problem size written as a literal (``NJ`` kept)."""
+    from kernel_lsp.core.static_check import check
+
+    folder, source, spec, pre = _corpus("polybench_gramschmidt_kernel1")
+    found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("tile-contraction")], preprocessed=pre)[0]
+    assert found.applicable and found.rewrites, found.why
+    for n, rewrite in enumerate(found.rewrites):
+        report = check(source, rewrite.source, parse_spec(spec))
+        assert report.ok, [f"line {e.line}: {e.rule}: {e.message}" for e in report.errors]
+        assert "macros expanded" not in rewrite.description
+        assert re.search(r"kl_s0\[kl_k\] = .*\(a\[\(\(decltype\(i\)\)\(0 \+ kl_t0 \+ kl_k\)\) \* NJ \+ k\]\)", rewrite.source)
+        assert "r[k * NJ + k] = sqrt(nrm);" in rewrite.source
+        if shutil.which("nvcc"):
+            (tmp_path / str(n)).mkdir()
+            compiles(rewrite.source, tmp_path / str(n), folder)

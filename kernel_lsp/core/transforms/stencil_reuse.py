@@ -47,7 +47,7 @@ from kernel_lsp.core.analysis import Access, KernelFacts, function_definitions
 from kernel_lsp.core.poly import Poly, is_opaque
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
-from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
+from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, expands_to, node_at, parse, splice_body
 
 #: Rows per thread tried, largest first (each a separate candidate where the launch allows it).
 ROWS_PER_THREAD = (8, 6, 4, 3, 2)
@@ -83,6 +83,10 @@ MIN_THREADS = 1 << 16
 MAX_VARIANTS = 2
 _STRAIGHT = ("declaration", "expression_statement")
 _SIDE_EFFECTS = ("assignment_expression", "update_expression")
+
+
+class _Unmapped(Exception):
+    """A statement the rewrite copies has no counterpart in the user's text (inside a macro)."""
 
 
 @dataclass(frozen=True)
@@ -335,10 +339,19 @@ class StencilRowReuse(Rule):
         out = []
         axis = plan.axis
         for rows in plan.rows:
-            edit = BodyEdit(ctx.preprocessed, facts)
-            lo, hi = facts.body_span
-            edit.replace(lo + 1, hi - 1, self._body(src, plan, rows, facts))
-            source, expanded = emit(edit, ctx.source, ctx.kernel)
+            body = self._body(src, plan, rows, facts)
+            try:
+                own = self._body(src, plan, rows, facts, UserText(ctx.preprocessed, facts, ctx.source, ctx.kernel))
+            except _Unmapped:
+                own = None
+            if own is not None and expands_to(own, body, ctx.preprocessed):
+                # The statements copied from the user's text, macros as written.
+                source, expanded = splice_body(ctx.source, ctx.kernel, "{" + own + "}"), False
+            else:
+                edit = BodyEdit(ctx.preprocessed, facts)
+                lo, hi = facts.body_span
+                edit.replace(lo + 1, hi - 1, body)
+                source, expanded = emit(edit, ctx.source, ctx.kernel)
             note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
             out.append(Rewrite(
                 source,
@@ -348,7 +361,9 @@ class StencilRowReuse(Rule):
                 self._launch(ctx, axis, rows), variant=f"rows={rows}"))
         return tuple(out)
 
-    def _body(self, src: bytes, plan: _Plan, rows: int, facts: KernelFacts) -> str:
+    def _body(self, src: bytes, plan: _Plan, rows: int, facts: KernelFacts, user: UserText | None = None) -> str:
+        """The new body, its statements copied from the preprocessed text, or from the user's own
+        text when ``user`` is given (:class:`_Unmapped` when a statement does not map there)."""
         lo, hi = facts.body_span
         axis = plan.axis
         replaced = {axis.index: "kl_vrow", axis.extent: f"({axis.extent[0]}.{axis.extent[1]} * {rows}u)"}
@@ -358,6 +373,11 @@ class StencilRowReuse(Rule):
             subs = [(n.start_byte, n.end_byte, v) for n, v in builtins
                     if node.start_byte <= n.start_byte and n.end_byte <= node.end_byte]
             subs += [e for e in extra if node.start_byte <= e[0] and e[1] <= node.end_byte]
+            if user is not None:
+                own = user.span(node.start_byte, node.end_byte, subs)
+                if own is None:
+                    raise _Unmapped(node.start_byte)
+                return own
             text, at = [], node.start_byte
             for s, e, v in sorted(subs):
                 if s < at:

@@ -59,7 +59,7 @@ from kernel_lsp.core.analysis import (
 from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
+from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, expands_to, node_at, parse
 
 #: Static ``__shared__`` memory one block may declare (CUDA's limit without opt-in).
 STATIC_SMEM_BYTES = 48 * 1024
@@ -112,6 +112,10 @@ class _Plan:
     """The kernel body, then the blocks and `if`s down to the loop (the loop last)."""
     narrow: bool = False
     """Every index the tiles compute fits in 32 bits at every size of the spec."""
+
+
+class _Unmapped(Exception):
+    """A statement the rewrite copies has no counterpart in the user's text (inside a macro)."""
 
 
 class _Emitter:
@@ -520,9 +524,12 @@ class TileContraction(Rule):
         emitter = _Emitter(facts, src, kernel, plan.narrow)
         new = _Writer(plan, facts, src, emitter).text()
         top = plan.chain[0]
-        edit = BodyEdit(ctx.preprocessed, facts)
-        edit.replace(top.start_byte, top.end_byte, new)
-        source, expanded = emit(edit, ctx.source, ctx.kernel)
+        source = self._own(ctx, top, new, lambda user: _Writer(plan, facts, src, emitter, user).text())
+        expanded = source is None
+        if source is None:
+            edit = BodyEdit(ctx.preprocessed, facts)
+            edit.replace(top.start_byte, top.end_byte, new)
+            source, expanded = emit(edit, ctx.source, ctx.kernel)
         what = ", ".join(f"`{t.accesses[0].text}`" for t in plan.tiles)
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         tiled = Rewrite(source, f"stage {what} through shared-memory tiles of {plan.tk} iterations of the loop at line "
@@ -531,6 +538,24 @@ class TileContraction(Rule):
         blocked = self._blocked(ctx, plan, kernel, src)
         return (tiled,) if blocked is None else (tiled, blocked)
 
+    @staticmethod
+    def _own(ctx: RuleContext, top: Node, new: str, write) -> str | None:
+        """The file with ``top`` replaced by the same rewrite written from the user's own text
+        (``write(user)``, macros as written), or None when a statement it copies does not map
+        there or the result does not expand to ``new``."""
+        user = UserText(ctx.preprocessed, ctx.facts, ctx.source, ctx.kernel)
+        where = user.user_range(top.start_byte, top.end_byte)
+        if where is None:
+            return None
+        try:
+            own = write(user)
+        except (_Unmapped, _Refused):
+            return None
+        if not expands_to(own, new, ctx.preprocessed):
+            return None
+        data = ctx.source.encode("utf-8")
+        return (data[:where[0]] + own.encode("utf-8") + data[where[1]:]).decode("utf-8")
+
     def _blocked(self, ctx: RuleContext, plan: _Plan, kernel: Node, src: bytes) -> Rewrite | None:
         """The same tiles with each thread computing the outputs of REGISTER_BLOCK blocks along y
         (None when that is not proven legal)."""
@@ -538,13 +563,17 @@ class TileContraction(Rule):
         launches = ctx.launches()
         if not launches or blocking_refusal(plan, facts, src, kernel, launches[0].grid[1]) is not None:
             return None
+        emitter = _Emitter(facts, src, kernel, plan.narrow)
         try:
-            new = _BlockedWriter(plan, facts, src, _Emitter(facts, src, kernel, plan.narrow), kernel).text()
+            new = _BlockedWriter(plan, facts, src, emitter, kernel).text()
         except _Refused:
             return None
-        edit = BodyEdit(ctx.preprocessed, facts)
-        edit.replace(plan.chain[0].start_byte, plan.chain[0].end_byte, new)
-        source, _ = emit(edit, ctx.source, ctx.kernel)
+        source = self._own(ctx, plan.chain[0], new,
+                           lambda user: _BlockedWriter(plan, facts, src, emitter, kernel, user).text())
+        if source is None:
+            edit = BodyEdit(ctx.preprocessed, facts)
+            edit.replace(plan.chain[0].start_byte, plan.chain[0].end_byte, new)
+            source, _ = emit(edit, ctx.source, ctx.kernel)
         return Rewrite(source, f"the tiles of the loop at line {(plan.loop.user_line or 0) + 1} with each thread computing "
                                f"the outputs of {REGISTER_BLOCK} blocks along y (a {REGISTER_BLOCK}x1 micro-tile in "
                                "registers, the tiles shared along y read once for all of them); the blocks past "
@@ -555,10 +584,12 @@ class TileContraction(Rule):
 class _Writer:
     """The new text of the statements from the outermost guard down to the loop."""
 
-    def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: _Emitter):
+    def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: _Emitter, user: UserText | None = None):
         self.plan = plan
         self.facts = facts
         self.src = src
+        self.user = user
+        """Where copied statements come from: the user's text when given, else the preprocessed one."""
         self.emitter = emitter
         self.on_chain = set(plan.chain)
         self.pred_count = 0
@@ -571,7 +602,7 @@ class _Writer:
         if n == self.plan.chain[-1]:
             return self.loop(pred)
         if n.type == "if_statement":
-            cond = _text(self.src, n.child_by_field_name("condition"))
+            cond = self.t(n.child_by_field_name("condition"))
             name = self.new_pred()
             both = f"{pred} && {cond}" if pred else cond
             return f"{{ const bool {name} = {both};\n{self.node(n.child_by_field_name('consequence'), name)} }}"
@@ -583,9 +614,11 @@ class _Writer:
                 continue
             if child.type.startswith("preproc") and child.next_named_sibling == self.plan.chain[-1]:
                 # ``#pragma unroll`` before the loop goes with the loop that still walks k.
-                self.loop_pragma = "\n" + _text(self.src, child).strip() + "\n"
+                self.loop_pragma = "\n" + self.t(child).strip() + "\n"
                 continue
             guard = _exit_guard(child, self.src)
+            if guard is not None:
+                guard = self.t(child.child_by_field_name("condition"))
             if guard is not None and child.start_byte < self.plan.chain[-1].start_byte:
                 name = self.new_pred()
                 both = f"{pred} && !{guard}" if pred else f"!{guard}"
@@ -602,10 +635,26 @@ class _Writer:
 
     def t(self, node: Node) -> str:
         """A statement's text as the rewrite writes it."""
-        return _text(self.src, node)
+        return self.span_text(node.start_byte, node.end_byte)
 
     def span_text(self, lo: int, hi: int) -> str:
-        return self.src[lo:hi].decode("utf-8")
+        return self.copy(lo, hi)
+
+    def copy(self, lo: int, hi: int, subs: list[tuple[int, int, str]] | tuple = ()) -> str:
+        """The text of the preprocessed span [lo, hi) with ``subs`` applied, from the user's text
+        when the writer has it (:class:`_Unmapped` when the span does not map there)."""
+        if self.user is not None:
+            own = self.user.span(lo, hi, subs)
+            if own is None:
+                raise _Unmapped(lo)
+            return own
+        out, at = [], lo
+        for a, b, new in sorted(subs):
+            out.append(self.src[at:a].decode("utf-8"))
+            out.append(new)
+            at = b
+        out.append(self.src[at:hi].decode("utf-8"))
+        return "".join(out)
 
     def predicated(self, stmt: Node, pred: str | None) -> str:
         text = self.t(stmt)
@@ -685,8 +734,10 @@ class _Writer:
             subs = {loop.trip_symbol: "kl_t0 + kl_k"}
             if t.dim:
                 subs[t.dim] = "kl_r"
-            index = e.poly(t.index, subs)
-            element = f"{t.array}[{index}]" + (f".{t.field}" if t.field else "")
+            element = self.element_text(t)
+            if element is None:
+                index = e.poly(t.index, subs)
+                element = f"{t.array}[{index}]" + (f".{t.field}" if t.field else "")
             guard = " && ".join(g for g in ("kl_t0 + kl_k < kl_trips", flags.get(t.dim) if pred else None) if g)
             coords = f"const int kl_r = {r}; const int kl_k = {kk}; " if t.dim else "const int kl_k = kl_e; "
             lines.append(f"for (int kl_e = {flat}; kl_e < {rows * tk}; kl_e += {threads}) {{ {coords}"
@@ -698,6 +749,27 @@ class _Writer:
         lines.append("}")
         lines.append("}")
         return "\n".join(lines)
+
+    def element_text(self, t: _Tile) -> str | None:
+        """The tile's element at iteration ``kl_t0 + kl_k`` as the kernel writes it (its own index
+        text, macros kept, the loop variable replaced by that iteration's value), when the index
+        names nothing but the variable and parameters the kernel leaves unchanged; else None."""
+        loop, e = self.plan.loop, self.emitter
+        lo, hi = t.spans[0]
+        names = set(re.findall(r"\b[A-Za-z_]\w*\b", self.src[lo:hi].decode("utf-8")))
+        allowed = {loop.var, t.array, t.field} | (e.params - e.assigned)
+        if t.dim is not None or not names <= allowed:
+            return None
+        init = self.plan.chain[-1].child_by_field_name("initializer")
+        if init.type == "declaration":
+            var_type = re.sub(r"\b(const|volatile)\b", "", self.span_text(
+                init.start_byte, init.children_by_field_name("declarator")[0].start_byte)).strip()
+        else:
+            var_type = f"decltype({loop.var})"
+        value = f"(({var_type})({e.poly(loop.start, {})} + kl_t0 + kl_k))"
+        subs = [(m.start() + lo, m.end() + lo, value)
+                for m in re.finditer(rb"\b" + re.escape(loop.var.encode()) + rb"\b", self.src[lo:hi])]
+        return self.copy(lo, hi, subs)
 
     def shape(self, t: _Tile) -> str:
         # +1 padding: a tile row read by lanes of different rows, or written along k, falls in other banks.
@@ -724,12 +796,12 @@ class _Writer:
         first = f"{start} + kl_t0"
         if init.type == "declaration":
             d = init.children_by_field_name("declarator")[0]
-            type_text = src[init.start_byte:d.start_byte].decode("utf-8").strip()
-            init_text = f"{type_text} {_text(src, d.child_by_field_name('declarator'))} = {first}"
+            type_text = self.span_text(init.start_byte, d.start_byte).strip()
+            init_text = f"{type_text} {self.t(d.child_by_field_name('declarator'))} = {first}"
         else:
-            init_text = f"{_text(src, init.child_by_field_name('left'))} = {first}"
+            init_text = f"{self.t(init.child_by_field_name('left'))} = {first}"
         body = self.body(node)
-        step = _text(src, update)
+        step = self.t(update)
         # A whole tile runs a fixed number of iterations, which the compiler unrolls (ascending k as
         # before); the last, ragged tile stops at the loop's own bound.
         pragma = self.loop_pragma or ("\n#pragma unroll\n" if tk <= DEFAULT_TK else f"\n#pragma unroll {UNROLL_LONG_TILE}\n")
@@ -744,13 +816,7 @@ class _Writer:
             r = {"tid.x": "threadIdx.x", "tid.y": "threadIdx.y", None: ""}[t.dim]
             for lo, hi in t.spans:
                 subs.append((lo, hi, self.ref(n, t, r, f"(int)({self.plan.loop.var} - kl_kb)")))
-        out, at = [], body.start_byte
-        for lo, hi, new in sorted(subs):
-            out.append(self.src[at:lo].decode("utf-8"))
-            out.append(new)
-            at = hi
-        out.append(self.src[at:body.end_byte].decode("utf-8"))
-        return "".join(out)
+        return self.copy(body.start_byte, body.end_byte, subs)
 
 
 def _mentions(poly: Poly, symbol: str, opaque, depth: int = 0) -> bool:
@@ -824,8 +890,9 @@ class _BlockedWriter(_Writer):
     copy's statements renamed (``acc`` → ``acc_kl1``), their scopes merged, the loop run once for
     all copies so the tiles shared along y are read once per iteration for all of them."""
 
-    def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: _Emitter, kernel: Node):
-        super().__init__(plan, facts, src, emitter)
+    def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: _Emitter, kernel: Node,
+                 user: UserText | None = None):
+        super().__init__(plan, facts, src, emitter, user)
         body = kernel.child_by_field_name("body")
         self.names = declared_anywhere(body, src)
         self.renames = [n for n in _find(body, ("identifier",)) if _text(src, n) in self.names]
@@ -843,13 +910,7 @@ class _BlockedWriter(_Writer):
         for n in self.block_y:
             if lo <= n.start_byte and n.end_byte <= hi and not any(a <= n.start_byte < b for a, b in taken):
                 subs.append((n.start_byte, n.end_byte, f"(blockIdx.y * {REGISTER_BLOCK} + {self.q})"))
-        out, at = [], lo
-        for a, b, new in sorted(subs):
-            out.append(self.src[at:a].decode("utf-8"))
-            out.append(new)
-            at = b
-        out.append(self.src[at:hi].decode("utf-8"))
-        return "".join(out)
+        return self.copy(lo, hi, subs)
 
     def t(self, node: Node) -> str:
         return self.span_text(node.start_byte, node.end_byte)
@@ -892,6 +953,8 @@ class _BlockedWriter(_Writer):
             if child.type.startswith("preproc"):
                 continue
             guard = _exit_guard(child, self.src)
+            if guard is not None:
+                guard = self.t(child.child_by_field_name("condition"))
             if guard is not None and not after:
                 name = f"{self.new_pred()}_{self.q}"
                 pre.append(f"const bool {name} = {pred} && !{self.t(child.child_by_field_name('condition'))};")
