@@ -66,7 +66,7 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
 
 
 def run(args: argparse.Namespace) -> int:
-    from kernel_lsp.services.sweep import SweepError, apply_patches, discover, outcome_rows, run_sweep
+    from kernel_lsp.services.sweep import SweepError, apply_patches, discover, outcome_rows, report_json, run_sweep
 
     if args.budget < 1 or args.seeds < 1:
         print("kernel-lsp sweep: --budget and --seeds must be at least 1", file=sys.stderr)
@@ -95,7 +95,7 @@ def run(args: argparse.Namespace) -> int:
         return EXIT_USAGE
     applied = apply_patches(report, options.out_dir, options.workspace_root) if args.apply else None
     if args.json:
-        data = report.to_json()
+        data = report_json(report)
         if applied is not None:
             data["apply"] = {"applied": list(applied.applied), "skipped": list(applied.skipped), "refused": applied.refused}
         print(json.dumps(data, indent=2))

@@ -579,14 +579,21 @@ def write_report(report: SweepReport, out_dir: str) -> tuple[Path, Path]:
             old.unlink()
     for name, text in wanted.items():
         (patches / name).write_text(text or "", encoding="utf-8")
-    data = report.to_json()
-    for row in data["outcomes"]:
-        row["patch_file"] = os.path.join(PATCHES, patch_name(KernelOutcome.from_json(row))) if row["status"] == "accepted" and row.get("patch") else None
-        row.pop("patch", None)
-    _write_json(out / REPORT_JSON, data)
+    _write_json(out / REPORT_JSON, report_json(report))
     html_path = out / REPORT_HTML
     html_path.write_text(sweep_page(report), encoding="utf-8")
     return out / REPORT_JSON, html_path
+
+
+def report_json(report) -> dict:  # noqa: ANN001 - SweepReport
+    """The report as ``sweep.json`` holds it (and ``sweep --json`` prints it): each accepted rewrite's patch
+    named by its file under the sweep folder instead of inlined."""
+    data = report.to_json()
+    for row in data["outcomes"]:
+        accepted = row["status"] == "accepted" and row.get("patch")
+        row["patch_file"] = os.path.join(PATCHES, patch_name(KernelOutcome.from_json(row))) if accepted else None
+        row.pop("patch", None)
+    return data
 
 
 @dataclass(frozen=True)

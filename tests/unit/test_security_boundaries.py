@@ -130,7 +130,8 @@ def test_check_reduced_mode_for_big_files(tmp_path):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert "reduced mode" in done.stderr and "0 kernels" in done.stdout
-    assert time.monotonic() - start < 30
+    # A bound on the work, not a speed target: a file 20x the size limit must not be analysed in full.
+    assert time.monotonic() - start < 90
 
 
 def test_check_nested_compile_database_is_a_message_not_a_traceback(tmp_path):

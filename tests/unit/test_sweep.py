@@ -151,6 +151,8 @@ def test_apply_needs_a_clean_tree_and_skips_files_changed_since_verified(src, tm
     report = run_sweep(discover([str(src)], opts), opts, verifier=verifier, stream=open(os.devnull, "w"))
     accepted = by_kernel(report)
     assert {"transpose", "chunk_sum"} <= set(k for k, o in accepted.items() if o.status == "accepted")
+    printed = {o["kernel"]: o for o in sweep.report_json(report)["outcomes"]}
+    assert printed["transpose"]["patch_file"].endswith(".patch") and "patch" not in printed["transpose"]
     transpose = src / "kernels" / "transpose.cu"
     reduction = src / "kernels" / "reduction.cu"
     original_transpose = transpose.read_text()
@@ -221,6 +223,8 @@ def test_ray_dry_run_through_the_cli_matches_the_local_one(ray_cluster, src, tmp
     summary = lambda d: sorted((o["kernel"], o["status"], o["candidates"]) for o in d["outcomes"])
     assert summary(remote) == summary(local)
     assert all(status == "listed" and n > 0 for _, status, n in summary(remote))
+    # --json prints what sweep.json holds: patches named by file, never inlined.
+    assert all("patch_file" in o and "patch" not in o for o in remote["outcomes"])
 
 
 def test_ray_retries_a_lost_worker_and_nothing_is_verified_twice(ray_cluster, src, tmp_path):
