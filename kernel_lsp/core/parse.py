@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
+import time
 
 import tree_sitter_cuda
 from tree_sitter import Language, Parser, Query, QueryCursor, Tree
@@ -45,6 +46,36 @@ def looks_binary(source: bytes) -> bool:
     return decoded.count("\ufffd") > max(1, len(decoded) // 10)
 
 
+#: Bytes handed to tree-sitter per read while it parses, and the parse time between two turns given
+#: to other threads, seconds (see :func:`_parse`).
+READ_CHUNK_BYTES = 4096
+PARSE_TURN_S = 0.002
+
+
+def _parse(parser: Parser, source: bytes, old_tree: Tree | None = None) -> Tree:
+    """``parser.parse(source, old_tree)``, read in chunks, other threads given a turn every
+    :data:`PARSE_TURN_S`.
+
+    tree-sitter holds the GIL for a whole parse: a reparse that cannot reuse much (a ``{`` typed
+    with no ``}`` yet, a file opened) takes 50-100 ms of a 10,000-line file, and the server's event
+    loop, whose hover needs no new tree, could not run meanwhile. A read may release the GIL
+    (``sleep(0)``); the clock only paces those turns (a syscall per read would cost more than the
+    parse: an incremental reparse reads ~1,000 times), the tree never depends on it.
+    """
+    turn_at = time.perf_counter() + PARSE_TURN_S
+
+    def read(offset: int, _point: tuple[int, int]) -> bytes:
+        nonlocal turn_at
+        if time.perf_counter() >= turn_at:
+            time.sleep(0)
+            turn_at = time.perf_counter() + PARSE_TURN_S
+        return source[offset : offset + READ_CHUNK_BYTES]
+
+    tree = parser.parse(read, old_tree) if old_tree is not None else parser.parse(read)
+    assert tree is not None  # the parser has its language and no timeout
+    return tree
+
+
 def to_source_bytes(text: str | bytes) -> bytes:
     """UTF-8 bytes for ``text``; lone surrogates (from a bad decode) become U+FFFD."""
     if isinstance(text, bytes):
@@ -62,7 +93,7 @@ class ParsedDocument:
         """Binary data is kept but parsed as an empty file; the index reports it as a syntax error."""
         self._source = source
         """The newest text; ``_snapshot`` may lag behind it by the edits in ``_pending``."""
-        self._snapshot: tuple[bytes, Tree] = (source, self._parser.parse(b"" if self.is_binary else source))
+        self._snapshot: tuple[bytes, Tree] = (source, _parse(self._parser, b"" if self.is_binary else source))
         self._pending: list[tuple[int, int, int, tuple[int, int], tuple[int, int], tuple[int, int]]] = []
         """Tree edits made to the text since ``_snapshot``'s tree was parsed, oldest first."""
         self._line_starts: list[int] | None = None
@@ -107,7 +138,7 @@ class ParsedDocument:
             for start_byte, old_end_byte, new_end_byte, start_point, old_end_point, new_end_point in edits:
                 edited.edit(start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=new_end_byte,
                             start_point=start_point, old_end_point=old_end_point, new_end_point=new_end_point)
-            parsed = self._parser.parse(source, edited)
+            parsed = _parse(self._parser, source, edited)
             with self._state:
                 del self._pending[: len(edits)]
                 self._snapshot = (source, parsed)
@@ -208,7 +239,7 @@ class ParsedDocument:
         if self.is_binary or not old_source or looks_binary(source):
             with self._parsing:
                 self.is_binary = looks_binary(source)
-                parsed = self._parser.parse(b"" if self.is_binary else source)
+                parsed = _parse(self._parser, b"" if self.is_binary else source)
                 with self._state:
                     self._source = source
                     self._snapshot = (source, parsed)

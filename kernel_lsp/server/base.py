@@ -384,6 +384,10 @@ class KernelLspProtocol(LanguageServerProtocol):
             yield handler, (params,), None
 
 
+#: The interpreter's thread switch interval while serving, seconds (see :meth:`KernelLspServer.start_io`).
+SWITCH_INTERVAL_S = 0.001
+
+
 class KernelLspServer(LanguageServer):
     state: ServerState
 
@@ -403,6 +407,11 @@ class KernelLspServer(LanguageServer):
 
         self._stop_event = threading.Event()
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        # A worker thread re-indexing a big document holds the GIL until it is asked to let go, which
+        # Python does after the switch interval (5 ms): a request on the event loop would wait that
+        # long at every hand-over (reading it, answering, writing). 1 ms keeps a hover's wait short
+        # for a little more switching.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         try:
             asyncio.run(serve(stdin or sys.stdin.buffer, self.protocol, self._stop_event, self.report_server_error))
         except BrokenPipeError:
