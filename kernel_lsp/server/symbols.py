@@ -27,6 +27,7 @@ everything it is made of (see :func:`_fragment_key`).
 from __future__ import annotations
 
 import json
+import re
 from operator import itemgetter
 from typing import Any
 
@@ -138,16 +139,29 @@ def document_symbols(doc: Text, index: KernelIndex) -> list[dict[str, Any]]:
     return symbols
 
 
-def _fragment_key(source: bytes, fn: Function | HostFunction) -> tuple[bytes, int, str]:
-    """What a function's symbol is made of: its text from the start of its first line (the bytes
-    before it on that line decide its UTF-16 columns there), that line and its qualified name
-    (from the enclosing namespaces, shown in the signature). The launches under it lie inside
-    its text."""
+def _fragment_key(source: bytes, fn: Function | HostFunction) -> tuple[bytes, str]:
+    """What a function's symbol is made of, but for the line it starts on: its text from the start of
+    its first line (the bytes before it on that line decide its UTF-16 columns there) and its
+    qualified name (from the enclosing namespaces, shown in the signature). The launches under it
+    lie inside its text."""
     span = fn.span
-    return source[span.start_byte - span.start.column_byte : span.end_byte], span.start.line, fn.qualified_name
+    return source[span.start_byte - span.start.column_byte : span.end_byte], fn.qualified_name
 
 
 _first = itemgetter(0)
+#: A position's line in an encoded symbol. A ``{"`` cannot occur inside a JSON string (its quote
+#: would be escaped), so only positions match.
+_LINE = re.compile(r'\{"line":(\d+),')
+Fragments = dict[tuple[bytes, str], tuple[int, str]]
+"""Per function (:func:`_fragment_key`): the line its encoded symbol starts on, and that symbol."""
+
+
+def _moved(fragment: tuple[int, str], line: int) -> tuple[int, str]:
+    """An encoded symbol moved to start on ``line``: its lines shifted, the rest as it was."""
+    delta = line - fragment[0]
+    if not delta:
+        return fragment
+    return line, _LINE.sub(lambda m: f'{{"line":{int(m.group(1)) + delta},', fragment[1])
 
 
 class _EncodedSymbols(RawJson):
@@ -159,38 +173,41 @@ class _EncodedSymbols(RawJson):
         self.text = "[" + ",".join(fragments) + "]"
 
 
-def encoded_document_symbols(
-    doc: Text, index: KernelIndex, previous: dict[tuple[bytes, int, str], str]
-) -> tuple[RawJson, dict[tuple[bytes, int, str], str]]:
+def encoded_document_symbols(doc: Text, index: KernelIndex, previous: Fragments) -> tuple[RawJson, Fragments]:
     """The hierarchical answer, and the encoded symbol of each function for the next call.
 
     A function whose key is in ``previous`` (the last call's) is not encoded again: typing in one
-    function of a 10,000-line file re-encodes that function, not the 800 others.
+    function of a 10,000-line file re-encodes that function, not the 800 others, and the ones a new
+    line moved down only have their lines shifted (a few times cheaper than encoding them anew).
     """
     source = doc.source_bytes
     ranges = _Ranges(doc)
-    fragments: dict[tuple[bytes, int, str], str] = {}
+    fragments: Fragments = {}
     placed: list[tuple[tuple[int, int], str]] = []
     for fn in index.functions:
         span = fn.span
         key = _fragment_key(source, fn)
-        text = previous.get(key)
-        if text is None:
+        known = previous.get(key)
+        if known is None:
             # Only this function's launches: the index places the others only if someone asks.
             launches = [
                 launch for launch in index.launches_within(span.start_byte, span.end_byte)
                 if launch.enclosing_function == fn.name
             ]
-            text = json.dumps(_function_symbol(ranges, fn, launches), separators=(",", ":"))
-        fragments[key] = text
-        placed.append((span.start, text))
+            known = span.start.line, json.dumps(_function_symbol(ranges, fn, launches), separators=(",", ":"))
+        else:
+            known = _moved(known, span.start.line)
+        fragments[key] = known
+        placed.append((span.start, known[1]))
     for host in index.host_functions:
         key = _fragment_key(source, host)
-        text = previous.get(key)
-        if text is None:
-            text = json.dumps(_host_symbol(ranges, host), separators=(",", ":"))
-        fragments[key] = text
-        placed.append((host.span.start, text))
+        known = previous.get(key)
+        if known is None:
+            known = host.span.start.line, json.dumps(_host_symbol(ranges, host), separators=(",", ":"))
+        else:
+            known = _moved(known, host.span.start.line)
+        fragments[key] = known
+        placed.append((host.span.start, known[1]))
     # Byte columns order a line like UTF-16 columns do; a start Point is (line, byte column).
     placed.sort(key=_first)
     return _EncodedSymbols([text for _, text in placed]), fragments
