@@ -176,7 +176,7 @@ class _EncodedSymbols(RawJson):
 def encoded_document_symbols(doc: Text, index: KernelIndex, previous: Fragments) -> tuple[RawJson, Fragments]:
     """The hierarchical answer, and the encoded symbol of each function for the next call.
 
-    A function whose key is in ``previous`` (the last call's) is not encoded again: typing in one
+    A function whose key is in ``previous`` (the last calls') is not encoded again: typing in one
     function of a 10,000-line file re-encodes that function, not the 800 others, and the ones a new
     line moved down only have their lines shifted (a few times cheaper than encoding them anew).
     """
@@ -210,7 +210,18 @@ def encoded_document_symbols(doc: Text, index: KernelIndex, previous: Fragments)
         placed.append((host.span.start, known[1]))
     # Byte columns order a line like UTF-16 columns do; a start Point is (line, byte column).
     placed.sort(key=_first)
-    return _EncodedSymbols([text for _, text in placed]), fragments
+    answer = _EncodedSymbols([text for _, text in placed])
+    # The symbols this version lacks are kept too, up to as many as it has (the newest first): while
+    # a typed "{" has no "}", tree-sitter reads every function below it as part of the one typed,
+    # and the version that closes it finds their symbols here instead of encoding them all again.
+    room = len(fragments)
+    for key, known in previous.items():
+        if room <= 0:
+            break
+        if key not in fragments:
+            fragments[key] = known
+            room -= 1
+    return answer, fragments
 
 
 def flat_symbols(uri: str, symbols: list[dict[str, Any]], container: str | None = None) -> list[dict[str, Any]]:
