@@ -331,7 +331,7 @@ def common_prefix(a: bytes, b: bytes) -> int:
     lo, hi = 0, min(len(a), len(b))
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if a[:mid] == b[:mid]:
+        if a.startswith(b[:mid]):  # one slice copied, not two
             lo = mid
         else:
             hi = mid - 1
@@ -342,11 +342,11 @@ def common_suffix(a: bytes, b: bytes, limit: int) -> int:
     """Length of the common suffix, at most ``limit`` (so it never overlaps the prefix)."""
     lo, hi = 0, max(0, limit)
     # An insertion or a deletion (typing, most edits) shares all of it: one comparison, no search.
-    if a[len(a) - hi :] == b[len(b) - hi :]:
+    if a.endswith(b[len(b) - hi :]):
         return hi
     while lo < hi:
         mid = (lo + hi + 1) // 2
-        if a[len(a) - mid :] == b[len(b) - mid :]:
+        if a.endswith(b[len(b) - mid :]):
             lo = mid
         else:
             hi = mid - 1
