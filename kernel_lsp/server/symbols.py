@@ -29,7 +29,7 @@ from __future__ import annotations
 import json
 import re
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from lsprotocol import types
 
@@ -152,16 +152,40 @@ _first = itemgetter(0)
 #: A position's line in an encoded symbol. A ``{"`` cannot occur inside a JSON string (its quote
 #: would be escaped), so only positions match.
 _LINE = re.compile(r'\{"line":(\d+),')
-Fragments = dict[tuple[bytes, str], tuple[int, str]]
-"""Per function (:func:`_fragment_key`): the line its encoded symbol starts on, and that symbol."""
 
 
-def _moved(fragment: tuple[int, str], line: int) -> tuple[int, str]:
-    """An encoded symbol moved to start on ``line``: its lines shifted, the rest as it was."""
-    delta = line - fragment[0]
-    if not delta:
+class _Fragment(NamedTuple):
+    """One function's encoded symbol, and how to write it again for another first line."""
+
+    line: int
+    """The line the symbol starts on in ``text``."""
+    text: str
+    template: str
+    """``text`` with every position's line a ``%d`` (and ``%`` written ``%%``)."""
+    lines: tuple[int, ...]
+    """Those lines, relative to ``line``."""
+
+
+Fragments = dict[tuple[bytes, str], _Fragment]
+"""Per function (:func:`_fragment_key`): its encoded symbol."""
+
+
+def _fragment(line: int, text: str) -> _Fragment:
+    lines = tuple(int(found) - line for found in _LINE.findall(text))
+    return _Fragment(line, text, _LINE.sub('{"line":%d,', text.replace("%", "%%")), lines)
+
+
+def _moved(fragment: _Fragment, line: int) -> _Fragment:
+    """An encoded symbol moved to start on ``line``: its lines shifted by one C-level format, the rest
+    as it was (several times cheaper than encoding it anew; a new line moves half a file)."""
+    if line == fragment.line:
         return fragment
-    return line, _LINE.sub(lambda m: f'{{"line":{int(m.group(1)) + delta},', fragment[1])
+    text = fragment.template % tuple([line + rel for rel in fragment.lines])
+    # tuple.__new__: a NamedTuple's own constructor is a Python frame, and half a file moves.
+    return _new_fragment(_Fragment, (line, text, fragment.template, fragment.lines))
+
+
+_new_fragment = tuple.__new__
 
 
 class _EncodedSymbols(RawJson):
@@ -194,20 +218,20 @@ def encoded_document_symbols(doc: Text, index: KernelIndex, previous: Fragments)
                 launch for launch in index.launches_within(span.start_byte, span.end_byte)
                 if launch.enclosing_function == fn.name
             ]
-            known = span.start.line, json.dumps(_function_symbol(ranges, fn, launches), separators=(",", ":"))
+            known = _fragment(span.start.line, json.dumps(_function_symbol(ranges, fn, launches), separators=(",", ":")))
         else:
             known = _moved(known, span.start.line)
         fragments[key] = known
-        placed.append((span.start, known[1]))
+        placed.append((span.start, known.text))
     for host in index.host_functions:
         key = _fragment_key(source, host)
         known = previous.get(key)
         if known is None:
-            known = host.span.start.line, json.dumps(_host_symbol(ranges, host), separators=(",", ":"))
+            known = _fragment(host.span.start.line, json.dumps(_host_symbol(ranges, host), separators=(",", ":")))
         else:
             known = _moved(known, host.span.start.line)
         fragments[key] = known
-        placed.append((host.span.start, known[1]))
+        placed.append((host.span.start, known.text))
     # Byte columns order a line like UTF-16 columns do; a start Point is (line, byte column).
     placed.sort(key=_first)
     answer = _EncodedSymbols([text for _, text in placed])
