@@ -20,7 +20,6 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
-import time
 
 import tree_sitter_cuda
 from tree_sitter import Language, Parser, Query, QueryCursor, Tree
@@ -46,29 +45,20 @@ def looks_binary(source: bytes) -> bool:
     return decoded.count("\ufffd") > max(1, len(decoded) // 10)
 
 
-#: Bytes handed to tree-sitter per read while it parses, and the parse time between two turns given
-#: to other threads, seconds (see :func:`_parse`).
+#: Bytes handed to tree-sitter per read while it parses (see :func:`_parse`).
 READ_CHUNK_BYTES = 4096
-PARSE_TURN_S = 0.002
 
 
 def _parse(parser: Parser, source: bytes, old_tree: Tree | None = None) -> Tree:
-    """``parser.parse(source, old_tree)``, read in chunks, other threads given a turn every
-    :data:`PARSE_TURN_S`.
+    """``parser.parse(source, old_tree)``, the text read through a callback in chunks.
 
     tree-sitter holds the GIL for a whole parse: a reparse that cannot reuse much (a ``{`` typed
     with no ``}`` yet, a file opened) takes 50-100 ms of a 10,000-line file, and the server's event
-    loop, whose hover needs no new tree, could not run meanwhile. A read may release the GIL
-    (``sleep(0)``); the clock only paces those turns (a syscall per read would cost more than the
-    parse: an incremental reparse reads ~1,000 times), the tree never depends on it.
+    loop, whose hover needs no new tree, could not run meanwhile. Each read runs Python code, where
+    the interpreter hands the GIL to a thread that asked for it (after the switch interval): the
+    loop waits milliseconds, not the whole parse. No syscall, nothing the tree depends on.
     """
-    turn_at = time.perf_counter() + PARSE_TURN_S
-
     def read(offset: int, _point: tuple[int, int]) -> bytes:
-        nonlocal turn_at
-        if time.perf_counter() >= turn_at:
-            time.sleep(0)
-            turn_at = time.perf_counter() + PARSE_TURN_S
         return source[offset : offset + READ_CHUNK_BYTES]
 
     tree = parser.parse(read, old_tree) if old_tree is not None else parser.parse(read)
