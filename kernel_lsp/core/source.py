@@ -22,10 +22,12 @@ from __future__ import annotations
 import io
 import posixpath
 import re
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 
 import pcpp
+
+from kernel_lsp.core.parse import common_prefix, common_suffix
 
 ReadFile = Callable[[str], "str | None"]
 """Returns a file's text, or None when it cannot be read (missing, outside the workspace, …)."""
@@ -155,6 +157,59 @@ def blank_comments(text: str) -> str:
             i += 1
     out.append(text[start:])
     return "".join(out)
+
+
+def directive_lines(source: bytes, comments: Sequence[tuple[int, int]]) -> tuple[str, ...]:
+    """The preprocessor directive lines of ``source`` in order, the lines that continue them included,
+    with the ``comments`` (byte ranges, as tree-sitter lexes them) blanked.
+
+    The macro table at the end of a file depends on these alone, so they preprocess to the same
+    table in a fraction of the time, and they are the key under which a macro view is reused while
+    only code lines change (typing a new line between two directives included).
+    """
+    if b"#" not in source:
+        return ()
+    pieces: list[bytes] = []
+    pos = 0
+    for start, end in comments:
+        # A comment becomes spaces with its newlines kept: a directive's line ends where it did.
+        pieces += [source[pos:start], b"\n".join(b" " * len(part) for part in source[start:end].split(b"\n"))]
+        pos = end
+    pieces.append(source[pos:])
+    out: list[str] = []
+    continued = False
+    for line in b"".join(pieces).split(b"\n"):
+        if continued or line.lstrip().startswith(b"#"):
+            out.append(line.decode("utf-8", errors="replace"))
+            continued = line.rstrip().endswith(b"\\")
+    return tuple(out)
+
+
+#: What an edit must touch to change which lines are directives or what they say: a ``#``, a
+#: continuation backslash, a comment's delimiters (a ``/*`` can hide a directive, a ``*/`` reveal one),
+#: a quote (a raw string can span lines).
+_DIRECTIVE_BYTES = (b"#", b"\\", b"/*", b"*/", b'"')
+
+
+def same_directives(old: bytes, new: bytes, prefix: int | None = None) -> bool:
+    """True when ``new`` has the directive lines of ``old``: the lines the edits between them touched,
+    and the line before those (a backslash there continues it), hold none of :data:`_DIRECTIVE_BYTES`
+    in either text. Conservative: False may come for edits that changed no directive, True only when
+    none changed. ``prefix``: the length of their common prefix, when the caller has it.
+    """
+    if old is new:
+        return True
+    if prefix is None:
+        prefix = common_prefix(old, new)
+    suffix = common_suffix(old, new, min(len(old), len(new)) - prefix)
+    first = old.rfind(b"\n", 0, prefix) + 1
+    start = old.rfind(b"\n", 0, max(first - 1, 0)) + 1
+    for text in (old, new):
+        stop = text.find(b"\n", len(text) - suffix)
+        region = text[start : len(text) if stop < 0 else stop]
+        if any(marker in region for marker in _DIRECTIVE_BYTES):
+            return False
+    return True
 
 
 def _predefined_names(defines: Mapping[str, str]) -> frozenset[str]:

@@ -44,9 +44,8 @@ from pygls.protocol import LanguageServerProtocol, lsp_method
 
 from kernel_lsp import __version__
 from kernel_lsp.config import Settings
-from kernel_lsp.core.parse import comment_ranges
 from kernel_lsp.core.source import Preprocessed
-from kernel_lsp.server.documents import DocumentState, DocumentStore
+from kernel_lsp.server.documents import DocumentState, DocumentStore, IndexedText
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.jobs import JobManager
 from kernel_lsp.services.session import Session
@@ -115,16 +114,20 @@ class ServerState:
         buffers = {doc.path: doc.text() for doc in self.documents.all() if doc.path}
         return Session(self.settings, workspace_root=self.workspace_root, compile_db=self.compile_db, buffers=buffers)
 
-    def macro_view(self, doc: DocumentState) -> Preprocessed | None:
-        """The document's preprocessed macro view (:meth:`Session.macro_view`), once per revision and settings;
-        None for a document that is not a file."""
+    def macro_view(self, doc: DocumentState, text: IndexedText) -> Preprocessed | None:
+        """The macro view (:meth:`Session.macro_view`) of ``text``, an index's text of ``doc``, once per index
+        and settings; None for a document that is not a file."""
         if doc.path is None:
             return None
         path = doc.path
-        data, tree = doc.parsed.snapshot()
-        # The document's own tree says where its comments are: no second parse per revision.
-        return self._per_view(doc, "macro-view", lambda: self.session().macro_view(
-            path, data.decode("utf-8", errors="replace"), comment_ranges(data, tree)))
+        others = self._others_key(doc)
+        views: dict[int, Any] = text.derived("macro-view", dict)
+        hit = views.get(others)
+        if hit is None:
+            hit = self.session().macro_view(path, directives=text.directives())
+            views.clear()
+            views[others] = hit
+        return hit
 
     def file_analysis(self, doc: DocumentState) -> FileAnalysis | None:
         """The document's full preprocessed view and access analysis (:meth:`Session.analysis`), once per
@@ -134,11 +137,15 @@ class ServerState:
         path = doc.path
         return self._per_view(doc, "analysis", lambda: self.session().analysis(path, doc.text()))
 
+    def _others_key(self, doc: DocumentState) -> int:
+        """What a view of ``doc`` depends on besides its text: the settings, the root, the other open buffers."""
+        others = tuple((d.uri, d.revision) for d in self.documents.all() if d is not doc)
+        return hash((self.settings, self.workspace_root, others))
+
     def _per_view(self, doc: DocumentState, name: str, compute: Callable[[], Any]) -> Any:
         """``compute()`` once per revision of ``doc`` and view key: a view also changes with the settings and
         with an open header's text (its buffer wins over the disk). Only the latest key is kept."""
-        others = tuple((d.uri, d.revision) for d in self.documents.all() if d is not doc)
-        key = hash((self.settings, self.workspace_root, others))
+        key = self._others_key(doc)
         kept: dict[int, Any] = doc.memo(name, dict)
         hit = kept.get(key)
         if hit is None:
@@ -377,6 +384,10 @@ class KernelLspProtocol(LanguageServerProtocol):
             yield handler, (params,), None
 
 
+#: The interpreter's thread switch interval while serving, seconds (see :meth:`KernelLspServer.start_io`).
+SWITCH_INTERVAL_S = 0.001
+
+
 class KernelLspServer(LanguageServer):
     state: ServerState
 
@@ -396,6 +407,11 @@ class KernelLspServer(LanguageServer):
 
         self._stop_event = threading.Event()
         self.protocol.set_writer(StdoutWriter(stdout or sys.stdout.buffer))
+        # A worker thread re-indexing a big document holds the GIL until it is asked to let go, which
+        # Python does after the switch interval (5 ms): a request on the event loop would wait that
+        # long at every hand-over (reading it, answering, writing). 1 ms keeps a hover's wait short
+        # for a little more switching.
+        sys.setswitchinterval(SWITCH_INTERVAL_S)
         try:
             asyncio.run(serve(stdin or sys.stdin.buffer, self.protocol, self._stop_event, self.report_server_error))
         except BrokenPipeError:

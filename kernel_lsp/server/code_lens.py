@@ -74,7 +74,7 @@ def code_lenses(state: ServerState, doc: DocumentState) -> list[types.CodeLens]:
     text = doc.indexed()
     compile, stale = doc.resources_compile()
     lenses: list[types.CodeLens] = []
-    for facts in report(text.index, text.source_bytes, compile, state.settings.arch, pre=state.macro_view(doc)):
+    for facts in report(text.index, text.source_bytes, compile, state.settings.arch, pre=state.macro_view(doc, text)):
         fn = facts.function
         known = lens_text(facts)
         if known is not None and stale:
@@ -127,13 +127,13 @@ def register(server: KernelLspServer) -> None:
             state.show(f"kernel-lsp: {uri} is not open", types.MessageType.Warning)
             return None
         async with doc.lock:
-            index = await doc.index_async()
-            fn = index.function(kernel)
+            indexed = await doc.indexed_async()
+            fn = indexed.index.function(kernel)
             if fn is None:
                 state.show(f"kernel-lsp: no kernel named {kernel} in this file", types.MessageType.Warning)
                 return None
-            text = kernel_report_text(kernel_facts(index, doc.source_bytes, fn, doc.resources_compile()[0],
-                                                   state.settings.arch, pre=state.macro_view(doc)))
+            text = kernel_report_text(kernel_facts(indexed.index, indexed.source_bytes, fn, doc.resources_compile()[0],
+                                                   state.settings.arch, pre=state.macro_view(doc, indexed)))
         state.show(text, types.MessageType.Info)
         return text
 

@@ -34,7 +34,8 @@ from pygls.uris import to_fs_path
 from tree_sitter import Tree
 
 from kernel_lsp.core.index import IncrementalIndexer, KernelIndex, build_index
-from kernel_lsp.core.parse import ParsedDocument, common_prefix
+from kernel_lsp.core.parse import ParsedDocument, comment_ranges, common_prefix
+from kernel_lsp.core.source import directive_lines, same_directives
 
 log = logging.getLogger(__name__)
 
@@ -55,15 +56,26 @@ class IndexedText:
     ``line_count``, ``line_start``) so an answer from an older index converts its own positions.
     """
 
-    __slots__ = ("source_bytes", "index", "tree", "_line_starts", "_derived")
+    __slots__ = ("source_bytes", "index", "tree", "_line_starts", "_derived", "_directives")
 
-    def __init__(self, source: bytes, index: KernelIndex, tree: Tree | None = None) -> None:
+    def __init__(self, source: bytes, index: KernelIndex, tree: Tree | None = None,
+                 directives: tuple[str, ...] | None = None) -> None:
         self.source_bytes = source
         self.index = index
         self.tree = tree
         """The tree ``index`` was built from (for what the index does not record: the token at the cursor)."""
         self._line_starts: list[int] | None = None
         self._derived: dict[str, Any] = {}
+        self._directives = directives
+
+    def directives(self) -> tuple[str, ...]:
+        """The text's directive lines (:func:`~kernel_lsp.core.source.directive_lines`), found once."""
+        if self._directives is None:
+            self._directives = directive_lines(self.source_bytes, comment_ranges(self.source_bytes, self.tree))
+        return self._directives
+
+    def directives_if_known(self) -> tuple[str, ...] | None:
+        return self._directives
 
     def line_starts(self) -> list[int]:
         if self._line_starts is None:
@@ -197,7 +209,16 @@ class DocumentState:
                 return last.index
             # Reduced mode (a file over the size limit): compiler diagnostics only, an empty index.
             index = build_index(b"") if self.reduced else self.indexer.index(_Snapshot(pair, self.parsed.is_binary))
-            self.last_indexed = IndexedText(pair[0], index, pair[1])
+            # Edits that touched no directive keep the last text's directive lines (and so its macro view):
+            # no O(file) scan for comments and directives per keystroke.
+            known = last.directives_if_known() if last is not None else None
+            if known is not None and not same_directives(last.source_bytes, pair[0]):
+                known = None
+            indexed = IndexedText(pair[0], index, pair[1], known)
+            # Its line table now, where the build runs (a worker thread for a big document): the first
+            # hover or outline of this index converts positions with it.
+            indexed.line_starts()
+            self.last_indexed = indexed
         freeze_long_lived()
         return index
 
@@ -222,6 +243,17 @@ class DocumentState:
         if known is not None and known[0] is indexed:
             return known[1]
         return self.memo("unchanged-before", lambda: (indexed, common_prefix(indexed.source_bytes, self.source_bytes)))[1]
+
+    def same_directives_as(self, indexed: IndexedText) -> bool:
+        """The current text has ``indexed``'s directive lines (so its macro table); computed once per revision."""
+        if indexed.source_bytes is self.source_bytes:
+            return True
+        known = self.cached("same-directives")
+        if known is not None and known[0] is indexed:
+            return known[1]
+        prefix = self.unchanged_before(indexed)
+        return self.memo("same-directives", lambda: (indexed, same_directives(indexed.source_bytes, self.source_bytes,
+                                                                              prefix)))[1]
 
     async def off_loop(self, fn: Callable[[], T]) -> T:
         """``fn()`` inline for a small document, on a worker thread for a big one."""

@@ -30,11 +30,12 @@ from lsprotocol import types
 
 from kernel_lsp.core.cursor import token_at
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Point
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import to_point, to_position, to_range
 from kernel_lsp.server.documents import DocumentState, IndexedText
 from kernel_lsp.services.intrinsics import Intrinsic, intrinsics
-from kernel_lsp.services.kernel_report import KernelFacts, LaunchFacts, group_launches, kernel_facts, launch_facts
+from kernel_lsp.services.kernel_report import KernelFacts, LaunchFacts, kernel_facts, launch_facts
 
 log = logging.getLogger(__name__)
 
@@ -54,6 +55,8 @@ class HoverContext:
     facts: KernelFacts | None
     source: bytes = b""
     """The text ``index`` was built from (spans read from it)."""
+    pre: Preprocessed | None = None
+    """That text's macro view (launch sizes read its macro table)."""
 
 
 HoverSection = Callable[[HoverContext], "str | None"]
@@ -123,7 +126,7 @@ def hover_markdown(ctx: HoverContext) -> str:
         if ctx.launch is not None:
             launches = tuple(lf for lf in launches if lf.launch == ctx.launch) or (
                 launch_facts(ctx.index, ctx.source, ctx.launch, facts.resources, arch,
-                             compile.defines if compile is not None else None, ctx.state.macro_view(ctx.doc)),
+                             compile.defines if compile is not None else None, ctx.pre),
             )
         if launches:
             parts.append("**Occupancy** (theoretical)\n\n" + "\n".join(occupancy_line(lf) for lf in launches))
@@ -133,34 +136,46 @@ def hover_markdown(ctx: HoverContext) -> str:
 
 
 class Lookup:
-    """Position -> function name or launch, by bisection over byte offsets (built once per version)."""
+    """Position -> function name or launch, by bisection over byte offsets (built once per index).
+
+    Reads only what the hovered position needs: after an edit every function and launch below it
+    has moved, and placing them all (~1,200 functions, ~800 launches in a 10,000-line file) would
+    cost the first hover of each new index several milliseconds.
+    """
 
     def __init__(self, index: KernelIndex) -> None:
-        names = sorted(index.functions, key=lambda f: f.name_span.start_byte)
-        self._name_starts = [f.name_span.start_byte for f in names]
-        self._names = names
-        launches = sorted(index.launches, key=lambda launch: launch.span.start_byte)
-        self._launch_starts = [launch.span.start_byte for launch in launches]
-        self._launches = launches
-        self.launches_by_kernel = group_launches(index)
+        self._index = index
+        # Definitions are in document order and do not overlap, and a function's span (unlike its
+        # other positions) is placed when the index is built.
+        functions = index.functions
+        starts = [f.span.start_byte for f in functions]
+        if starts != sorted(starts):
+            functions = tuple(sorted(functions, key=lambda f: f.span.start_byte))
+            starts = [f.span.start_byte for f in functions]
+        self._functions = functions
+        self._starts = starts
+        self._launches: dict[str, tuple[LaunchSite, ...]] = {}
         self.by_name: dict[str, Function] = {}
         for fn in index.functions:
             # The first definition wins, as in KernelIndex.function.
             self.by_name.setdefault(fn.name, fn)
 
     def function_name_at(self, offset: int) -> Function | None:
-        i = bisect.bisect_right(self._name_starts, offset) - 1
-        if i >= 0 and offset <= self._names[i].name_span.end_byte:
-            return self._names[i]
-        return None
+        i = bisect.bisect_right(self._starts, offset) - 1
+        if i < 0:
+            return None
+        name = self._functions[i].name_span
+        return self._functions[i] if name.start_byte <= offset <= name.end_byte else None
 
     def launch_at(self, offset: int) -> LaunchSite | None:
-        i = bisect.bisect_right(self._launch_starts, offset) - 1
-        # Launches do not nest in practice, but a launch argument may hold a lambda: look back a little.
-        for j in range(i, max(i - 4, -1), -1):
-            if offset <= self._launches[j].span.end_byte:
-                return self._launches[j]
-        return None
+        return self._index.launch_holding(offset)
+
+    def launches_of(self, kernel: str) -> tuple[LaunchSite, ...]:
+        """The launches of ``kernel`` by its unqualified name (as :func:`group_launches` groups them)."""
+        found = self._launches.get(kernel)
+        if found is None:
+            found = self._launches[kernel] = self._index.launches_named(kernel)
+        return found
 
 
 def context_at(state: ServerState, doc: DocumentState, text: IndexedText, point: Point) -> HoverContext | None:
@@ -175,11 +190,12 @@ def context_at(state: ServerState, doc: DocumentState, text: IndexedText, point:
         if fn is None:
             return None
     facts = None
+    pre = state.macro_view(doc, text) if fn is not None and fn.is_kernel else None
     if fn is not None and fn.is_kernel:
-        launches = lookup.launches_by_kernel.get(fn.name, ())
+        launches = lookup.launches_of(fn.name)
         facts = kernel_facts(index, text.source_bytes, fn, doc.resources_compile()[0], state.settings.arch,
-                             launches=launches, pre=state.macro_view(doc))
-    return HoverContext(state, doc, index, point, fn, launch, facts, text.source_bytes)
+                             launches=launches, pre=pre)
+    return HoverContext(state, doc, index, point, fn, launch, facts, text.source_bytes, pre)
 
 
 def hover_at(state: ServerState, doc: DocumentState, text: IndexedText, position: types.Position) -> types.Hover | None:
@@ -229,7 +245,9 @@ def hover_from_last_index(state: ServerState, doc: DocumentState, position: type
         return False
     unchanged = doc.unchanged_before(text)
     point = to_point(text, position)
-    if text.byte_offset(point.line, point.column_byte) >= unchanged:
+    # The launch sizes read the macro table at the end of the file: edits after the hovered spans must
+    # not have changed a directive either.
+    if text.byte_offset(point.line, point.column_byte) >= unchanged or not doc.same_directives_as(text):
         return False
     ctx = context_at(state, doc, text, point)
     if ctx is None or not _spans_before(ctx, unchanged):

@@ -26,7 +26,7 @@ def inlay_hints(state: ServerState, doc: DocumentState, rng: types.Range) -> lis
     text = doc.indexed()
     compile, stale = doc.resources_compile()
     hints: list[types.InlayHint] = []
-    for facts in report(text.index, text.source_bytes, compile, state.settings.arch, pre=state.macro_view(doc)):
+    for facts in report(text.index, text.source_bytes, compile, state.settings.arch, pre=state.macro_view(doc, text)):
         fn = facts.function
         usage = facts.resources
         if usage is not None and usage.registers_per_thread is not None:

@@ -27,8 +27,9 @@ everything it is made of (see :func:`_fragment_key`).
 from __future__ import annotations
 
 import json
+import re
 from operator import itemgetter
-from typing import Any
+from typing import Any, NamedTuple
 
 from lsprotocol import types
 
@@ -138,16 +139,53 @@ def document_symbols(doc: Text, index: KernelIndex) -> list[dict[str, Any]]:
     return symbols
 
 
-def _fragment_key(source: bytes, fn: Function | HostFunction) -> tuple[bytes, int, str]:
-    """What a function's symbol is made of: its text from the start of its first line (the bytes
-    before it on that line decide its UTF-16 columns there), that line and its qualified name
-    (from the enclosing namespaces, shown in the signature). The launches under it lie inside
-    its text."""
+def _fragment_key(source: bytes, fn: Function | HostFunction) -> tuple[bytes, str]:
+    """What a function's symbol is made of, but for the line it starts on: its text from the start of
+    its first line (the bytes before it on that line decide its UTF-16 columns there) and its
+    qualified name (from the enclosing namespaces, shown in the signature). The launches under it
+    lie inside its text."""
     span = fn.span
-    return source[span.start_byte - span.start.column_byte : span.end_byte], span.start.line, fn.qualified_name
+    return source[span.start_byte - span.start.column_byte : span.end_byte], fn.qualified_name
 
 
 _first = itemgetter(0)
+#: A position's line in an encoded symbol. A ``{"`` cannot occur inside a JSON string (its quote
+#: would be escaped), so only positions match.
+_LINE = re.compile(r'\{"line":(\d+),')
+
+
+class _Fragment(NamedTuple):
+    """One function's encoded symbol, and how to write it again for another first line."""
+
+    line: int
+    """The line the symbol starts on in ``text``."""
+    text: str
+    template: str
+    """``text`` with every position's line a ``%d`` (and ``%`` written ``%%``)."""
+    lines: tuple[int, ...]
+    """Those lines, relative to ``line``."""
+
+
+Fragments = dict[tuple[bytes, str], _Fragment]
+"""Per function (:func:`_fragment_key`): its encoded symbol."""
+
+
+def _fragment(line: int, text: str) -> _Fragment:
+    lines = tuple(int(found) - line for found in _LINE.findall(text))
+    return _Fragment(line, text, _LINE.sub('{"line":%d,', text.replace("%", "%%")), lines)
+
+
+def _moved(fragment: _Fragment, line: int) -> _Fragment:
+    """An encoded symbol moved to start on ``line``: its lines shifted by one C-level format, the rest
+    as it was (several times cheaper than encoding it anew; a new line moves half a file)."""
+    if line == fragment.line:
+        return fragment
+    text = fragment.template % tuple([line + rel for rel in fragment.lines])
+    # tuple.__new__: a NamedTuple's own constructor is a Python frame, and half a file moves.
+    return _new_fragment(_Fragment, (line, text, fragment.template, fragment.lines))
+
+
+_new_fragment = tuple.__new__
 
 
 class _EncodedSymbols(RawJson):
@@ -159,41 +197,55 @@ class _EncodedSymbols(RawJson):
         self.text = "[" + ",".join(fragments) + "]"
 
 
-def encoded_document_symbols(
-    doc: Text, index: KernelIndex, previous: dict[tuple[bytes, int, str], str]
-) -> tuple[RawJson, dict[tuple[bytes, int, str], str]]:
+def encoded_document_symbols(doc: Text, index: KernelIndex, previous: Fragments) -> tuple[RawJson, Fragments]:
     """The hierarchical answer, and the encoded symbol of each function for the next call.
 
-    A function whose key is in ``previous`` (the last call's) is not encoded again: typing in one
-    function of a 10,000-line file re-encodes that function, not the 800 others.
+    A function whose key is in ``previous`` (the last calls') is not encoded again: typing in one
+    function of a 10,000-line file re-encodes that function, not the 800 others, and the ones a new
+    line moved down only have their lines shifted (a few times cheaper than encoding them anew).
     """
     source = doc.source_bytes
     ranges = _Ranges(doc)
-    fragments: dict[tuple[bytes, int, str], str] = {}
+    fragments: Fragments = {}
     placed: list[tuple[tuple[int, int], str]] = []
     for fn in index.functions:
         span = fn.span
         key = _fragment_key(source, fn)
-        text = previous.get(key)
-        if text is None:
+        known = previous.get(key)
+        if known is None:
             # Only this function's launches: the index places the others only if someone asks.
             launches = [
                 launch for launch in index.launches_within(span.start_byte, span.end_byte)
                 if launch.enclosing_function == fn.name
             ]
-            text = json.dumps(_function_symbol(ranges, fn, launches), separators=(",", ":"))
-        fragments[key] = text
-        placed.append((span.start, text))
+            known = _fragment(span.start.line, json.dumps(_function_symbol(ranges, fn, launches), separators=(",", ":")))
+        else:
+            known = _moved(known, span.start.line)
+        fragments[key] = known
+        placed.append((span.start, known.text))
     for host in index.host_functions:
         key = _fragment_key(source, host)
-        text = previous.get(key)
-        if text is None:
-            text = json.dumps(_host_symbol(ranges, host), separators=(",", ":"))
-        fragments[key] = text
-        placed.append((host.span.start, text))
+        known = previous.get(key)
+        if known is None:
+            known = _fragment(host.span.start.line, json.dumps(_host_symbol(ranges, host), separators=(",", ":")))
+        else:
+            known = _moved(known, host.span.start.line)
+        fragments[key] = known
+        placed.append((host.span.start, known.text))
     # Byte columns order a line like UTF-16 columns do; a start Point is (line, byte column).
     placed.sort(key=_first)
-    return _EncodedSymbols([text for _, text in placed]), fragments
+    answer = _EncodedSymbols([text for _, text in placed])
+    # The symbols this version lacks are kept too, up to as many as it has (the newest first): while
+    # a typed "{" has no "}", tree-sitter reads every function below it as part of the one typed,
+    # and the version that closes it finds their symbols here instead of encoding them all again.
+    room = len(fragments)
+    for key, known in previous.items():
+        if room <= 0:
+            break
+        if key not in fragments:
+            fragments[key] = known
+            room -= 1
+    return answer, fragments
 
 
 def flat_symbols(uri: str, symbols: list[dict[str, Any]], container: str | None = None) -> list[dict[str, Any]]:

@@ -39,7 +39,7 @@ from typing import Any
 from kernel_lsp.config import Settings
 from kernel_lsp.core.parse import comment_ranges
 from kernel_lsp.core.rules import RuleGenerator
-from kernel_lsp.core.source import Preprocessed, preprocess
+from kernel_lsp.core.source import Preprocessed, directive_lines, preprocess
 from kernel_lsp.core.spec import Spec, SpecError, find_inline_specs, parse_spec
 from kernel_lsp.services import optimizer
 from kernel_lsp.services.compile_db import CompileDb
@@ -77,32 +77,6 @@ def _mtime(path: str) -> float | None:
         return os.stat(path).st_mtime
     except OSError:
         return None
-
-
-def directive_skeleton(text: str, comments: Sequence[tuple[int, int]] | None = None) -> str:
-    """``text`` with everything but preprocessor directives blanked, lines kept (comments found by tree-sitter).
-
-    The macro table at the end of a file depends on its directives alone, so
-    the skeleton preprocesses to the same table in a fraction of the time and
-    is the key under which a view is reused while only code lines change.
-    ``comments``: the text's comment byte ranges when the caller has them (a document's tree).
-    """
-    data = text.encode("utf-8", errors="replace")
-    pieces: list[bytes] = []
-    pos = 0
-    for start, end in comment_ranges(data) if comments is None else comments:
-        # A comment becomes spaces with its newlines kept, so lines stay where they were.
-        pieces += [data[pos:start], b"\n".join(b" " * len(part) for part in data[start:end].split(b"\n"))]
-        pos = end
-    pieces.append(data[pos:])
-    lines = b"".join(pieces).decode("utf-8", errors="replace").split("\n")
-    out: list[str] = []
-    continued = False
-    for line in lines:
-        keep = continued or line.lstrip().startswith("#")
-        out.append(line if keep else "")
-        continued = keep and line.rstrip().endswith("\\")
-    return "\n".join(out)
 
 
 @dataclass(frozen=True)
@@ -203,19 +177,25 @@ class Session:
 
     # --- the preprocessed view -------------------------------------------------
 
-    def macro_view(self, path: str | None, text: str, comments: Sequence[tuple[int, int]] | None = None) -> Preprocessed:
+    def macro_view(self, path: str | None, text: str | None = None, *,
+                   directives: Sequence[str] | None = None) -> Preprocessed:
         """The macro view of the file at ``path`` whose text is ``text``: its directives (own and local
         headers') expanded with the build flags' ``-I`` folders and ``-D`` macros, so
         :meth:`~kernel_lsp.core.source.Preprocessed.object_macros` is the table the compiler ends with.
+        ``directives``: the text's :func:`~kernel_lsp.core.source.directive_lines` instead of the text
+        (an editor's document has them from its tree).
 
-        Reused while the file's directives, the flags and the headers' modification times are unchanged:
-        hover, code lens and inlay hints ask after every edit.
+        Only the directive lines are preprocessed, so the view's lines are theirs, not the file's: it is
+        read for its macro table. Reused while the directives, the flags and the headers' modification
+        times are unchanged: hover, code lens and inlay hints ask after every edit.
         """
+        if directives is None:
+            data = (text or "").encode("utf-8", errors="replace")
+            directives = directive_lines(data, comment_ranges(data))
         flags = self.build_flags(path) if path else BuildFlags(flags=())
         dirs = include_dirs(flags)
         defines = flags.defines
-        skeleton = directive_skeleton(text, comments)
-        key = (path, skeleton, dirs, tuple(sorted(defines.items())))
+        key = (path, tuple(directives), dirs, tuple(sorted(defines.items())))
         with _MACRO_VIEWS_LOCK:
             hit = _MACRO_VIEWS.get(key)
             if hit is not None and all(self._stamp(header) == stamp for header, stamp in hit[1]):
@@ -223,7 +203,7 @@ class Session:
                 return hit[0]
         absolute = os.path.abspath(path) if path else None
         reader = header_reader(self._header_dirs(absolute, dirs), self.buffers)
-        view = preprocess(skeleton, absolute, reader, dirs, defines)
+        view = preprocess("".join(line + "\n" for line in directives), absolute, reader, dirs, defines)
         stamps = tuple((header, self._stamp(header)) for header in view.includes)
         with _MACRO_VIEWS_LOCK:
             _MACRO_VIEWS[key] = (view, stamps)

@@ -75,3 +75,16 @@ def test_text_before_a_function_on_its_line_decides_its_columns() -> None:
     answer, _ = encoded_document_symbols(doc, indexer.index(doc), fragments)
     assert answer.text == _fresh(doc)
     assert json.loads(answer.text)[0]["range"]["start"]["character"] == 9
+
+
+def test_symbols_moved_down_by_a_new_line_match_a_fresh_encoding() -> None:
+    # A "%" in a signature must survive the re-formatting of a moved symbol's lines.
+    doc = ParsedDocument("__device__ int m(int a, int b = 7 % 3) { return a % b; }\n\n"
+                         "__global__ void k(float* x) {\n    __shared__ float t[32];\n    x[0] = t[0];\n}\n")
+    indexer = IncrementalIndexer()
+    _, fragments = encoded_document_symbols(doc, indexer.index(doc), {})
+    for _ in range(3):
+        doc.apply_edit(0, 0, 0, 0, "// one more line\n")
+        answer, fragments = encoded_document_symbols(doc, indexer.index(doc), fragments)
+        assert answer.text == _fresh(doc)
+    assert json.loads(answer.text)[1]["children"][0]["range"]["start"]["line"] == 6

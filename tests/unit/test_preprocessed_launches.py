@@ -15,10 +15,12 @@ from kernel_lsp.config import Settings
 from kernel_lsp.core.index import build_index
 from kernel_lsp.core.launch_dims import evaluate_launch
 from kernel_lsp.core.nvcc_output import ResourceUsage
+from kernel_lsp.core.parse import comment_ranges
+from kernel_lsp.core.source import directive_lines
 from kernel_lsp.core.spec import parse_spec
 from kernel_lsp.core.spec_draft import PLACEHOLDER, draft_spec
 from kernel_lsp.services.kernel_report import report
-from kernel_lsp.services.session import Session, directive_skeleton
+from kernel_lsp.services.session import Session
 from kernel_lsp.services.toolchain import CompileResult
 
 COMMON = """\
@@ -95,10 +97,10 @@ def test_the_macro_view_follows_the_header(project: Path) -> None:
     assert edited.macro_view(str(project), HISTOGRAM).object_macros()["NUM_BINS"] == "16"
 
 
-def test_the_skeleton_keeps_directives_only() -> None:
-    text = '#define A 1 /* a comment that\n#define B 2 spans lines */\nint x = 3;\n#define C \\\n  4\n// #define D 5\n'
-    lines = [line.rstrip() for line in directive_skeleton(text).split("\n")]
-    assert lines == ["#define A 1", "", "", "#define C \\", "  4", "", ""]
+def test_the_directive_lines_are_directives_only() -> None:
+    text = b'#define A 1 /* a comment that\n#define B 2 spans lines */\nint x = 3;\n#define C \\\n  4\n// #define D 5\n'
+    lines = [line.rstrip() for line in directive_lines(text, comment_ranges(text))]
+    assert lines == ["#define A 1", "#define C \\", "  4"]
 
 
 def test_the_spec_draft_reads_header_macros_and_malloc_sizes(project: Path) -> None:

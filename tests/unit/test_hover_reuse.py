@@ -1,0 +1,98 @@
+"""What lets a hover answer from the last index without O(file) work per keystroke: the directive
+lines (and so the macro view) survive edits that touch no directive, comments are found at their
+openers, and the index places only the hovered kernel's launches."""
+
+from __future__ import annotations
+
+import pytest
+
+from kernel_lsp.core.index import IncrementalIndexer, build_index
+from kernel_lsp.core.parse import ParsedDocument, comment_ranges
+from kernel_lsp.core.source import directive_lines, same_directives
+from kernel_lsp.server.documents import DocumentState
+
+SOURCE = b"""\
+#include "sizes.cuh"
+#define BLOCK 256
+// a comment with a "quote" and /* inside
+__global__ void scale(float* x, int n) {
+    const char* s = "// not a comment";
+    int i = blockIdx.x * blockDim.x / 2 + threadIdx.x; /* block
+    comment */
+    if (i < n) x[i] *= 2.0f;
+}
+
+void launch(float* x, int n) {
+    scale<<<(n + BLOCK - 1) / BLOCK, BLOCK>>>(x, n);
+    ns::scale<<<1, 32>>>(x, n);
+}
+"""
+
+
+def _edit(source: bytes, at: bytes, new: bytes) -> bytes:
+    assert source.count(at) == 1
+    return source.replace(at, new)
+
+
+def test_comments_are_found_at_their_openers_not_in_strings() -> None:
+    found = [SOURCE[start:end] for start, end in comment_ranges(SOURCE, ParsedDocument(SOURCE).tree)]
+    assert found == [b'// a comment with a "quote" and /* inside', b"/* block\n    comment */"]
+    assert comment_ranges(SOURCE) == comment_ranges(SOURCE, ParsedDocument(SOURCE).tree)
+
+
+def test_directive_lines_follow_continuations_and_skip_comments() -> None:
+    text = b"#define A 1 /* x\n#define B 2 */\nint y;\n#define C \\\n  3\n\n/*\n#define D 4\n*/\n"
+    assert directive_lines(text, comment_ranges(text)) == ("#define A 1     ", "#define C \\", "  3")
+    assert directive_lines(b"int x;\n", []) == ()
+
+
+@pytest.mark.parametrize("at, new", [
+    (b"    ns::scale", b"    int m = n;\n    ns::scale"),  # a line typed in a function
+    (b"<<<1, 32>>>", b"<<<1, 64>>>"),                           # a value changed
+    (b"}\n\nvoid", b"}\n\n__global__ void added() {}\n\nvoid"),  # a function added between two
+])
+def test_code_edits_keep_the_directives(at: bytes, new: bytes) -> None:
+    edited = _edit(SOURCE, at, new)
+    assert same_directives(SOURCE, edited)
+    assert directive_lines(edited, comment_ranges(edited)) == directive_lines(SOURCE, comment_ranges(SOURCE))
+
+
+@pytest.mark.parametrize("at, new", [
+    (b"#define BLOCK 256", b"#define BLOCK 128"),   # a directive edited
+    (b"#include", b"/*\n#include"),                 # a comment opened above a directive
+    (b"// a comment", b"#define X 1\n// a comment"),  # a directive added
+    (b"#define BLOCK 256\n", b"#define BLOCK 256 \\\n"),  # a continuation added
+    (b'= "// not', b'= R"(// not'),                 # a raw string opened
+])
+def test_edits_that_may_change_a_directive_are_seen(at: bytes, new: bytes) -> None:
+    assert not same_directives(SOURCE, _edit(SOURCE, at, new))
+
+
+def test_the_launches_of_one_kernel_are_placed_alone() -> None:
+    indexer = IncrementalIndexer()
+    indexer.index(ParsedDocument(SOURCE))
+    moved = _edit(SOURCE, b"// a comment", b"// one more line\n// a comment")
+    index = indexer.index(ParsedDocument(moved))
+    fresh = build_index(moved)
+    # ns::scale counts as scale, as group_launches has it.
+    assert index.launches_named("scale") == fresh.launches_of("scale") == fresh.launches
+    assert index.launches_named("other") == ()
+    inside = moved.index(b"ns::scale") + 4
+    assert index.launch_holding(inside) == fresh.launches[1]
+    assert index.launch_holding(moved.index(b"void launch")) is None
+
+
+def test_typing_keeps_the_directive_lines_of_the_last_index() -> None:
+    doc = DocumentState("file:///w/a.cu", 1, ParsedDocument(SOURCE), "/w/a.cu")
+    first = doc.indexed()
+    directives = first.directives()
+    line = SOURCE[: SOURCE.index(b"    ns::scale")].count(b"\n")
+    doc.parsed.apply_edit(line, 0, line, 0, "    x[0] = 1.0f;\n", defer=True)
+    doc.revision += 1
+    assert doc.same_directives_as(first)
+    typed = doc.indexed()
+    assert typed is not first and typed.directives() is directives
+    doc.parsed.apply_edit(1, len("#define BLOCK "), 1, len("#define BLOCK 256"), "64", defer=True)
+    doc.revision += 1
+    assert not doc.same_directives_as(typed)
+    assert "#define BLOCK 64" in doc.indexed().directives()
