@@ -242,8 +242,20 @@ class _Array:
 _Value = Poly | _Pointer
 
 
-def _text(src: bytes, node: Node) -> str:
+def node_text(src: bytes, node: Node) -> str:
+    """The source text of a syntax node."""
     return src[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
+
+
+def has_node(node: Node, types: tuple[str, ...]) -> bool:
+    """Whether ``node`` or any node below it is of one of ``types``."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            return True
+        stack.extend(n.children)
+    return False
 
 
 def _strip_qualifiers(type_text: str) -> str:
@@ -317,7 +329,7 @@ class _Walker:
     def poly(self, value: _Value | None, node: Node) -> Poly:
         if isinstance(value, Poly):
             return value
-        return self.fresh(_text(self.src, node), [value] if value is not None else [])
+        return self.fresh(node_text(self.src, node), [value] if value is not None else [])
 
     def elem_bytes(self, elem_type: str) -> int | None:
         if elem_type in TYPE_SIZES_BYTES:
@@ -333,7 +345,7 @@ class _Walker:
         self.accesses.append(Access(
             array=pointer.base, space=pointer.space, kind=kind, op=op, index=pointer.offset + index,
             elem_type=pointer.elem_type, elem_bytes=self.elem_bytes(pointer.elem_type), field=field_name,
-            line=line, user_line=self.user_line(line), text=_text(self.src, node)[:120],
+            line=line, user_line=self.user_line(line), text=node_text(self.src, node)[:120],
             loops=tuple(self.loop_stack), via=tuple(self.via), wide=wide,
             field_offset_bytes=member[0] if member else None, field_bytes=member[1] if member else None,
             span=(node.start_byte, node.end_byte),
@@ -359,7 +371,7 @@ class _Walker:
             if handler is not None:
                 return handler(node)
             values = [self.expr(c) for c in node.named_children]
-            return self.fresh(_text(self.src, node), values)
+            return self.fresh(node_text(self.src, node), values)
         finally:
             self.depth -= 1
 
@@ -378,10 +390,10 @@ class _Walker:
                     self.depth = saved
                 continue
             stack.extend(n.named_children)
-        return self.fresh(_text(self.src, node), values)
+        return self.fresh(node_text(self.src, node), values)
 
     def e_number_literal(self, node: Node) -> _Value:
-        text = _text(self.src, node).rstrip("uUlL").replace("'", "")
+        text = node_text(self.src, node).rstrip("uUlL").replace("'", "")
         try:
             return Poly.const(int(text, 0))
         except ValueError:
@@ -394,7 +406,7 @@ class _Walker:
         return ZERO
 
     def e_identifier(self, node: Node) -> _Value:
-        name = _text(self.src, node)
+        name = node_text(self.src, node)
         if name in self.env:
             return self.env[name]
         if name in self.arrays:
@@ -416,13 +428,13 @@ class _Walker:
             return self.overrides[node.id]
         type_node = node.child_by_field_name("type")
         value_node = node.child_by_field_name("value")
-        type_text = _text(self.src, type_node) if type_node is not None else ""
+        type_text = node_text(self.src, type_node) if type_node is not None else ""
         misread = self.misread_cast(type_text.strip(), value_node)
         if misread is not None:
             return misread
         value = self.expr(value_node)
         if isinstance(value, Poly) and any(w in type_text for w in ("float", "double", "half")):
-            return self.fresh(_text(self.src, node), [value])
+            return self.fresh(node_text(self.src, node), [value])
         if isinstance(value, _Pointer) and "*" in type_text:
             return self.retype(value, self.ty(_strip_qualifiers(type_text)), node, "const" in type_text.split("*")[0])
         return value
@@ -448,7 +460,7 @@ class _Walker:
         """A pointer whose target the analysis cannot name (returned by a method, loaded from a
         struct): its accesses are still recorded, on an array named after the pointer, in
         memory of ``unknown`` space, and the reason is kept."""
-        where = f" (from `{_text(self.src, origin)[:60]}`)" if origin is not None else ""
+        where = f" (from `{node_text(self.src, origin)[:60]}`)" if origin is not None else ""
         self.unknowns.append(f"`{name}` points to memory the analysis cannot resolve{where}")
         return _Pointer(name, "unknown", ZERO, elem_type)
 
@@ -463,28 +475,28 @@ class _Walker:
             return pointer
         old, new = self.elem_bytes(pointer.elem_type), self.elem_bytes(elem_type)
         if old is None or new is None:
-            return self.fresh(_text(self.src, node), [pointer])
+            return self.fresh(node_text(self.src, node), [pointer])
         scaled = pointer.offset.scale(old).exact_div(new)
         if scaled is None:
-            return self.fresh(_text(self.src, node), [pointer])
+            return self.fresh(node_text(self.src, node), [pointer])
         return _Pointer(pointer.base, pointer.space, scaled, elem_type)
 
     def regroup_misread_cast(self, node: Node) -> _Value | None:
         """``(i)+a*b`` parses as ``((i)+a) * b`` once the cast is misread (see :meth:`misread_cast`):
         the multiplicative chain above the cast is evaluated with ``a`` in its place, then added."""
         leftmost = node.child_by_field_name("left")
-        while leftmost is not None and leftmost.type == "binary_expression" and _text(
+        while leftmost is not None and leftmost.type == "binary_expression" and node_text(
                 self.src, leftmost.child_by_field_name("operator") or leftmost) in ("*", "/", "%"):
             leftmost = leftmost.child_by_field_name("left")
         if leftmost is None or leftmost.type != "cast_expression" or leftmost.id in self.overrides:
             return None
         type_node = leftmost.child_by_field_name("type")
         value_node = leftmost.child_by_field_name("value")
-        name = _text(self.src, type_node).strip() if type_node is not None else ""
+        name = node_text(self.src, type_node).strip() if type_node is not None else ""
         if value_node is None or value_node.type != "unary_expression" or name not in self.env:
             return None
         op_node = value_node.child_by_field_name("operator")
-        sign = _text(self.src, op_node) if op_node is not None else ""
+        sign = node_text(self.src, op_node) if op_node is not None else ""
         if sign not in ("+", "-"):
             return None
         self.overrides[leftmost.id] = self.expr(value_node.child_by_field_name("argument"))
@@ -497,7 +509,7 @@ class _Walker:
             return base + rest if sign == "+" else base - rest
         if isinstance(base, _Pointer) and isinstance(rest, Poly):
             return _Pointer(base.base, base.space, base.offset + (rest if sign == "+" else -rest), base.elem_type)
-        return self.fresh(_text(self.src, node), [base, rest])
+        return self.fresh(node_text(self.src, node), [base, rest])
 
     def misread_cast(self, name: str, value_node: Node | None) -> _Value | None:
         """``(i)+n*k`` parses as a cast of ``+n*k`` to a type named ``i`` (C's own ambiguity,
@@ -508,7 +520,7 @@ class _Walker:
         if name not in self.env and name not in self.arrays:
             return None
         op_node = value_node.child_by_field_name("operator")
-        op = _text(self.src, op_node) if op_node is not None else ""
+        op = node_text(self.src, op_node) if op_node is not None else ""
         if op not in ("+", "-", "*", "&"):
             return None
         left = self.env[name] if name in self.env else _Pointer(name, self.arrays[name].space, ZERO, self.arrays[name].elem_type)
@@ -519,52 +531,52 @@ class _Walker:
             combined = _arith(op, left, right)
             if combined is not None:
                 return combined
-        return self.fresh(name + op + _text(self.src, value_node), [left, right])
+        return self.fresh(name + op + node_text(self.src, value_node), [left, right])
 
     def e_comma_expression(self, node: Node) -> _Value | None:
         self.expr(node.child_by_field_name("left"))
         return self.expr(node.child_by_field_name("right"))
 
     def e_sizeof_expression(self, node: Node) -> _Value:
-        size = evaluate_int(_text(self.src, node), self.constants)
-        return Poly.const(size) if size is not None else self.fresh(_text(self.src, node))
+        size = evaluate_int(node_text(self.src, node), self.constants)
+        return Poly.const(size) if size is not None else self.fresh(node_text(self.src, node))
 
     def e_field_expression(self, node: Node) -> _Value | None:
         arg = node.child_by_field_name("argument")
         fld = node.child_by_field_name("field")
         if arg is not None and arg.type == "identifier" and fld is not None:
-            prefix = _BUILTINS.get(_text(self.src, arg))
-            if prefix is not None and arg.text is not None and _text(self.src, arg) not in self.env:
-                symbol = f"{prefix}.{_text(self.src, fld)}"
+            prefix = _BUILTINS.get(node_text(self.src, arg))
+            if prefix is not None and arg.text is not None and node_text(self.src, arg) not in self.env:
+                symbol = f"{prefix}.{node_text(self.src, fld)}"
                 self.builtins.add(symbol)
                 return Poly.sym(symbol)
         if arg is not None and arg.type == "subscript_expression":
-            self.subscript(arg, "read", None, field_name=_text(self.src, fld) if fld is not None else None)
-            return self.fresh(_text(self.src, node), [])
+            self.subscript(arg, "read", None, field_name=node_text(self.src, fld) if fld is not None else None)
+            return self.fresh(node_text(self.src, node), [])
         value = self.expr(arg)
-        return self.fresh(_text(self.src, node), [value])
+        return self.fresh(node_text(self.src, node), [value])
 
     def e_unary_expression(self, node: Node) -> _Value | None:
         op = node.child_by_field_name("operator")
         value = self.expr(node.child_by_field_name("argument"))
-        text = _text(self.src, op) if op is not None else ""
+        text = node_text(self.src, op) if op is not None else ""
         if isinstance(value, Poly):
             if text == "-":
                 return -value
             if text == "+":
                 return value
-        return self.fresh(_text(self.src, node), [value])
+        return self.fresh(node_text(self.src, node), [value])
 
     def e_binary_expression(self, node: Node) -> _Value | None:
         op_node = node.child_by_field_name("operator")
-        if op_node is not None and _text(self.src, op_node) in ("*", "/", "%"):
+        if op_node is not None and node_text(self.src, op_node) in ("*", "/", "%"):
             regrouped = self.regroup_misread_cast(node)
             if regrouped is not None:
                 return regrouped
         left = self.expr(node.child_by_field_name("left"))
         right = self.expr(node.child_by_field_name("right"))
         op_node = node.child_by_field_name("operator")
-        op = _text(self.src, op_node) if op_node is not None else ""
+        op = node_text(self.src, op_node) if op_node is not None else ""
         if isinstance(left, _Pointer) and isinstance(right, Poly) and op in "+-":
             return _Pointer(left.base, left.space, left.offset + (right if op == "+" else -right), left.elem_type)
         if isinstance(right, _Pointer) and isinstance(left, Poly) and op == "+":
@@ -574,8 +586,8 @@ class _Walker:
             if combined is not None:
                 return combined
             if op in _COMPUTABLE:
-                return self.fresh(_text(self.src, node), [left, right], (op, left, right))
-        return self.fresh(_text(self.src, node), [left, right])
+                return self.fresh(node_text(self.src, node), [left, right], (op, left, right))
+        return self.fresh(node_text(self.src, node), [left, right])
 
     def e_conditional_expression(self, node: Node) -> _Value | None:
         cond = self.expr(node.child_by_field_name("condition"))
@@ -584,7 +596,7 @@ class _Walker:
         if isinstance(a, Poly) and a == b:
             return a
         recipe = self.select_recipe(node.child_by_field_name("condition"), a, b)
-        return self.fresh(_text(self.src, node), [cond, a, b], recipe)
+        return self.fresh(node_text(self.src, node), [cond, a, b], recipe)
 
     def select_recipe(self, cond: Node | None, a: _Value | None, b: _Value | None) -> tuple | None:
         """``l < r ? a : b`` on polynomials: computable once the launch binds them."""
@@ -593,7 +605,7 @@ class _Walker:
         if cond is None or cond.type != "binary_expression" or not isinstance(a, Poly) or not isinstance(b, Poly):
             return None
         op_node = cond.child_by_field_name("operator")
-        op = _text(self.src, op_node) if op_node is not None else ""
+        op = node_text(self.src, op_node) if op_node is not None else ""
         if op not in ("<", "<=", ">", ">=", "==", "!="):
             return None
         # The condition's operands were evaluated with the condition itself; their values are
@@ -608,13 +620,13 @@ class _Walker:
     def e_pointer_expression(self, node: Node) -> _Value | None:
         op = node.child_by_field_name("operator")
         arg = node.child_by_field_name("argument")
-        if op is not None and _text(self.src, op) == "&":
+        if op is not None and node_text(self.src, op) == "&":
             return self.address(arg)
         pointer = self.expr(arg)
         if isinstance(pointer, _Pointer):
             self.record(pointer, ZERO, "read", None, node)
-            return self.fresh(_text(self.src, node), [pointer])
-        return self.fresh(_text(self.src, node), [pointer])
+            return self.fresh(node_text(self.src, node), [pointer])
+        return self.fresh(node_text(self.src, node), [pointer])
 
     def e_subscript_expression(self, node: Node) -> _Value | None:
         return self.subscript(node, "read", None)
@@ -625,9 +637,9 @@ class _Walker:
     def e_update_expression(self, node: Node) -> _Value | None:
         arg = node.child_by_field_name("argument")
         op = node.child_by_field_name("operator")
-        op_text = _text(self.src, op) if op is not None else "++"
+        op_text = node_text(self.src, op) if op is not None else "++"
         if arg is not None and arg.type == "identifier":
-            name = _text(self.src, arg)
+            name = node_text(self.src, arg)
             old = self.env.get(name)
             if isinstance(old, Poly):
                 self.env[name] = old + (ONE if op_text == "++" else -ONE)
@@ -635,7 +647,7 @@ class _Walker:
                 self.env[name] = _Pointer(old.base, old.space, old.offset + (ONE if op_text == "++" else -ONE), old.elem_type)
             return old
         self.lvalue(arg, "update", op_text[0])
-        return self.fresh(_text(self.src, node))
+        return self.fresh(node_text(self.src, node))
 
     def e_call_expression(self, node: Node) -> _Value | None:
         return self.call(node)
@@ -680,16 +692,16 @@ class _Walker:
             flat = indices[0]
         else:
             # A pointer to pointers or to arrays (float (*a)[N]); each level is a load of its own.
-            flat = self.fresh(_text(self.src, node), indices)
+            flat = self.fresh(node_text(self.src, node), indices)
         return pointer, flat, wide
 
     def subscript(self, node: Node, kind: str, op: str | None, field_name: str | None = None) -> _Value:
         found = self.element(node)
         if found is None:
-            return self.fresh(_text(self.src, node))
+            return self.fresh(node_text(self.src, node))
         pointer, index, wide = found
         self.record(pointer, index, kind, op, node, field_name, wide)
-        return self.fresh(_text(self.src, node), [index] if kind != "write" else [])
+        return self.fresh(node_text(self.src, node), [index] if kind != "write" else [])
 
     def lvalue(self, node: Node | None, kind: str, op: str | None) -> None:
         """Record a store (or read-modify-write) to ``node``."""
@@ -703,7 +715,7 @@ class _Walker:
             arg = node.child_by_field_name("argument")
             fld = node.child_by_field_name("field")
             if arg is not None and arg.type == "subscript_expression":
-                self.subscript(arg, kind, op, field_name=_text(self.src, fld) if fld is not None else None)
+                self.subscript(arg, kind, op, field_name=node_text(self.src, fld) if fld is not None else None)
             elif arg is not None and arg.type == "pointer_expression":
                 self.lvalue(arg, kind, op)
             elif arg is not None:
@@ -713,7 +725,7 @@ class _Walker:
             if isinstance(pointer, _Pointer):
                 self.record(pointer, ZERO, kind, op, node)
         elif node.type == "identifier":
-            name = _text(self.src, node)
+            name = node_text(self.src, node)
             if name in self.arrays and not self.arrays[name].dims:
                 a = self.arrays[name]
                 self.record(_Pointer(a.name, a.space, ZERO, a.elem_type), ZERO, kind, op, node)
@@ -736,20 +748,20 @@ class _Walker:
             if arg is not None and arg.type == "subscript_expression":
                 return self.address(arg)
         if node.type == "identifier":
-            name = _text(self.src, node)
+            name = node_text(self.src, node)
             if name in self.arrays:
                 a = self.arrays[name]
                 return _Pointer(a.name, a.space, ZERO, a.elem_type)
-        return self.fresh(_text(self.src, node), [self.expr(node)])
+        return self.fresh(node_text(self.src, node), [self.expr(node)])
 
     def assign(self, node: Node) -> _Value | None:
         left = node.child_by_field_name("left")
         op_node = node.child_by_field_name("operator")
-        op = _text(self.src, op_node) if op_node is not None else "="
+        op = node_text(self.src, op_node) if op_node is not None else "="
         right_node = node.child_by_field_name("right")
         right = self.expr(right_node)
         if left is not None and left.type == "identifier":
-            name = _text(self.src, left)
+            name = node_text(self.src, left)
             if name in self.arrays and not self.arrays[name].dims:
                 self.lvalue(left, "write" if op == "=" else "update", _COMPOUND.get(op))
                 return right
@@ -785,40 +797,40 @@ class _Walker:
         if right.type == "binary_expression":
             left = right.child_by_field_name("left")
             op_node = right.child_by_field_name("operator")
-            if left is not None and left.type == "identifier" and _text(self.src, left) == name and op_node is not None:
-                self.note_accumulator(name, _text(self.src, op_node), node)
+            if left is not None and left.type == "identifier" and node_text(self.src, left) == name and op_node is not None:
+                self.note_accumulator(name, node_text(self.src, op_node), node)
         elif right.type == "call_expression":
             fn = right.child_by_field_name("function")
             args = right.child_by_field_name("arguments")
-            fname = _text(self.src, fn) if fn is not None else ""
+            fname = node_text(self.src, fn) if fn is not None else ""
             if fname in _REDUCING_CALLS and args is not None and any(
-                    a.type == "identifier" and _text(self.src, a) == name for a in args.named_children):
+                    a.type == "identifier" and node_text(self.src, a) == name for a in args.named_children):
                 self.note_accumulator(name, _REDUCING_CALLS[fname], node)
 
     def is_wide(self, node: Node) -> bool:
-        text = _text(self.src, node)
+        text = node_text(self.src, node)
         return any(w in text for w in _WIDE_TYPES) or any(
-            v in self.wide_vars for v in _identifiers(node, self.src))
+            v in self.wide_vars for v in identifiers_in(node, self.src))
 
     # -- calls --------------------------------------------------------------------------------
     def call(self, node: Node) -> _Value | None:
         fn = node.child_by_field_name("function")
         args_node = node.child_by_field_name("arguments")
         args = list(args_node.named_children) if args_node is not None else []
-        name = _text(self.src, fn) if fn is not None else ""
+        name = node_text(self.src, fn) if fn is not None else ""
         short = name.split("<", 1)[0].rsplit("::", 1)[-1].rsplit(".", 1)[-1].rsplit("->", 1)[-1].strip()
         if short in ("reinterpret_cast", "static_cast", "const_cast") and fn is not None and fn.type == "template_function" and args:
             type_args = fn.child_by_field_name("arguments")
-            type_text = _text(self.src, type_args).strip("<> ") if type_args is not None else ""
+            type_text = node_text(self.src, type_args).strip("<> ") if type_args is not None else ""
             value = self.expr(args[0])
             if isinstance(value, _Pointer) and "*" in type_text:
                 return self.retype(value, self.ty(_strip_qualifiers(type_text)), node, "const" in type_text.split("*")[0])
             if isinstance(value, Poly) and not any(w in type_text for w in ("float", "double", "half")):
                 return value
-            return self.fresh(_text(self.src, node), [value])
+            return self.fresh(node_text(self.src, node), [value])
         if short.startswith("atomic") and args:
-            target = self.address(args[0]) if args[0].type == "pointer_expression" and _text(self.src, args[0]).startswith("&") else self.expr(args[0])
-            if args[0].type == "pointer_expression" and _text(self.src, args[0]).startswith("&"):
+            target = self.address(args[0]) if args[0].type == "pointer_expression" and node_text(self.src, args[0]).startswith("&") else self.expr(args[0])
+            if args[0].type == "pointer_expression" and node_text(self.src, args[0]).startswith("&"):
                 target = self.address(args[0].child_by_field_name("argument"))
             values = [self.expr(a) for a in args[1:]]
             if isinstance(target, _Pointer):
@@ -831,9 +843,9 @@ class _Walker:
                 elif any(is_opaque(s) and self.opaque[s].deps and self.opaque[s].recipe is None for s in index.symbols):
                     self.reductions.append(Reduction("atomic_scatter", target.base, short, line, self.user_line(line), loop))
             else:
-                self.unknowns.append(f"line {self.user_line_text(node)}: {short} on `{_text(self.src, args[0])}`, "
+                self.unknowns.append(f"line {self.user_line_text(node)}: {short} on `{node_text(self.src, args[0])}`, "
                                      "whose target array could not be resolved")
-            return self.fresh(_text(self.src, node), values)
+            return self.fresh(node_text(self.src, node), values)
         if short in _SYNCS:
             self.syncs += 1
             return None
@@ -843,13 +855,13 @@ class _Walker:
             line = node.start_point[0]
             self.reductions.append(Reduction("warp_shuffle", short, short, line, self.user_line(line),
                                              self.loop_stack[-1] if self.loop_stack else None))
-            return self.fresh(_text(self.src, node), values)
+            return self.fresh(node_text(self.src, node), values)
         if short in _LOAD_INTRINSICS and args:
             pointer = self.address(args[0].child_by_field_name("argument")) if (
-                args[0].type == "pointer_expression" and _text(self.src, args[0]).startswith("&")) else self.expr(args[0])
+                args[0].type == "pointer_expression" and node_text(self.src, args[0]).startswith("&")) else self.expr(args[0])
             if isinstance(pointer, _Pointer):
                 self.record(pointer, ZERO, "read", None, node)
-            return self.fresh(_text(self.src, node), [pointer])
+            return self.fresh(node_text(self.src, node), [pointer])
         if short in _STORE_INTRINSICS and len(args) >= 2:
             pointer = self.expr(args[0])
             value = self.expr(args[1])
@@ -860,17 +872,17 @@ class _Walker:
             a, b = self.expr(args[0]), self.expr(args[1])
             if isinstance(a, Poly) and isinstance(b, Poly):
                 return a * b
-            return self.fresh(_text(self.src, node), [a, b])
+            return self.fresh(node_text(self.src, node), [a, b])
         if short in ("min", "max", "umin", "umax", "llmin", "llmax") and len(args) == 2:
             a, b = self.expr(args[0]), self.expr(args[1])
             if isinstance(a, Poly) and isinstance(b, Poly):
-                return self.fresh(_text(self.src, node), [a, b], (short.lstrip("ul"), a, b))
-            return self.fresh(_text(self.src, node), [a, b])
+                return self.fresh(node_text(self.src, node), [a, b], (short.lstrip("ul"), a, b))
+            return self.fresh(node_text(self.src, node), [a, b])
         helper = self.helpers.get(short)
         if helper is not None and len(self.via) < _MAX_INLINE_DEPTH and short not in self.via:
             return self.inline(short, helper, args, node)
         if fn is not None and fn.type == "parenthesized_expression" and len(args) == 1 and self.is_type(fn):
-            return self.fresh(_text(self.src, node), [self.expr(args[0])])
+            return self.fresh(node_text(self.src, node), [self.expr(args[0])])
         if fn is not None and fn.type == "identifier" and name in self.objects and len(self.via) < _MAX_INLINE_DEPTH \
                 and "operator()" not in self.via:
             functor, members = self.objects[name]
@@ -879,7 +891,7 @@ class _Walker:
         self.escape(values)
         if not _is_pure_math(short):
             self.unknown_calls += 1
-        return self.fresh(_text(self.src, node), values)
+        return self.fresh(node_text(self.src, node), values)
 
     def is_type(self, node: Node) -> bool:
         """``(T)`` names a type: a typedef of the file, a template type parameter or a sized builtin,
@@ -887,7 +899,7 @@ class _Walker:
         inner = node.named_children[0] if len(node.named_children) == 1 else None
         if inner is None or inner.type not in ("identifier", "type_identifier", "primitive_type"):
             return False
-        name = _text(self.src, inner)
+        name = node_text(self.src, inner)
         if name in self.env or name in self.arrays or name in self.helpers:
             return False
         return name in self.type_names or name in self.types or name in TYPE_SIZES_BYTES
@@ -913,7 +925,7 @@ class _Walker:
         fn = node.child_by_field_name("function")
         type_args = fn.child_by_field_name("arguments") if fn is not None and fn.type == "template_function" else None
         if type_args is not None:
-            types, consts = self.bind_template(helper, [_text(self.src, a) for a in type_args.named_children])
+            types, consts = self.bind_template(helper, [node_text(self.src, a) for a in type_args.named_children])
             self.types = {**self.types, **types}
             self.constants = {**self.constants, **consts}
         env: dict[str, _Value] = {k: v if v is not None else self.fresh(k) for k, v in (members or {}).items()}
@@ -937,7 +949,7 @@ class _Walker:
             self.types, self.constants = saved_types, saved_constants
         if len(returns) == 1:
             return returns[0]
-        return self.fresh(_text(self.src, node), returns)
+        return self.fresh(node_text(self.src, node), returns)
 
     # -- statements ---------------------------------------------------------------------------
     def statement(self, node: Node | None) -> None:
@@ -986,9 +998,9 @@ class _Walker:
                     self.expr(c)
 
     def declaration(self, node: Node) -> None:
-        text = _text(self.src, node)
+        text = node_text(self.src, node)
         type_node = node.child_by_field_name("type")
-        base_type = self.ty(_strip_qualifiers(_text(self.src, type_node))) if type_node is not None else "int"
+        base_type = self.ty(_strip_qualifiers(node_text(self.src, type_node))) if type_node is not None else "int"
         shared = "__shared__" in text.split("=")[0]
         wide = any(w == base_type or base_type.startswith(w) for w in _WIDE_TYPES)
         for decl in node.children_by_field_name("declarator"):
@@ -1037,7 +1049,7 @@ class _Walker:
         dims: list[int | None] = []
         while node is not None and node.type == "array_declarator":
             size = node.child_by_field_name("size")
-            dims.append(evaluate_int(_text(self.src, size), self.constants) if size is not None else None)
+            dims.append(evaluate_int(node_text(self.src, size), self.constants) if size is not None else None)
             node = node.child_by_field_name("declarator")
         name = _declarator_name(node, self.src) if node is not None else None
         return name, tuple(reversed(dims))
@@ -1165,19 +1177,19 @@ class _Walker:
             left = e.child_by_field_name("left") if e.type == "assignment_expression" else e.child_by_field_name("argument")
             if left is None or left.type != "identifier":
                 continue
-            name = _text(self.src, left)
+            name = node_text(self.src, left)
             if name == var or counts.get(name) != 1 or name not in self.env:
                 continue
             if e.type == "update_expression":
                 op = e.child_by_field_name("operator")
-                step: _Value | None = ONE if op is not None and _text(self.src, op) == "++" else -ONE
+                step: _Value | None = ONE if op is not None and node_text(self.src, op) == "++" else -ONE
             else:
                 op_node = e.child_by_field_name("operator")
-                op = _text(self.src, op_node) if op_node is not None else ""
+                op = node_text(self.src, op_node) if op_node is not None else ""
                 right = e.child_by_field_name("right")
                 # Only an increment the loop cannot change: names bound before the loop, never
                 # assigned or declared in it (a float accumulator ``acc += x[j]`` is no counter).
-                if op not in ("+=", "-=") or right is None or not _identifiers(right, self.src) <= invariant | _BUILTIN_NAMES:
+                if op not in ("+=", "-=") or right is None or not identifiers_in(right, self.src) <= invariant | _BUILTIN_NAMES:
                     continue
                 saved = len(self.accesses)
                 step = self.expr(right)
@@ -1196,7 +1208,7 @@ class _Walker:
             candidates.append(update)
         elif body is not None:
             statements = body.named_children if body.type == "compound_statement" else [body]
-            cond_names = _identifiers(cond, self.src) if cond is not None else set()
+            cond_names = identifiers_in(cond, self.src) if cond is not None else set()
             for st in statements:
                 if st.type == "expression_statement" and st.named_children:
                     e = st.named_children[0]
@@ -1215,7 +1227,7 @@ class _Walker:
             arg = node.child_by_field_name("argument")
             op = node.child_by_field_name("operator")
             if arg is not None and arg.type == "identifier":
-                return _text(self.src, arg), (ONE if op is not None and _text(self.src, op) == "++" else -ONE), None
+                return node_text(self.src, arg), (ONE if op is not None and node_text(self.src, op) == "++" else -ONE), None
             return None
         if node.type != "assignment_expression":
             return None
@@ -1224,7 +1236,7 @@ class _Walker:
         right = node.child_by_field_name("right")
         if left is None or left.type != "identifier" or op_node is None or right is None:
             return None
-        name, op = _text(self.src, left), _text(self.src, op_node)
+        name, op = node_text(self.src, left), node_text(self.src, op_node)
         if op in ("+=", "-="):
             value = self.expr(right)
             if isinstance(value, Poly) and not (value.symbols & assigned_names(node.parent, self.src) - {name}):
@@ -1237,8 +1249,8 @@ class _Walker:
         if op == "=" and right.type == "binary_expression":
             r_left = right.child_by_field_name("left")
             r_op = right.child_by_field_name("operator")
-            if r_left is not None and r_left.type == "identifier" and _text(self.src, r_left) == name and r_op is not None:
-                text = _text(self.src, r_op)
+            if r_left is not None and r_left.type == "identifier" and node_text(self.src, r_left) == name and r_op is not None:
+                text = node_text(self.src, r_op)
                 if text in ("+", "-"):
                     value = self.expr(right.child_by_field_name("right"))
                     if isinstance(value, Poly):
@@ -1257,8 +1269,8 @@ class _Walker:
             return None
         op_node = node.child_by_field_name("operator")
         left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-        op = _text(self.src, op_node) if op_node is not None else ""
-        if left is None or right is None or left.type != "identifier" or _text(self.src, left) != var:
+        op = node_text(self.src, op_node) if op_node is not None else ""
+        if left is None or right is None or left.type != "identifier" or node_text(self.src, left) != var:
             return None
         saved = self.env
         self.env = dict(env)
@@ -1319,18 +1331,18 @@ def conditional_update(node: Node, src: bytes) -> tuple[str, str] | None:
     if cond is None or cond.type != "binary_expression" or body is None or body.type != "expression_statement":
         return None
     assign = body.named_children[0] if body.named_children else None
-    if assign is None or assign.type != "assignment_expression" or _text(src, assign.child_by_field_name("operator")) != "=":
+    if assign is None or assign.type != "assignment_expression" or node_text(src, assign.child_by_field_name("operator")) != "=":
         return None
     target, value = assign.child_by_field_name("left"), assign.child_by_field_name("right")
     left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
-    op = _text(src, cond.child_by_field_name("operator"))
+    op = node_text(src, cond.child_by_field_name("operator"))
     if target is None or value is None or left is None or right is None or target.type != "identifier":
         return None
-    t, v, l, r = (_text(src, n).replace(" ", "") for n in (target, value, left, right))
+    t, v, l, r = (node_text(src, n).replace(" ", "") for n in (target, value, left, right))
     if op in (">", ">=") and (l, r) == (v, t) or op in ("<", "<=") and (l, r) == (t, v):
-        return _text(src, target), "max"
+        return node_text(src, target), "max"
     if op in ("<", "<=") and (l, r) == (v, t) or op in (">", ">=") and (l, r) == (t, v):
-        return _text(src, target), "min"
+        return node_text(src, target), "min"
     return None
 
 
@@ -1353,7 +1365,8 @@ def _arith(op: str, left: Poly, right: Poly) -> Poly | None:
     return None
 
 
-def _identifiers(node: Node | None, src: bytes) -> set[str]:
+def identifiers_in(node: Node | None, src: bytes) -> set[str]:
+    """Every identifier written in ``node`` (none for None)."""
     if node is None:
         return set()
     found: set[str] = set()
@@ -1361,7 +1374,7 @@ def _identifiers(node: Node | None, src: bytes) -> set[str]:
     while stack:
         n = stack.pop()
         if n.type == "identifier":
-            found.add(_text(src, n))
+            found.add(node_text(src, n))
         stack.extend(n.children)
     return found
 
@@ -1377,11 +1390,11 @@ def assigned_names(node: Node | None, src: bytes) -> set[str]:
         if n.type == "assignment_expression":
             left = n.child_by_field_name("left")
             if left is not None and left.type == "identifier":
-                found.add(_text(src, left))
+                found.add(node_text(src, left))
         elif n.type == "update_expression":
             arg = n.child_by_field_name("argument")
             if arg is not None and arg.type == "identifier":
-                found.add(_text(src, arg))
+                found.add(node_text(src, arg))
         stack.extend(n.children)
     return found
 
@@ -1411,7 +1424,7 @@ def _assignment_counts(node: Node, src: bytes) -> dict[str, int]:
         elif n.type == "update_expression":
             target = n.child_by_field_name("argument")
         if target is not None and target.type == "identifier":
-            name = _text(src, target)
+            name = node_text(src, target)
             counts[name] = counts.get(name, 0) + 1
         stack.extend(n.children)
     return counts
@@ -1425,7 +1438,7 @@ def _declarator_name(node: Node | None, src: bytes) -> str | None:
                                                                     "array_declarator", "init_declarator")]
             inner = named[0] if named else None
         node = inner
-    return _text(src, node) if node is not None else None
+    return node_text(src, node) if node is not None else None
 
 
 def _declared_names(node: Node, src: bytes) -> list[str]:
@@ -1451,10 +1464,10 @@ def _param_list(fn: Node, src: bytes) -> list[tuple[str, str, bool]]:
             continue
         type_node = p.child_by_field_name("type")
         decl = p.child_by_field_name("declarator")
-        text = _text(src, p)
-        is_pointer = decl is not None and (decl.type in ("pointer_declarator", "array_declarator") or "*" in _text(src, decl).split(_declarator_name(decl, src) or "\0")[0])
+        text = node_text(src, p)
+        is_pointer = decl is not None and (decl.type in ("pointer_declarator", "array_declarator") or "*" in node_text(src, decl).split(_declarator_name(decl, src) or "\0")[0])
         name = _declarator_name(decl, src) if decl is not None else None
-        base = _strip_qualifiers(_text(src, type_node)) if type_node is not None else "int"
+        base = _strip_qualifiers(node_text(src, type_node)) if type_node is not None else "int"
         if "unsigned" in text.split() and base == "int":
             base = "unsigned int"
         out.append((name or f"_{len(out)}", base, is_pointer))
@@ -1470,7 +1483,7 @@ def _function_name(fn: Node, src: bytes) -> str | None:
     name = declarator.child_by_field_name("declarator")
     if name is None:
         return None
-    text = _text(src, name)
+    text = node_text(src, name)
     return text.split("<", 1)[0].rsplit("::", 1)[-1].strip()
 
 
@@ -1513,14 +1526,14 @@ def _struct_layouts(root: Node, src: bytes) -> dict[str, _Struct]:
                 layout = _layout(child, src, layouts)
                 name_node = child.child_by_field_name("name")
                 if layout is not None and name_node is not None:
-                    layouts[_text(src, name_node)] = layout
+                    layouts[node_text(src, name_node)] = layout
             elif child.type == "type_definition":
                 inner = child.child_by_field_name("type")
                 alias = child.child_by_field_name("declarator")
                 if inner is not None and alias is not None and inner.type == "struct_specifier":
                     layout = _layout(inner, src, layouts)
                     if layout is not None:
-                        layouts[_text(src, alias)] = layout
+                        layouts[node_text(src, alias)] = layout
             elif child.type in ("declaration", "namespace_definition", "declaration_list", "linkage_specification",
                                 "template_declaration"):
                 stack.append(child)
@@ -1539,7 +1552,7 @@ def _layout(node: Node, src: bytes, known: Mapping[str, _Struct]) -> _Struct | N
         type_node = f.child_by_field_name("type")
         if type_node is None:
             return None
-        type_name = _strip_qualifiers(_text(src, type_node))
+        type_name = _strip_qualifiers(node_text(src, type_node))
         size = TYPE_SIZES_BYTES.get(type_name)
         if size is None and type_name in known:
             size = known[type_name].size_bytes
@@ -1551,14 +1564,14 @@ def _layout(node: Node, src: bytes, known: Mapping[str, _Struct]) -> _Struct | N
             target = decl
             while target is not None and target.type == "array_declarator":
                 extent = target.child_by_field_name("size")
-                n = evaluate_int(_text(src, extent)) if extent is not None else None
+                n = evaluate_int(node_text(src, extent)) if extent is not None else None
                 if n is None:
                     return None
                 count *= n
                 target = target.child_by_field_name("declarator")
             offset = (offset + a - 1) // a * a
             if target is not None:
-                fields[_text(src, target)] = (offset, size)
+                fields[node_text(src, target)] = (offset, size)
             offset += size * count
         align = max(align, a)
     return _Struct((offset + align - 1) // align * align, fields)
@@ -1616,7 +1629,7 @@ def _template_params(fn: Node, src: bytes) -> list[tuple[str, bool]]:
         if p.type in ("type_parameter_declaration", "optional_type_parameter_declaration"):
             ident = next((c for c in p.named_children if c.type == "type_identifier"), None)
             if ident is not None:
-                out.append((_text(src, ident), True))
+                out.append((node_text(src, ident), True))
         elif p.type in ("parameter_declaration", "optional_parameter_declaration"):
             name = _declarator_name(p.child_by_field_name("declarator"), src)
             if name:
@@ -1638,8 +1651,8 @@ def _instantiations(root: Node, src: bytes) -> dict[str, tuple[str, ...]]:
                 name_node = tf.child_by_field_name("name")
                 args = tf.child_by_field_name("arguments")
                 if name_node is not None and args is not None:
-                    found.setdefault(_text(src, name_node).rsplit("::", 1)[-1],
-                                     tuple(_text(src, a) for a in args.named_children))
+                    found.setdefault(node_text(src, name_node).rsplit("::", 1)[-1],
+                                     tuple(node_text(src, a) for a in args.named_children))
         stack.extend(reversed(node.children))
     return found
 
@@ -1657,7 +1670,7 @@ def explicit_instantiations(text: str) -> frozenset[str]:
             tf = next((d for d in _descendants(node, 3) if d.type == "template_function"), None)
             name = tf.child_by_field_name("name") if tf is not None else None
             if name is not None:
-                found.add(_text(src, name).rsplit("::", 1)[-1])
+                found.add(node_text(src, name).rsplit("::", 1)[-1])
         stack.extend(node.children)
     return frozenset(found)
 
@@ -1675,7 +1688,7 @@ def _file_constants(root: Node, src: bytes) -> dict[str, str]:
     for child in root.children:
         if child.type != "declaration":
             continue
-        text = _text(src, child)
+        text = node_text(src, child)
         if not ("const" in text.split("=")[0] or "constexpr" in text.split("=")[0]):
             continue
         for decl in child.children_by_field_name("declarator"):
@@ -1683,7 +1696,7 @@ def _file_constants(root: Node, src: bytes) -> dict[str, str]:
                 name = decl.child_by_field_name("declarator")
                 value = decl.child_by_field_name("value")
                 if name is not None and name.type == "identifier" and value is not None:
-                    found[_text(src, name)] = _text(src, value)
+                    found[node_text(src, name)] = node_text(src, value)
     return found
 
 
@@ -2245,7 +2258,7 @@ def call_operators(root: Node, src: bytes) -> dict[str, Functor]:
                         head = src[member.start_byte:(member.child_by_field_name("body") or member).start_byte]
                         call = member if b"__device__" in head else call
                 if call is not None:
-                    found[_text(src, name_node)] = Functor(tuple(fields), call)
+                    found[node_text(src, name_node)] = Functor(tuple(fields), call)
             elif child.type in ("declaration", "namespace_definition", "declaration_list", "linkage_specification",
                                 "template_declaration"):
                 stack.append(child)
@@ -2263,11 +2276,11 @@ def type_aliases(root: Node, src: bytes) -> frozenset[str]:
                 while d is not None and d.type != "type_identifier":
                     d = d.child_by_field_name("declarator")
                 if d is not None:
-                    found.add(_text(src, d))
+                    found.add(node_text(src, d))
         elif node.type == "alias_declaration":
             name = node.child_by_field_name("name")
             if name is not None:
-                found.add(_text(src, name))
+                found.add(node_text(src, name))
         elif node.type != "function_definition":
             stack.extend(node.children)
     return frozenset(found)

@@ -50,6 +50,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from kernel_lsp.core.analysis import node_text as _text, has_node as _has, identifiers_in as _identifiers
 from kernel_lsp.core.analysis import KernelFacts, LoopFact, assigned_names, shared_combine_loops, thread_dependence
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, warp_reduce_helpers
@@ -58,10 +59,6 @@ from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at
 _MAX_STEPS = 64
 _BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim"}
 _MINMAX = {"max": "max", "fmaxf": "max", "fmax": "max", "min": "min", "fminf": "min", "fmin": "min"}
-
-
-def _text(src: bytes, node: Node) -> str:
-    return src[node.start_byte : node.end_byte].decode("utf-8")
 
 
 class _Unknown(Exception):
@@ -231,16 +228,6 @@ def _update(stmt: Node, src: bytes, array: str) -> _Update | None:
 
 def _is_barrier(stmt: Node, src: bytes) -> bool:
     return stmt.type == "expression_statement" and _text(src, stmt).replace(" ", "") == "__syncthreads();"
-
-
-def _has(node: Node, types: tuple[str, ...]) -> bool:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in types:
-            return True
-        stack.extend(n.children)
-    return False
 
 
 def _spec_blocks(ctx: RuleContext) -> list[tuple[int, int, int]]:
@@ -522,8 +509,6 @@ def _block_reduce(op: str, elem: str, value: str, part: str, linear: str, nthrea
             f"    }}\n")
 
 
-
-
 @dataclass(frozen=True)
 class _Target:
     array: str
@@ -583,7 +568,7 @@ class AtomicToBlockReduce(Rule):
                     reasons.append(f"the address of `{a.text}` is cast: the element type it adds is not the array's")
                     break
                 addresses.add(_text(src, address).replace(" ", ""))
-                names = _identifiers_of(address, src)
+                names = _identifiers(address, src)
                 if names - params - _BUILTINS:
                     reasons.append(f"the address of `{a.text}` names {', '.join(sorted(names - params - _BUILTINS))}, "
                                    "not an unassigned parameter or builtin: it cannot be re-evaluated at the kernel's end")
@@ -650,16 +635,6 @@ def _cast_pointer(address: Node) -> bool:
     while address.type == "parenthesized_expression" and address.named_children:
         address = address.named_children[0]
     return address.type == "cast_expression"
-
-
-def _identifiers_of(node: Node, src: bytes) -> set[str]:
-    found, stack = set(), [node]
-    while stack:
-        n = stack.pop()
-        if n.type == "identifier":
-            found.add(_text(src, n))
-        stack.extend(n.children)
-    return found
 
 
 def _returns(body: Node) -> list[Node]:

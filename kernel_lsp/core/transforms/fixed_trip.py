@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from kernel_lsp.core.analysis import node_text as _text, has_node as _has, identifiers_in as _identifiers
 from kernel_lsp.core.analysis import (
     Binding, LoopFact, assigned_names, explicit_instantiations, thread_dependence, trip_count,
 )
@@ -54,30 +55,6 @@ class _Loop:
     value: int
     """Its value at the spec's main size."""
     trips: int
-
-
-def _text(src: bytes, node: Node) -> str:
-    return src[node.start_byte : node.end_byte].decode("utf-8")
-
-
-def _identifiers(node: Node, src: bytes) -> set[str]:
-    out, stack = set(), [node]
-    while stack:
-        n = stack.pop()
-        if n.type == "identifier":
-            out.add(_text(src, n))
-        stack.extend(n.children)
-    return out
-
-
-def _has(node: Node, types: tuple[str, ...]) -> bool:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in types:
-            return True
-        stack.extend(n.children)
-    return False
 
 
 class FixedTripUnroll(Rule):

@@ -32,7 +32,8 @@ from kernel_lsp.core.analysis import Binding, _data_dependent, assigned_names, s
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.block_reduce import _cast_pointer, _exits_refusal, _is_barrier, _returns, _text
+from kernel_lsp.core.analysis import node_text as _text
+from kernel_lsp.core.transforms.block_reduce import _cast_pointer, _exits_refusal, _is_barrier, _returns
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
 
 #: Shared memory a block may use without opting in (every GPU since compute capability 2.0).

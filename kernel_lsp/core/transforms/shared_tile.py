@@ -42,6 +42,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.analysis import (
     Access, Binding, KernelFacts, LoopFact, assigned_names, bind, declared_anywhere, thread_dependence,
 )
@@ -68,10 +69,6 @@ class _Plan:
     """The statement of the innermost loop's body (or the kernel's) that holds the store."""
     slots: int
     """Slots of the tile: the largest block of the spec, padded (``bx * (by + 1)``)."""
-
-
-def _text(src: bytes, node: Node) -> str:
-    return src[node.start_byte : node.end_byte].decode("utf-8")
 
 
 def _find(node: Node, types: tuple[str, ...]) -> Node | None:

@@ -43,6 +43,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from kernel_lsp.core.analysis import node_text as _text, has_node as _has
 from kernel_lsp.core.analysis import Access, KernelFacts, function_definitions
 from kernel_lsp.core.poly import Poly, is_opaque
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
@@ -113,20 +114,6 @@ class _Plan:
     axis: Axis
     rows: tuple[int, ...]
     """Rows per thread that the launch allows at every size, largest first."""
-
-
-def _text(src: bytes, node: Node) -> str:
-    return src[node.start_byte : node.end_byte].decode("utf-8")
-
-
-def _has(node: Node, types: tuple[str, ...]) -> bool:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in types:
-            return True
-        stack.extend(n.children)
-    return False
 
 
 def _statements(node: Node) -> list[Node]:

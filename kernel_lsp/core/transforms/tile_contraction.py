@@ -52,6 +52,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.analysis import (
     Access, Binding, KernelFacts, LoopFact, Opaque, assigned_names, declared_anywhere, evaluate, is_pure_math,
     thread_dependence, trip_count,
@@ -169,10 +170,6 @@ class _Emitter:
         if entry.deps or not _IDENT.match(text) or text in self.declared or text in self.assigned:
             raise _Refused(f"the index has a term (`{text}`) that cannot be recomputed elsewhere in the kernel")
         return f"({self.int_type})({text})"
-
-
-def _text(src: bytes, node: Node) -> str:
-    return src[node.start_byte:node.end_byte].decode("utf-8")
 
 
 def _find(node: Node, types: tuple[str, ...]) -> list[Node]:

@@ -32,6 +32,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from kernel_lsp.core.analysis import node_text as _text, has_node as _has
 from kernel_lsp.core.analysis import (
     Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, conditional_update, declared_anywhere,
     function_definitions,
@@ -48,10 +49,6 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 class _LoopPlan:
     loop: LoopFact
     accumulators: tuple[Reduction, ...]
-
-
-def _text(src: bytes, node: Node) -> str:
-    return src[node.start_byte : node.end_byte].decode("utf-8")
 
 
 def _walks_row(facts: KernelFacts, loop: LoopFact, patterns) -> bool:
@@ -149,16 +146,6 @@ def _calls(node: Node, src: bytes) -> set[str]:
                 found.add(_text(src, fn).split("<", 1)[0].rsplit("::", 1)[-1].strip())
         stack.extend(n.children)
     return found
-
-
-def _has(node: Node, types: tuple[str, ...]) -> bool:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in types:
-            return True
-        stack.extend(n.children)
-    return False
 
 
 class WarpPerRow(Rule):
