@@ -104,22 +104,31 @@ def _uniform_loop(loop: LoopFact, node: Node, facts: KernelFacts, src: bytes) ->
     return None
 
 
+def _independent_threads(ctx: RuleContext, access: str) -> str | None:
+    """Why the threads cannot be regrouped around a tile (both rules' first conditions), or None."""
+    facts = ctx.facts
+    if facts is None or not facts.complete:
+        return "the kernel's analysis is missing or incomplete"
+    if ctx.spec is None:
+        return f"needs a launch spec (to find the uncoalesced {access} under the launch)"
+    if not ctx.distinct_arrays():
+        return "the spec does not allocate every pointer parameter on its own (they may alias)"
+    if facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses) or any(
+            a.kind == "atomic" for a in facts.accesses):
+        return "barriers, shared memory, warp intrinsics or atomics: the threads are not independent"
+    return None
+
+
 class SharedTileStore(Rule):
     name = "shared-tile-store"
     technique = "transpose-via-shared-memory"
     summary = "an uncoalesced 2-D store staged through a padded shared tile and written back coalesced"
 
     def plan(self, ctx: RuleContext) -> tuple[_Plan | None, str]:
+        why = _independent_threads(ctx, "store")
+        if why:
+            return None, why
         facts = ctx.facts
-        if facts is None or not facts.complete:
-            return None, "the kernel's analysis is missing or incomplete"
-        if ctx.spec is None:
-            return None, "needs a launch spec (to find the uncoalesced store under the launch)"
-        if not ctx.distinct_arrays():
-            return None, "the spec does not allocate every pointer parameter on its own (they may alias)"
-        if facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses) or any(
-                a.kind == "atomic" for a in facts.accesses):
-            return None, "barriers, shared memory, warp intrinsics or atomics: the threads are not independent"
         launches = ctx.launches()
         if not launches:
             return None, "the spec's launch does not evaluate"
@@ -355,16 +364,10 @@ class SharedTileLoad(Rule):
     summary = "a row read a row apart across the warp staged through a padded shared tile, a sector per thread at a time"
 
     def plan(self, ctx: RuleContext) -> tuple[_LoadPlan | None, str]:
+        why = _independent_threads(ctx, "read")
+        if why:
+            return None, why
         facts = ctx.facts
-        if facts is None or not facts.complete:
-            return None, "the kernel's analysis is missing or incomplete"
-        if ctx.spec is None:
-            return None, "needs a launch spec (to find the uncoalesced read under the launch)"
-        if not ctx.distinct_arrays():
-            return None, "the spec does not allocate every pointer parameter on its own (they may alias)"
-        if facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses) or any(
-                a.kind == "atomic" for a in facts.accesses):
-            return None, "barriers, shared memory, warp intrinsics or atomics: the threads are not independent"
         launches = ctx.launches()
         try:
             patterns = bind(facts, Binding.from_spec(ctx.spec))
