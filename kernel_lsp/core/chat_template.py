@@ -44,7 +44,7 @@ def tool_format(template: str | None, source: str = "gguf") -> ToolFormat:
     if not template:
         return ToolFormat(False, source="none")
     renders_calls = "tool_calls" in template
-    renders_results = bool(re.search(r"""role\s*==\s*['"]tool['"]|['"]tool['"]\s*==\s*\w+\.role""", template))
+    renders_results = bool(re.search(r"""role['"]?\]?\s*==\s*['"]tool['"]|['"]tool['"]\s*==\s*\w+(?:\.role|\[['"]role['"]\])""", template))
     markers = [m for m in _MARKER.findall(template) if not m.startswith("</")]
     call_open = markers[0] if markers else None
     call_close = None

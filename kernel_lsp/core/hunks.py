@@ -99,7 +99,9 @@ def apply_hunks(text: str, hunks: Sequence[Hunk]) -> HunkResult:
             continue
         span = _exact(text, hunk.search)
         replacement = hunk.replace
-        if isinstance(span, str):
+        if span == "not found":
+            # Only a missing text is looked for again, ignoring blanks at the ends of lines; one that occurs
+            # more than once exactly would occur more than once line by line too.
             span = _by_lines(text, hunk.search)
             if isinstance(span, str):
                 failures.append(HunkFailure(number, span))
@@ -109,6 +111,9 @@ def apply_hunks(text: str, hunks: Sequence[Hunk]) -> HunkResult:
             indent = line[: len(line) - len(line.lstrip(" \t"))]
             span = (span[0] + len(indent), span[1])
             replacement = _reindent(hunk.replace, indent)
+        if isinstance(span, str):
+            failures.append(HunkFailure(number, span))
+            continue
         start, end = span
         text = text[:start] + replacement + text[end:]
         applied.append(number)

@@ -332,6 +332,8 @@ class EndpointModel(ChatModel):
         except urllib.error.HTTPError as exc:
             detail = exc.read(2000).decode("utf-8", "replace")
             raise _HttpError(exc.code, f"{url}: HTTP {exc.code}: {detail}") from None
+        except TimeoutError:
+            raise ModelTimeout(f"{url}: no answer within {timeout_s:.0f} s") from None
         except (urllib.error.URLError, OSError, ValueError) as exc:
             raise ModelError(f"{url}: {exc}") from None
         if len(raw) > ENDPOINT_MAX_REPLY_BYTES:
@@ -370,9 +372,11 @@ class EndpointModel(ChatModel):
         try:
             reply = self._request("POST", url, self._body(request, style), timeout_s)
         except _HttpError as exc:
-            # A server that does not know OpenAI's json_schema form (llama-cpp-python's) refuses the request
-            # (400 or 422); the json_object form with a schema is the other one in use.
-            if request.schema is None or style is not None or exc.code not in (400, 422):
+            # A server that does not know OpenAI's json_schema form refuses the request (400 or 422; llama-cpp-
+            # python's server answers 500 naming response_format); the json_object form with a schema is the
+            # other one in use.
+            refused = exc.code in (400, 422) or "response_format" in str(exc)
+            if request.schema is None or style is not None or not refused:
                 raise
             style = "json_object"
             reply = self._request("POST", url, self._body(request, style), timeout_s)
@@ -387,7 +391,8 @@ class EndpointModel(ChatModel):
 
             def call() -> None:
                 try:
-                    box["reply"] = self._post_chat(request, timeout_s)
+                    # The socket waits a little longer than the deadline below, which decides.
+                    box["reply"] = self._post_chat(request, timeout_s + 5.0)
                 except ModelError as exc:
                     box["error"] = exc
 
