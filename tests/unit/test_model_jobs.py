@@ -281,3 +281,32 @@ def test_parse_edit_refuses_what_is_not_an_edit():
     assert isinstance(parse_edit("no json"), str)
     hunks, plan = parse_edit(edit(("a", "b")))
     assert plan == "change it" and hunks[0].search == "a"
+
+
+def test_the_session_puts_the_jobs_in_the_rules_place_and_compiles_their_edits_with_nvcc(tmp_path):
+    import shutil
+
+    import pytest
+
+    from kernel_lsp.config import Settings
+    from kernel_lsp.services.session import Session
+
+    if shutil.which("nvcc") is None:
+        pytest.skip("nvcc is not on PATH")
+    ids = menu_ids()
+    path = tmp_path / "scale.cu"
+    path.write_text(SOURCE)
+    model = ScriptedModel([choice(ids[2])] * 3 + [
+        edit(("if (i < n) out[i] = a * in[i];", "if (i < n) out[i] = in[i] * a;")),
+        edit(("if (i < n) out[i] = a * in[i];", "if (i < n) out[i] = a * in[i] +;")),
+    ])
+    session = Session(Settings(kb_path=str(tmp_path / "kb.sqlite")), workspace_root=str(tmp_path), use_kb=False,
+                      traces_path=str(tmp_path / "traces.sqlite3"))
+    result = session.optimize(SOURCE, str(path), "scale", parse_spec(SPEC), model=model, verify=False,
+                              budget=Budget(max_candidates=20))
+    generators = [r.candidate.generator for r in result.results]
+    assert generators[0] == "rule:" + ids[2]
+    assert generators[1] == "model:scripted/editor"
+    assert sorted(g for g in generators if g.startswith("rule:")) == sorted("rule:" + i for i in ids)
+    # The second edit does not compile; with no replies left the repairer has nothing to offer.
+    assert generators.count("model:scripted/editor") == 1 and len(model.calls) == 5
