@@ -308,5 +308,7 @@ def test_the_session_puts_the_jobs_in_the_rules_place_and_compiles_their_edits_w
     assert generators[0] == "rule:" + ids[2]
     assert generators[1] == "model:scripted/editor"
     assert sorted(g for g in generators if g.startswith("rule:")) == sorted("rule:" + i for i in ids)
-    # The second edit does not compile; with no replies left the repairer has nothing to offer.
-    assert generators.count("model:scripted/editor") == 1 and len(model.calls) == 5
+    # The second edit does not compile: the repairer is asked with nvcc's message (and, with no scripted reply
+    # left, offers nothing).
+    assert generators.count("model:scripted/editor") == 1 and len(model.calls) == 6
+    assert "error" in model.calls[5].messages[1]["content"] and "a * in[i] +;" in model.calls[5].messages[1]["content"]
