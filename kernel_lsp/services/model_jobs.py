@@ -64,7 +64,7 @@ REPAIRABLE = frozenset({
 
 #: Longest "reason" a planner answer carries, and "plan" an edit carries, in characters (small models
 #: otherwise spend the token budget on prose).
-PLANNER_REASON_CHARS = 120
+PLANNER_REASON_CHARS = 60
 EDIT_PLAN_CHARS = 160
 #: Most hunks in one edit.
 MAX_HUNKS = 4
@@ -213,26 +213,19 @@ def build_menu(candidates: Sequence[Candidate]) -> list[MenuEntry]:
 
 # --- prompts ------------------------------------------------------------------------------
 
-PLANNER_SYSTEM = (
-    "You plan the optimization of one CUDA kernel. From the menu of transformations the rule engine can "
-    "apply to it, choose the one most likely to make it faster, given the kernel, its facts, its profile "
-    'and the techniques the knowledge base ranks first. Answer with one JSON object: {"choice": "<menu '
-    'entry>", "reason": "<a few words>"}.'
+SYSTEM = (
+    "You help make one CUDA kernel faster while it computes exactly the same results: you choose "
+    "transformations from a menu, write edits as search/replace hunks, and fix rewrites that fail. Keep the "
+    "kernel's name and parameters; the launch (grid and block) stays the same. Answer with exactly one JSON "
+    "object of the shape the task asks for."
 )
+"""One system prompt for every job: with the kernel and its facts next, the jobs' prompts share a prefix
+that llama.cpp evaluates once (on a CPU, reading the prompt costs more than writing the answer)."""
 
-EDITOR_SYSTEM = (
-    "You edit one CUDA kernel to make it faster while computing exactly the same results. Answer with one "
-    'JSON object: {"plan": "<one sentence>", "hunks": [{"search": "<lines copied exactly from the kernel>", '
-    '"replace": "<what they become>"}]}. Each search must be copied character for character from the kernel '
-    "and occur once in it. Keep the kernel's name and parameters; the launch (grid and block) stays the same. "
-    "Change only the kernel."
-)
-
-REPAIRER_SYSTEM = (
-    "You fix one CUDA kernel that fails. Answer with one JSON object: "
-    '{"plan": "<one sentence>", "hunks": [{"search": "<lines copied exactly from the failing kernel>", '
-    '"replace": "<the fixed lines>"}]}. Each search must be copied character for character from the failing '
-    "kernel. Keep its name and parameters and the optimization it makes; fix only what the error names."
+HUNK_RULES = (
+    'Answer {"plan": "<one sentence>", "hunks": [{"search": "<lines copied exactly from the kernel>", '
+    '"replace": "<what they become>"}]}. Each search is copied character for character from the kernel and '
+    "occurs once in it."
 )
 
 
@@ -250,39 +243,45 @@ def _features_text(source: str, kernel: str) -> str:
     return ", ".join(shown)
 
 
-def planner_prompt(request: OptimizeRequest, kernel_text: str, menu: Sequence[MenuEntry],
-                   proven: Mapping[str, str]) -> str:
+def _first_sentence(text: str, limit: int = 100) -> str:
+    head = text.split(". ", 1)[0].strip()
+    return head if len(head) <= limit else head[: limit - 3] + "..."
+
+
+def context_prompt(request: OptimizeRequest, kernel_text: str) -> str:
+    """What every job reads first: the kernel, the analysis facts, the profile, the ranked techniques."""
     parts = [f"Kernel {request.kernel}:\n```cuda\n{kernel_text}\n```"]
     facts = _features_text(request.source, request.kernel)
     if facts:
         parts.append(f"Facts from the analysis: {facts}")
     if request.profile_summary:
-        parts.append(f"Profile: {request.profile_summary[:1500]}")
+        parts.append(f"Profile: {request.profile_summary[:1000]}")
     if request.techniques:
-        ranked = "\n".join(f"{i}. {t.name} (predicted {t.predicted_speedup:.2f}x): {t.description}"
+        ranked = "\n".join(f"{i}. {t.name} (predicted {t.predicted_speedup:.2f}x): {_first_sentence(t.description)}"
                            for i, t in enumerate(request.techniques, start=1))
-        parts.append(f"Techniques the knowledge base ranks for this kernel:\n{ranked}")
-    lines = []
-    for entry in menu:
-        rule = entry.candidate.generator.split(":", 1)[-1].split("[", 1)[0]
-        why = proven.get(rule, "")
-        lines.append(f"- {entry.id}: {entry.candidate.description}" + (f" (proven: {why})" if why else ""))
-    parts.append("Menu:\n" + "\n".join(lines))
-    parts.append("Choose one menu entry.")
+        parts.append(f"Techniques the knowledge base ranks first for this kernel:\n{ranked}")
     return "\n\n".join(parts)
 
 
-def editor_prompt(request: OptimizeRequest, hint: TechniqueHint, kernel_text: str) -> str:
-    """The technique and its verified example first, the kernel last (small models follow what they read last)."""
-    parts = [f"Technique: {hint.name}: {hint.description}"]
+def planner_prompt(context: str, menu: Sequence[MenuEntry], proven: Mapping[str, str]) -> str:
+    lines = []
+    for entry in menu:
+        rule = entry.candidate.generator.split(":", 1)[-1].split("[", 1)[0]
+        why = _first_sentence(proven.get(rule, ""), 90)
+        lines.append(f"- {entry.id}: {_first_sentence(entry.candidate.description, 90)}" + (f" ({why})" if why else ""))
+    return (f"{context}\n\nMenu of transformations the rule engine can apply:\n" + "\n".join(lines)
+            + '\n\nTask: choose the menu entry most likely to make the kernel faster. Answer {"choice": "<menu entry>", '
+            '"reason": "<a few words>"}.')
+
+
+def editor_prompt(context: str, kernel: str, hint: TechniqueHint) -> str:
+    """The task after the shared context: the technique, its closest verified example, the answer's shape."""
+    parts = [context, f"Task: apply {hint.name} to {kernel}: {hint.description}"]
     if hint.example_before and hint.example_after:
         parts.append("A verified example of this technique on another kernel.\n"
                      f"Before:\n```cuda\n{hint.example_before.strip()}\n```\n"
                      f"After:\n```cuda\n{hint.example_after.strip()}\n```")
-    if request.profile_summary:
-        parts.append(f"Profile of {request.kernel}: {request.profile_summary[:1000]}")
-    parts.append(f"The kernel to edit:\n```cuda\n{kernel_text}\n```")
-    parts.append(f"Apply {hint.name} to {request.kernel} the way the example changed its kernel, as hunks.")
+    parts.append(f"Change {kernel} the way the example changed its kernel. {HUNK_RULES}")
     return "\n\n".join(parts)
 
 
@@ -290,9 +289,10 @@ def repairer_prompt(kernel: str, failing_text: str, failure: str, original_text:
     parts = []
     if original_text is not None:
         parts.append(f"The original kernel (correct, slower):\n```cuda\n{original_text}\n```")
-    parts.append(f"The rewritten kernel {kernel}, which fails:\n```cuda\n{failing_text}\n```")
+    parts.append(f"A rewrite of {kernel}, which fails:\n```cuda\n{failing_text}\n```")
     parts.append(failure)
-    parts.append("Send hunks against the failing kernel that fix it.")
+    parts.append("Task: fix the rewrite; keep the optimization it makes and change only what the error names. "
+                 + HUNK_RULES.replace("from the kernel", "from the failing rewrite"))
     return "\n\n".join(parts)
 
 
@@ -517,11 +517,11 @@ class ModelJobs:
         if len(ids) < 2:
             return tuple(ids)
         schema = planner_schema(ids)
-        user = planner_prompt(request, kernel_text, self.menu, proven)
+        user = planner_prompt(context_prompt(request, kernel_text), self.menu, proven)
         choices: list[str] = []
         reasons: list[str] = []
         for sample in range(self.budgets.planner_samples):
-            conversation = self._conversation("planner", "plan", sample, PLANNER_SYSTEM, user, 0)
+            conversation = self._conversation("planner", "plan", sample, SYSTEM, user, 0)
             text = self._ask(conversation, schema, self.budgets.planner_max_tokens, spend, 0)
             parsed = parse_choice(text, ids) if text is not None else None
             if parsed is None:
@@ -548,12 +548,13 @@ class ModelJobs:
 
     def _edit(self, request: OptimizeRequest, kernel_text: str, spend: _Spend) -> Iterator[Candidate]:
         seen = {request.source}
+        context = context_prompt(request, kernel_text)
         for t, hint in enumerate(self._hints(request), start=1):
             for sample in range(self.budgets.editor_samples):
                 if self._stop(spend) is not None:
                     return
-                conversation = self._conversation("editor", hint.name, sample, EDITOR_SYSTEM,
-                                                  editor_prompt(request, hint, kernel_text), t)
+                conversation = self._conversation("editor", hint.name, sample, SYSTEM,
+                                                  editor_prompt(context, request.kernel, hint), t)
                 source = self._edit_once(request, conversation, kernel_text, request.source, spend)
                 if source is None or source in seen:
                     self._record(request, conversation, "rejected",
@@ -672,7 +673,7 @@ class ModelJobs:
                 if self._stop(spend) is not None:
                     return None
                 conversation = self._conversation(
-                    "repairer", current.technique, sample, REPAIRER_SYSTEM,
+                    "repairer", current.technique, sample, SYSTEM,
                     repairer_prompt(request.kernel, failing, reason, original_text), 50 + round_)
                 source = self._edit_once(request, conversation, failing, current.source, spend)
                 if source is None:

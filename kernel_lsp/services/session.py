@@ -310,14 +310,14 @@ class Session:
 
     def model_generator(self, model: Any, spec: Spec, source: str, path: str, *, verifier: optimizer.Verifier | None,
                         budget: optimizer.Budget, cancel: threading.Event | None, traces: Any,
-                        rules: RuleGenerator | None = None) -> Any:
+                        rules: RuleGenerator | None = None, job_budgets: Any = None) -> Any:
         """The model's generator (``modelMode``: the three jobs, which order ``rules``' candidates, or the agent
         loop), its compile tool building with the file's flags."""
         flags = self.build_flags(path)
         mode = "agent" if self.settings.model_mode == "agent" else "jobs"
         return optimizer.model_generator(model, spec, source, verifier=verifier, budget=budget, cancel=cancel,
                                          traces=traces, workspace_root=self.workspace_root or os.path.dirname(os.path.abspath(path)),
-                                         flags=flags, mode=mode, rules=rules)
+                                         flags=flags, mode=mode, rules=rules, job_budgets=job_budgets)
 
     def optimize(
         self,

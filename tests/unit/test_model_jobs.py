@@ -116,7 +116,7 @@ def test_planner_votes_decide_which_rule_candidate_comes_first():
     stats = jobs.stats["planner"]
     assert stats.calls == 3 and stats.candidates == 2 and stats.tokens > 0
     assert all(call.schema == planner_schema(ids) for call in model.calls)
-    assert "Menu:" in model.calls[0].messages[1]["content"] and "restrict-const" in model.calls[0].messages[1]["content"]
+    assert "Menu of transformations" in model.calls[0].messages[1]["content"] and "restrict-const" in model.calls[0].messages[1]["content"]
 
 
 def test_planner_without_usable_answers_keeps_the_rules_order():
@@ -142,9 +142,16 @@ def test_editor_hunks_make_a_compiled_candidate_with_its_trace():
     assert out.index(edited[0]) == 1  # after the planner's one pick, before the rest of the menu
     stats = jobs.stats["editor"]
     assert (stats.candidates, stats.compile_checked, stats.compiled, stats.hunks_failed) == (1, 1, 1, 0)
-    # The example comes before the kernel, and the answer is constrained to the hunk schema.
-    prompt = model.calls[3].messages[1]["content"]
-    assert prompt.index("Before:") < prompt.index("The kernel to edit")
+    # The editor's prompt starts with the planner's context (the kernel, its facts, the profile, the ranked
+    # techniques: one prefix for llama.cpp to evaluate), then the task with the verified example; the answer
+    # is constrained to the hunk schema.
+    planner, editor = model.calls[0].messages, model.calls[3].messages
+    assert editor[0] == planner[0]
+    context = planner[1]["content"].split("\n\nMenu of transformations")[0]
+    assert editor[1]["content"].startswith(context) and "Facts from the analysis" in context
+    assert "restrict-const (predicted 1.10x)" in context and "dram 80% of peak" in context
+    task = editor[1]["content"][len(context):]
+    assert task.index("Task: apply restrict-const") < task.index("Before:") < task.index("After:")
     assert model.calls[3].schema == edit_schema()
     editor_records = [r for r in sink if r.generator.endswith("/editor")]
     assert editor_records[-1].outcome == "candidate" and editor_records[-1].candidate_source == edited[0].source
