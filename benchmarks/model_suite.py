@@ -7,7 +7,8 @@ engine's menu, the editor writes hunks guided by the closest verified example, a
 fixes what nvcc rejects. Per job: model calls, candidates, the share that compile, tokens and
 seconds per kernel. Every candidate is saved under ``DIR/<model>/<kernel>/`` with
 ``candidates.json`` (generator, job, launch override, the menu order the planner chose and the
-rules' own order), so that it can be verified on the GPU machine later.
+rules' own order), so that it can be verified on the GPU machine later; every model conversation
+is in ``DIR/<model>/traces.sqlite3``.
 
 Verification runs there (``--verify DIR``): each saved candidate through the harness (a candidate
 that extends another only once that one was accepted, a candidate shared by both models once),
@@ -86,10 +87,11 @@ def generate_kernel(session: Session, model: Any, name: str, budgets: JobBudgets
     source = Path(path).read_text(encoding="utf-8")
     rules = RuleGenerator(preprocessed=session.preprocessed(path, source), reprocess=lambda t: session.preprocessed(path, t))
     budget = optimizer.Budget(max_candidates=1000, max_seconds=budgets.max_seconds + 600, max_tokens=budgets.max_total_tokens)
-    jobs = session.model_generator(model, spec, source, path, verifier=None, budget=budget, cancel=None, traces=None,
-                                   rules=rules, job_budgets=budgets)
     start = time.monotonic()
-    with session.stores(traces=False) as stores:
+    with session.stores(traces=True) as stores:
+        # Every model conversation goes to the folder's trace store (``traces export`` reads it).
+        jobs = session.model_generator(model, spec, source, path, verifier=None, budget=budget, cancel=None,
+                                       traces=stores.traces, rules=rules, job_budgets=budgets)
         result = optimizer.optimize(source, path, spec.kernel, spec, generators=[jobs], kb=stores.kb, verify=False,
                                     budget=budget)
     wall = time.monotonic() - start
@@ -167,7 +169,8 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
             label = spec.split("#")[0].rstrip("/").rsplit("/", 1)[-1] if spec.startswith("http") else os.path.basename(spec)
             model = _model(spec, args.threads, args.n_ctx)
             settings = Settings(kb_path=os.path.join(scratch, f"{label}.kb.sqlite"), model_mode="jobs")
-            session = Session(settings, workspace_root=str(ROOT))
+            (root / label).mkdir(parents=True, exist_ok=True)
+            session = Session(settings, workspace_root=str(ROOT), traces_path=str(root / label / "traces.sqlite3"))
             rows = []
             try:
                 for name in names:
