@@ -10,12 +10,14 @@ its output constrained by a JSON schema (a llama.cpp grammar, or the server's
   such as ``block=512`` or a tile size), given the analysis facts (the static
   features, what each rule proved), the profile summary and the knowledge base's
   ranked techniques. The answer is an ``enum`` of the menu, so it cannot name
-  anything else. Best-of-N samples vote; the menu is tried in vote order, the
-  rest in the rules' own order.
+  anything else. Best-of-N samples vote; the menu is tried in vote order (ties
+  in the menu's own order), the rest in the rules' own order.
 * **editor** -- propose a rewrite as search/replace hunks against the kernel
   (:mod:`kernel_lsp.core.hunks`), guided by the closest verified before/after
-  example the knowledge base has for the technique. Hunks that do not apply are
-  reported back once.
+  example the knowledge base has for the technique. Each hunk's search is an
+  ``enum`` of the kernel's own lines (a 0.5B model otherwise copies lines from
+  the example); hunks that do not apply anyway (a line changed to itself, two
+  hunks on one line) are reported back once.
 * **repairer** -- when a candidate (the editor's, or a transformation's) fails to
   compile or fails verification, it gets the compiler's message or the mismatch
   report and proposes hunks that fix it; at most ``repair_rounds`` rounds.
@@ -137,7 +139,7 @@ class MenuEntry:
 @dataclass(frozen=True)
 class PlannerResult:
     ranked: tuple[str, ...]
-    """Menu ids the samples chose, most votes first (ties: the earlier vote first)."""
+    """Menu ids the samples chose, most votes first (ties: in menu order)."""
     votes: Mapping[str, int]
     reasons: tuple[str, ...]
 
@@ -152,8 +154,20 @@ def planner_schema(ids: Sequence[str]) -> dict[str, Any]:
                     "reason": {"type": "string", "maxLength": PLANNER_REASON_CHARS}})
 
 
-def edit_schema() -> dict[str, Any]:
-    hunk = _object({"search": {"type": "string"}, "replace": {"type": "string"}})
+def searchable_lines(kernel_text: str) -> list[str]:
+    """The kernel's lines a hunk may search for: those with text that occur exactly once in it."""
+    lines = []
+    for line in kernel_text.splitlines():
+        if line.strip() and line not in lines and kernel_text.count(line) == 1:
+            lines.append(line)
+    return lines
+
+
+def edit_schema(lines: Sequence[str] | None = None) -> dict[str, Any]:
+    """The editor's and repairer's answer; with ``lines``, each hunk's search is one of them (an ``enum``: the
+    grammar lets the model write only a line the kernel has, the way small models fail most often)."""
+    search: dict[str, Any] = {"type": "string", "enum": list(lines)} if lines else {"type": "string"}
+    hunk = _object({"search": search, "replace": {"type": "string"}})
     return _object({"plan": {"type": "string", "maxLength": EDIT_PLAN_CHARS},
                     "hunks": {"type": "array", "items": hunk, "minItems": 1, "maxItems": MAX_HUNKS}})
 
@@ -183,11 +197,12 @@ def parse_choice(text: str, ids: Sequence[str]) -> tuple[str, str] | None:
     return str(obj["choice"]), str(obj.get("reason") or "")
 
 
-def rank_votes(choices: Sequence[str]) -> tuple[str, ...]:
-    """Most votes first; among equals, the one voted first."""
+def rank_votes(choices: Sequence[str], order: Sequence[str]) -> tuple[str, ...]:
+    """Most votes first; among equals, the menu's own order (the knowledge base's, then the rules'), so a
+    choice of one sample moves ahead of the rules' order only where no other sample disagrees."""
     counts = Counter(choices)
-    first = {c: i for i, c in reversed(list(enumerate(choices)))}
-    return tuple(sorted(counts, key=lambda c: (-counts[c], first[c])))
+    position = {ident: i for i, ident in enumerate(order)}
+    return tuple(sorted(counts, key=lambda c: (-counts[c], position.get(c, len(position)))))
 
 
 def build_menu(candidates: Sequence[Candidate]) -> list[MenuEntry]:
@@ -223,9 +238,9 @@ SYSTEM = (
 that llama.cpp evaluates once (on a CPU, reading the prompt costs more than writing the answer)."""
 
 HUNK_RULES = (
-    'Answer {"plan": "<one sentence>", "hunks": [{"search": "<lines copied exactly from the kernel>", '
-    '"replace": "<what they become>"}]}. Each search is copied character for character from the kernel and '
-    "occurs once in it."
+    'Answer {"plan": "<one sentence>", "hunks": [{"search": "<one line of the kernel, whole>", '
+    '"replace": "<what that line becomes: one or more lines>"}]}. Each search is a whole line copied from the '
+    "kernel; to change several lines, send one hunk per line."
 )
 
 
@@ -292,7 +307,7 @@ def repairer_prompt(kernel: str, failing_text: str, failure: str, original_text:
     parts.append(f"A rewrite of {kernel}, which fails:\n```cuda\n{failing_text}\n```")
     parts.append(failure)
     parts.append("Task: fix the rewrite; keep the optimization it makes and change only what the error names. "
-                 + HUNK_RULES.replace("from the kernel", "from the failing rewrite"))
+                 + HUNK_RULES.replace("of the kernel", "of the failing rewrite").replace("from the kernel", "from the failing rewrite"))
     return "\n\n".join(parts)
 
 
@@ -535,7 +550,7 @@ class ModelJobs:
             reasons.append(parsed[1])
             conversation.steps.append({"kind": "choice", "choice": parsed[0]})
             self._record(request, conversation, "choice", parsed[0], None)
-        ranked = rank_votes(choices)
+        ranked = rank_votes(choices, ids)
         self.plan = PlannerResult(ranked, dict(Counter(choices)), tuple(reasons))
         self.stats["planner"].candidates = len(ranked)
         return ranked
@@ -573,7 +588,8 @@ class ModelJobs:
         """The file with the model's hunks applied to the kernel (one retry when hunks do not apply)."""
         stats = self.stats[conversation.job]
         for turn in range(2):
-            text = self._ask(conversation, edit_schema(), self.budgets.editor_max_tokens, spend, turn)
+            text = self._ask(conversation, edit_schema(searchable_lines(kernel_text)), self.budgets.editor_max_tokens,
+                             spend, turn)
             if text is None:
                 return None
             parsed = parse_edit(text)

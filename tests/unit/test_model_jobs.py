@@ -18,6 +18,7 @@ from kernel_lsp.services.model_jobs import (
     parse_edit,
     planner_schema,
     rank_votes,
+    searchable_lines,
 )
 from kernel_lsp.services.optimizer import Budget, optimize
 from scripted_model import ScriptedModel
@@ -92,12 +93,22 @@ def test_the_menu_is_the_rules_rewrites_and_the_schema_admits_only_it():
     assert len(ids) >= 2 and len(set(ids)) == len(ids)
     assert planner_schema(ids)["properties"]["choice"]["enum"] == ids
     assert edit_schema()["properties"]["hunks"]["maxItems"] >= 1
+    lines = ["    int i = 0;", "    out[i] = 1;"]
+    assert edit_schema(lines)["properties"]["hunks"]["items"]["properties"]["search"]["enum"] == lines
 
 
-def test_votes_rank_by_count_then_first_vote():
-    assert rank_votes(["b", "a", "a", "c", "b", "a"]) == ("a", "b", "c")
-    assert rank_votes(["c", "b"]) == ("c", "b")
-    assert rank_votes([]) == ()
+def test_searchable_lines_are_the_kernels_lines_that_occur_once():
+    kernel = "void k() {\n    x = 1;\n    x = 1;\n    y = x;\n\n}\n"
+    assert searchable_lines(kernel) == ["void k() {", "    y = x;", "}"]
+    assert searchable_lines("a\nab\n") == ["ab"]  # "a" also occurs inside "ab"
+
+
+def test_votes_rank_by_count_then_the_menus_order():
+    menu = ["a", "b", "c", "d"]
+    assert rank_votes(["b", "a", "a", "c", "b", "a"], menu) == ("a", "b", "c")
+    assert rank_votes(["c", "b"], menu) == ("b", "c")
+    assert rank_votes(["d", "c", "d"], menu) == ("d", "c")
+    assert rank_votes([], menu) == ()
 
 
 def test_planner_votes_decide_which_rule_candidate_comes_first():
@@ -152,7 +163,9 @@ def test_editor_hunks_make_a_compiled_candidate_with_its_trace():
     assert "restrict-const (predicted 1.10x)" in context and "dram 80% of peak" in context
     task = editor[1]["content"][len(context):]
     assert task.index("Task: apply restrict-const") < task.index("Before:") < task.index("After:")
-    assert model.calls[3].schema == edit_schema()
+    kernel_lines = searchable_lines(SOURCE.split("\n\nvoid launch")[0].split("\n", 2)[2])
+    assert model.calls[3].schema == edit_schema(kernel_lines)
+    assert "    if (i < n) out[i] = a * in[i];" in kernel_lines
     editor_records = [r for r in sink if r.generator.endswith("/editor")]
     assert editor_records[-1].outcome == "candidate" and editor_records[-1].candidate_source == edited[0].source
     assert edited[0].trace[0]["attempt_id"] == editor_records[-1].attempt_id
