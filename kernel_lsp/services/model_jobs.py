@@ -68,8 +68,10 @@ REPAIRABLE = frozenset({
 #: otherwise spend the token budget on prose).
 PLANNER_REASON_CHARS = 60
 EDIT_PLAN_CHARS = 160
-#: Most hunks in one edit.
+#: Most hunks in one edit, and characters in one hunk's replacement: a small model that falls into a
+#: repetition loop is cut there by the grammar, with its answer still whole JSON.
 MAX_HUNKS = 4
+REPLACE_MAX_CHARS = 360
 
 
 @dataclass(frozen=True)
@@ -167,7 +169,7 @@ def edit_schema(lines: Sequence[str] | None = None) -> dict[str, Any]:
     """The editor's and repairer's answer; with ``lines``, each hunk's search is one of them (an ``enum``: the
     grammar lets the model write only a line the kernel has, the way small models fail most often)."""
     search: dict[str, Any] = {"type": "string", "enum": list(lines)} if lines else {"type": "string"}
-    hunk = _object({"search": search, "replace": {"type": "string"}})
+    hunk = _object({"search": search, "replace": {"type": "string", "maxLength": REPLACE_MAX_CHARS}})
     return _object({"plan": {"type": "string", "maxLength": EDIT_PLAN_CHARS},
                     "hunks": {"type": "array", "items": hunk, "minItems": 1, "maxItems": MAX_HUNKS}})
 
