@@ -151,7 +151,13 @@ def test_real_model_jobs_render_with_the_ggufs_template_and_answer_under_their_s
     llm = LlamaModel(model_path, LoadOptions(n_ctx=4096, threads=2), name=MODEL)
     budgets = JobBudgets(planner_samples=1, planner_picks=1, editor_techniques=1, editor_samples=1, repair_rounds=1,
                          planner_max_tokens=48, editor_max_tokens=300, max_seconds=900, turn_timeout_s=500)
-    request = OptimizeRequest(source=SOURCE, path="scale.cu", kernel="scale", spec=None,
+    # With a launch spec the rules' menu has several entries, so the planner has a choice to make.
+    spec = {"kernel": "scale", "grid": ["(n+255)/256", 1, 1], "block": [256, 1, 1], "params": [
+        {"name": "out", "array": "float32", "size": "n", "init": "zeros", "role": "out"},
+        {"name": "in", "array": "float32", "size": "n", "init": "uniform(-1,1)", "role": "in"},
+        {"name": "a", "scalar": "float32", "value": 2.0},
+        {"name": "n", "scalar": "int32", "value": 1 << 20}]}
+    request = OptimizeRequest(source=SOURCE, path="scale.cu", kernel="scale", spec=spec,
                               profile_summary="memory bound: dram 85% of peak", techniques=(HINT,))
     jobs = ModelJobs(llm, tools=AgentTools(compile=nvcc_compile(tmp_path) if have_nvcc else None), budgets=budgets)
     try:
