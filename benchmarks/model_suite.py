@@ -198,12 +198,15 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values)) if values else None
 
 
-def verify_kernel(row: dict[str, Any], folder: Path, verifier: Any, cache: dict[str, Any]) -> list[dict[str, Any]]:
+def verify_kernel(row: dict[str, Any], folder: Path, session: Session, cache: dict[str, Any]) -> list[dict[str, Any]]:
     from kernel_lsp.core.spec import SpecError, with_candidate_launch
     from kernel_lsp.services.harness import GpuUnavailable
 
     spec = load_spec(row["name"])
-    source = (CORPUS / row["name"] / "kernel.cu").read_text(encoding="utf-8")
+    path = CORPUS / row["name"] / "kernel.cu"
+    source = path.read_text(encoding="utf-8")
+    # The session's verifier: the file's own build flags and the harness's options, as the editor's search.
+    verifier = session.verifier(str(path))
     accepted_generators: set[str] = set()
     verdicts = []
     for item in row["candidates"]:
@@ -229,7 +232,7 @@ def verify_kernel(row: dict[str, Any], folder: Path, verifier: Any, cache: dict[
 def verification_summary(model_rows: list[dict[str, Any]], verified: dict[str, list[dict[str, Any]]],
                          planner_budget: int) -> dict[str, Any]:
     per_job: dict[str, Any] = {}
-    for job in ("rules", *JOBS):
+    for job in ("rules", "editor", "repairer"):
         items = [v for r in model_rows for v in verified[r["name"]] if v["job"] == job]
         accepted = [v for v in items if v["accepted"]]
         per_job[job] = {"candidates": len(items), "accepted": len(accepted),
@@ -245,10 +248,18 @@ def verification_summary(model_rows: list[dict[str, Any]], verified: dict[str, l
         if model_best > rule_best:
             wins.append({"kernel": r["name"], "model_speedup": model_best, "rules_speedup": rule_best})
 
+        by_generator = {v["generator"]: v for v in items}
+
+        def entry(v: dict[str, Any]) -> str:
+            """The menu entry a rule candidate belongs to: a sequence's belongs to its first step's."""
+            while v["after"] is not None and v["after"] in by_generator:
+                v = by_generator[v["after"]]
+            return v["generator"].split(":", 1)[-1]
+
         def best_of(order: list[str]) -> float:
             chosen = set(order[:planner_budget])
             speedups = [v["speedup"] for v in items if v["job"] == "rules" and v["accepted"] and v["speedup"]
-                        and v["generator"].split(":", 1)[-1] in chosen]
+                        and entry(v) in chosen]
             return max(speedups or [1.0])
 
         planner_best.append(best_of(r["planner_order"]))
@@ -259,17 +270,15 @@ def verification_summary(model_rows: list[dict[str, Any]], verified: dict[str, l
 
 
 def verify_all(args: argparse.Namespace) -> dict[str, Any]:
-    from kernel_lsp.services.harness import VerifyOptions
-
     generation = json.loads(Path(args.generation).read_text(encoding="utf-8"))
-    verifier = optimizer.harness_verifier(VerifyOptions())
+    session = Session(Settings(), workspace_root=str(ROOT), use_kb=False)
     cache: dict[str, Any] = {}
     root = Path(args.verify)
     for label, model in generation["models"].items():
         verified = {}
         for row in model["kernels"]:
             print(f"{label}: verifying {row['name']} ({len(row['candidates'])} candidates) ...", file=sys.stderr, flush=True)
-            verified[row["name"]] = verify_kernel(row, root / label / row["name"], verifier, cache)
+            verified[row["name"]] = verify_kernel(row, root / label / row["name"], session, cache)
         model["verification"] = verification_summary(model["kernels"], verified, args.planner_budget)
         model["verified_candidates"] = verified
     return generation
