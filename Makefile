@@ -59,12 +59,14 @@ install-model: $(MODEL_STAMP)
 
 ## Debian packages the tests use: Neovim 0.7.2 (real-editor tests; a current Neovim comes from
 ## PyPI with the test extra), clangd-19 (beside kernel-lsp, latency benchmark), Node.js (VS Code
-## extension), Chromium (renders the HTML report headless).
+## extension), Chromium (renders the HTML report headless), PostgreSQL (the knowledge-base suite
+## starts its own server; Debian keeps initdb in /usr/lib/postgresql/<version>/bin, off PATH).
 system-deps:
 	@missing=""; \
 	for cmd in nvim:neovim clangd-19:clangd-19 node:nodejs npm:npm chromium:chromium; do \
 	  command -v $${cmd%%:*} >/dev/null 2>&1 || missing="$$missing $${cmd##*:}"; \
 	done; \
+	command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
 	if [ -n "$$missing" ]; then \
 	  echo "installing Debian packages:$$missing"; \
 	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \

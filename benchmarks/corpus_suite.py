@@ -90,7 +90,7 @@ def run_kernel(name: str, budget: Budget, baseline: dict[str, Any], scratch: str
         "wall_s": wall,
         "stopped": result.stopped,
         "gpu_error": result.gpu_error,
-        "tried": [{"generator": c["generator"], "status": c["status"], "note": c["note"],
+        "tried": [{"generator": c["generator"], "technique": c["technique"], "status": c["status"], "note": c["note"],
                    "speedup": (c["verdict"] or {}).get("speedup"), "reason": (c["verdict"] or {}).get("reason"),
                    "first_error": ((c["verdict"] or {}).get("errors") or [None])[0], "wall_s": c["wall_s"]}
                   for c in candidates],

@@ -69,6 +69,22 @@ FLOOR_TREE = {"format": "kernel-lsp-profiling-tree", "version": 2, "name": "floo
               "root": "nothing", "nodes": {"nothing": {"collect": []}}}
 
 
+def corpus(names: str) -> list[tuple[str, str, str]]:
+    """(name, kernel.cu, spec.json) of the corpus kernels named (comma-separated), or of all with ``all``."""
+    folder = os.path.join(ROOT, "benchmarks", "corpus")
+    wanted = None if names == "all" else {n.strip() for n in names.split(",") if n.strip()}
+    out = []
+    for spec in sorted(glob.glob(os.path.join(folder, "*", "spec.json"))):
+        name = os.path.basename(os.path.dirname(spec))
+        source = os.path.join(os.path.dirname(spec), "kernel.cu")
+        if (wanted is None or name in wanted) and os.path.isfile(source):
+            out.append((name, source, spec))
+    missing = sorted((wanted or set()) - {n for n, _, _ in out})
+    if missing:
+        raise SystemExit(f"no corpus kernel named {', '.join(missing)}")
+    return out
+
+
 def examples() -> list[tuple[str, str, str]]:
     """(name, original.cu, spec.json) of every example with both files."""
     out = []
@@ -100,6 +116,13 @@ def programs(build_dir: str, arch: str) -> list[tuple[str, str, str, str]]:
     return out
 
 
+#: Metrics whose values decide the bottleneck class (classify.py's first tests), kept per sample.
+KEY_METRICS = ("gpu__compute_memory_throughput.avg.pct_of_peak_sustained_elapsed",
+               "sm__throughput.avg.pct_of_peak_sustained_elapsed",
+               "gpu__dram_throughput.avg.pct_of_peak_sustained_elapsed", "launch__waves_per_multiprocessor",
+               "sm__maximum_warps_per_active_cycle_pct", "gpu__time_duration.sum")
+
+
 def sample(profiler: prof.Profiler, target: prof.Target, mode: str) -> dict:
     started = time.monotonic()
     result = profiler.profile(target, full=(mode == "full"), use_cache=False)
@@ -118,6 +141,8 @@ def sample(profiler: prof.Profiler, target: prof.Target, mode: str) -> dict:
         "leaf": p.tree_leaf if p else None,
         "sections": list(p.sections) if p else [],
         "duration_us": p.duration_us if p else None,
+        # The values the class is decided on, so that a disagreement with full can be read from the JSON.
+        "key_metrics": {k: p.metrics[k] for k in KEY_METRICS if p and k in p.metrics},
     }
 
 
@@ -132,6 +157,10 @@ def main() -> int:
                         help="start no new kernel after this many seconds; the kernels left are listed as skipped")
     parser.add_argument("--cupti", action="store_true", help="add the GPU worker's CUPTI profiles (kernels with a spec)")
     parser.add_argument("--no-floor", action="store_true", help="leave out the one-metric ncu run")
+    parser.add_argument("--corpus", default=None, metavar="NAMES",
+                        help="also the corpus kernels named (comma-separated, or 'all'), after the examples")
+    parser.add_argument("--corpus-no-ncu-tree", action="store_true",
+                        help="for corpus kernels, only full and the CUPTI profiles (no ncu tree profiles)")
     args = parser.parse_args()
     warm = gpu_worker.GpuWorker() if args.cupti else None
     if warm is not None:
@@ -156,6 +185,13 @@ def main() -> int:
             kernel = json.load(f)["kernel"]
         with open(original, encoding="utf-8") as f:
             targets.append((name, prof.Target(original, f.read(), kernel, spec_path=spec_path)))
+    corpus_names = set()
+    for name, source, spec_path in corpus(args.corpus) if args.corpus else []:
+        with open(spec_path, encoding="utf-8") as f:
+            kernel = json.load(f)["kernel"]
+        with open(source, encoding="utf-8") as f:
+            targets.append((name, prof.Target(source, f.read(), kernel, spec_path=spec_path)))
+        corpus_names.add(name)
     for position, (name, target) in enumerate(targets):
         if args.budget_s is not None and time.monotonic() - started > args.budget_s:
             skipped = [n for n, _ in targets[position:]]
@@ -172,7 +208,9 @@ def main() -> int:
                 full_profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "full")))
                 floor_profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "floor")),
                                                tree=parse_tree(FLOOR_TREE))
-                runs = [("full", full_profiler), ("first", profiler), ("again", profiler)]
+                runs = [("full", full_profiler)]
+                if not (args.corpus_no_ncu_tree and name in corpus_names):
+                    runs += [("first", profiler), ("again", profiler)]
                 if not args.no_floor:
                     runs.append(("floor", floor_profiler))
                 cold_worker = None
@@ -196,37 +234,41 @@ def main() -> int:
             walls = [s["wall_s"] for s in per_mode[mode] if s["wall_s"] is not None and s["ok"]]
             return statistics.median(walls) if walls else None
 
+        def last(mode: str, key: str):
+            return per_mode[mode][-1][key] if per_mode[mode] else None
+
         full, first, again, floor = med("full"), med("first"), med("again"), med("floor")
         label_full = per_mode["full"][-1]["label"]
         cupti: dict = {}
         if per_mode["cupti_again"]:
             c_again, c_first, c_cold = med("cupti_again"), med("cupti_first"), med("cupti_cold")
-            last = {mode: per_mode[mode][-1] for mode in ("cupti_cold", "cupti_first", "cupti_again")}
+            final = {mode: per_mode[mode][-1] for mode in ("cupti_cold", "cupti_first", "cupti_again")}
             saves = [s["total_s"] for s in per_mode["cupti_again"] if s["ok"]]
             cupti = {
                 "cupti_again_s": c_again, "cupti_first_s": c_first, "cupti_cold_s": c_cold,
                 "cupti_ratio": c_again / full if c_again and full else None,
                 "cupti_first_ratio": c_first / full if c_first and full else None,
                 "cupti_cold_ratio": c_cold / full if c_cold and full else None,
-                "cupti_agrees": last["cupti_again"]["label"] is not None and last["cupti_again"]["label"] == label_full,
-                "cupti_agrees_first": last["cupti_first"]["label"] is not None and last["cupti_first"]["label"] == label_full,
-                "label_cupti_again": last["cupti_again"]["label"], "label_cupti_first": last["cupti_first"]["label"],
+                "cupti_agrees": final["cupti_again"]["label"] is not None and final["cupti_again"]["label"] == label_full,
+                "cupti_agrees_first": final["cupti_first"]["label"] is not None and final["cupti_first"]["label"] == label_full,
+                "label_cupti_again": final["cupti_again"]["label"], "label_cupti_first": final["cupti_first"]["label"],
                 "cupti_save_s": statistics.median(saves) if saves else None,
-                "cupti_duration_us": last["cupti_again"]["duration_us"],
-                "passes_cupti_again": last["cupti_again"]["passes"],
-                "cupti_fallbacks": sorted({s["fallback"] for m in last for s in per_mode[m] if s["fallback"]}),
+                "cupti_duration_us": final["cupti_again"]["duration_us"],
+                "passes_cupti_again": final["cupti_again"]["passes"],
+                "cupti_fallbacks": sorted({s["fallback"] for m in final for s in per_mode[m] if s["fallback"]}),
             }
         rows.append({
             "example": name, "kernel": kernel, "full_s": full, "first_s": first, "again_s": again,
             "floor_s": floor,
             "first_ratio": first / full if first and full else None, "again_ratio": again / full if again and full else None,
             "floor_ratio": floor / full if floor and full else None,
-            "passes_full": per_mode["full"][-1]["passes"], "passes_first": per_mode["first"][-1]["passes"],
-            "passes_again": per_mode["again"][-1]["passes"],
-            "label_full": label_full, "label_first": per_mode["first"][-1]["label"], "label_again": per_mode["again"][-1]["label"],
-            "primary_full": per_mode["full"][-1]["primary"], "primary_first": per_mode["first"][-1]["primary"],
-            "leaf_first": per_mode["first"][-1]["leaf"], "leaf_again": per_mode["again"][-1]["leaf"],
+            "passes_full": last("full", "passes"), "passes_first": last("first", "passes"),
+            "passes_again": last("again", "passes"),
+            "label_full": label_full, "label_first": last("first", "label"), "label_again": last("again", "label"),
+            "primary_full": last("full", "primary"), "primary_first": last("first", "primary"),
+            "leaf_first": last("first", "leaf"), "leaf_again": last("again", "leaf"),
             "errors": [s["message"] for mode in per_mode.values() for s in mode if s["message"]],
+            "corpus": name in corpus_names,
             **cupti,
         })
         # Written after every kernel so that a run stopped by a time limit still leaves its rows.

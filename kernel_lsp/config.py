@@ -67,6 +67,9 @@ class Settings:
     """Re-profile when a watched .cu/.cuh file changes outside the editor."""
     kb_path: str | None = None
     """User-level only. Knowledge-base SQLite file (default: the user data directory)."""
+    kb_url: str | None = None
+    """User-level only. A team's knowledge base on PostgreSQL (``postgresql://user@host/db``); when set it is used
+    instead of ``kbPath``."""
     model: str | None = None
     """User-level only. Model name from models/manifest.toml or a path to a GGUF file; None: rewrite rules only."""
     model_n_gpu_layers: int = 0
@@ -113,7 +116,7 @@ WIRE_KEYS = {_camel(name): name for name in FIELDS}
 #: Fields a workspace cannot set: they choose a program (or its arguments), a model file to load, or where
 #: kernel-lsp writes its knowledge base. Their docstrings start with "User-level only".
 USER_LEVEL = frozenset(("nvcc_path", "ncu_path", "profile_program", "profile_args", "model", "model_lora",
-                        "model_endpoint", "kb_path", "allowed_compilers"))
+                        "model_endpoint", "kb_path", "kb_url", "allowed_compilers"))
 
 
 def _coerce(name: str, value: Any) -> Any:

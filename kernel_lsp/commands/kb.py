@@ -1,8 +1,9 @@
-"""``kernel-lsp kb``: look at, share and reset the per-user knowledge base.
+"""``kernel-lsp kb``: look at, share and reset the knowledge base (the per-user SQLite file or a team's PostgreSQL).
 
 ``kb show [--state S]``, ``kb stats``, ``kb export FILE.jsonl``, ``kb import FILE.jsonl``,
-``kb reset [--yes]``, ``kb restore [--force]``; every one takes ``--db PATH`` (else
-``$KERNEL_LSP_KB``, else the user data directory).  Exit codes: 0 ok, 1 failed (an import
+``kb reset [--yes]``, ``kb restore [--force]``; every one takes ``--db PATH`` or
+``--db postgresql://…`` (else ``$KERNEL_LSP_KB``, else the user data directory). Export from
+one and import into the other moves knowledge between the two backends.  Exit codes: 0 ok, 1 failed (an import
 with any rejected line imports nothing and fails), 2 bad usage (including ``reset``
 without ``--yes`` when there is no terminal to ask on).
 """
@@ -19,7 +20,7 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
-    common.add_argument("--db", metavar="PATH", help="knowledge-base file (default: $KERNEL_LSP_KB or the user data directory)")
+    common.add_argument("--db", metavar="PATH", help="knowledge-base file or postgresql:// URL (default: $KERNEL_LSP_KB or the user data directory)")
     parser = subparsers.add_parser("kb", help="show, share or reset the optimization knowledge base")
     actions = parser.add_subparsers(dest="kb_action", metavar="ACTION")
 
@@ -158,5 +159,5 @@ def _reset(args: argparse.Namespace) -> int:
         return EXIT_FAILED
     with kb:
         kb.reset()
-    print(f"knowledge base {kb.path} reset to the catalogue")
+    print(f"knowledge base {kb.location} reset to the catalogue")
     return EXIT_OK

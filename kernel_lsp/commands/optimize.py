@@ -159,7 +159,8 @@ def run(args: argparse.Namespace) -> int:
                                                 "timing": dataclasses.replace(TimingOptions(), budget_s=args.time_budget)},
                               profile=_last_profile(args.file, kernel), progress=progress, seed=args.seed)
 
-    explain = evaluate(source, kernel, spec) if args.explain else None
+    # The verdicts on the view the rules saw: the file's headers and flags expanded, as in the search.
+    explain = evaluate(source, kernel, spec, preprocessed=session.preprocessed(path, source)) if args.explain else None
     if args.save_candidates:
         _save_candidates(args.save_candidates, result)
     written = None

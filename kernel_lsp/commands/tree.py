@@ -1,6 +1,8 @@
 """``kernel-lsp tree show [--tree FILE]`` and ``kernel-lsp tree refine --dataset DIR``.
 
 ``show`` prints the profiling tree (the shipped default or ``--tree``).
+``learn --corpus DIR --profiles P --outcomes O`` learns the tree from optimization feedback
+(:mod:`kernel_lsp.core.tree_learning`) and evaluates it on a held-out split.
 ``refine`` improves a tree on a dataset of full profiles: DIR holds raw-page CSV
 exports of ``--set full`` reports (``ncu -i R.ncu-rep --csv --page raw
 --print-units base > NAME.csv``) and, optionally, the .cu files whose kernels they
@@ -13,6 +15,7 @@ from __future__ import annotations
 import argparse
 import json
 import sys
+from dataclasses import replace
 
 from kernel_lsp.cli import EXIT_OK, EXIT_USAGE
 from kernel_lsp.core import profiling_tree as T
@@ -36,6 +39,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     refine.add_argument("--rounds", type=int, default=20, help="most edits to accept (default 20)")
     refine.add_argument("--out", help="write the refined tree here (default: print it)")
     refine.set_defaults(func=run_refine)
+    learn = sub.add_parser("learn", help="learn the tree from optimization feedback on the corpus")
+    learn.add_argument("--corpus", required=True, help="corpus folder (NAME/kernel.cu + NAME/spec.json)")
+    learn.add_argument("--profiles", required=True, help="every-group profiles of the corpus (benchmarks/tree_data.py)")
+    learn.add_argument("--outcomes", required=True, help="the harness's verdicts on the corpus (benchmarks/corpus_suite.py)")
+    learn.add_argument("--budget", type=int, default=3, help="verified candidates per kernel (default 3)")
+    learn.add_argument("--tree", help="starting tree JSON (default: the shipped tree)")
+    learn.add_argument("--cost-model", choices=("cupti", "ncu"), default="cupti",
+                       help="what a profile costs: the GPU worker's CUPTI profiles (default, data/cupti_costs.json) or ncu runs")
+    learn.add_argument("--cost-weight", type=float, default=0.25, help="weight of the cost ratio in the score (default 0.25)")
+    learn.add_argument("--min-gain", type=float, default=0.01,
+                       help="least score gain that keeps an edit, in ln-geomean units (default 0.01)")
+    learn.add_argument("--rounds", type=int, default=20, help="most learning rounds (default 20)")
+    learn.add_argument("--patience", type=int, default=1, help="stop after this many rounds without gain (default 1)")
+    learn.add_argument("--held-out-every", type=int, default=3, help="every N-th kernel by name is held out (default 3)")
+    learn.add_argument("--seed", type=int, default=0, help="seed of the knowledge base's draw (default 0)")
+    learn.add_argument("--records", help="learning records JSON: written after every round, resumed from when present")
+    learn.add_argument("--out", help="write the learned tree here (default: print it)")
+    learn.set_defaults(func=run_learn)
     parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), EXIT_USAGE)[1])
 
 
@@ -81,6 +102,91 @@ def run_refine(args: argparse.Namespace) -> int:
     print(f"{len(samples)} samples; agreement {before.agreement:.2%} -> {after.agreement:.2%}; "
           f"cost {before.cost_ratio:.2%} -> {after.cost_ratio:.2%} of full", file=sys.stderr)
     text = json.dumps(T.tree_to_json(refined), indent=2)
+    if args.out:
+        with open(args.out, "w", encoding="utf-8") as f:
+            f.write(text + "\n")
+    else:
+        print(text)
+    return EXIT_OK
+
+
+def _feedback_json(feedback) -> dict:
+    return {"geomean_speedup": feedback.geomean_speedup, "cost_ratio": feedback.cost_ratio, "score": feedback.value,
+            "seconds_per_kernel": feedback.seconds_per_kernel,
+            "kernels": [{"name": c.name, "state": c.state, "speedup": c.speedup, "tried": list(c.tried),
+                         "unknown": c.unknown, "seconds": c.seconds} for c in feedback.cases]}
+
+
+def run_learn(args: argparse.Namespace) -> int:
+    import os
+
+    from kernel_lsp.core import kb_logic
+    from kernel_lsp.core import tree_learning as L
+    from kernel_lsp.services.kb import catalogue_text
+    from kernel_lsp.services.profiler import load_costs, load_cupti_costs
+    from kernel_lsp.services.tree_dataset import load_corpus_cases, split_cases
+
+    try:
+        start = _tree(args.tree)
+        cases, left_out = load_corpus_cases(args.corpus, args.profiles, args.outcomes)
+    except (OSError, ValueError, KeyError, T.TreeError) as exc:
+        print(f"tree learn: {exc}", file=sys.stderr)
+        return EXIT_USAGE
+    costs = load_cupti_costs() if args.cost_model == "cupti" else load_costs()
+    if costs is None or len(cases) < 2:
+        print("tree learn: " + ("no section cost table" if costs is None else f"{len(cases)} usable kernels"), file=sys.stderr)
+        return EXIT_USAGE
+    states, priors = kb_logic.catalogue_states(catalogue_text()[1])
+    policy = L.Policy(states, priors, budget=args.budget, seed=args.seed)
+    train, held = split_cases(cases, args.held_out_every)
+    replay_train, replay_held = L.Replay(train, costs, policy), L.Replay(held, costs, policy)
+    steps_done: list[dict] = []
+    tree = start
+    if args.records and os.path.exists(args.records):
+        with open(args.records, encoding="utf-8") as f:
+            previous = json.load(f)
+        tree = parse_tree(previous["tree"])
+        steps_done = previous.get("steps", [])
+        print(f"resuming from {args.records}: {len(steps_done)} rounds done", file=sys.stderr)
+
+    def save(tree_now, steps, evaluation=None) -> None:
+        if not args.records:
+            return
+        with open(args.records, "w", encoding="utf-8") as f:
+            json.dump({"format": "kernel-lsp-tree-learning", "budget": args.budget, "cost_weight": args.cost_weight,
+                       "cost_model": args.cost_model, "command": " ".join(["kernel-lsp", *sys.argv[1:]]),
+                       "min_gain": args.min_gain, "seed": args.seed, "train": [c.sample.name for c in train],
+                       "held_out": [c.sample.name for c in held], "left_out": left_out, "steps": steps,
+                       "tree": T.tree_to_json(tree_now), "evaluation": evaluation}, f, indent=1)
+
+    rounds_left = max(0, args.rounds - len(steps_done))
+    learned, steps = L.learn(tree, replay_train, cost_weight=args.cost_weight, min_gain=args.min_gain,
+                             max_rounds=rounds_left, patience=args.patience)
+    offset = len(steps_done)
+    steps_done += [{"round": s.round + offset, "kind": s.kind, "edit": s.edit, "score_before": s.score_before,
+                    "score_after": s.score_after, "geomean_after": s.geomean_after,
+                    "cost_ratio_after": s.cost_ratio_after, "kept": s.kept} for s in steps]
+    for s in steps_done[offset:]:
+        print(f"round {s['round']}: {s['kind']} {s['edit']}: {s['score_before']:.4f} -> {s['score_after']:.4f} "
+              f"{'kept' if s['kept'] else 'not kept'}", file=sys.stderr)
+    learned = replace(learned, name="learned", doc=f"Learned by `kernel-lsp tree learn` from {start.name!r} on "
+                      f"{len(train)} corpus kernels (budget {args.budget} verified candidates, cost weight "
+                      f"{args.cost_weight}); `kernel-lsp tree show` gives each learned node's round and score.")
+    evaluation = {}
+    for split, replay in (("train", replay_train), ("held_out", replay_held)):
+        evaluation[split] = {"learned": _feedback_json(replay.run(learned, args.cost_weight)),
+                             "hand_written": _feedback_json(replay.run(start, args.cost_weight)),
+                             "full": _feedback_json(replay.run_full(args.cost_weight)),
+                             "no_profile": _feedback_json(replay.run(None, args.cost_weight))}
+    save(learned, steps_done, evaluation)
+    print(f"{len(cases)} kernels ({len(train)} train, {len(held)} held out); left out: {len(left_out)}", file=sys.stderr)
+    print(f"{'split':9s} {'profile':13s} {'geomean':>8s} {'cost':>7s} {'s/kernel':>9s} {'unknown':>8s}", file=sys.stderr)
+    for split, rows in evaluation.items():
+        for who, r in rows.items():
+            unknown = sum(k["unknown"] for k in r["kernels"])
+            print(f"{split:9s} {who:13s} {r['geomean_speedup']:7.3f}x {r['cost_ratio']:6.1%} {r['seconds_per_kernel']:9.2f} "
+                  f"{unknown:8d}", file=sys.stderr)
+    text = json.dumps(T.tree_to_json(learned), indent=2)
     if args.out:
         with open(args.out, "w", encoding="utf-8") as f:
             f.write(text + "\n")

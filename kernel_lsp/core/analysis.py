@@ -289,6 +289,12 @@ class _Walker:
         self.depth = 0
         self.unknown_calls = 0
         self.types: dict[str, str] = {}
+        self.functors: Mapping[str, Functor] = {}
+        """Structs of the file with a ``__device__ operator()``, by name: their objects are called inline."""
+        self.objects: dict[str, tuple[Functor, dict[str, _Value | None]]] = {}
+        self.type_names: frozenset[str] = frozenset()
+        """``typedef`` and ``using`` names of the file: ``(floatX)(x)`` with one of them is a cast."""
+        """Local function objects (``texReader r = {vec};``): their struct and their members' values."""
         """Template type parameters bound by the instantiation (``T`` → ``float``)."""
         self.complete = True
         self.nodes = 0
@@ -863,11 +869,28 @@ class _Walker:
         helper = self.helpers.get(short)
         if helper is not None and len(self.via) < _MAX_INLINE_DEPTH and short not in self.via:
             return self.inline(short, helper, args, node)
+        if fn is not None and fn.type == "parenthesized_expression" and len(args) == 1 and self.is_type(fn):
+            return self.fresh(_text(self.src, node), [self.expr(args[0])])
+        if fn is not None and fn.type == "identifier" and name in self.objects and len(self.via) < _MAX_INLINE_DEPTH \
+                and "operator()" not in self.via:
+            functor, members = self.objects[name]
+            return self.inline("operator()", functor.call, args, node, members)
         values = [self.expr(a) for a in args]
         self.escape(values)
         if not _is_pure_math(short):
             self.unknown_calls += 1
         return self.fresh(_text(self.src, node), values)
+
+    def is_type(self, node: Node) -> bool:
+        """``(T)`` names a type: a typedef of the file, a template type parameter or a sized builtin,
+        and no variable of the same name is in scope."""
+        inner = node.named_children[0] if len(node.named_children) == 1 else None
+        if inner is None or inner.type not in ("identifier", "type_identifier", "primitive_type"):
+            return False
+        name = _text(self.src, inner)
+        if name in self.env or name in self.arrays or name in self.helpers:
+            return False
+        return name in self.type_names or name in self.types or name in TYPE_SIZES_BYTES
 
     def escape(self, values: Iterable[_Value | None]) -> None:
         """Pointers handed to code the analysis does not see may be written there."""
@@ -879,7 +902,10 @@ class _Walker:
         line = self.user_line(node.start_point[0])
         return str(line + 1) if line is not None else "?"
 
-    def inline(self, name: str, helper: Node, args: list[Node], node: Node) -> _Value | None:
+    def inline(self, name: str, helper: Node, args: list[Node], node: Node,
+               members: Mapping[str, _Value | None] | None = None) -> _Value | None:
+        """The helper's body walked with its parameters bound to the arguments (and, for a function
+        object's ``operator()``, its members bound to the values the object was made with)."""
         values = [self.expr(a) for a in args]
         params = [(n, self.ty(t), p) for n, t, p in _param_list(helper, self.src)]
         saved_env, saved_returns, saved_arrays = self.env, self.returns, dict(self.arrays)
@@ -890,7 +916,7 @@ class _Walker:
             types, consts = self.bind_template(helper, [_text(self.src, a) for a in type_args.named_children])
             self.types = {**self.types, **types}
             self.constants = {**self.constants, **consts}
-        env: dict[str, _Value] = {}
+        env: dict[str, _Value] = {k: v if v is not None else self.fresh(k) for k, v in (members or {}).items()}
         for (pname, ptype, is_pointer), value, arg in zip(params, values, args):
             if is_pointer and not isinstance(value, _Pointer):
                 value = self.unresolved(pname, ptype, arg)
@@ -984,6 +1010,14 @@ class _Walker:
                 self.declared_in_loop[-1].add(name)
             if wide:
                 self.wide_vars.add(name)
+            functor = self.functors.get(base_type)
+            if functor is not None and not is_pointer and value_node is not None and value_node.type == "initializer_list" \
+                    and len(value_node.named_children) <= len(functor.fields):
+                members = dict(zip(functor.fields, (self.expr(c) for c in value_node.named_children)))
+                self.objects[name] = (functor, members)
+                self.env[name] = self.fresh(name)
+                continue
+            self.objects.pop(name, None)
             value = self.expr(value_node) if value_node is not None else None
             if shared and not is_pointer:
                 self.arrays[name] = _Array(name, "shared", base_type, ())
@@ -1558,6 +1592,8 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     helpers = {name: node for name, node, head in functions if "__global__" not in head and "__device__" in head}
     structs = _struct_layouts(root, src)
     instances = _instantiations(root, src)
+    functors = call_operators(root, src)
+    aliases = type_aliases(root, src)
     consts = dict(view.object_macros()) if view is not None else {}
     consts.update(constants or {})
     consts.update(_file_constants(root, src))
@@ -1565,7 +1601,7 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     for name, node, head in functions:
         if "__global__" not in head or name in out:
             continue
-        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts, instances.get(name))
+        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts, instances.get(name), functors, aliases)
     return out
 
 
@@ -1653,8 +1689,11 @@ def _file_constants(root: Node, src: bytes) -> dict[str, str]:
 
 def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None, helpers: Mapping[str, Node],
                     structs: Mapping[str, _Struct], constants: Mapping[str, str],
-                    instance: tuple[str, ...] | None = None) -> KernelFacts:
+                    instance: tuple[str, ...] | None = None, functors: Mapping[str, Functor] | None = None,
+                    type_names: frozenset[str] = frozenset()) -> KernelFacts:
     walker = _Walker(src, pre, helpers, structs, constants)
+    walker.functors = functors or {}
+    walker.type_names = type_names
     if instance is not None:
         types, consts = walker.bind_template(node, list(instance))
         walker.types = types
@@ -2068,3 +2107,173 @@ def summary(facts: KernelFacts, binding: Binding | None) -> dict:
         "shuffles": facts.shuffles,
         "unknowns": list(facts.unknowns),
     }
+
+
+# --------------------------------------------------------------------------------------------
+# Value ranges: the interval an index takes over a block's threads and any loaded data
+# --------------------------------------------------------------------------------------------
+
+
+def split_block_base(poly: Poly, facts: KernelFacts) -> tuple[Poly, Poly]:
+    """(base, offset): ``base`` holds the terms that are the same for every thread of a block and
+    every loaded value (scalar parameters, block indices, block and grid sizes), ``offset`` the rest."""
+    fixed = ("bid.", "bdim.", "gdim.")
+    scalars = {name for name, _, is_pointer in facts.params if not is_pointer}
+    base: dict = {}
+    rest: dict = {}
+    for m, c in poly.terms:
+        uniform = all(s.startswith(fixed) or s in scalars for s in m)
+        (base if uniform else rest)[m] = c
+    return Poly._from(base), Poly._from(rest)
+
+
+def value_range(poly: Poly, facts: KernelFacts, binding: Binding) -> tuple[int, int] | None:
+    """The interval ``poly`` can take in any block under ``binding`` for any thread and any loaded
+    value, by interval arithmetic over the opaque terms' recipes (``x & m``, ``x % m``, ``/``,
+    ``>>``, ``min``, ``max``, selects); None when a term is unbounded (a loaded value used as is)."""
+    bx, by, bz = binding.block
+    gx, gy, gz = binding.grid if binding.grid is not None else (None, None, None)
+    known: dict[str, tuple[int, int]] = {k: (v, v) for k, v in binding.values.items()}
+    known.update({"bdim.x": (bx, bx), "bdim.y": (by, by), "bdim.z": (bz, bz),
+                  "tid.x": (0, bx - 1), "tid.y": (0, by - 1), "tid.z": (0, bz - 1)})
+    for axis, g in zip("xyz", (gx, gy, gz)):
+        if g is not None:
+            known[f"gdim.{axis}"] = (g, g)
+            known[f"bid.{axis}"] = (0, g - 1)
+    return _interval(poly, known, facts.opaque, 0)
+
+
+def _interval(poly: Poly, known: Mapping[str, tuple[int, int]], opaque: Mapping[str, Opaque],
+              depth: int) -> tuple[int, int] | None:
+    if depth > 32:
+        return None
+    lo = hi = 0
+    for m, c in poly.terms:
+        term = (c, c)
+        for s in m:
+            iv = known.get(s)
+            if iv is None:
+                entry = opaque.get(s)
+                iv = _recipe_interval(entry, known, opaque, depth + 1) if entry is not None else None
+            if iv is None:
+                return None
+            products = [a * b for a in term for b in iv]
+            term = (min(products), max(products))
+        lo, hi = lo + term[0], hi + term[1]
+    return lo, hi
+
+
+def _recipe_interval(entry: Opaque, known: Mapping[str, tuple[int, int]], opaque: Mapping[str, Opaque],
+                     depth: int) -> tuple[int, int] | None:
+    recipe = entry.recipe
+    if recipe is None:
+        return None
+    if recipe[0] == "select":
+        a, b = _interval(recipe[4], known, opaque, depth), _interval(recipe[5], known, opaque, depth)
+        return None if a is None or b is None else (min(a[0], b[0]), max(a[1], b[1]))
+    op, x, y = recipe
+    yv = _interval(y, known, opaque, depth)
+    xv = _interval(x, known, opaque, depth)
+    if op == "&":
+        # A non-negative mask bounds the result whatever the other operand is.
+        masks = [v for v in (xv, yv) if v is not None and v[0] >= 0]
+        return (0, min(v[1] for v in masks)) if masks else None
+    if op == "%":
+        if yv is None or yv[0] <= 0:
+            return None
+        bound = yv[1] - 1
+        return (0, bound) if xv is not None and xv[0] >= 0 else (-bound, bound)
+    if xv is None or yv is None:
+        return None
+    if op == "/" and yv[0] > 0:
+        ends = [a // b if a >= 0 else -((-a) // b) for a in xv for b in yv]
+        return min(ends), max(ends)
+    if op == ">>" and yv[0] >= 0 and xv[0] >= 0:
+        return xv[0] >> yv[1], xv[1] >> yv[0]
+    if op in ("min", "max"):
+        f = min if op == "min" else max
+        return f(xv[0], yv[0]), f(xv[1], yv[1])
+    return None
+
+
+def shared_combine_loops(facts: KernelFacts) -> tuple[Reduction, ...]:
+    """The looped ``shared_tree`` reductions plus every other loop that combines a shared array's
+    slots in place (a slot written from another slot of the same array in the same loop): trees the
+    analysis did not recognise by their update (a 2-D tree, a counted loop with ``pow``), candidates
+    for a transformation to prove or refuse."""
+    found = [r for r in facts.reductions if r.kind == "shared_tree" and r.loop is not None]
+    seen = {(r.target, r.loop) for r in found}
+    for w in facts.accesses:
+        if w.space != "shared" or not w.writes or not w.loops:
+            continue
+        loop = w.loops[-1]
+        if (w.array, loop) in seen:
+            continue
+        if any(r.array == w.array and r.reads and r.loops and r.loops[-1] == loop and r.index != w.index
+               for r in facts.accesses if r.space == "shared"):
+            found.append(Reduction("shared_tree", w.array, w.op or "+", w.line, w.user_line, loop))
+            seen.add((w.array, loop))
+    return tuple(found)
+
+
+@dataclass(frozen=True)
+class Functor:
+    """A struct whose objects are called like functions (SHOC's texture readers): its data members
+    in declaration order (the order of a brace initialiser) and its ``__device__ operator()``."""
+    fields: tuple[str, ...]
+    call: Node
+
+
+def call_operators(root: Node, src: bytes) -> dict[str, Functor]:
+    """Structs and classes of the file that define a ``__device__ operator()`` in their body, by name."""
+    found: dict[str, Functor] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        for child in node.children:
+            if child.type in ("struct_specifier", "class_specifier"):
+                name_node, body = child.child_by_field_name("name"), child.child_by_field_name("body")
+                if name_node is None or body is None:
+                    continue
+                fields: list[str] = []
+                call = None
+                for member in body.named_children:
+                    if member.type == "field_declaration":
+                        fields.extend(n for d in member.children_by_field_name("declarator")
+                                      if (n := _declarator_name(d, src)))
+                    elif member.type == "function_definition" and _function_name(member, src) == "operator()":
+                        head = src[member.start_byte:(member.child_by_field_name("body") or member).start_byte]
+                        call = member if b"__device__" in head else call
+                if call is not None:
+                    found[_text(src, name_node)] = Functor(tuple(fields), call)
+            elif child.type in ("declaration", "namespace_definition", "declaration_list", "linkage_specification",
+                                "template_declaration"):
+                stack.append(child)
+    return found
+
+
+def type_aliases(root: Node, src: bytes) -> frozenset[str]:
+    """Names the file's ``typedef`` and ``using X = …;`` declarations give to types, at any scope."""
+    found: set[str] = set()
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "type_definition":
+            for d in node.children_by_field_name("declarator"):
+                while d is not None and d.type != "type_identifier":
+                    d = d.child_by_field_name("declarator")
+                if d is not None:
+                    found.add(_text(src, d))
+        elif node.type == "alias_declaration":
+            name = node.child_by_field_name("name")
+            if name is not None:
+                found.add(_text(src, name))
+        elif node.type != "function_definition":
+            stack.extend(node.children)
+    return frozenset(found)
+
+
+def is_pure_math(name: str) -> bool:
+    """``name`` is a CUDA math function or intrinsic: a function of its arguments only (it reads
+    no thread or block index and touches no memory)."""
+    return _is_pure_math(name)

@@ -55,6 +55,9 @@ class Candidate:
     grid_scale: tuple[int, int, int] | None = None
     """Blocks per axis the host must launch relative to the original (a warp per row: (32, 1, 1)); the
     launch sites in the file are edited to match (:mod:`kernel_lsp.core.transforms.launch_edit`)."""
+    block: tuple[int, int, int] | None = None
+    """The block the host must launch instead, the threads per axis kept (the grid grows to match);
+    the launch sites are edited to match like ``grid_scale``."""
     after: str | None = None
     """The ``generator`` of the candidate this one extends (a sequence of transformations): it is
     tried only once that one was accepted, so every intermediate step is verified."""

@@ -260,6 +260,36 @@ def state_distance(signature: Mapping[str, float], state: State) -> tuple[float,
     return math.sqrt(num / total_weight), known_weight / total_weight
 
 
+def state_from_json(name: str, description: str, signature: Mapping[str, Any], parent: str | None) -> State:
+    """A state from its JSON signature (``data/states.json``, the store's ``signature_json``)."""
+    return State(
+        name=name,
+        description=description,
+        signature={
+            key: KeySpec(value=float(spec["value"]), weight=float(spec.get("weight", 1.0)),
+                         scale=float(spec["scale"]) if spec.get("scale") else None, bound=_bound(spec.get("bound")))
+            for key, spec in signature.items()
+        },
+        parent=parent,
+    )
+
+
+def _bound(value: Any) -> str | None:
+    if value in (None, "min", "max"):
+        return value
+    raise ValueError(f"signature bound must be 'min' or 'max', not {value!r}")
+
+
+def catalogue_states(states_text: str) -> tuple[tuple[State, ...], tuple[Entry, ...]]:
+    """The seed states of ``data/states.json`` and their prior entries, as a fresh knowledge base has them."""
+    states, priors = [], []
+    for s in json.loads(states_text)["states"]:
+        states.append(state_from_json(s["name"], s["description"], s["signature"], None))
+        priors += [Entry(s["name"], e["technique"], float(e["predicted_speedup"]), float(e["confidence"]),
+                         int(e["attempts"]), int(e["successes"])) for e in s["entries"]]
+    return tuple(states), tuple(priors)
+
+
 def signature_hash(signature: Mapping[str, float]) -> str:
     canonical = json.dumps({k: round(float(v), 3) for k, v in sorted(signature.items())}, sort_keys=True)
     return hashlib.sha256(canonical.encode()).hexdigest()[:8]

@@ -1,7 +1,11 @@
-"""The per-user knowledge base: SQLite storage around :mod:`kernel_lsp.core.kb_logic`.
+"""The knowledge base: SQLite (per user) or PostgreSQL (a team's) storage around :mod:`kernel_lsp.core.kb_logic`.
 
-Where: ``path`` argument (``Settings.kb_path`` / ``--db``) > ``$KERNEL_LSP_KB`` >
-``platformdirs.user_data_dir("kernel-lsp")/kb.sqlite3``.
+Where: ``path`` argument (``Settings.kb_url`` / ``Settings.kb_path`` / ``--db``) > ``$KERNEL_LSP_KB`` >
+``platformdirs.user_data_dir("kernel-lsp")/kb.sqlite3``. A ``postgresql://`` URL opens the same
+schema, migrations and queries on a PostgreSQL server (:mod:`kernel_lsp.services.kb_postgres`
+translates the few words of SQLite's dialect); everything below about files (WAL, corruption,
+the rolling backup) is SQLite's, and PostgreSQL's writers take one advisory lock instead of
+``BEGIN IMMEDIATE``.
 
 How it stays safe:
 
@@ -51,7 +55,9 @@ import platformdirs
 
 from kernel_lsp.core import kb_logic
 from kernel_lsp.core.candidates import TechniqueHint
-from kernel_lsp.core.kb_logic import Attempt, Entry, Example, KeySpec, State, StateMatch, TechniqueChoice
+from kernel_lsp.core.kb_logic import Attempt, Entry, Example, KeySpec, State, StateMatch, TechniqueChoice, state_from_json
+from kernel_lsp.services import kb_postgres
+from kernel_lsp.services.kb_postgres import PgConnection, PgError
 
 log = logging.getLogger(__name__)
 
@@ -118,6 +124,7 @@ class TechniqueStats:
 @dataclass(frozen=True)
 class KbStats:
     path: str
+    """The SQLite file, or the PostgreSQL URL without its password."""
     schema_version: int
     size_bytes: int
     states: int
@@ -221,6 +228,15 @@ def resolve_db_path(path: str | os.PathLike[str] | None = None) -> Path:
     return default_db_path()
 
 
+def resolve_target(target: str | os.PathLike[str] | None = None) -> str | Path:
+    """A ``postgresql://`` URL as it is (``target`` or ``$KERNEL_LSP_KB``), else the SQLite path of :func:`resolve_db_path`."""
+    if kb_postgres.is_url(target):
+        return str(target)
+    if not target and kb_postgres.is_url(os.environ.get(ENV_VAR)):
+        return os.environ[ENV_VAR]
+    return resolve_db_path(target)
+
+
 def _refuse_foreign(db_path: Path) -> bool:
     """Raise :class:`KbError` when ``db_path`` exists and is not a SQLite file; True when it is a 0-byte file.
 
@@ -264,7 +280,7 @@ def _now() -> str:
     return datetime.now(timezone.utc).isoformat(timespec="microseconds")
 
 
-def _catalogue_text() -> tuple[str, str]:
+def catalogue_text() -> tuple[str, str]:
     data = resources.files("kernel_lsp") / "data"
     return (data / "techniques.json").read_text(encoding="utf-8"), (data / "states.json").read_text(encoding="utf-8")
 
@@ -272,25 +288,6 @@ def _catalogue_text() -> tuple[str, str]:
 def _is_busy(exc: sqlite3.OperationalError) -> bool:
     text = str(exc).lower()
     return "locked" in text or "busy" in text
-
-
-def _state_from_json(name: str, description: str, signature: Mapping[str, Any], parent: str | None) -> State:
-    return State(
-        name=name,
-        description=description,
-        signature={
-            key: KeySpec(value=float(spec["value"]), weight=float(spec.get("weight", 1.0)),
-                         scale=float(spec["scale"]) if spec.get("scale") else None, bound=_bound(spec.get("bound")))
-            for key, spec in signature.items()
-        },
-        parent=parent,
-    )
-
-
-def _bound(value: Any) -> str | None:
-    if value in (None, "min", "max"):
-        return value
-    raise ValueError(f"signature bound must be 'min' or 'max', not {value!r}")
 
 
 def _signature_json(state: State) -> str:
@@ -336,21 +333,35 @@ def _entry_from_row(row: sqlite3.Row) -> Entry:
 
 
 class KnowledgeBase:
-    """One open knowledge base.  Thread-safe (one connection behind a lock); many processes may open the same file."""
+    """One open knowledge base.  Thread-safe (one connection behind a lock); many processes may open the same
+    SQLite file or PostgreSQL database."""
 
-    def __init__(self, conn: sqlite3.Connection, path: Path, messages: tuple[str, ...]):
+    def __init__(self, conn: sqlite3.Connection | PgConnection, path: Path | None, messages: tuple[str, ...]):
         self._conn = conn
         self._lock = threading.RLock()
         self.path = path
+        """The SQLite file; None for a PostgreSQL knowledge base."""
+        self.location = str(path) if path is not None else getattr(conn, "location", "")
+        """Where it is, for the user: the file, or the server's URL without its password."""
         self.messages = messages
         """Notices for the user from opening (a corrupt file moved aside)."""
+
+    @property
+    def is_postgres(self) -> bool:
+        return isinstance(self._conn, PgConnection)
 
     # ------------------------------------------------------------ opening
 
     @classmethod
     def open(cls, path: str | os.PathLike[str] | None = None) -> KnowledgeBase:
-        """Open (creating, migrating, seeding, or recovering) the knowledge base; raises :class:`KbError` if unusable."""
-        db_path = resolve_db_path(path)
+        """Open (creating, migrating, seeding, or recovering) the knowledge base; raises :class:`KbError` if unusable.
+
+        ``path``: a SQLite file, or a ``postgresql://`` URL (a team's server: the same schema and migrations).
+        """
+        target = resolve_target(path)
+        if isinstance(target, str):
+            return cls._open_postgres(target)
+        db_path = target
         try:
             db_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -376,11 +387,32 @@ class KnowledgeBase:
         kb._maybe_backup()
         return kb
 
+    @classmethod
+    def _open_postgres(cls, url: str) -> KnowledgeBase:
+        """The team's knowledge base on a PostgreSQL server: migrated and seeded as a SQLite file is.
+
+        The server keeps it safe (its own backups, crash recovery), so there is no rolling backup and no
+        corrupt-file recovery here.
+        """
+        try:
+            conn = kb_postgres.connect(url)
+        except PgError as exc:
+            raise KbError(str(exc)) from exc
+        kb = cls(conn, None, ())
+        try:
+            kb._migrate()
+            kb._sync_catalogue()
+        except BaseException:
+            conn.close()
+            raise
+        return kb
+
     # ------------------------------------------------------------ backup
 
     @property
-    def backup_path(self) -> Path:
-        return self.path.with_name(self.path.name + BACKUP_SUFFIX)
+    def backup_path(self) -> Path | None:
+        """The rolling backup of a SQLite file; None for PostgreSQL (the server's own backups keep it)."""
+        return self.path.with_name(self.path.name + BACKUP_SUFFIX) if self.path is not None else None
 
     def _learned(self) -> int:
         """Attempts plus derived states: what a reset or a lost file takes away."""
@@ -405,6 +437,8 @@ class KnowledgeBase:
 
         ``now``: regardless of :data:`BACKUP_INTERVAL_S` (before a reset).
         """
+        if self.path is None:
+            return
         try:
             learned = self._learned()
             if not learned:
@@ -435,11 +469,14 @@ class KnowledgeBase:
         Refuses (:class:`KbError`) when there is no usable backup, or when the database holds learning
         of its own and ``force`` is not given.
         """
+        if self.backup_path is None:
+            raise KbError(f"{self.location} is a PostgreSQL knowledge base: it has no rolling backup "
+                          "(restore it with the server's own tools, e.g. pg_restore)")
         held = _backup_attempts(self.backup_path)
         if held is None:
             raise KbError(f"no usable backup at {self.backup_path}")
         if self._learned() and not force:
-            raise KbError(f"{self.path} is not empty; restoring {self.backup_path} would replace it (use --force)")
+            raise KbError(f"{self.location} is not empty; restoring {self.backup_path} would replace it (use --force)")
         source = sqlite3.connect(f"{self.backup_path.resolve().as_uri()}?mode=ro", uri=True)
         try:
             with self._lock:
@@ -503,8 +540,15 @@ class KnowledgeBase:
 
     # ------------------------------------------------------------ transactions
 
-    def _write(self, fn: Callable[[sqlite3.Connection], T]) -> T:
-        """Run ``fn`` in one BEGIN IMMEDIATE transaction, retrying the whole of it on SQLITE_BUSY."""
+    def _write(self, fn: Callable[[Any], T]) -> T:
+        """Run ``fn`` in one write transaction: SQLite's BEGIN IMMEDIATE, retried whole on SQLITE_BUSY;
+        on PostgreSQL one transaction holding the kernel-lsp write lock (it waits instead of failing busy)."""
+        if isinstance(self._conn, PgConnection):
+            try:
+                with self._lock:
+                    return self._conn.write(fn)
+            except kb_postgres.errors() as exc:
+                raise KbError(f"knowledge base {self.location}: {str(exc).strip()}") from exc
         with self._lock:
             retries = 0
             while True:
@@ -520,7 +564,7 @@ class KnowledgeBase:
                     return result
                 except sqlite3.OperationalError as exc:
                     if not _is_busy(exc) or retries >= WRITE_RETRIES:
-                        raise KbError(f"knowledge base {self.path}: {exc}") from exc
+                        raise KbError(f"knowledge base {self.location}: {exc}") from exc
                     retries += 1
                     time.sleep(0.05 * 2**retries)
 
@@ -533,7 +577,7 @@ class KnowledgeBase:
             version = _schema_version(conn)
             if version > SCHEMA_VERSION:
                 raise KbError(
-                    f"knowledge base {self.path} has schema version {version}, newer than this kernel-lsp "
+                    f"knowledge base {self.location} has schema version {version}, newer than this kernel-lsp "
                     f"understands ({SCHEMA_VERSION}); it was left unchanged"
                 )
             for target in range(version, SCHEMA_VERSION):
@@ -547,7 +591,7 @@ class KnowledgeBase:
 
     def _sync_catalogue(self, force: bool = False) -> None:
         """Load the shipped techniques and seed states when they changed since the last open."""
-        techniques_text, states_text = _catalogue_text()
+        techniques_text, states_text = catalogue_text()
         digest = hashlib.sha256((techniques_text + "\0" + states_text).encode()).hexdigest()
 
         def step(conn: sqlite3.Connection) -> None:
@@ -566,7 +610,7 @@ class KnowledgeBase:
                 )
             seeds = json.loads(states_text)["states"]
             for s in seeds:
-                state = _state_from_json(s["name"], s["description"], s["signature"], None)
+                state = state_from_json(s["name"], s["description"], s["signature"], None)
                 conn.execute(
                     "INSERT INTO states (name, description, signature_json, parent, origin, created_at)"
                     " VALUES (?, ?, ?, NULL, 'seed', ?) ON CONFLICT (name) DO UPDATE SET"
@@ -610,28 +654,28 @@ class KnowledgeBase:
         return [
             Technique(r["name"], r["title"], r["description"], tuple(json.loads(r["preconditions_json"])),
                       tuple(json.loads(r["tags_json"])), r["example_before"], r["example_after"])
-            for r in self._read("SELECT * FROM techniques ORDER BY name")
+            for r in sorted(self._read("SELECT * FROM techniques"), key=lambda r: r["name"])
         ]
 
     def states(self) -> list[State]:
         return [
-            _state_from_json(r["name"], r["description"], json.loads(r["signature_json"]), r["parent"])
-            for r in self._read("SELECT * FROM states ORDER BY name")
+            state_from_json(r["name"], r["description"], json.loads(r["signature_json"]), r["parent"])
+            for r in sorted(self._read("SELECT * FROM states"), key=lambda r: r["name"])
         ]
 
     def entries(self, state: str | None = None) -> list[Entry]:
         if state is None:
-            rows = self._read("SELECT * FROM entries ORDER BY state, technique")
+            rows = self._read("SELECT * FROM entries")
         else:
-            rows = self._read("SELECT * FROM entries WHERE state = ? ORDER BY technique", (state,))
-        return [_entry_from_row(r) for r in rows]
+            rows = self._read("SELECT * FROM entries WHERE state = ?", (state,))
+        return sorted((_entry_from_row(r) for r in rows), key=lambda e: (e.state, e.technique))
 
     def attempts(self, state: str | None = None, technique: str | None = None) -> list[Attempt]:
         """The attempt log in insertion order, optionally filtered."""
-        rows = self._read(
-            "SELECT * FROM attempts WHERE (? IS NULL OR state = ?) AND (? IS NULL OR technique = ?) ORDER BY seq",
-            (state, state, technique, technique),
-        )
+        # The filters are added as needed: PostgreSQL cannot type a parameter that is only tested for NULL.
+        where = [(column, value) for column, value in (("state", state), ("technique", technique)) if value is not None]
+        clause = " WHERE " + " AND ".join(f"{column} = ?" for column, _ in where) if where else ""
+        rows = self._read(f"SELECT * FROM attempts{clause} ORDER BY seq", tuple(value for _, value in where))
         return [_attempt_from_row(r) for r in rows]
 
     # ------------------------------------------------------------ matching and selection
@@ -645,14 +689,14 @@ class KnowledgeBase:
 
             def step(conn: sqlite3.Connection) -> None:
                 inserted = conn.execute(
-                    "INSERT OR IGNORE INTO states (name, description, signature_json, parent, origin, created_at)"
-                    " VALUES (?, ?, ?, ?, 'derived', ?)",
+                    "INSERT INTO states (name, description, signature_json, parent, origin, created_at)"
+                    " VALUES (?, ?, ?, ?, 'derived', ?) ON CONFLICT DO NOTHING",
                     (derived.name, derived.description, _signature_json(derived), derived.parent, _now()),
                 ).rowcount
                 if not inserted:
                     return  # another server derived the same state first
-                parent_entries = [_entry_from_row(r) for r in conn.execute(
-                    "SELECT * FROM entries WHERE state = ? ORDER BY technique", (derived.parent,))]
+                parent_entries = sorted((_entry_from_row(r) for r in conn.execute(
+                    "SELECT * FROM entries WHERE state = ?", (derived.parent,))), key=lambda e: e.technique)
                 conn.executemany(
                     "INSERT INTO priors (state, technique, predicted_speedup, confidence, attempts, successes)"
                     " VALUES (?, ?, ?, ?, ?, ?)",
@@ -699,7 +743,8 @@ class KnowledgeBase:
             if conn.execute("SELECT 1 FROM states WHERE name = ?", (attempt.state,)).fetchone() is None:
                 raise KbError(f"unknown knowledge-base state '{attempt.state}' (use match_state first)")
             inserted = conn.execute(
-                f"INSERT OR IGNORE INTO attempts ({', '.join(_ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))})",
+                f"INSERT INTO attempts ({', '.join(_ATTEMPT_COLUMNS)}) VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))})"
+                " ON CONFLICT DO NOTHING",
                 _attempt_row(attempt, attempt_id),
             ).rowcount
             if not inserted:
@@ -759,10 +804,11 @@ class KnowledgeBase:
         target = Path(path)
         lines = [json.dumps({"type": "header", "format": EXPORT_FORMAT, "format_version": EXPORT_FORMAT_VERSION,
                              "schema_version": SCHEMA_VERSION})]
-        state_rows = self._read("SELECT * FROM states WHERE origin != 'seed' ORDER BY created_at, name")
+        state_rows = sorted(self._read("SELECT * FROM states WHERE origin != 'seed'"),
+                            key=lambda r: (r["created_at"], r["name"]))
         for r in state_rows:
-            priors = [asdict(_entry_from_row(p)) for p in self._read(
-                "SELECT * FROM priors WHERE state = ? ORDER BY technique", (r["name"],))]
+            priors = [asdict(_entry_from_row(p)) for p in sorted(self._read(
+                "SELECT * FROM priors WHERE state = ?", (r["name"],)), key=lambda p: p["technique"])]
             for p in priors:
                 del p["state"]
             lines.append(json.dumps({
@@ -836,10 +882,10 @@ class KnowledgeBase:
             touched: set[str] = set()
             for _, record in records:
                 if record["type"] == "state":
-                    state = _state_from_json(record["name"], record["description"], record["signature"], record.get("parent"))
+                    state = state_from_json(record["name"], record["description"], record["signature"], record.get("parent"))
                     inserted = conn.execute(
-                        "INSERT OR IGNORE INTO states (name, description, signature_json, parent, origin, created_at)"
-                        " VALUES (?, ?, ?, ?, ?, ?)",
+                        "INSERT INTO states (name, description, signature_json, parent, origin, created_at)"
+                        " VALUES (?, ?, ?, ?, ?, ?) ON CONFLICT DO NOTHING",
                         (state.name, state.description, _signature_json(state), state.parent,
                          "derived" if record["origin"] == "seed" else record["origin"], record["created_at"]),
                     ).rowcount
@@ -855,8 +901,8 @@ class KnowledgeBase:
                 elif record["type"] == "attempt":
                     attempt = _attempt_from_record(record)
                     inserted = conn.execute(
-                        f"INSERT OR IGNORE INTO attempts ({', '.join(_ATTEMPT_COLUMNS)})"
-                        f" VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))})",
+                        f"INSERT INTO attempts ({', '.join(_ATTEMPT_COLUMNS)})"
+                        f" VALUES ({', '.join('?' * len(_ATTEMPT_COLUMNS))}) ON CONFLICT DO NOTHING",
                         _attempt_row(attempt, record.get("id") or attempt.stable_id()),
                     ).rowcount
                     if inserted:
@@ -869,7 +915,7 @@ class KnowledgeBase:
 
         try:
             states_added, attempts_added, duplicates = self._write(step)
-        except sqlite3.DatabaseError as exc:  # rolled back: the file is unchanged
+        except (sqlite3.DatabaseError, KbError) as exc:  # rolled back: the database is unchanged
             return ImportStats(0, 0, 0, (f"nothing was imported: {exc}",))
         return ImportStats(attempts_added, duplicates, states_added, ())
 
@@ -888,7 +934,8 @@ class KnowledgeBase:
             conn.execute("DELETE FROM meta WHERE key = ?", ("catalogue_sha256",))
             # An empty database after a reset is wanted: no "empty, restore?" notice, and the next
             # backup may replace the one taken before the reset.
-            conn.execute("INSERT OR REPLACE INTO meta (key, value) VALUES (?, ?)", ("reset_at", _now()))
+            conn.execute("INSERT INTO meta (key, value) VALUES (?, ?) ON CONFLICT (key) DO UPDATE SET value = excluded.value",
+                         ("reset_at", _now()))
 
         self._write(step)
         self._sync_catalogue(force=True)
@@ -897,21 +944,18 @@ class KnowledgeBase:
         def count(sql: str, params: tuple[Any, ...] = ()) -> int:
             return int(self._read(sql, params)[0][0])
 
-        by_technique = tuple(
-            TechniqueStats(r["technique"], r["n"], r["ok"], r["mean"])
-            for r in self._read(
-                "SELECT technique, COUNT(*) AS n, SUM(accepted) AS ok, AVG(speedup) AS mean FROM attempts"
-                " GROUP BY technique ORDER BY n DESC, technique"
-            )
-        )
+        by_technique = tuple(sorted(
+            (TechniqueStats(r["technique"], int(r["n"]), int(r["ok"]), r["mean"]) for r in self._read(
+                "SELECT technique, COUNT(*) AS n, SUM(accepted) AS ok, AVG(speedup) AS mean FROM attempts GROUP BY technique")),
+            key=lambda t: (-t.attempts, t.technique)))
         try:
-            size = self.path.stat().st_size
+            size = self.path.stat().st_size if self.path is not None else self._conn.database_bytes()  # type: ignore[union-attr]
         except OSError:
             size = 0
         with self._lock:
             version = _schema_version(self._conn)
         return KbStats(
-            path=str(self.path),
+            path=self.location,
             schema_version=version,
             size_bytes=size,
             states=count("SELECT COUNT(*) FROM states"),

@@ -276,6 +276,7 @@ def optimize(
     verify: bool = True,
     seed: int = DEFAULT_SEED,
     clock: Callable[[], float] = time.monotonic,
+    already_recorded: Callable[[CandidateResult], bool] | None = None,
 ) -> OptimizeResult:
     """Search for a faster verified rewrite of ``kernel`` (see the module docstring).
 
@@ -283,7 +284,9 @@ def optimize(
     order only, nothing recorded); ``profile`` a :class:`~kernel_lsp.core.profile.KernelProfile`
     (or None); ``traces`` a :class:`~kernel_lsp.services.traces.TraceStore` (or None).
     ``verify=False`` lists candidates without running the harness (all unverified).
-    ``seed`` seeds the knowledge base's draw of techniques.
+    ``seed`` seeds the knowledge base's draw of techniques. ``already_recorded``: verdicts the caller
+    replayed from a record of an earlier run of this search (the sweep's verdict cache, when Ray retries a
+    task), which the knowledge base and trace store hold already.
     """
     generators = list(generators) if generators is not None else [RuleGenerator()]
     verifier = verifier or harness_verifier()
@@ -359,6 +362,8 @@ def optimize(
         if result.verdict is not None and result.verdict.accepted:
             accepted.add(candidate.generator)
         _feedback(generators, candidate, result.verdict)
+        if already_recorded is not None and already_recorded(result):
+            continue
         _record(result, kb, traces, state, kernel_hash=kernel_hash, path=path, kernel=kernel, features=features,
                 original=source, metrics=metrics)
     wall = clock() - spend.start

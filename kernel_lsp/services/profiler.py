@@ -157,6 +157,22 @@ def default_costs_path() -> str:
     return os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "ncu_sections.json")
 
 
+def load_cupti_costs(path: str | None = None) -> T.CostModel | None:
+    """The cost of tree profiles in the GPU worker (``data/cupti_costs.json``): the groups' passes and metrics
+    of the ncu table, CUPTI's seconds per profile and per pass, and ``--set full``'s measured seconds."""
+    ncu = load_costs()
+    try:
+        with open(path or os.path.join(os.path.dirname(default_costs_path()), "cupti_costs.json"), encoding="utf-8") as f:
+            data = json.load(f)
+    except (OSError, json.JSONDecodeError):
+        return None
+    if ncu is None:
+        return None
+    return replace(ncu, run_s=float(data["run_s"]), pass_s=float(data["pass_s"]), section_run_s=0.0,
+                   full_s=float(data["full_s"]),
+                   sections={k: replace(v, extra_s=0.0) for k, v in ncu.sections.items()})
+
+
 def load_costs(path: str | None = None) -> T.CostModel | None:
     """The recorded section costs (``data/ncu_sections.json``), or None when absent."""
     try:

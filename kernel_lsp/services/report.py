@@ -192,6 +192,57 @@ def index_page(source_path: str, reports: Sequence[KernelReport], pages: Mapping
     return _page(f"kernel-lsp: {os.path.basename(source_path)}", body)
 
 
+def sweep_speedups_svg(rows: Sequence[tuple[str, float, float | None, float | None]]) -> str:
+    """Horizontal bars: each accepted kernel's verified speedup with its interval, 1x marked."""
+    plt = _pyplot()
+    fig, ax = plt.subplots(figsize=(7.0, 0.4 * len(rows) + 1.3))
+    labels = [label for label, *_ in rows][::-1]
+    values = [speedup for _, speedup, _, _ in rows][::-1]
+    low = [speedup - (lo if lo is not None else speedup) for _, speedup, lo, _ in rows][::-1]
+    high = [(hi if hi is not None else speedup) - speedup for _, speedup, _, hi in rows][::-1]
+    bars = ax.barh(labels, values, xerr=[low, high], color="#27ae60", ecolor="#555555", capsize=3)
+    ax.bar_label(bars, labels=[f"{v:.2f}x" for v in values], padding=6, fontsize=8)
+    ax.axvline(1.0, color="#555555", ls="--", lw=1)
+    ax.set_xlabel("verified speedup (baseline / rewrite), with its interval")
+    ax.set_xlim(0, max([1.2, *(v + h for v, h in zip(values, high))]) * 1.2)
+    ax.set_title("Verified speedups per kernel", fontsize=10)
+    return _svg(fig)
+
+
+def sweep_page(report: Any) -> str:
+    """The page of a sweep (:class:`kernel_lsp.services.sweep.SweepReport`): the chart of verified speedups
+    and a table of every kernel, then the drafted specs and the problems."""
+    from kernel_lsp.services.sweep import outcome_rows, patch_name, speedups
+
+    esc = html.escape
+    accepted = speedups(report.outcomes)
+    parts = [f"<h1>kernel-lsp sweep: {len(report.outcomes)} kernels, {len(accepted)} faster</h1>",
+             f"<p class=\"note\">engine {esc(report.engine)}; {report.ran} optimized in this run, "
+             f"{len(report.outcomes) - report.ran} kept from before; {report.wall_s:.1f} s.</p>"]
+    if accepted:
+        parts.append(f"<figure id=\"speedups\">{sweep_speedups_svg(accepted)}</figure>")
+    else:
+        parts.append("<p class=\"note\">No verified speedup yet.</p>")
+    by_key = {f"{o.rel}:{o.kernel}": o for o in report.outcomes}
+    body = ""
+    for kernel, status, technique, speed, tried in outcome_rows(report.outcomes):
+        outcome = by_key[kernel]
+        patch = (f"<a href=\"patches/{esc(patch_name(outcome))}\">patch</a>"
+                 if status == "accepted" and outcome.patch else "")
+        body += (f"<tr><td><code>{esc(kernel)}</code></td><td class=\"{'accepted' if status == 'accepted' else ''}\">"
+                 f"{esc(status)}</td><td>{esc(technique)}</td><td>{esc(speed)}</td><td>{esc(tried)}</td>"
+                 f"<td>{esc(outcome.gpu or '')}</td><td>{outcome.wall_s:.1f} s</td><td>{patch}</td></tr>")
+    parts.append("<h2>Kernels</h2><table><tr><th>kernel</th><th>outcome</th><th>technique</th><th>speedup</th>"
+                 f"<th>verified / candidates</th><th>GPU</th><th>wall</th><th></th></tr>{body}</table>")
+    if report.drafts:
+        items = "".join(f"<li><code>{esc(d.path)}:{esc(d.kernel)}</code>: {esc(' | '.join(d.todo) or 'complete')}"
+                        f"{' (draft: ' + esc(d.draft_path) + ')' if d.draft_path else ''}</li>" for d in report.drafts)
+        parts.append(f"<h2>Kernels without a launch spec (drafted)</h2><ul>{items}</ul>")
+    if report.problems:
+        parts.append("<h2>Problems</h2><ul>" + "".join(f"<li>{esc(p)}</li>" for p in report.problems) + "</ul>")
+    return _page("kernel-lsp sweep", "\n".join(parts))
+
+
 def page_name(kernel: str) -> str:
     """A file name for the kernel's page (template arguments and odd characters replaced)."""
     return re.sub(r"[^A-Za-z0-9_.-]+", "_", kernel).strip("_") + ".html"

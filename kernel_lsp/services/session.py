@@ -182,7 +182,7 @@ class Session:
     compile_db: CompileDb | None = None
     """The server's long-lived database cache; None: a fresh one (the CLI reads each database once anyway)."""
     kb_path: str | None = None
-    """The knowledge base; None: ``settings.kb_path`` (itself None: the per-user one)."""
+    """The knowledge base (a SQLite file or a ``postgresql://`` URL); None: :attr:`kb_target`'s settings."""
     use_kb: bool = True
     traces_path: str | None = None
     """The trace store; None: the per-user one."""
@@ -277,6 +277,12 @@ class Session:
 
     # --- knowledge base and traces -------------------------------------------------
 
+    @property
+    def kb_target(self) -> str | None:
+        """Which knowledge base a search opens: ``kb_path`` when given, else ``kbUrl`` (a team's PostgreSQL),
+        else ``kbPath``; None: ``$KERNEL_LSP_KB`` or the per-user file."""
+        return self.kb_path or self.settings.kb_url or self.settings.kb_path
+
     @contextlib.contextmanager
     def stores(self, *, traces: bool) -> Iterator[Stores]:
         """The knowledge base (unless ``use_kb`` is off) and, when ``traces`` or ``keep_traces``, the trace
@@ -288,7 +294,7 @@ class Session:
         kb = store = None
         if self.use_kb:
             try:
-                kb = KnowledgeBase.open(self.kb_path or self.settings.kb_path)
+                kb = KnowledgeBase.open(self.kb_target)
                 # A corrupt database was moved aside and replaced: the user must hear of it.
                 messages.extend(kb.messages)
             except Exception as exc:
@@ -336,11 +342,15 @@ class Session:
         document_version: int | None = None,
         generators: Sequence[Any] | None = None,
         seed: int = optimizer.DEFAULT_SEED,
+        verifier: optimizer.Verifier | None = None,
+        already_recorded: Any = None,
     ) -> optimizer.OptimizeResult:
         """One search for ``kernel`` of the file at ``path`` (text ``source``): rules, plus ``model`` when given;
         every candidate verified with :meth:`verify_options`; the stores opened and closed around it.
-        ``generators`` replaces the rules and model (tests)."""
-        verifier = self.verifier(path, **dict(verify_overrides or {}))
+        ``generators`` replaces the rules and model (tests); ``verifier`` wraps or replaces the harness
+        (the sweep's verdict cache around :meth:`verifier`, a scripted one in tests); ``already_recorded``
+        names the verdicts that cache replayed (see :func:`kernel_lsp.services.optimizer.optimize`)."""
+        verifier = verifier or self.verifier(path, **dict(verify_overrides or {}))
         with self.stores(traces=model is not None) as stores:
             # The rules read the file as the compiler does: local headers' macros expanded with the file's flags.
             pre = self.preprocessed(path, source) if generators is None else None
@@ -357,7 +367,7 @@ class Session:
                 result = optimizer.optimize(source, path, kernel, spec, generators=chosen, verifier=verifier, kb=stores.kb,
                                             profile=profile, budget=budget, cancel=cancel, progress=progress,
                                             traces=stores.traces, document_version=document_version, verify=verify,
-                                            seed=seed)
+                                            seed=seed, already_recorded=already_recorded)
         if stores.messages:
             result = dataclasses.replace(result, messages=result.messages + stores.messages)
         return result

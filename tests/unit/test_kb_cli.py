@@ -118,3 +118,16 @@ def test_foreign_file_is_refused_and_left_alone(tmp_path, capsys):
 
 def test_kb_without_action_is_usage_error(capsys):
     assert run_cli(["kb"]) == 2
+
+
+def test_export_from_sqlite_import_into_postgres(tmp_path, pg_url, capsys):
+    mine, out = tmp_path / "mine.db", tmp_path / "x.jsonl"
+    seed_attempt(mine)
+    assert run_cli(["kb", "export", "--db", str(mine), str(out)]) == 0
+    assert run_cli(["kb", "import", "--db", pg_url, str(out)]) == 0
+    assert "imported 1 attempts (0 already known)" in capsys.readouterr().out
+    assert run_cli(["kb", "stats", "--db", pg_url]) == 0
+    stats = capsys.readouterr().out
+    assert pg_url in stats and "attempts        1 (1 accepted, 1 worked examples)" in stats
+    assert run_cli(["kb", "restore", "--db", pg_url]) == 1
+    assert "no rolling backup" in capsys.readouterr().err

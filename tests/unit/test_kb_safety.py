@@ -1,4 +1,5 @@
-"""The knowledge base on hostile or damaged files: foreign files, empty files, backups, malformed imports."""
+"""The knowledge base on hostile or damaged files: foreign files, empty files, backups (SQLite's), and malformed
+imports (on both backends: a SQLite file and a database on a real PostgreSQL server)."""
 
 from __future__ import annotations
 
@@ -162,10 +163,10 @@ def kind(records, name):
     (lambda rs: rs[kind(rs, "attempt")].pop("created_at"), "missing field 'created_at'"),
     (lambda rs: rs[kind(rs, "state")]["priors"][0].update(successes=10**6), "successes <= attempts"),
 ])
-def test_malformed_import_is_rejected_whole(tmp_path, db, damage, expected):
+def test_malformed_import_is_rejected_whole(tmp_path, kb_target, damage, expected):
     records = export_lines(tmp_path)
     damage(records)
-    with KnowledgeBase.open(db) as kb:
+    with KnowledgeBase.open(kb_target) as kb:
         before = (kb.states(), kb.entries(), kb.attempts())
         result = kb.import_jsonl(write(tmp_path, records))
         assert any(expected in p for p in result.problems), result.problems
@@ -174,27 +175,27 @@ def test_malformed_import_is_rejected_whole(tmp_path, db, damage, expected):
         assert (kb.states(), kb.entries(), kb.attempts()) == before
 
 
-def test_huge_and_deep_lines_are_rejected_not_raised(tmp_path, db):
+def test_huge_and_deep_lines_are_rejected_not_raised(tmp_path, kb_target):
     records = export_lines(tmp_path)
     lines = [json.dumps(r) for r in records] + ["9" * 5000, "[" * 100_000]
-    with KnowledgeBase.open(db) as kb:
+    with KnowledgeBase.open(kb_target) as kb:
         result = kb.import_jsonl(write(tmp_path, lines))
     assert any(f"line {len(records) + 1}: not usable JSON" in p for p in result.problems)
     assert any(f"line {len(records) + 2}:" in p for p in result.problems)
     assert result.attempts_added == 0
 
 
-def test_valid_import_still_imports_everything(tmp_path, db):
+def test_valid_import_still_imports_everything(tmp_path, kb_target):
     records = export_lines(tmp_path)
-    with KnowledgeBase.open(db) as kb:
+    with KnowledgeBase.open(kb_target) as kb:
         result = kb.import_jsonl(write(tmp_path, records))
     assert (result.attempts_added, result.states_added, result.problems) == (2, 1, ())
 
 
-def test_import_cli_lists_rejected_lines_and_fails(tmp_path, db, capsys):
+def test_import_cli_lists_rejected_lines_and_fails(tmp_path, kb_target, capsys):
     records = export_lines(tmp_path)
     records[kind(records, "attempt")]["accepted"] = "false"
-    assert run_cli(["kb", "import", "--db", str(db), write(tmp_path, records)]) == 1
+    assert run_cli(["kb", "import", "--db", kb_target, write(tmp_path, records)]) == 1
     err = capsys.readouterr().err
     assert "'accepted' must be bool" in err and "nothing was imported" in err and "Traceback" not in err
 

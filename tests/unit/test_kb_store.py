@@ -1,4 +1,5 @@
-"""The SQLite knowledge base: paths, migrations, concurrency, corruption, export/import, examples."""
+"""The knowledge base on both backends (a SQLite file, a database on a real PostgreSQL server): migrations,
+recording, matching, examples, concurrency, export/import; paths, WAL, corruption and busy files are SQLite's."""
 
 from __future__ import annotations
 
@@ -14,6 +15,7 @@ import pytest
 from kernel_lsp.core import kb_logic
 from kernel_lsp.core.kb_logic import Attempt
 from kernel_lsp.services import kb as kb_service
+from kernel_lsp.services import kb_postgres
 from kernel_lsp.services.kb import KbError, KnowledgeBase
 
 ORIGINAL = """#include <cuda_runtime.h>
@@ -42,8 +44,37 @@ def make_attempt(n: int = 0, **changes) -> Attempt:
 
 
 @pytest.fixture
-def db(tmp_path) -> Path:
+def db(kb_target) -> str:
+    """A new knowledge base on each backend."""
+    return kb_target
+
+
+@pytest.fixture
+def new_target(request, tmp_path, db):
+    """More new knowledge bases on the same backend as ``db``."""
+    names = iter(range(1, 100))
+    if kb_postgres.is_url(db):
+        return request.getfixturevalue("postgres").new_database
+    return lambda: str(tmp_path / f"kb{next(names)}.sqlite3")
+
+
+@pytest.fixture
+def db_file(tmp_path) -> Path:
+    """A SQLite file (for what only a file has: its path, WAL, corruption, busy locks)."""
     return tmp_path / "kb.sqlite3"
+
+
+def raw_connection(target: str):
+    """A connection to the knowledge base's database without kernel-lsp's opening (migrations, seeding)."""
+    if kb_postgres.is_url(target):
+        return kb_postgres.connect(target)
+    return sqlite3.connect(target, isolation_level=None)
+
+
+def index_names(kb: KnowledgeBase) -> set[str]:
+    if kb.is_postgres:
+        return {r[0] for r in kb._read("SELECT indexname FROM pg_indexes WHERE schemaname = current_schema()")}
+    return {r[0] for r in kb._read("SELECT name FROM sqlite_master WHERE type = 'index'")}
 
 
 # ---------------------------------------------------------------- paths and seeding
@@ -56,19 +87,49 @@ def test_path_resolution(tmp_path, monkeypatch):
     monkeypatch.setenv(kb_service.ENV_VAR, str(tmp_path / "env.db"))
     assert kb_service.resolve_db_path(None) == tmp_path / "env.db"
     assert kb_service.resolve_db_path(tmp_path / "explicit.db") == tmp_path / "explicit.db"
+    url = "postgresql://team@db.example/kb"
+    assert kb_service.resolve_target(url) == url
+    monkeypatch.setenv(kb_service.ENV_VAR, url)
+    assert kb_service.resolve_target(None) == url
+    assert kb_service.resolve_target(tmp_path / "explicit.db") == tmp_path / "explicit.db"
 
 
-def test_fresh_database_is_seeded_in_wal_mode(db):
+def test_password_never_shown():
+    assert kb_postgres.redact("postgresql://team:s3cret@db.example:5433/kb") == "postgresql://team:***@db.example:5433/kb"
+    assert kb_postgres.redact("postgresql:///kb?host=/run&password=s3cret") == "postgresql:///kb?host=/run&password=***"
+    assert kb_postgres.redact("postgresql://team@db.example/kb") == "postgresql://team@db.example/kb"
+
+
+def test_unreachable_server_is_a_kb_error(tmp_path):
+    with pytest.raises(KbError, match="cannot connect") as raised:
+        KnowledgeBase.open(f"postgresql://team:s3cret@/kb?host={tmp_path}")
+    assert "s3cret" not in str(raised.value)
+
+
+def test_fresh_database_is_seeded(db):
     with KnowledgeBase.open(db) as kb:
         stats = kb.stats()
         assert stats.schema_version == kb_service.SCHEMA_VERSION
         assert stats.techniques >= 25 and stats.states >= 10 and stats.entries > 0
+        assert stats.size_bytes > 0
         assert kb.messages == ()
-        assert kb._read("PRAGMA journal_mode")[0][0] == "wal"
-        assert kb._read("PRAGMA busy_timeout")[0][0] == kb_service.BUSY_TIMEOUT_MS
-    # Opening again does not duplicate anything (the file size changes with WAL checkpoints).
+    # Opening again does not duplicate anything (the size changes with WAL checkpoints and server pages).
     with KnowledgeBase.open(db) as kb:
         assert replace(kb.stats(), size_bytes=0) == replace(stats, size_bytes=0)
+
+
+def test_sqlite_file_is_in_wal_mode(db_file):
+    with KnowledgeBase.open(db_file) as kb:
+        assert kb._read("PRAGMA journal_mode")[0][0] == "wal"
+        assert kb._read("PRAGMA busy_timeout")[0][0] == kb_service.BUSY_TIMEOUT_MS
+
+
+def test_postgres_speedups_read_back_exactly(pg_url):
+    # PostgreSQL's REAL is 4 bytes: the schema's REAL columns must be DOUBLE PRECISION there.
+    with KnowledgeBase.open(pg_url) as kb:
+        kb.record_attempt(make_attempt(1, speedup=1.2345678901234567))
+        assert kb.attempts()[0].speedup == 1.2345678901234567
+        assert kb.stats().path == pg_url
 
 
 def test_creates_missing_folders(tmp_path):
@@ -185,7 +246,7 @@ def test_hints_for_the_optimizer(db):
 
 
 def test_migrates_v1_database_keeping_data(db):
-    conn = sqlite3.connect(db, isolation_level=None)
+    conn = raw_connection(db)
     conn.execute("CREATE TABLE schema_version (version INTEGER NOT NULL)")
     kb_service.MIGRATIONS[0](conn)  # exactly the tables a v1 kernel-lsp created
     conn.execute("INSERT INTO schema_version (version) VALUES (1)")
@@ -202,8 +263,7 @@ def test_migrates_v1_database_keeping_data(db):
         assert kb.stats().schema_version == kb_service.SCHEMA_VERSION
         [old] = kb.attempts()
         assert old.speedup == 1.4 and old.features == {} and old.generator == ""
-        indexes = {r[0] for r in kb._read("SELECT name FROM sqlite_master WHERE type = 'index'")}
-        assert {"attempts_by_state_technique", "attempts_examples"} <= indexes
+        assert {"attempts_by_state_technique", "attempts_examples"} <= index_names(kb)
         # The old attempt is folded into the recomputed entry on top of the seed prior.
         seed = next(e for e in json.loads((Path(kb_service.__file__).parent.parent / "data" / "states.json").read_text())["states"]
                     if e["name"] == "latency-bound")
@@ -217,12 +277,16 @@ def test_migrates_v1_database_keeping_data(db):
 def test_newer_schema_is_refused_and_left_alone(db):
     with KnowledgeBase.open(db):
         pass
-    conn = sqlite3.connect(db, isolation_level=None)
+    conn = raw_connection(db)
     conn.execute("UPDATE schema_version SET version = ?", (kb_service.SCHEMA_VERSION + 1,))
     conn.close()
     with pytest.raises(KbError, match="newer"):
         KnowledgeBase.open(db)
-    assert not list(db.parent.glob("*.corrupt-*"))
+    if not kb_postgres.is_url(db):
+        assert not list(Path(db).parent.glob("*.corrupt-*"))
+    conn = raw_connection(db)
+    assert conn.execute("SELECT version FROM schema_version").fetchone()[0] == kb_service.SCHEMA_VERSION + 1
+    conn.close()
 
 
 # ---------------------------------------------------------------- concurrency
@@ -236,13 +300,12 @@ def _writer(path: str, worker: int, count: int, start: multiprocessing.synchroni
     kb.close()
 
 
-def test_two_writer_processes_lose_nothing(db):
-    count = 60
+def _writers_lose_nothing(db: str, writers: int, count: int) -> None:
     with KnowledgeBase.open(db) as kb:
         prior = {e.technique: e for e in kb.entries("latency-bound")}["grid-stride-loop"]
     ctx = multiprocessing.get_context("fork")
     start = ctx.Event()
-    workers = [ctx.Process(target=_writer, args=(str(db), w, count, start)) for w in (1, 2)]
+    workers = [ctx.Process(target=_writer, args=(str(db), w, count, start)) for w in range(1, writers + 1)]
     for p in workers:
         p.start()
     start.set()
@@ -251,21 +314,31 @@ def test_two_writer_processes_lose_nothing(db):
         assert p.exitcode == 0
     with KnowledgeBase.open(db) as kb:
         log = kb.attempts()
-        assert len(log) == 2 * count
-        assert {a.kernel_hash for a in log} == {f"w{w}-{n}" for w in (1, 2) for n in range(count)}
+        assert len(log) == writers * count
+        assert {a.kernel_hash for a in log} == {f"w{w}-{n}" for w in range(1, writers + 1) for n in range(count)}
         entry = {e.technique: e for e in kb.entries("latency-bound")}["grid-stride-loop"]
         # Every update landed: the entry counts all attempts, and equals a replay of the log.
-        assert entry.attempts == prior.attempts + 2 * count
-        assert entry.successes == prior.successes + 2 * count
+        assert entry.attempts == prior.attempts + writers * count
+        assert entry.successes == prior.successes + writers * count
         replayed = kb_logic.replay([prior], [(a.state, a.technique, a.speedup, a.accepted) for a in log])
         assert replayed[("latency-bound", "grid-stride-loop")] == entry
+
+
+def test_two_writer_processes_lose_nothing(db):
+    _writers_lose_nothing(db, 2, 60)
+
+
+def test_eight_writers_into_postgres_keep_every_attempt(postgres):
+    # A fresh database: the eight writers' first open also races on migrating and seeding it.
+    _writers_lose_nothing(postgres.new_database(), 8, 40)
 
 
 # ---------------------------------------------------------------- corruption
 
 
 @pytest.mark.parametrize("damage", ["garbage", "truncated"])
-def test_corrupt_file_is_moved_aside(db, damage):
+def test_corrupt_file_is_moved_aside(db_file, damage):
+    db = db_file
     if damage == "garbage":
         # A SQLite header over random pages: a damaged database (a file without the header is refused instead).
         db.write_bytes(b"SQLite format 3\x00" + os.urandom(8192))
@@ -296,8 +369,8 @@ def _content(kb: KnowledgeBase):
     return kb.states(), kb.entries(), kb.attempts()
 
 
-def test_export_import_round_trip_and_idempotent(tmp_path):
-    source = KnowledgeBase.open(tmp_path / "a.db")
+def test_export_import_round_trip_and_idempotent(tmp_path, db, new_target):
+    source = KnowledgeBase.open(db)
     derived = source.match_state(FAR)
     assert derived.is_new
     for n in range(5):
@@ -306,7 +379,7 @@ def test_export_import_round_trip_and_idempotent(tmp_path):
     exported = source.export_jsonl(tmp_path / "out.jsonl")
     assert (exported.states, exported.attempts) == (1, 6)
 
-    target = KnowledgeBase.open(tmp_path / "b.db")
+    target = KnowledgeBase.open(new_target())
     first = target.import_jsonl(tmp_path / "out.jsonl")
     assert (first.attempts_added, first.attempts_duplicate, first.states_added, first.problems) == (6, 0, 1, ())
     assert _content(target) == _content(source)
@@ -320,13 +393,14 @@ def test_export_import_round_trip_and_idempotent(tmp_path):
     target.close()
 
 
-def test_import_merges_with_local_attempts(tmp_path):
-    team = KnowledgeBase.open(tmp_path / "team.db")
+def test_import_merges_with_local_attempts(tmp_path, db, new_target):
+    team = KnowledgeBase.open(db)
     team.record_attempt(make_attempt(1, speedup=1.4))
     team.export_jsonl(tmp_path / "team.jsonl")
-    mine = KnowledgeBase.open(tmp_path / "mine.db")
+    mine = KnowledgeBase.open(new_target())
     mine.record_attempt(make_attempt(2, speedup=1.1))
-    prior = {e.technique: e for e in KnowledgeBase.open(tmp_path / "fresh.db").entries("latency-bound")}["grid-stride-loop"]
+    with KnowledgeBase.open(new_target()) as fresh:
+        prior = {e.technique: e for e in fresh.entries("latency-bound")}["grid-stride-loop"]
     assert mine.import_jsonl(tmp_path / "team.jsonl").attempts_added == 1
     entry = {e.technique: e for e in mine.entries("latency-bound")}["grid-stride-loop"]
     assert entry == kb_logic.update_entry(kb_logic.update_entry(prior, 1.1, True), 1.4, True)
@@ -381,7 +455,8 @@ def test_stats_by_technique(db):
         assert by["kernel-fusion"].mean_speedup is None
 
 
-def test_busy_database_is_retried_then_reported(db, monkeypatch):
+def test_busy_database_is_retried_then_reported(db_file, monkeypatch):
+    db = db_file
     monkeypatch.setattr(kb_service, "BUSY_TIMEOUT_MS", 50)
     monkeypatch.setattr(kb_service, "WRITE_RETRIES", 2)
     kb = KnowledgeBase.open(db)
@@ -394,3 +469,22 @@ def test_busy_database_is_retried_then_reported(db, monkeypatch):
     assert len(kb.attempts()) == 1
     holder.close()
     kb.close()
+
+
+def test_export_from_sqlite_imports_into_postgres_and_back(tmp_path, pg_url):
+    """``kb export`` / ``kb import`` move a knowledge base between the backends without changing it."""
+    with KnowledgeBase.open(tmp_path / "mine.sqlite3") as mine:
+        derived = mine.match_state(FAR)
+        for n in range(4):
+            mine.record_attempt(make_attempt(n, speedup=1.0 + n / 7, accepted=n != 2))
+        mine.record_attempt(make_attempt(7, state=derived.state, technique="kernel-fusion", speedup=None, accepted=False))
+        mine.export_jsonl(tmp_path / "mine.jsonl")
+        expected = _content(mine)
+    with KnowledgeBase.open(pg_url) as team:
+        assert team.import_jsonl(tmp_path / "mine.jsonl").attempts_added == 5
+        assert _content(team) == expected
+        team.export_jsonl(tmp_path / "team.jsonl")
+    assert (tmp_path / "team.jsonl").read_text() == (tmp_path / "mine.jsonl").read_text()
+    with KnowledgeBase.open(tmp_path / "back.sqlite3") as back:
+        back.import_jsonl(tmp_path / "team.jsonl")
+        assert _content(back) == expected

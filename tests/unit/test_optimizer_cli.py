@@ -98,3 +98,21 @@ def test_bad_usage(example: Path, capsys) -> None:
     assert cli.main(["optimize", str(example / "original.cu")]) == 2  # no spec anywhere
     assert "no single sidecar or in-source spec" in capsys.readouterr().err
     assert _run(example, "--kernel", "other") == 2
+
+
+def test_explain_judges_on_the_view_with_the_files_headers(tmp_path: Path, capsys) -> None:
+    """A size from a local header (``#define N`` in ``sizes.h``): the search saw it, and so must the
+    rule verdicts --explain prints (they were judged on the file alone, and contradicted the list)."""
+    (tmp_path / "sizes.h").write_text("#define N 1024\n")
+    (tmp_path / "k.cu").write_text('#include "sizes.h"\n__global__ void k(const float* a, float* y) {\n'
+                                   "  int i = blockIdx.x * blockDim.x + threadIdx.x;\n  if (i < N) {\n"
+                                   "    for (int j = 0; j < N; j++) y[i] += a[j * N + i];\n  }\n}\n")
+    spec = {"kernel": "k", "params": [{"name": "a", "array": "float32", "size": "1024*1024", "init": "uniform(-1,1)", "role": "in"},
+                                      {"name": "y", "array": "float32", "size": "1024", "init": "zeros", "role": "inout"}],
+            "grid": [4, 1, 1], "block": [256, 1, 1]}
+    (tmp_path / "spec.json").write_text(json.dumps(spec))
+    assert cli.main(["optimize", str(tmp_path / "k.cu"), "--spec", str(tmp_path / "spec.json"), "--no-kb",
+                     "--dry-run", "--explain"]) == 0
+    out = capsys.readouterr().out
+    assert "(rule:register-accumulate)" in out
+    assert "rule register-accumulate: applies" in out

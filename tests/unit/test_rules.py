@@ -336,3 +336,29 @@ def test_apply_raises_when_preconditions_fail() -> None:
     ctx = RuleContext(COPY_2D, index, index.function("k"), parse_spec(SPEC_2D))
     with pytest.raises(ValueError, match="preconditions"):
         rule_by_name("tiled-transpose").apply(ctx)
+
+
+def _block_sizes(source: str, spec: dict) -> list[int]:
+    return sorted(r.launch_override["block"][0] for r in _rule("block-size", source, spec).rewrites)
+
+
+def test_block_size_never_adds_threads_that_pass_the_guard() -> None:
+    """PolyBench adi: one block of 256 threads over n = 1024 rows. Rounding the grid up to one block of
+    512 threads would make rows 256..511 computed too (the harness saw 221738 wrong elements): only
+    sizes that divide the 256 threads exactly stay."""
+    fixed = dict(SPEC_1D, grid=[1, 1, 1], variants=[{"n": 4096}])
+    assert _block_sizes(ELEMENTWISE, fixed) == [128]
+
+
+def test_block_size_without_a_guard_keeps_the_thread_count_exact() -> None:
+    """SHOC md: no bounds check at all, the grid is n / 256 blocks: a block of 1024 rounds up past the
+    arrays' end (the harness saw an illegal address) unless the block count divides exactly (1002
+    blocks of 256 are no whole number of blocks of 1024)."""
+    unguarded = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    float v = x[i];\n    if (v < 0.0f) v = -v;\n    y[i] = v;")
+    spec = dict(SPEC_1D, grid=["n/256", "1", "1"], params=[dict(SPEC_1D["params"][0], value=256 * 600), *SPEC_1D["params"][1:]],
+                variants=[{"n": 256 * 1002}])
+    assert _block_sizes(unguarded, spec) == [128, 512]
+
+
+def test_block_size_rounds_up_where_the_original_threads_reach_the_guard() -> None:
+    assert _block_sizes(ELEMENTWISE, SPEC_1D) == [128, 512, 1024]

@@ -15,8 +15,7 @@ EXTENSION = Path(__file__).resolve().parents[2] / "editors" / "vscode" / "packag
 
 
 @pytest.mark.parametrize("key", ["nvccPath", "ncuPath", "profileProgram", "profileArgs", "model", "modelLora",
-                                 "modelEndpoint", "kbPath",
-                                 "allowedCompilers"])
+                                 "modelEndpoint", "kbPath", "kbUrl", "allowedCompilers"])
 def test_workspace_layer_cannot_set_user_level_settings(key):
     value = ["/evil"] if key in ("profileArgs", "allowedCompilers") else "/evil"
     settings = resolve(("user file", {}), ("workspace settings", {key: value, "arch": "sm_80"}, False))

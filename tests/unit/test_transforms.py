@@ -170,3 +170,70 @@ def test_without_a_launch_in_the_file_the_host_change_is_stated():
     edit = scale_launches(GEMV, "gemv", (32, 1, 1))
     assert edit.source == GEMV and edit.lines == ()
     assert "launch it with 32 x 1 x 1 times the blocks" in edit.instruction
+
+
+CSR_FUNCTOR = """
+struct Reader {
+    const float* __restrict__ vec;
+    __device__ __forceinline__ float operator()(const int idx) const { return vec[idx]; }
+};
+template <typename R>
+__global__ void csr(const float* val, const int* cols, const int* rows, const int dim, float* out, const float* vec)
+{
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    R read = {vec};
+    if (row < dim) {
+        float t = 0.0f;
+        for (int j = rows[row]; j < rows[row + 1]; j++) t += val[j] * read(cols[j]);
+        out[row] = t;
+    }
+}
+template __global__ void csr<Reader>(const float* val, const int* cols, const int* rows, const int dim, float* out, const float* vec);
+"""
+CSR_SPEC = spec_of("csr", [arr("val", "dim*16"), {"name": "cols", "array": "int32", "size": "dim*16", "init": "csr_colidx(dim,dim,16)", "role": "in"},
+                           {"name": "rows", "array": "int32", "size": "dim+1", "init": "csr_rowptr(dim,16)", "role": "in"},
+                           scalar("dim", 4096), arr("out", "dim", "out"), arr("vec", "dim")],
+                   ["ceil_div(dim,128)", 1, 1], [128, 1, 1], [{"dim": 1000}])
+
+
+def test_a_function_object_is_analysed_through_its_call_operator():
+    """SHOC's texture readers (``texReader r = {vec}; r(col)``): the call is the struct's
+    ``operator()`` with its member bound to ``vec``, not unknown code, so the CSR row loop is a
+    thread-per-row loop and a warp per row applies (it was refused: "calls code the analysis does not see")."""
+    from kernel_lsp.core.analysis import analyze
+
+    facts = analyze(CSR_FUNCTOR)["csr"]
+    assert not any(loop.calls_unknown for loop in facts.loops)
+    assert [a.via for a in facts.accesses if a.array == "vec"] == [("operator()",)]
+    assert "vec" not in facts.escaped
+
+
+def test_warp_per_row_applies_to_csr_through_a_function_object(tmp_path):
+    found = outcome("warp-per-row", CSR_FUNCTOR, CSR_SPEC)
+    assert found.applicable, found.why
+    assert "j += 32" in found.rewrites[0].source and "kl_warp_sum(t)" in found.rewrites[0].source
+    if shutil.which("nvcc"):
+        compiles(found.rewrites[0].source, tmp_path)
+
+
+def test_warp_per_row_still_refuses_a_call_operator_that_reads_the_thread_index():
+    reads_tid = CSR_FUNCTOR.replace("return vec[idx];", "return vec[idx] + threadIdx.x;")
+    found = outcome("warp-per-row", reads_tid, CSR_SPEC)
+    assert not found.applicable and "reads the thread or block index" in found.why
+
+
+def test_warp_per_row_applies_to_the_shoc_csr_kernel(tmp_path):
+    import json
+    from pathlib import Path
+
+    from kernel_lsp.core.source import preprocess
+
+    entry = Path(__file__).resolve().parents[2] / "benchmarks/corpus/shoc_spmv_csr_scalar"
+    source = (entry / "kernel.cu").read_text()
+    spec = json.loads((entry / "spec.json").read_text())
+    pre = preprocess(source, path=str(entry / "kernel.cu"))
+    found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("warp-per-row")], preprocessed=pre)[0]
+    assert found.applicable, found.why
+    assert found.rewrites[0].grid_scale == (32, 1, 1)
+    if shutil.which("nvcc"):
+        compiles(found.rewrites[0].source, tmp_path)

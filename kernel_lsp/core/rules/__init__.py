@@ -31,23 +31,42 @@ from kernel_lsp.core.rules.structural import (
 )
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
+from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToShuffle
+from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
+from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SectorPerRow, SmallerBlocks, SplitLoop
+from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
+from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore
+from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
+from kernel_lsp.core.transforms.tile_contraction import TileContraction
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Default order: structural templates (large, pattern-proven wins) first, then local edits.
 RULES: tuple[Rule, ...] = (
+    TileContraction(),
     RegisterAccumulate(),
     WarpPerRow(),
+    SectorPerRow(),
+    SplitLoop(),
+    StencilRowReuse(),
+    TreeToShuffle(),
+    AtomicToBlockReduce(),
+    SharedPrivatize(),
     TiledTranspose(),
     TiledMatmul(),
+    SharedTileStore(),
+    SharedTileLoad(),
     TreeReductionToShuffle(),
     AtomicPerBlock(),
     PrivatizedHistogram(),
     RowParallel(),
     VectorCsr(),
     VectorizeElementwise(),
+    FixedTripUnroll(),
     IndexSwap(),
     GridStride(),
+    SmallerBlocks(),
+    FullerBlocks(),
     BlockSizeSweep(),
     RestrictConst(),
     ReadOnlyLoads(),
@@ -56,7 +75,9 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "sector-per-row", "tile-contraction",
+                        "fixed-trip-unroll", "tree-to-shuffle", "atomic-to-block-reduce", "shared-privatize",
+                        "shared-tile-store", "shared-tile-load"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 
@@ -154,7 +175,7 @@ class RuleGenerator:
                 seen.add(key)
                 name = f"rule:{outcome.rule}" + (f"[{rw.variant}]" if rw.variant else "")
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, name, rw.description, rw.launch_override,
-                                      grid_scale=rw.grid_scale)
+                                      grid_scale=rw.grid_scale, block=rw.block)
                 yield candidate
                 if outcome.rule in COMPOSABLE and not rw.launch_override:
                     yield from self._sequences(request, candidate, (outcome.rule,), seen)
@@ -178,7 +199,7 @@ class RuleGenerator:
                 sequence = (*done, outcome.rule)
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, "rule:" + "+".join(sequence),
                                       f"{base.description}; then {rw.description}", rw.launch_override,
-                                      grid_scale=rw.grid_scale, after=base.generator)
+                                      grid_scale=rw.grid_scale, block=rw.block, after=base.generator)
                 yield candidate
                 if not rw.launch_override:
                     yield from self._sequences(request, candidate, sequence, seen)

@@ -39,6 +39,8 @@ class Rewrite:
     """The spec's ``candidate`` field (grid/block/dynamic_smem expressions) for this rewrite, or None: original launch."""
     variant: str = ""
     grid_scale: tuple[int, int, int] | None = None
+    block: tuple[int, int, int] | None = None
+    """The block the host launches instead, with the grid grown to keep the threads per axis (smaller blocks)."""
     """The launch change in the host's terms: blocks per axis relative to the original grid."""
     """Tells several rewrites of one rule apart (``block=512``)."""
 

@@ -215,9 +215,42 @@ class BlockSizeSweep(Rule):
             if size == bx:
                 continue
             override = {"grid": [f"(({gx})*{bx}+{size - 1})/{size}", "1", "1"], "block": [size, 1, 1], "dynamic_smem": ctx.spec.launch.dynamic_smem}
-            if _launch_ok(ctx, override):
+            if _launch_ok(ctx, override) and same_work(ctx, override):
                 out.append(Rewrite(ctx.source, f"block {bx} -> {size}, grid recomputed to cover the same threads", override, f"block={size}"))
         return tuple(out)
+
+
+def guard_bound(ctx: RuleContext, variant: int | None) -> int | None:
+    """The value at the spec's size ``variant`` of ``N`` in the body's ``if (i < N)`` (or ``if (i >= N)
+    return;``) on the global index: the threads at or past it do nothing. None when there is no such
+    guard or its bound does not evaluate."""
+    found = _guarded_body(ctx)
+    if found is None or ctx.spec is None:
+        return None
+    constants = {k: str(v) for k, v in ctx.spec.values(variant).items() if isinstance(v, int)}
+    constants.update({k: v for k, v in ctx.preprocessed.object_macros().items() if k not in constants})
+    return evaluate_int(found[2], constants)
+
+
+def same_work(ctx: RuleContext, override: dict) -> bool:
+    """A 1-D launch ``override`` runs the original's threads' work and nothing more, at every size of the
+    spec: the same number of threads, or more threads where the original's already reach the body's
+    guard (the extra ones, past the bound, do nothing). A grid rounded up past the original's threads
+    is illegal otherwise: a kernel whose guard reaches further than its launch (``i < n`` with fewer than
+    ``n`` threads) would compute elements the original leaves alone, and one without a guard would read
+    past its arrays."""
+    assert ctx.spec is not None
+    candidate = with_candidate_launch(ctx.spec, override)
+    for variant in [None, *range(len(ctx.spec.variants))]:
+        resolved = candidate.resolve(variant)
+        before = resolved.original.grid[0] * resolved.original.block[0]
+        after = resolved.candidate.grid[0] * resolved.candidate.block[0]
+        if after == before:
+            continue
+        bound = guard_bound(ctx, variant)
+        if after < before or bound is None or bound > before:
+            return False
+    return True
 
 
 def _guarded_body(ctx: RuleContext):

@@ -3,13 +3,17 @@
 Transformations decide from the access analysis, whose byte ranges refer to the preprocessed
 text; they edit that text (:class:`BodyEdit`) and the result replaces the kernel's body in the
 file the user wrote (:func:`splice_body`). The kernel's signature, the rest of the file and
-every macro definition stay as written; a macro used inside the body appears expanded in the
-candidate (its description says so).
+every macro definition stay as written. A rewrite that rebuilds the body from its statements
+copies them from the user's text (:class:`UserText`, checked by :func:`expands_to`); only where
+that fails does a macro used inside the body appear expanded in the candidate (its description
+says so).
 """
 
 from __future__ import annotations
 
 import bisect
+import difflib
+import re
 
 from dataclasses import dataclass, field
 
@@ -17,7 +21,7 @@ from tree_sitter import Node
 
 from kernel_lsp.core.analysis import KernelFacts, parse_text
 from kernel_lsp.core.index import Function
-from kernel_lsp.core.source import Preprocessed, blank_comments
+from kernel_lsp.core.source import Preprocessed, blank_comments, preprocess
 
 
 class EmitError(ValueError):
@@ -214,3 +218,123 @@ def warp_reduce_helpers(ops: set[str], source: str) -> str:
         out.append(f"template <typename T>\n__device__ __forceinline__ T {name}(T v) {{\n"
                    f"    for (int o = 16; o > 0; o >>= 1) {bodies[op]}\n    return v;\n}}\n")
     return "".join(out)
+
+
+_TOKEN = re.compile(rb"[A-Za-z_0-9.]+|\"(?:[^\"\\\n]|\\.)*\"|'(?:[^'\\\n]|\\.)*'|\S")
+
+
+def _tokens(data: bytes, lo: int, hi: int) -> list[tuple[int, int, bytes]]:
+    return [(lo + m.start(), lo + m.end(), m.group()) for m in _TOKEN.finditer(data[lo:hi])]
+
+
+class UserText:
+    """The user's own text (macros as written) for spans of the kernel's preprocessed body.
+
+    A rewrite that builds a new body from statements of the old one copies them from here, so the
+    candidate keeps ``NJ`` where the user wrote ``NJ`` (not the ``4096`` it expands to). The two
+    bodies are aligned token by token; a span maps when its first and last tokens are aligned, a
+    substitution inside it likewise (what it replaces may hold a macro's name). Alignment is a heuristic, so the
+    caller checks the result with :func:`expands_to` before using it.
+    """
+
+    def __init__(self, pre: Preprocessed, facts: KernelFacts, source: str, function: Function):
+        self.pre_src = pre.text.encode("utf-8")
+        # Comments blanked byte for byte, so offsets stay those of the user's file.
+        self.user_src = b"".join(c.encode("utf-8") if b == c else b" " * len(c.encode("utf-8"))
+                                 for c, b in zip(source, blank_comments(source)))
+        self.ok = function.body_span is not None
+        if not self.ok:
+            return
+        self.pre_tokens = _tokens(self.pre_src, *facts.body_span)
+        self.user_tokens = _tokens(self.user_src, function.body_span.start_byte, function.body_span.end_byte)
+        matcher = difflib.SequenceMatcher(None, [t[2] for t in self.pre_tokens], [t[2] for t in self.user_tokens],
+                                          autojunk=False)
+        self.match: dict[int, int] = {}
+        for a, b, size in matcher.get_matching_blocks():
+            for k in range(size):
+                self.match[a + k] = b + k
+        self.starts = [t[0] for t in self.pre_tokens]
+        self.ends = [t[1] for t in self.pre_tokens]
+
+    def _range(self, lo: int, hi: int) -> tuple[int, int, int, int] | None:
+        """(first, last pre token, first, last user token) of the pre span [lo, hi) (blanks around
+        it left out), or None."""
+        i0 = bisect.bisect_left(self.starts, lo)
+        i1 = bisect.bisect_right(self.ends, hi) - 1
+        if i0 >= len(self.starts) or i1 < i0 or self.pre_src[lo:self.starts[i0]].strip() or \
+                self.pre_src[self.ends[i1]:hi].strip():
+            return None
+        u0, u1 = self._user_start(i0), self._user_end(i1)
+        if u0 is None or u1 is None or u1 < u0:
+            return None
+        return i0, i1, u0, u1
+
+    def _user_start(self, i: int) -> int | None:
+        """The user token where pre token ``i`` starts: its match, or, when it begins a run of
+        tokens from a macro's expansion (``DATA_TYPE`` written, ``float`` seen), the first user
+        token after the previous match."""
+        if i in self.match:
+            return self.match[i]
+        if i > 0 and i - 1 not in self.match:
+            return None
+        return self.match[i - 1] + 1 if i > 0 else None
+
+    def _user_end(self, i: int) -> int | None:
+        if i in self.match:
+            return self.match[i]
+        if i + 1 not in self.match:
+            return None
+        return self.match[i + 1] - 1
+
+    def user_range(self, lo: int, hi: int) -> tuple[int, int] | None:
+        """The user's byte range holding the code of the preprocessed span [lo, hi)."""
+        if not self.ok:
+            return None
+        found = self._range(lo, hi)
+        if found is None:
+            return None
+        _, _, u0, u1 = found
+        return self.user_tokens[u0][0], self.user_tokens[u1][1]
+
+    def span(self, lo: int, hi: int, subs: list[tuple[int, int, str]] | tuple = ()) -> str | None:
+        """The user's text of the preprocessed span [lo, hi) with ``subs`` (pre spans inside it and
+        their new text) applied; None when some part does not map."""
+        outer = self.user_range(lo, hi)
+        if outer is None:
+            return None
+        placed = []
+        for s, e, new in subs:
+            if s == e:
+                return None
+            found = self._range(s, e)
+            if found is None:
+                return None
+            _, _, u0, u1 = found
+            placed.append((self.user_tokens[u0][0], self.user_tokens[u1][1], new))
+        out, at = [], outer[0]
+        for s, e, new in sorted(placed):
+            if s < at:
+                return None
+            out += [self.user_src[at:s].decode("utf-8"), new]
+            at = e
+        out.append(self.user_src[at:outer[1]].decode("utf-8"))
+        return "".join(out)
+
+
+def expands_to(user_text: str, pre_text: str, pre: Preprocessed) -> bool:
+    """Whether ``user_text``, expanded with the file's macros, is ``pre_text`` token for token (the
+    check that a body rebuilt from the user's text means what the rewrite built on the
+    preprocessed one)."""
+    lines = []
+    for m in pre.macros.values():
+        if m.params is None:
+            lines.append(f"#define {m.name} {m.body}")
+        else:
+            params = ", ".join("..." if p == "__VA_ARGS__" else p for p in m.params)
+            lines.append(f"#define {m.name}({params}) {m.body}")
+    expanded = preprocess("\n".join(lines) + "\n" + user_text)
+    if expanded.errors:
+        return False
+    got = expanded.text.encode("utf-8")
+    want = blank_comments(pre_text).encode("utf-8")
+    return [t[2] for t in _tokens(got, 0, len(got))] == [t[2] for t in _tokens(want, 0, len(want))]

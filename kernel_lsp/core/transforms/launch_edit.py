@@ -4,7 +4,9 @@ A transformation that changes how many threads do the work (a warp per row: 32 t
 states it as a grid scale; the harness verified the kernel under the spec's launch scaled the same
 way, and this module applies that scale to every launch of the kernel in the file, whatever the
 grid is written as: ``dim3(dim3(G).x * 32, dim3(G).y, dim3(G).z)`` holds for an integer and for a
-``dim3`` alike. Where the file has no launch of the kernel, the result says what the host must
+``dim3`` alike. A rewrite that launches the same threads in other blocks (smaller blocks over more
+SMs, or fuller 2-D blocks) names its block; the grid becomes ``dim3(G).x * dim3(B).x / b`` per
+axis, in the host's own terms. Where the file has no launch of the kernel, the result says what the host must
 change instead.
 """
 
@@ -28,9 +30,10 @@ class HostLaunchEdit:
 def applied_source(candidate, original: str | None = None) -> HostLaunchEdit:  # noqa: ANN001 - core.candidates.Candidate
     """What "Apply" writes for a verified candidate: its source, with the launches rescaled when it needs it.
     With ``original`` (the file the user has now), ``lines`` are the launches' lines there."""
-    if candidate.grid_scale is None:
+    if candidate.grid_scale is None and candidate.block is None:
         return HostLaunchEdit(candidate.source, (), None)
-    edit = scale_launches(candidate.source, candidate.kernel, tuple(candidate.grid_scale))
+    block = tuple(candidate.block) if candidate.block is not None else None
+    edit = scale_launches(candidate.source, candidate.kernel, tuple(candidate.grid_scale or (1, 1, 1)), block)
     if original is not None and edit.lines:
         before = tuple(sorted(launch.span.start.line + 1 for launch in build_index(original).launches_of(candidate.kernel)))
         if len(before) == len(edit.lines):
@@ -44,8 +47,18 @@ def scaled_grid(grid: str, scale: tuple[int, int, int]) -> str:
     return f"dim3({', '.join(parts)})"
 
 
-def scale_launches(source: str, kernel: str, scale: tuple[int, int, int]) -> HostLaunchEdit:
-    """Every ``kernel<<<grid, …>>>`` of ``source`` launched with ``scale`` times the blocks per axis."""
+def reshaped_grid(grid: str, block: str, new_block: tuple[int, int, int]) -> str:
+    """The grid that keeps the threads per axis of ``<<<grid, block>>>`` in blocks of ``new_block``
+    (the rewrite proved the threads per axis a multiple of the new block at every size of the spec)."""
+    g, b = grid.strip(), block.strip()
+    parts = [f"dim3({g}).{axis} * dim3({b}).{axis}" + (f" / {k}" if k != 1 else "") for axis, k in zip("xyz", new_block)]
+    return f"dim3({', '.join(parts)})"
+
+
+def scale_launches(source: str, kernel: str, scale: tuple[int, int, int],
+                   block: tuple[int, int, int] | None = None) -> HostLaunchEdit:
+    """Every ``kernel<<<grid, …>>>`` of ``source`` launched with ``scale`` times the blocks per axis, and
+    with ``block`` (when given) instead of its block, the grid grown to keep the threads per axis."""
     data = source.encode("utf-8")
     index = build_index(source)
     edits: list[tuple[int, int, str, int]] = []
@@ -56,12 +69,27 @@ def scale_launches(source: str, kernel: str, scale: tuple[int, int, int]) -> Hos
         at = data.find(grid, open_at + 3, end) if open_at >= 0 else -1
         if at < 0:
             continue
-        edits.append((at, at + len(grid), scaled_grid(launch.grid, scale), launch.span.start.line + 1))
+        if block is None:
+            edits.append((at, at + len(grid), scaled_grid(launch.grid, scale), launch.span.start.line + 1))
+            continue
+        old_block = launch.block.encode("utf-8")
+        at_block = data.find(old_block, at + len(grid), end)
+        if at_block < 0:
+            continue
+        new_grid = reshaped_grid(launch.grid, launch.block, block)
+        new_grid = new_grid if scale == (1, 1, 1) else scaled_grid(new_grid, scale)
+        edits.append((at, at + len(grid), new_grid, launch.span.start.line + 1))
+        edits.append((at_block, at_block + len(old_block), f"dim3({', '.join(str(k) for k in block)})",
+                      launch.span.start.line + 1))
     if not edits:
         factors = " x ".join(str(k) for k in scale)
+        if block is not None:
+            return HostLaunchEdit(source, (), f"no launch of {kernel} in this file: launch it in blocks of "
+                                               f"{' x '.join(str(k) for k in block)} threads, the grid grown to keep the "
+                                               f"threads per axis" + (f", then {factors} times the blocks" if scale != (1, 1, 1) else ""))
         return HostLaunchEdit(source, (), f"no launch of {kernel} in this file: launch it with {factors} times the "
                                            "blocks of the original grid (the block stays)")
     out = data
     for start, end, text, _ in sorted(edits, reverse=True):
         out = out[:start] + text.encode("utf-8") + out[end:]
-    return HostLaunchEdit(out.decode("utf-8"), tuple(sorted(line for *_, line in edits)), None)
+    return HostLaunchEdit(out.decode("utf-8"), tuple(sorted({line for *_, line in edits})), None)

@@ -40,7 +40,7 @@ from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, warp_reduce_helpers
 
-_BUILTIN_FIELDS = {("threadIdx", "x"): "kl_vtid", ("blockIdx", "x"): "kl_vbid", ("gridDim", "x"): "(gridDim.x >> 5)"}
+_BUILTIN_FIELDS = {("threadIdx", "x"): "kl_vtid", ("blockIdx", "x"): "kl_vbid", ("gridDim", "x"): "(gridDim.x / {lanes}u)"}
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
@@ -79,6 +79,63 @@ def _balance(patterns, loops: set[int]) -> tuple[int, int]:
         elif p.pattern == "coalesced" and p.loop_stride_elems not in (0, 1, -1):
             worse += 1
     return better, worse
+
+
+def _lane_races(plans: list[_LoopPlan], facts: KernelFacts) -> str | None:
+    """Outside the split loops every lane of a group runs the original thread's code: each store
+    there happens once per lane, and an element stored in a split loop by one lane may be read by
+    another. The lanes of a group only wait for each other at an accumulator's shuffle (after its
+    loop), so a read and a store of one array race unless such a shuffle lies between them, or the
+    store comes first and every lane stores the same value there (outside the split loops)."""
+    split = {p.loop.id: p for p in plans}
+    syncs = [p.loop.span[1] for p in plans if p.accumulators]
+
+    def synced(a: int, b: int) -> bool:
+        lo, hi = sorted((a, b))
+        return any(lo < at <= hi for at in syncs)
+
+    accesses = [a for a in facts.accesses if a.space == "global"]
+    for w in (a for a in accesses if a.writes):
+        w_split = set(w.loops) & split.keys()
+        for r in (a for a in accesses if a.array == w.array and a.reads):
+            r_split = set(r.loops) & split.keys()
+            if w_split and w_split == r_split:
+                continue  # within one split loop: the loop's own conditions
+            if (set(r.loops) & set(w.loops)) - split.keys():
+                return f"`{r.text}` and `{w.text}` share a loop that every lane runs: a lane may read another's store"
+            if r is w and not w_split:
+                return f"`{w.text}` outside the split loops is a read-modify-write: each lane would apply it"
+            # A store's left side comes before the read on its right (``y[i] = y[i] * 2``) but runs after it.
+            if not w_split and r.span[0] > w.span[0] and r.line != w.line:
+                continue
+            if not synced(r.span[0], w.span[0]):
+                return f"`{r.text}` may read `{w.array}` after another lane of its group stored it (`{w.text}`)"
+    return None
+
+
+def _counter_read_after(loop: Node, var: str, facts: KernelFacts, root: Node, src: bytes) -> bool:
+    """A counter declared before its loop (``int j; for (j = 0; …)``) whose value after the loop is
+    used: the first mention of it after the loop is anything but a plain assignment to it."""
+    init = loop.child_by_field_name("initializer")
+    if init is not None and init.type == "declaration":
+        return False
+    stack = [root.descendant_for_byte_range(*facts.body_span) or root]
+    first = None
+    while stack:
+        n = stack.pop()
+        if n.end_byte <= loop.end_byte or n.start_byte >= facts.body_span[1]:
+            continue
+        if n.type == "identifier" and n.start_byte >= loop.end_byte and _text(src, n) == var:
+            if first is None or n.start_byte < first.start_byte:
+                first = n
+            continue
+        stack.extend(n.children)
+    if first is None:
+        return False
+    parent = first.parent
+    return not (parent is not None and parent.type == "assignment_expression" and parent.child_by_field_name("left") == first
+                and _text(src, parent.child_by_field_name("operator")) == "="
+                and var not in _NAME.findall(_text(src, parent.child_by_field_name("right"))))
 
 
 def _calls(node: Node, src: bytes) -> set[str]:
@@ -140,23 +197,49 @@ class WarpPerRow(Rule):
         plans: list[_LoopPlan] = []
         reasons: list[str] = []
         for loop in facts.loops:
-            if loop.parent is not None or not _walks_row(facts, loop, patterns):
+            if loop.parent is not None or not self._motivates(ctx, loop, patterns):
                 continue
             why, accumulators = self._loop_refusal(facts, loop, root, src)
             if why:
                 reasons.append(f"the loop at line {(loop.user_line or 0) + 1}: {why}")
                 continue
             plans.append(_LoopPlan(loop, accumulators))
-        if plans:
-            better, worse = _balance(patterns, {p.loop.id for p in plans})
-            if better <= worse:
-                return None, (f"{worse} access(es) coalesced across threads would become a row apart across lanes, "
-                              f"against {better} that would become coalesced")
+        if plans and not reasons:
+            why = _lane_races(plans, facts) or self._unprofitable(ctx, patterns, plans)
+            if why:
+                return None, why
         if not plans:
-            return None, "; ".join(reasons) or "no loop walks a row per thread (unit stride along the loop, a row apart across the warp)"
+            return None, "; ".join(reasons) or self.nothing_to_split
         if reasons:
             return None, "; ".join(reasons)
         return plans, ""
+
+    #: What the split loops were found to do (the reason to split them).
+    loop_claim = "walk a row per thread"
+    #: The refusal when no loop gives a reason to rewrite.
+    nothing_to_split = "no loop walks a row per thread (unit stride along the loop, a row apart across the warp)"
+
+    def lanes(self, ctx: RuleContext) -> int:
+        """How many lanes share an original thread's loop (a power of two dividing 32)."""
+        return 32
+
+    def _motivates(self, ctx: RuleContext, loop: LoopFact, patterns) -> bool:
+        """The loop is worth splitting: it walks a row per thread."""
+        return _walks_row(ctx.facts, loop, patterns)
+
+    def _unprofitable(self, ctx: RuleContext, patterns, plans: list[_LoopPlan]) -> str | None:
+        better, worse = _balance(patterns, {p.loop.id for p in plans})
+        if better <= worse:
+            return (f"{worse} access(es) coalesced across threads would become a row apart across lanes, "
+                    f"against {better} that would become coalesced")
+        return None
+
+    def _reduction(self, op: str, lanes: int) -> str:
+        """The call that combines ``op`` over the lanes sharing a loop."""
+        return WARP_REDUCE[op]
+
+    def _helpers(self, ops: set[str], lanes: int, source: str) -> str:
+        return warp_reduce_helpers(ops, source)
 
     def _loop_refusal(self, facts: KernelFacts, loop: LoopFact, root: Node, src: bytes) -> tuple[str | None, tuple[Reduction, ...]]:
         node = node_at(src, root, loop.span)
@@ -166,6 +249,8 @@ class WarpPerRow(Rule):
             return "its step is not 1", ()
         if any(other.parent == loop.id for other in facts.loops):
             return "it holds a nested loop", ()
+        if _counter_read_after(node, loop.var, facts, root, src):
+            return f"its counter `{loop.var}` is read after it (each lane ends it at another value)", ()
         if loop.calls_unknown:
             return "it calls code the analysis does not see", ()
         body = node.child_by_field_name("body")
@@ -201,13 +286,13 @@ class WarpPerRow(Rule):
         except (SpecError, ValueError, ZeroDivisionError) as exc:
             return False, f"the new launch does not evaluate: {exc}"
         lines = ", ".join(str((p.loop.user_line or 0) + 1) for p in plans)
-        return True, (f"loops at line {lines} walk a row per thread with independent iterations"
+        return True, (f"loops at line {lines} {self.loop_claim} with independent iterations"
                       + (" and accumulators combined associatively" if any(p.accumulators for p in plans) else "")
                       + "; 1-D kernel without barriers, shared memory or warp intrinsics")
 
     def _launch(self, ctx: RuleContext) -> dict:
         grid = ctx.spec.launch.grid  # type: ignore[union-attr]
-        return {"grid": [f"({grid[0]}) * 32", grid[1], grid[2]], "block": list(ctx.spec.launch.block)}  # type: ignore[union-attr]
+        return {"grid": [f"({grid[0]}) * {self.lanes(ctx)}", grid[1], grid[2]], "block": list(ctx.spec.launch.block)}  # type: ignore[union-attr]
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         plans, _ = self.plan(ctx)
@@ -216,14 +301,17 @@ class WarpPerRow(Rule):
         src, root = parse(ctx.preprocessed)
         edit = BodyEdit(ctx.preprocessed, facts)
         lo, hi = facts.body_span
-        # The virtual thread: warp w of the new launch does thread w of the original one.
-        edit.insert(lo + 1, "\n    const unsigned kl_lane = threadIdx.x & 31u;\n"
-                            "    const unsigned long long kl_gwarp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;\n"
+        lanes = self.lanes(ctx)
+        # The virtual thread: group w of ``lanes`` consecutive threads of the new launch does thread w of
+        # the original one (a block is a multiple of 32 threads, so a group never spans two warps).
+        edit.insert(lo + 1, f"\n    const unsigned kl_lane = threadIdx.x & {lanes - 1}u;\n"
+                            "    const unsigned long long kl_gwarp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) "
+                            f"/ {lanes}u;\n"
                             "    const unsigned kl_vtid = (unsigned)(kl_gwarp % blockDim.x);\n"
                             "    const unsigned kl_vbid = (unsigned)(kl_gwarp / blockDim.x);\n")
         for node in _builtin_fields(root, src, lo, hi):
             arg, fld = node.child_by_field_name("argument"), node.child_by_field_name("field")
-            edit.replace(node.start_byte, node.end_byte, _BUILTIN_FIELDS[(_text(src, arg), _text(src, fld))])
+            edit.replace(node.start_byte, node.end_byte, _BUILTIN_FIELDS[(_text(src, arg), _text(src, fld))].format(lanes=lanes))
         ops: set[str] = set()
         for n, plan in enumerate(plans):
             loop_node = node_at(src, root, plan.loop.span)
@@ -233,24 +321,26 @@ class WarpPerRow(Rule):
                 raise ValueError("the loop's start was not found")
             edit.replace(value.start_byte, value.end_byte, f"({edit.text(value.start_byte, value.end_byte)}) + kl_lane")
             update = loop_node.child_by_field_name("update")
-            edit.replace(update.start_byte, update.end_byte, f"{plan.loop.var} += 32")
+            edit.replace(update.start_byte, update.end_byte, f"{plan.loop.var} += {lanes}")
             before, after = [], []
             for k, acc in enumerate(plan.accumulators):
                 ops.add(acc.op)
                 if acc.op == "+":
                     before.append(f"auto kl_init{n}_{k} = {acc.target}; {acc.target} = 0;")
-                    after.append(f"{acc.target} = kl_init{n}_{k} + {WARP_REDUCE['+']}({acc.target});")
+                    after.append(f"{acc.target} = kl_init{n}_{k} + {self._reduction('+', lanes)}({acc.target});")
                 else:
-                    after.append(f"{acc.target} = {WARP_REDUCE[acc.op]}({acc.target});")
+                    after.append(f"{acc.target} = {self._reduction(acc.op, lanes)}({acc.target});")
             indent = edit.indent_at(plan.loop.span[0])
             edit.insert(plan.loop.span[0], "{ " + " ".join(before) + "\n" + indent)
             edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
-        helpers = warp_reduce_helpers(ops, ctx.source)
+        helpers = self._helpers(ops, lanes, ctx.source)
         source, expanded = emit(edit, ctx.source, ctx.kernel, helpers)
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
-        return (Rewrite(source, "a warp per row: the row loops split across the 32 lanes, accumulators combined with "
-                                f"warp shuffles; launched with 32 times the blocks{note}", self._launch(ctx),
-                        grid_scale=(32, 1, 1)),)
+        return (Rewrite(source, self._description(lanes) + note, self._launch(ctx), grid_scale=(lanes, 1, 1)),)
+
+    def _description(self, lanes: int) -> str:
+        return ("a warp per row: the row loops split across the 32 lanes, accumulators combined with "
+                "warp shuffles; launched with 32 times the blocks")
 
 
 def _builtin_fields(root: Node, src: bytes, lo: int, hi: int):

@@ -1,0 +1,227 @@
+"""Loops with a small trip count the spec knows, specialised and unrolled behind a runtime guard.
+
+Stencil and filter kernels loop over a radius, a strip of rows or the few planes of a 3-D grid
+(``for (k = 1; k < nz - 1; ++k)`` with ``nz = 8``): a bound the compiler does not know keeps the
+loop rolled, so each iteration's loads wait for the previous iteration's stores (they may alias)
+and its index arithmetic. The rewrite keeps the loop as written and puts before it a copy whose
+bound is the spec's value, fully unrolled, taken only when the bound has that value at run time:
+
+    if ((nz - 1) == 7) {
+    #pragma unroll
+        for (int k = 1; k < 7; ++k) …
+    } else
+        for (int k = 1; k < nz - 1; ++k) …
+
+Every other size runs the original loop. With the spec proving the pointer parameters distinct, a
+second candidate also marks them ``__restrict__`` so the unrolled iterations' loads can move ahead
+of the earlier iterations' stores.
+
+Legality, in terms of the analysis (each refusal names the fact that was missing):
+- a ``for`` loop of the kernel's own body with a constant start of at least 0 (so ``var < 7``
+  compares as ``var < bound`` does, whatever the bound's type), a step of 1 and a condition
+  ``var < bound`` or ``var <= bound``;
+- the bound is not a constant already, is the same for every thread (so a barrier inside stays reached by all threads of a
+  block on the same path), nothing in the loop assigns a name the bound reads, and it has no side
+  effects (the copy does not evaluate it);
+- at the spec's main size the loop runs between 2 and :data:`MAX_TRIP` times.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from kernel_lsp.core.analysis import (
+    Binding, LoopFact, assigned_names, explicit_instantiations, thread_dependence, trip_count,
+)
+from kernel_lsp.core.index import build_index
+from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
+from kernel_lsp.core.spec import SpecError
+from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
+
+#: Largest trip count unrolled (a longer loop gains little and grows the code).
+MAX_TRIP = 32
+#: Loops specialised in one kernel.
+MAX_LOOPS = 4
+
+
+@dataclass(frozen=True)
+class _Loop:
+    loop: LoopFact
+    bound: Node
+    """The condition's right operand."""
+    value: int
+    """Its value at the spec's main size."""
+    trips: int
+
+
+def _text(src: bytes, node: Node) -> str:
+    return src[node.start_byte : node.end_byte].decode("utf-8")
+
+
+def _identifiers(node: Node, src: bytes) -> set[str]:
+    out, stack = set(), [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            out.add(_text(src, n))
+        stack.extend(n.children)
+    return out
+
+
+def _has(node: Node, types: tuple[str, ...]) -> bool:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            return True
+        stack.extend(n.children)
+    return False
+
+
+class FixedTripUnroll(Rule):
+    name = "fixed-trip-unroll"
+    technique = "loop-unrolling"
+    summary = "a loop whose trip count the spec fixes, unrolled behind a guard on that count"
+
+    def plan(self, ctx: RuleContext) -> tuple[list[_Loop] | None, str]:
+        facts = ctx.facts
+        if facts is None or not facts.complete:
+            return None, "the kernel's analysis is missing or incomplete"
+        if ctx.spec is None:
+            return None, "needs a launch spec (the trip count comes from its sizes)"
+        if not facts.loops:
+            return None, "the kernel has no loop"
+        try:
+            binding = Binding.from_spec(ctx.spec)
+        except (SpecError, ValueError, ZeroDivisionError):
+            return None, "the spec's sizes do not evaluate"
+        src, root = parse(ctx.preprocessed)
+        lo, hi = facts.body_span
+        found: list[_Loop] = []
+        reasons: list[str] = []
+        for loop in facts.loops:
+            line = (loop.user_line or 0) + 1
+            if not (lo < loop.span[0] and loop.span[1] < hi):
+                continue
+            why, plan = self._loop(ctx, loop, src, root, binding)
+            if plan is None:
+                reasons.append(f"the loop at line {line}: {why}")
+            elif not any(p.loop.span[0] <= loop.span[0] and loop.span[1] <= p.loop.span[1] for p in found):
+                found.append(plan)
+        found = found[:MAX_LOOPS]
+        if not found:
+            return None, "; ".join(reasons) or "no loop in the kernel's own body"
+        return found, ""
+
+    def _loop(self, ctx: RuleContext, loop: LoopFact, src: bytes, root: Node,
+              binding: Binding) -> tuple[str, _Loop | None]:
+        node = node_at(src, root, loop.span)
+        if node is None or node.type != "for_statement" or loop.var is None:
+            return "not a counted for loop", None
+        if loop.step is None or loop.step.constant != 1:
+            return "its step is not 1", None
+        if loop.start is None or loop.start.constant is None or loop.start.constant < 0:
+            # A negative start against an unsigned bound compares otherwise than against the literal.
+            return "its start is not a constant of at least 0", None
+        cond = node.child_by_field_name("condition")
+        if cond is None or cond.type != "binary_expression":
+            return "its condition is not `var < bound`", None
+        left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
+        op = _text(src, cond.child_by_field_name("operator"))
+        if op not in ("<", "<=") or left is None or left.type != "identifier" or _text(src, left) != loop.var:
+            return "its condition is not `var < bound`", None
+        if loop.bound is None or thread_dependence(loop.bound, ctx.facts.opaque):  # type: ignore[union-attr]
+            return "its bound differs between threads or is not known", None
+        if not loop.bound.symbols:
+            return "its bound is already a constant (the compiler sees the trip count)", None
+        if _has(right, ("assignment_expression", "update_expression", "call_expression", "subscript_expression",
+                        "pointer_expression", "field_expression")):
+            return "its bound reads memory or has side effects", None
+        body = node.child_by_field_name("body")
+        changed = assigned_names(body, src) | assigned_names(node.child_by_field_name("update"), src)
+        if changed & _identifiers(right, src):
+            return f"the loop assigns {', '.join(sorted(changed & _identifiers(right, src)))}, which its bound reads", None
+        trips = trip_count(ctx.facts, loop, binding)  # type: ignore[arg-type]
+        if trips is None:
+            return "its trip count is not known at the spec's size", None
+        if not 2 <= trips <= MAX_TRIP:
+            return f"it runs {trips} times at the spec's size (unrolled only from 2 to {MAX_TRIP})", None
+        value = loop.start.constant + trips - (1 if op == "<=" else 0)
+        return "", _Loop(loop, right, value, trips)
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        plans, why = self.plan(ctx)
+        if plans is None:
+            return False, why
+        lines = ", ".join(f"{(p.loop.user_line or 0) + 1} ({p.trips} trips)" for p in plans)
+        return True, f"loops at line {lines}: constant start, unit step, a bound the same for every thread"
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        plans, _ = self.plan(ctx)
+        facts = ctx.facts
+        assert plans is not None and facts is not None
+        edit = BodyEdit(ctx.preprocessed, facts)
+        for p in plans:
+            start, end = p.loop.span
+            copy = (edit.text(start, p.bound.start_byte) + str(p.value) + edit.text(p.bound.end_byte, end))
+            indent = edit.indent_at(start)
+            # A pragma written before the loop stays with the original loop, after the ``else``.
+            pragma = _pragma_before(edit.src, start)
+            again = ""
+            if pragma is not None:
+                edit.replace(pragma[0], pragma[1], "")
+                again = f"\n{pragma[2]}\n{indent}"
+            edit.insert(start, f"if (({edit.text(p.bound.start_byte, p.bound.end_byte)}) == {p.value}) {{\n"
+                               f"#pragma unroll\n{indent}{copy}\n{indent}}} else {again}")
+        source, expanded = emit(edit, ctx.source, ctx.kernel)
+        note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
+        trips = ", ".join(str(p.trips) for p in plans)
+        out = [Rewrite(source, f"loops of {trips} trips at the spec's size unrolled behind a guard on their bound, "
+                               f"the original loops kept for other sizes{note}", variant="unroll")]
+        restricted = _restrict(source, ctx)
+        if restricted is not None:
+            out.append(Rewrite(restricted, out[0].description + "; pointer parameters __restrict__ (the spec "
+                                           "allocates each on its own)", variant="unroll+restrict"))
+        return tuple(out)
+
+
+def _pragma_before(src: bytes, at: int) -> tuple[int, int, str] | None:
+    """The ``#pragma`` right before the statement at ``at`` (nothing but blanks between): its byte range
+    and text, if any."""
+    line_start = src.rfind(b"\n", 0, at) + 1
+    if src[line_start:at].strip():
+        return None
+    prev_end = line_start - 1
+    while prev_end > 0:
+        prev_start = src.rfind(b"\n", 0, prev_end) + 1
+        raw = src[prev_start:prev_end].decode("utf-8")
+        line = raw.strip()
+        if line:
+            if not line.startswith("#pragma"):
+                return None
+            lead = len(raw) - len(raw.lstrip())
+            begin = prev_start + len(raw[:lead].encode("utf-8"))
+            return begin, begin + len(line.encode("utf-8")), line
+        prev_end = prev_start - 1
+    return None
+
+
+def _restrict(source: str, ctx: RuleContext) -> str | None:
+    """``source`` with the kernel's pointer parameters ``__restrict__`` (and ``const`` where never
+    written), when the spec proves them distinct arrays; None when that adds nothing."""
+    if not ctx.distinct_arrays() or ctx.kernel.name in explicit_instantiations(ctx.preprocessed.text):
+        return None
+    kernel = next((k for k in build_index(source).kernels if k.name == ctx.kernel.name), None)
+    if kernel is None:
+        return None
+    pointers = [p for p in kernel.params if p.pointer_depth == 1]
+    if len(pointers) < 2 or all(p.is_restrict for p in pointers):
+        return None
+    out = source.encode("utf-8")
+    for p in sorted(pointers, key=lambda p: -p.span.start_byte):
+        const = p.is_const or p.name in ctx.read_only
+        new = f"{'const ' if const else ''}{p.base_type}* __restrict__ {p.name}"
+        out = out[: p.span.start_byte] + new.encode() + out[p.span.end_byte :]
+    return out.decode("utf-8")

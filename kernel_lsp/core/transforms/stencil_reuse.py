@@ -1,0 +1,446 @@
+"""Neighbour reuse along the slow axis: each thread computes C consecutive rows of a stencil.
+
+A 2-D stencil whose threads each read a few rows around their own (``A[(i-1)*N + j]``,
+``A[i*N + j]``, ``A[(i+1)*N + j]``) loads every input row three times, once for each thread
+row that needs it: the copies come from L1 at best. The rewrite gives each thread C
+consecutive rows (the block keeps its width and has C times fewer rows): the C virtual threads
+run one after the other, their loads first and their stores deferred to the end, so the loads
+of neighbouring rows are the same addresses with no store in between and the compiler keeps
+them in registers (a C-row window: C + 2 row loads instead of 3·C for a radius-1 stencil).
+
+The original threads are kept as *virtual* threads: thread ``(x, y)`` of the new block runs
+``(x, C*y + s)`` of the old one for ``s = 0 … C-1`` (``threadIdx.y`` becomes that row,
+``blockDim.y`` the old block's height), so whatever the kernel does with its indices, each
+virtual thread does the original thread's work. When the rows are whole blocks instead (a block
+of one row, ``k = blockIdx.y``), the grid shrinks along that axis the same way (``blockIdx.y``
+becomes ``C*blockIdx.y + s``, ``gridDim.y`` the old grid's), provided the grid's extent there is
+a multiple of C at every size of the spec.
+
+Boundary handling stays exact: a thread first evaluates, for each of its rows, what the
+original evaluated before storing (the statements before the guard, an early ``return``, the
+guard itself). Only when every row passes does it take the fast path (guard dropped, stores
+deferred); otherwise it runs the original body once per row, unchanged (ragged tiles, borders).
+
+Legality, in terms of the analysis (each refusal names the fact that was missing):
+- a launch spec whose block height (or grid extent) is a multiple of C at every size; every pointer parameter its
+  own array (the virtual threads' reads move before the other virtual threads' stores, which the
+  original's unordered threads allowed only if no thread reads what another writes);
+- no loop, barrier, shared memory, warp intrinsic or atomic, no helper that reads the thread
+  index (the original's warps and blocks do not exist any more);
+- the body is straight-line statements, then at most one guard ``if (…) { … }`` without ``else``
+  holding straight-line statements; an early exit only as ``if (…) return;`` before it; no
+  assignment in a condition;
+- every global store is a statement ``P[index] = value;`` on a pointer parameter, at an index
+  that moves with the axis, and the stored array is read only at that same index;
+- two reads of one array are a whole number of rows apart along the axis (the reason to
+  rewrite at all).
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from kernel_lsp.core.analysis import Access, KernelFacts, function_definitions
+from kernel_lsp.core.poly import Poly, is_opaque
+from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
+from kernel_lsp.core.spec import SpecError, with_candidate_launch
+from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, expands_to, node_at, parse, splice_body
+
+#: Rows per thread tried, largest first (each a separate candidate where the launch allows it).
+ROWS_PER_THREAD = (8, 6, 4, 3, 2)
+
+
+@dataclass(frozen=True)
+class Axis:
+    """A launch axis whose neighbouring rows one thread can take over."""
+
+    symbol: str
+    """The analysis' symbol (``tid.y``)."""
+    index: tuple[str, str]
+    """The builtin replaced by the virtual row (``threadIdx``, ``y``)."""
+    extent: tuple[str, str]
+    """The builtin whose value the virtual launch multiplies (``blockDim``, ``y``)."""
+    launch: str
+    """``block`` or ``grid``: which launch shape shrinks."""
+    dim: int
+
+    @property
+    def label(self) -> str:
+        return f"{self.index[0]}.{self.index[1]}"
+
+
+#: Axes tried, the block's rows first (the window stays inside a block), then whole blocks along y, x.
+AXES = (Axis("tid.y", ("threadIdx", "y"), ("blockDim", "y"), "block", 1),
+        Axis("bid.y", ("blockIdx", "y"), ("gridDim", "y"), "grid", 1),
+        Axis("bid.x", ("blockIdx", "x"), ("gridDim", "x"), "grid", 0))
+#: Fewest threads the new launch keeps at the spec's main size: below about 512 threads per SM of a
+#: large GPU the rows a thread runs one after the other cost more than the loads they save.
+MIN_THREADS = 1 << 16
+#: Candidates per kernel from this rule.
+MAX_VARIANTS = 2
+_STRAIGHT = ("declaration", "expression_statement")
+_SIDE_EFFECTS = ("assignment_expression", "update_expression")
+
+
+class _Unmapped(Exception):
+    """A statement the rewrite copies has no counterpart in the user's text (inside a macro)."""
+
+
+@dataclass(frozen=True)
+class _Store:
+    node: Node
+    """The expression statement ``P[index] = value;``."""
+    left: Node
+    right: Node
+    elem_type: str
+
+
+@dataclass(frozen=True)
+class _Plan:
+    prelude: tuple[Node, ...]
+    """Statements before the guard (``if (…) return;`` among them)."""
+    guard: Node | None
+    """The final ``if`` holding the stores, or None when they are top-level statements."""
+    block: tuple[Node, ...]
+    """The statements the guard holds (or the top-level statements after the prelude)."""
+    stores: tuple[_Store, ...]
+    reuse: str
+    """Which array's reads are rows apart (for the description)."""
+    kernel: Node
+    axis: Axis
+    rows: tuple[int, ...]
+    """Rows per thread that the launch allows at every size, largest first."""
+
+
+def _text(src: bytes, node: Node) -> str:
+    return src[node.start_byte : node.end_byte].decode("utf-8")
+
+
+def _has(node: Node, types: tuple[str, ...]) -> bool:
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in types:
+            return True
+        stack.extend(n.children)
+    return False
+
+
+def _statements(node: Node) -> list[Node]:
+    if node.type == "compound_statement":
+        return [c for c in node.named_children if c.type != "comment"]
+    return [node]
+
+
+def _early_return(node: Node) -> Node | None:
+    """The condition of ``if (c) return;`` / ``if (c) { return; }``; None for anything else."""
+    if node.type != "if_statement" or node.child_by_field_name("alternative") is not None:
+        return None
+    body = _statements(node.child_by_field_name("consequence"))
+    if len(body) != 1 or body[0].type != "return_statement" or body[0].named_child_count:
+        return None
+    return node.child_by_field_name("condition")
+
+
+def _plain_condition(cond: Node | None) -> bool:
+    return cond is not None and cond.named_child_count == 1 and cond.named_children[0].type not in (
+        "declaration", "init_statement") and not _has(cond, _SIDE_EFFECTS)
+
+
+def canonical(poly: Poly, facts: KernelFacts) -> Poly:
+    """``poly`` with each opaque term replaced by the first one standing for the same expression
+    (``NJ`` written twice is one value, though the analysis names each occurrence)."""
+    first: dict[tuple, str] = {}
+    rename: dict[str, str] = {}
+    for name in sorted(facts.opaque, key=lambda s: (len(s), s)):
+        entry = facts.opaque[name]
+        rename[name] = first.setdefault((entry.text, entry.recipe), name)
+    acc: dict[tuple[str, ...], int] = {}
+    for mono, coeff in poly.terms:
+        m = tuple(sorted(rename.get(s, s) if is_opaque(s) else s for s in mono))
+        acc[m] = acc.get(m, 0) + coeff
+    return Poly(tuple(sorted((m, c) for m, c in acc.items() if c)))
+
+
+def rows_apart(a: Access, b: Access, facts: KernelFacts, limit: int, symbol: str = "tid.y") -> int | None:
+    """How many rows of ``symbol`` apart two accesses are (a nonzero whole number below ``limit``),
+    or None."""
+    ia, ib = canonical(a.index, facts), canonical(b.index, facts)
+    row = ia.coefficient(symbol)
+    if row is None or row == Poly() or ib.coefficient(symbol) != row:
+        return None
+    diff = ia - ib
+    for d in range(1, limit):
+        if diff == row.scale(d) or diff == row.scale(-d):
+            return d
+    return None
+
+
+class StencilRowReuse(Rule):
+    name = "stencil-row-reuse"
+    technique = "thread-coarsening"
+    summary = "each thread computes consecutive rows of a stencil, neighbour rows kept in registers"
+
+    def plan(self, ctx: RuleContext) -> tuple[_Plan | None, str]:
+        facts = ctx.facts
+        if facts is None or not facts.complete:
+            return None, "the kernel's analysis is missing or incomplete"
+        if ctx.spec is None:
+            return None, "needs a launch spec (the launch changes: a block with fewer rows)"
+        if not {a.symbol for a in AXES} & set(facts.thread_dims):
+            return None, "the kernel uses neither threadIdx.y, blockIdx.y nor blockIdx.x (no rows to give a thread)"
+        if not ctx.distinct_arrays():
+            return None, "the spec does not allocate every pointer parameter on its own (reads would pass other threads' stores)"
+        if facts.loops:
+            return None, "the kernel has loops (only straight-line stencils are rewritten)"
+        if facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses) or any(
+                a.kind == "atomic" for a in facts.accesses):
+            return None, "barriers, shared memory, warp intrinsics or atomics: the original's blocks and warps would not exist"
+        if facts.unknowns or facts.escaped:
+            return None, "the analysis could not model everything the kernel does"
+        src, root = parse(ctx.preprocessed)
+        kernel = node_at(src, root, facts.span)
+        if kernel is None:
+            return None, "the kernel's definition was not found in the preprocessed view"
+        helpers = {name for a in facts.accesses for name in a.via}
+        for name, node, _head in function_definitions(root, src):
+            if name in helpers and re.search(r"\b(threadIdx|blockIdx|gridDim|blockDim)\b", _text(src, node)):
+                return None, f"the helper `{name}` reads the thread or block index"
+        body = kernel.child_by_field_name("body")
+        if body is None:
+            return None, "the kernel has no body"
+        shape, why = self._shape(body)
+        if shape is None:
+            return None, why
+        prelude, guard, block = shape
+        globals_ = [a for a in facts.accesses if a.space == "global"]
+        stores, why = self._stores(src, block, globals_, facts)
+        if stores is None:
+            return None, why
+        writes = [a for a in globals_ if a.writes]
+        if not writes:
+            return None, "the kernel stores nothing to global memory"
+        for w in writes:
+            if not any(s.left.start_byte <= w.span[0] and w.span[1] <= s.left.end_byte for s in stores):
+                return None, f"`{w.text}` is stored outside a plain `P[index] = value;` statement in the guarded block"
+            for r in globals_:
+                if r.array == w.array and not r.writes and canonical(r.index, facts) != canonical(w.index, facts):
+                    return None, f"`{w.array}` is read at another index than it is stored"
+        reads = [a for a in globals_ if a.kind == "read" and a.array not in {w.array for w in writes}]
+        limit = max(ROWS_PER_THREAD) + 1
+        reasons = []
+        best: tuple[Axis, tuple[int, ...], str] | None = None
+        for axis in AXES:
+            if axis.symbol not in facts.thread_dims:
+                continue
+            still = [w.text for w in writes if canonical(w.index, facts).coefficient(axis.symbol) in (None, Poly())]
+            if still:
+                reasons.append(f"`{still[0]}` is stored at an index that does not move with {axis.label}")
+                continue
+            reuse = next((a.array for a in reads for b in reads
+                          if a.array == b.array and rows_apart(a, b, facts, limit, axis.symbol)), None)
+            if reuse is None:
+                reasons.append(f"no array is read at neighbouring rows along {axis.label} (nothing to reuse)")
+                continue
+            rows = self._rows(ctx, axis)
+            if not rows:
+                reasons.append(f"the {axis.launch}'s {'xyz'[axis.dim]} extent is not a multiple of 2 or 3 at every size of the "
+                               f"spec, or the launch would keep fewer than {MIN_THREADS} threads")
+                continue
+            if best is None or rows[0] > best[1][0]:
+                best = (axis, rows, reuse)
+        if best is None:
+            return None, "; ".join(reasons)
+        axis, rows, reuse = best
+        return _Plan(tuple(prelude), guard, tuple(block), tuple(stores), reuse, kernel, axis, rows), ""
+
+    def _shape(self, body: Node) -> tuple[tuple[list[Node], Node | None, list[Node]] | None, str]:
+        stmts = _statements(body)
+        prelude: list[Node] = []
+        rest = list(stmts)
+        while rest and (rest[0].type in _STRAIGHT or _early_return(rest[0]) is not None):
+            if rest[0].type == "if_statement" and not _plain_condition(_early_return(rest[0])):
+                return None, "an early return's condition has side effects"
+            prelude.append(rest.pop(0))
+        if not rest:
+            # No guard: the stores are among the straight-line statements (after the last early return).
+            last_exit = max((i for i, s in enumerate(prelude) if s.type == "if_statement"), default=-1)
+            return (prelude[: last_exit + 1], None, prelude[last_exit + 1 :]), ""
+        if len(rest) != 1 or rest[0].type != "if_statement" or rest[0].child_by_field_name("alternative") is not None:
+            return None, "the body is not straight-line statements followed by one guard without else"
+        guard = rest[0]
+        if not _plain_condition(guard.child_by_field_name("condition")):
+            return None, "the guard's condition has side effects or declares a variable"
+        block = _statements(guard.child_by_field_name("consequence"))
+        if any(s.type not in _STRAIGHT for s in block):
+            return None, "the guarded block is not straight-line statements"
+        return (prelude, guard, block), ""
+
+    def _stores(self, src: bytes, block: list[Node], globals_: list[Access],
+                facts: KernelFacts) -> tuple[list[_Store] | None, str]:
+        params = {name: (ty, ptr) for name, ty, ptr in facts.params}
+        stores = []
+        for stmt in block:
+            writes = [a for a in globals_ if a.writes and stmt.start_byte <= a.span[0] < stmt.end_byte]
+            if not writes:
+                continue
+            e = stmt.named_children[0] if stmt.type == "expression_statement" and stmt.named_children else None
+            if e is None or e.type != "assignment_expression" or _text(src, e.child_by_field_name("operator")) != "=":
+                return None, f"`{writes[0].text}` is not stored by a plain `P[index] = value;` statement"
+            left, right = e.child_by_field_name("left"), e.child_by_field_name("right")
+            w = writes[0]
+            if len(writes) != 1 or (w.span[0], w.span[1]) != (left.start_byte, left.end_byte):
+                return None, f"the statement storing `{w.text}` stores more than one element"
+            if w.field is not None or w.array not in params or not params[w.array][1]:
+                return None, f"`{w.text}` is not an element of a pointer parameter"
+            if _has(left, _SIDE_EFFECTS + ("call_expression",)) or _has(right, _SIDE_EFFECTS):
+                return None, f"the statement storing `{w.text}` has side effects besides the store"
+            stores.append(_Store(stmt, left, right, params[w.array][0]))
+        return stores, ""
+
+    def _rows(self, ctx: RuleContext, axis: Axis) -> tuple[int, ...]:
+        launches = ctx.launches()
+        if not launches:
+            return ()
+        shapes = [getattr(launch, axis.launch) for launch in launches]
+        main = launches[0]
+        threads = _product(main.grid) * _product(main.block)
+        return tuple(c for c in ROWS_PER_THREAD if all(s[axis.dim] % c == 0 for s in shapes)
+                     and threads // c >= MIN_THREADS)[:MAX_VARIANTS]
+
+    def _launch(self, ctx: RuleContext, axis: Axis, rows: int) -> dict:
+        launch = ctx.spec.launch  # type: ignore[union-attr]
+        shape = {"grid": list(launch.grid), "block": list(launch.block)}
+        extent = str(shape[axis.launch][axis.dim]).strip()
+        shape[axis.launch][axis.dim] = int(extent) // rows if extent.isdigit() else f"({extent}) / {rows}"
+        return shape
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        plan, why = self.plan(ctx)
+        if plan is None:
+            return False, why
+        try:
+            for c in plan.rows:
+                with_candidate_launch(ctx.spec, self._launch(ctx, plan.axis, c))  # type: ignore[arg-type]
+        except (SpecError, ValueError, ZeroDivisionError) as exc:
+            return False, f"the new launch does not evaluate: {exc}"
+        return True, (f"`{plan.reuse}` is read at neighbouring rows along {plan.axis.label}; straight-line body, "
+                      f"{len(plan.stores)} plain store(s) at the thread's own row, no barriers or shared memory; "
+                      f"{' or '.join(map(str, plan.rows))} rows per thread")
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        plan, _ = self.plan(ctx)
+        facts = ctx.facts
+        assert plan is not None and facts is not None
+        src = ctx.preprocessed.text.encode("utf-8")
+        out = []
+        axis = plan.axis
+        for rows in plan.rows:
+            body = self._body(src, plan, rows, facts)
+            try:
+                own = self._body(src, plan, rows, facts, UserText(ctx.preprocessed, facts, ctx.source, ctx.kernel))
+            except _Unmapped:
+                own = None
+            if own is not None and expands_to(own, body, ctx.preprocessed):
+                # The statements copied from the user's text, macros as written.
+                source, expanded = splice_body(ctx.source, ctx.kernel, "{" + own + "}"), False
+            else:
+                edit = BodyEdit(ctx.preprocessed, facts)
+                lo, hi = facts.body_span
+                edit.replace(lo + 1, hi - 1, body)
+                source, expanded = emit(edit, ctx.source, ctx.kernel)
+            note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
+            out.append(Rewrite(
+                source,
+                f"{rows} rows of {axis.label} per thread: `{plan.reuse}`'s neighbour rows reused from registers, "
+                f"stores deferred; a {axis.launch} {rows} times smaller along {'xyz'[axis.dim]}, borders on the "
+                f"original path{note}",
+                self._launch(ctx, axis, rows), variant=f"rows={rows}"))
+        return tuple(out)
+
+    def _body(self, src: bytes, plan: _Plan, rows: int, facts: KernelFacts, user: UserText | None = None) -> str:
+        """The new body, its statements copied from the preprocessed text, or from the user's own
+        text when ``user`` is given (:class:`_Unmapped` when a statement does not map there)."""
+        lo, hi = facts.body_span
+        axis = plan.axis
+        replaced = {axis.index: "kl_vrow", axis.extent: f"({axis.extent[0]}.{axis.extent[1]} * {rows}u)"}
+        builtins = list(_builtin_fields(src, lo, hi, plan.kernel, replaced))
+
+        def render(node: Node, extra: list[tuple[int, int, str]] = ()) -> str:
+            subs = [(n.start_byte, n.end_byte, v) for n, v in builtins
+                    if node.start_byte <= n.start_byte and n.end_byte <= node.end_byte]
+            subs += [e for e in extra if node.start_byte <= e[0] and e[1] <= node.end_byte]
+            if user is not None:
+                own = user.span(node.start_byte, node.end_byte, subs)
+                if own is None:
+                    raise _Unmapped(node.start_byte)
+                return own
+            text, at = [], node.start_byte
+            for s, e, v in sorted(subs):
+                if s < at:
+                    continue
+                text.append(src[at:s].decode("utf-8"))
+                text.append(v)
+                at = e
+            text.append(src[at:node.end_byte].decode("utf-8"))
+            return "".join(text)
+
+        ind = "\n        "
+        head = f"for (unsigned kl_s = 0; kl_s < {rows}u; ++kl_s) {{{ind}const unsigned kl_vrow = {axis.label} * {rows}u + kl_s;"
+        # 1. The interior test: each row's prefix as the original ran it, then its guard.
+        check = []
+        for s in plan.prelude:
+            cond = _early_return(s)
+            if cond is not None:
+                check.append(f"if {render(cond)} {{ kl_all = false; continue; }}")
+            else:
+                check.append(render(s))
+        if plan.guard is not None:
+            check.append(f"kl_all = kl_all && {render(plan.guard.child_by_field_name('condition'))};")
+        # 2. The fast path: every row passes, so no exit and no guard; stores deferred.
+        fast = [render(s) for s in plan.prelude if _early_return(s) is None]
+        decls = []
+        for k, st in enumerate(plan.stores):
+            decls.append(f"{st.elem_type} kl_v{k}[{rows}]; {st.elem_type} *kl_p{k}[{rows}];")
+        for s in plan.block:
+            store = next((k for k, st in enumerate(plan.stores) if st.node == s), None)
+            if store is None:
+                fast.append(render(s))
+                continue
+            st = plan.stores[store]
+            fast.append(f"kl_p{store}[kl_s] = &({render(st.left)}); kl_v{store}[kl_s] = {render(st.right)};")
+        flush = " ".join(f"*kl_p{k}[kl_s] = kl_v{k}[kl_s];" for k in range(len(plan.stores)))
+        # 3. The general path: the original body once per row, an early return ending that row only.
+        general = []
+        for s in [*plan.prelude, *([plan.guard] if plan.guard is not None else plan.block)]:
+            cond = _early_return(s)
+            general.append(f"if {render(cond)} continue;" if cond is not None else render(s))
+        j = ind + "    "
+        return (f"\n    // Each thread runs rows {axis.label}*{rows} … +{rows - 1} of the original launch: neighbour rows stay in registers.\n"
+                f"    bool kl_all = true;\n    #pragma unroll\n    {head}{ind}" + ind.join(check) + "\n    }\n"
+                "    if (kl_all) {\n        " + " ".join(decls) +
+                f"\n        #pragma unroll\n        {head.replace(ind, j)}{j}" + j.join(fast) + "\n        }\n"
+                f"        #pragma unroll\n        for (unsigned kl_s = 0; kl_s < {rows}u; ++kl_s) {{ {flush} }}\n"
+                f"    }} else {{\n        #pragma unroll\n        {head.replace(ind, j)}{j}" + j.join(general) +
+                "\n        }\n    }\n")
+
+
+def _product(shape: tuple[int, int, int]) -> int:
+    return shape[0] * shape[1] * shape[2]
+
+
+def _builtin_fields(src: bytes, lo: int, hi: int, start: Node, replaced: dict[tuple[str, str], str]):
+    stack = [start]
+    while stack:
+        n = stack.pop()
+        if n.end_byte <= lo or n.start_byte >= hi:
+            continue
+        if n.type == "field_expression":
+            arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
+            if arg is not None and fld is not None and (_text(src, arg), _text(src, fld)) in replaced:
+                yield n, replaced[(_text(src, arg), _text(src, fld))]
+                continue
+        stack.extend(n.children)

@@ -1,0 +1,289 @@
+"""Block reductions: shared-memory trees as warp shuffles (proven by simulating the tree at each
+block size of the spec), per-element atomics onto one address as one atomic per block; where each
+applies, each refusal's missing fact, the candidates compiled by nvcc."""
+
+from __future__ import annotations
+
+import json
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.core.rules import evaluate, rule_by_name
+from kernel_lsp.core.spec import parse_spec
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "benchmarks" / "corpus"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+
+def spec_of(kernel: str, block: int, variants=None, out_size="ceil_div(n,256)") -> dict:
+    data = {"kernel": kernel, "params": [
+        {"name": "x", "array": "float32", "size": "n", "init": "uniform(0,1)", "role": "in"},
+        {"name": "out", "array": "float32", "size": out_size, "init": "zeros", "role": "out"},
+        {"name": "n", "scalar": "int32", "value": 1 << 20}],
+        "grid": [f"ceil_div(n,{block})", 1, 1], "block": [block, 1, 1], "tolerance": {"rtol": 1e-4, "atol": 1e-4}}
+    if variants:
+        data["variants"] = variants
+    return data
+
+
+def outcome(rule: str, source: str, spec: dict):
+    return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
+
+
+def compiles(source: str, tmp_path: Path, beside: Path | None = None) -> None:
+    """nvcc on the candidate; ``beside``: the corpus kernel's folder, whose relative includes it keeps."""
+    from kernel_lsp.services.harness.compile import compile_cubin
+    from kernel_lsp.services.toolchain import BuildFlags
+
+    work = tmp_path / "k"
+    work.mkdir()
+    if beside is not None and (beside.parent / "_common").is_dir():
+        shutil.copytree(beside.parent / "_common", tmp_path / "_common")
+    result = compile_cubin(source, str(work), "cand", BuildFlags().for_arch("sm_90"))
+    assert result.ok, result.log
+
+
+TREE = """
+__global__ void partial(const float* x, float* out, int n) {
+    __shared__ float s[BLOCK];
+    unsigned int tid = threadIdx.x;
+    INDEX i = (INDEX)blockIdx.x * blockDim.x + threadIdx.x;
+    s[tid] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    LOOP
+    if (tid == 0) out[blockIdx.x] = s[0];
+}
+"""
+INTERLEAVED = """for (unsigned int st = 1; st < blockDim.x; st *= 2) {
+        if (tid % (2 * st) == 0) s[tid] += s[tid + st];
+        __syncthreads();
+    }"""
+STRIDED = """for (unsigned int st = 1; st < blockDim.x; st <<= 1) {
+        int index = 2 * st * tid;
+        if (index < blockDim.x) { s[index] = s[index] + s[index + st]; }
+        __syncthreads();
+    }"""
+SEQUENTIAL = """for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (tid < st) s[tid] = fmaxf(s[tid], s[tid + st]);
+        __syncthreads();
+    }"""
+
+
+def tree(loop: str, index: str = "int", block: int = 256) -> str:
+    return TREE.replace("LOOP", loop).replace("INDEX", index).replace("BLOCK", str(block))
+
+
+@needs_nvcc
+@pytest.mark.parametrize("loop,index", [(INTERLEAVED, "int"), (STRIDED, "long long"), (SEQUENTIAL, "size_t")])
+def test_trees_of_any_indexing_become_shuffles(loop, index, tmp_path):
+    source = tree(loop, index)
+    found = outcome("tree-to-shuffle", source, spec_of("partial", 256, [{"n": 1000}]))
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert rw.launch_override is None and rw.grid_scale is None  # a per-block output keeps its grid
+    assert "__shfl_xor_sync" in rw.source and "st *= 2" not in rw.source and "st <<= 1" not in rw.source
+    assert ("kl_warp_max" in rw.source) == (loop is SEQUENTIAL)
+    compiles(rw.source, tmp_path)
+
+
+@pytest.mark.parametrize("source,block,why", [
+    (tree(INTERLEAVED, block=96), 96, "not a power of two from 32 to 1024"),
+    (tree(INTERLEAVED, block=16), 16, "not a power of two from 32 to 1024"),
+    # A guard one thread too wide: thread st writes the slot thread 0 reads in the same step.
+    (tree("""for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (tid <= st && tid + st < blockDim.x) s[tid] += s[tid + st];
+        __syncthreads();
+    }"""), 256, "race"),
+    (tree("""for (unsigned int st = 1; st < blockDim.x; st *= 2) {
+        if (tid % (2 * st) == 0) s[tid] += s[tid + st];
+    }"""), 256, "no barrier"),
+    (tree("if (blockIdx.x < n) { " + INTERLEAVED + " }"), 256, "sits under a condition"),
+    (tree(INTERLEAVED).replace("if (tid == 0) out[blockIdx.x] = s[0];", "out[i] = s[tid];"), 256,
+     "reads a slot other than the root"),
+    (tree(INTERLEAVED).replace("unsigned int tid = threadIdx.x;", "unsigned int tid = threadIdx.x; if (n < 0) return;"),
+     256, "return before the tree"),
+    (tree(INTERLEAVED.replace("st < blockDim.x", "st < n")), 256, "`n`"),
+    (tree("for (int r = 0; r < 4; ++r) { if (r == n) continue; " + INTERLEAVED + " }"), 256,
+     "an enclosing loop holds a return, break or continue"),
+    (tree("""for (unsigned int st = 1; st < blockDim.x; st *= 2) {
+        if (tid % st == 0) s[tid] += s[tid + st];
+        __syncthreads();
+    }"""), 256, "outside the block's slots"),
+    # `st - tid` is unsigned in C (tid is): it wraps instead of going negative, so the guard holds for
+    # nearly every thread; the simulation refuses rather than evaluate it as a signed value.
+    (tree("""for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+        if (st - tid > 0) s[tid] += s[tid + st];
+        __syncthreads();
+    }"""), 256, "signedness is not modelled"),
+])
+def test_tree_refusals_name_the_missing_fact(source, block, why):
+    found = outcome("tree-to-shuffle", source, spec_of("partial", block, [{"n": 5000}]))
+    assert not found.applicable and why in found.why, found.why
+
+
+def test_tree_written_for_one_block_size_is_refused_at_another():
+    source = tree("""for (int st = 128; st > 0; st >>= 1) {
+        if (tid < st) s[tid] += s[tid + st];
+        __syncthreads();
+    }""", block=512)
+    assert outcome("tree-to-shuffle", source, spec_of("partial", 256)).applicable
+    found = outcome("tree-to-shuffle", source, spec_of("partial", 512))
+    assert not found.applicable and "at 512 threads per block" in found.why
+
+
+def corpus(name: str) -> tuple[str, dict, Path]:
+    folder = CORPUS / name
+    return (folder / "kernel.cu").read_text(), json.loads((folder / "spec.json").read_text()), folder
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["howto_reduce_v0", "llmc_matmul_backward_bias_kernel1"])
+def test_corpus_trees_become_shuffles_and_compile(name, tmp_path):
+    source, spec, folder = corpus(name)
+    found = outcome("tree-to-shuffle", source, spec)
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert rw.launch_override is None
+    assert "expanded" not in rw.description  # the tree's lines mapped onto the user's: macros kept
+    compiles(rw.source, tmp_path, folder)
+
+
+@pytest.mark.parametrize("name,rule,why", [
+    ("shoc_reduction", "tree-to-shuffle", "is unrolled"),
+    # A 16x16 block whose tree runs over threadIdx.y (its partial sums are also stored afterwards).
+    ("rodinia_backprop_layerforward", "tree-to-shuffle", "not one-dimensional"),
+    # A scan: the up-sweep's partial sums are read by the down-sweep.
+    ("parboil_scan_l1", "tree-to-shuffle", "reads a slot other than the root after the tree"),
+    ("llmc_crossentropy_forward_kernel1", "tree-to-shuffle", "no shared-memory reduction tree"),
+    ("llmc_encoder_backward_kernel1", "atomic-to-block-reduce", "no atomics onto an address that is the same"),
+    ("llmc_crossentropy_forward_kernel1", "atomic-to-block-reduce", "no atomics"),
+    ("howto_reduce_v0", "atomic-to-block-reduce", "no atomics"),
+])
+def test_corpus_refusals(name, rule, why):
+    source, spec, _ = corpus(name)
+    found = outcome(rule, source, spec)
+    assert not found.applicable and why in found.why, found.why
+
+
+@needs_nvcc
+def test_the_reduction_example_tree_inside_a_uniform_tile_loop(tmp_path):
+    folder = ROOT / "examples" / "reduction"
+    source, spec = (folder / "original.cu").read_text(), json.loads((folder / "spec.json").read_text())
+    found = outcome("tree-to-shuffle", source, spec)
+    assert found.applicable, found.why
+    compiles(found.rewrites[0].source, tmp_path)
+
+
+ATOMIC = """
+__global__ void total(const float* x, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    atomicAdd(&out[0], x[i] * 2.0f);
+}
+"""
+
+
+@needs_nvcc
+def test_atomics_onto_one_address_become_one_per_block(tmp_path):
+    found = outcome("atomic-to-block-reduce", ATOMIC, spec_of("total", 256, [{"n": 1000}], out_size="1"))
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert rw.source.count("atomicAdd(") == 1 and "__syncthreads_or" in rw.source and "break;" in rw.source
+    compiles(rw.source, tmp_path)
+
+
+@pytest.mark.parametrize("source,block,why", [
+    (ATOMIC.replace("atomicAdd(&out[0], x[i] * 2.0f);", "float old = atomicAdd(&out[0], x[i]); if (old < 0) out[1] = 0;"),
+     256, "other atomics than atomicAdd"),
+    (ATOMIC.replace("atomicAdd(&out[0], x[i] * 2.0f);", "if (atomicAdd(&out[0], x[i]) > 1.0f) return;"),
+     256, "uses the atomic's old value"),
+    (ATOMIC.replace("int i =", "int k = n / 2; int i =").replace("&out[0]", "&out[k]"), 256, "names k"),
+    (ATOMIC.replace("if (i >= n) return;", "for (int j = 0; j < 4; ++j) if (i + j >= n) return;"), 256,
+     "inside a loop"),
+    (ATOMIC, 48, "not whole warps"),
+    (ATOMIC.replace("&out[0]", "(float*)&out[0]"), 256, "is cast"),
+    (ATOMIC.replace("const float* x", "float* x").replace("&out[0]", "&out[(int)x[0]]")
+     .replace("atomicAdd(", "x[1] = 0.0f; atomicAdd("), 256, "which the kernel may write"),
+    (ATOMIC.replace("&out[0]", "&out[threadIdx.x % 4]"), 256, "no atomics onto an address that is the same"),
+])
+def test_atomic_refusals_name_the_missing_fact(source, block, why):
+    found = outcome("atomic-to-block-reduce", source, spec_of("total", block, out_size="4"))
+    assert not found.applicable and why in found.why, found.why
+
+
+HIST = """
+__global__ void hist(const int* data, unsigned int* bins, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    atomicAdd(&bins[BIN], 1u);
+}
+"""
+
+
+def hist_spec(block: int = 256, bins: str = "256") -> dict:
+    return {"kernel": "hist", "params": [
+        {"name": "data", "array": "int32", "size": "n", "init": "randint(0,100000)", "role": "in"},
+        {"name": "bins", "array": "uint32", "size": bins, "init": "zeros", "role": "out"},
+        {"name": "n", "scalar": "int32", "value": 1 << 20}],
+        "grid": [f"ceil_div(n,{block})", 1, 1], "block": [block, 1, 1], "variants": [{"n": 999}]}
+
+
+@needs_nvcc
+@pytest.mark.parametrize("bin_expr,count", [("data[i] & 255", 256), ("data[i] & 1023", 1024),
+                                            ("(data[i] >> 4) & 63", 64)])
+def test_histograms_are_privatised_in_shared_memory(bin_expr, count, tmp_path):
+    found = outcome("shared-privatize", HIST.replace("BIN", bin_expr), hist_spec())
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert f"kl_priv0[{count}]" in rw.source and "kl_private_add(" in rw.source and "break;" in rw.source
+    compiles(rw.source, tmp_path)
+
+
+@pytest.mark.parametrize("source,why", [
+    (HIST.replace("BIN", "data[i]"), "has no bound"),
+    (HIST.replace("BIN", "data[i] & 65535"), "do not fit"),
+    (HIST.replace("BIN", "i % 256"), "do not depend on loaded data"),
+    (HIST.replace("BIN", "(data[i] & 255) - (int)threadIdx.x"), "may be negative"),
+    # A signed remainder of a loaded value may be negative in C.
+    (HIST.replace("BIN", "data[i] % 1000"), "may be negative"),
+    (HIST.replace("&bins[BIN]", "(unsigned int*)&bins[data[i] & 255]"), "is cast"),
+    (HIST.replace("BIN", "data[i] & 255").replace("if (i >= n) return;", "if (i >= n) return; if (bins[0] > 5u) return;"),
+     "reads it"),
+    (HIST.replace("BIN", "data[i] & 255").replace("int i =", "bins[0] = 0u; int i ="), "without a barrier"),
+])
+def test_privatisation_refusals_name_the_missing_fact(source, why):
+    found = outcome("shared-privatize", source, hist_spec())
+    assert not found.applicable and why in found.why, found.why
+
+
+@needs_nvcc
+def test_the_histogram_example_is_privatised(tmp_path):
+    folder = ROOT / "examples" / "histogram"
+    source, spec = (folder / "original.cu").read_text(), json.loads((folder / "spec.json").read_text())
+    found = outcome("shared-privatize", source, spec)
+    assert found.applicable, found.why
+    compiles(found.rewrites[0].source, tmp_path)
+
+
+def test_encoder_backward_targets_are_refused_with_their_facts():
+    source, spec, _ = corpus("llmc_encoder_backward_kernel1")
+    found = outcome("shared-privatize", source, spec)
+    assert not found.applicable
+    assert "`dwte`" in found.why and "has no bound" in found.why
+    assert "`dwpe`" in found.why and "do not depend on loaded data" in found.why
+
+
+def test_value_range_bounds_masks_and_remainders():
+    from kernel_lsp.core.analysis import Binding, analyze, split_block_base, value_range
+    from kernel_lsp.core.source import preprocess
+
+    facts = analyze(preprocess(HIST.replace("BIN", "256 * blockIdx.x + (data[i] % 100)")))["hist"]
+    (atomic,) = [a for a in facts.accesses if a.kind == "atomic"]
+    base, offset = split_block_base(atomic.index, facts)
+    assert str(base) == "256*bid.x"
+    binding = Binding.from_spec(parse_spec(hist_spec()))
+    # The remainder of a loaded value that may be negative lies in (-100, 100).
+    assert value_range(offset, facts, binding) == (-99, 99)

@@ -1,0 +1,301 @@
+"""More parallelism for under-filled grids (split-loop, smaller-blocks), and the legality checks the
+split shares with the warp per row: where each applies, each refusal's reason, the emitted code
+compiled by nvcc, and the corpus kernels they target."""
+
+from __future__ import annotations
+
+import json
+import os
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.core.candidates import OptimizeRequest
+from kernel_lsp.core.rules import RuleGenerator, evaluate, rule_by_name
+from kernel_lsp.core.source import preprocess
+from kernel_lsp.core.spec import parse_spec, with_candidate_launch
+from kernel_lsp.services.source_view import header_reader
+
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
+
+
+def spec_of(kernel: str, params: list[dict], grid, block, variants=None) -> dict:
+    data = {"kernel": kernel, "params": params, "grid": grid, "block": block, "tolerance": {"rtol": 1e-4, "atol": 1e-5}}
+    if variants:
+        data["variants"] = variants
+    return data
+
+
+def arr(name, size, role="in"):
+    return {"name": name, "array": "float32", "size": size, "init": "uniform(-1,1)" if role != "out" else "zeros", "role": role}
+
+
+def scalar(name, value):
+    return {"name": name, "scalar": "int32", "value": value}
+
+
+def outcome(rule: str, source: str, spec: dict):
+    return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
+
+
+def compiles(source: str, tmp_path, include: str | None = None) -> None:
+    from kernel_lsp.services.harness.compile import compile_cubin
+    from kernel_lsp.services.toolchain import BuildFlags
+
+    flags = BuildFlags(flags=("-I", include) if include else ()).for_arch("sm_90")
+    result = compile_cubin(source, str(tmp_path), "cand", flags)
+    assert result.ok, result.log
+
+
+def corpus(name: str):
+    """(source, spec, preprocessed view with the entry's headers, reprocess) of a corpus kernel."""
+    path = str(CORPUS / name / "kernel.cu")
+    reader = header_reader((os.path.dirname(path), str(CORPUS)))
+    source = Path(path).read_text()
+    spec = json.loads((CORPUS / name / "spec.json").read_text())
+    return source, spec, preprocess(source, path, reader), (lambda text: preprocess(text, path, reader)), path
+
+
+COLSUM = """
+__global__ void colsum(int n, const float* a, const float* x, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float s = 0.0f;
+    for (int j = 0; j < n; j++)
+      s += a[j * n + i] * x[j];
+    y[i] = s;
+  }
+}
+void host(int n, const float* a, const float* x, float* y) { colsum<<<(n + 31) / 32, 32>>>(n, a, x, y); }
+"""
+COLSUM_SPEC = spec_of("colsum", [scalar("n", 4096), arr("a", "n*n"), arr("x", "n"), arr("y", "n", "out")],
+                      ["ceil_div(n,32)", 1, 1], [32, 1, 1], [{"n": 1001}])
+
+
+def test_split_loop_applies_to_an_underfilled_column_loop(tmp_path):
+    found = outcome("split-loop", COLSUM, COLSUM_SPEC)
+    assert found.applicable, found.why
+    assert "128 warps" in found.why
+    rewrite = found.rewrites[0]
+    # float elements: 4 lanes keep 8 neighbouring threads (32 bytes, one sector) per row of the warp.
+    assert rewrite.grid_scale == (4, 1, 1)
+    assert rewrite.launch_override["grid"][0] == "(ceil_div(n,32)) * 4"
+    body = rewrite.source
+    assert "j = (0) + kl_lane; j < n; j += 4" in body and "s = kl_init0_0 + kl_warp_sum4(s);" in body
+    assert "15u << (threadIdx.x & 28u)" in body  # the shuffle names its own group of lanes only
+    if shutil.which("nvcc"):
+        compiles(body, tmp_path)
+
+
+def test_split_loop_grows_the_group_for_doubles():
+    doubles = COLSUM.replace("float", "double")
+    spec = json.loads(json.dumps(COLSUM_SPEC).replace("float32", "float64"))
+    spec["grid"], spec["block"] = ["ceil_div(n,256)", 1, 1], [256, 1, 1]
+    found = outcome("split-loop", doubles, spec)
+    assert found.applicable, found.why
+    assert found.rewrites[0].grid_scale == (8, 1, 1)
+
+
+@pytest.mark.parametrize(("change", "spec_change", "why"), [
+    (None, {"grid": ["ceil_div(n,32)", 1, 1], "block": [32, 1, 1], "params_n": 65536}, "enough for 132 SMs"),
+    (lambda s: s.replace("s += a[j * n + i] * x[j];", "s = s * 0.5f + a[j * n + i];"), None, "carries s"),
+    (lambda s: s.replace("y[i] = s;", "y[i] += s;"), None, "read-modify-write"),
+    (lambda s: s.replace("y[i] = s;", "y[i] = s; y[i] = y[i] * 2.0f;"), None, "another lane"),
+    (lambda s: s.replace("for (int j = 0; j < n; j++)", "int j; for (j = 0; j < n; j++)").replace("y[i] = s;", "y[i] = s + j;"),
+     None, "counter `j` is read after it"),
+    (lambda s: s.replace("if (i < n) {", "__shared__ float t[32]; t[threadIdx.x] = 0; __syncthreads(); if (i < n) {"),
+     None, "barriers"),
+])
+def test_split_loop_refusals(change, spec_change, why):
+    source = change(COLSUM) if change else COLSUM
+    spec = json.loads(json.dumps(COLSUM_SPEC))
+    if spec_change:
+        spec["grid"], spec["block"] = spec_change["grid"], spec_change["block"]
+        spec["params"][0]["value"] = spec_change["params_n"]
+    found = outcome("split-loop", source, spec)
+    assert not found.applicable and why in found.why, found.why
+
+
+def test_a_reused_counter_assigned_again_after_its_loop_is_fine():
+    source = COLSUM.replace("for (int j = 0; j < n; j++)", "int j; for (j = 0; j < n; j++)").replace(
+        "y[i] = s;", "for (j = 0; j < 1; j++) s += 0.0f; y[i] = s;")
+    found = outcome("split-loop", source, COLSUM_SPEC)
+    assert found.applicable, found.why
+
+
+def test_warp_per_row_refuses_a_read_modify_write_after_the_row_loop():
+    """Every lane runs the code after the split loop: ``y[r] += s`` there would add the row 32 times."""
+    rows = """
+__global__ void rows(int n, const float* a, float* y) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < n) {
+    float s = 0.0f;
+    for (int j = 0; j < n; j++) s += a[r * n + j];
+    y[r] = s;
+  }
+}
+"""
+    spec = spec_of("rows", [scalar("n", 2048), arr("a", "n*n"), arr("y", "n", "inout")], ["ceil_div(n,256)", 1, 1], [256, 1, 1])
+    assert outcome("warp-per-row", rows, spec).applicable
+    found = outcome("warp-per-row", rows.replace("y[r] = s;", "y[r] += s;"), spec)
+    assert not found.applicable and "read-modify-write" in found.why
+
+
+def test_mvt_kernel2_gets_register_accumulate_then_split_loop(tmp_path):
+    source, spec, pre, reprocess, path = corpus("polybench_mvt_kernel2")
+    generator = RuleGenerator(preprocessed=pre, reprocess=reprocess)
+    candidates = list(generator.generate(OptimizeRequest(source=source, path=path, kernel=spec["kernel"], spec=spec)))
+    composed = next(c for c in candidates if c.generator == "rule:register-accumulate+split-loop")
+    assert composed.after == "rule:register-accumulate" and composed.grid_scale == (4, 1, 1)
+    split = next(o for o in generator.outcomes if o.rule == "split-loop")
+    assert not split.applicable and "writes `x2` at an index that does not move" in split.why
+    if shutil.which("nvcc"):
+        compiles(composed.source, tmp_path, str(Path(path).parent))
+
+
+def test_adi_kernel1_smaller_blocks_and_no_illegal_block_size():
+    """adi: one block of 256 threads for 1024 rows, each row a chain carried through X and B. The
+    split is refused (carried), smaller blocks spread the 256 threads over 8 SMs, and no block size
+    rounds the grid up to threads the original never ran."""
+    source, spec, pre, _, _ = corpus("polybench_adi_kernel1")
+    outcomes = {o.rule: o for o in evaluate(source, spec["kernel"], parse_spec(spec), preprocessed=pre)}
+    assert not outcomes["split-loop"].applicable and "another index than it writes" in outcomes["split-loop"].why
+    smaller = outcomes["smaller-blocks"]
+    assert smaller.applicable, smaller.why
+    assert [(r.launch_override["grid"][0], r.launch_override["block"][0]) for r in smaller.rewrites] == [("(1) * 8", 32)]
+    parsed = parse_spec(spec)
+    for rewrite in [*smaller.rewrites, *outcomes["block-size"].rewrites]:
+        resolved = with_candidate_launch(parsed, rewrite.launch_override).resolve()
+        assert resolved.candidate.grid[0] * resolved.candidate.block[0] == 256
+
+
+@pytest.mark.parametrize(("spec_change", "why"), [
+    ({"grid": [512, 1, 1]}, "one per SM already"),
+    ({"block": [32, 1, 1]}, "as small as this rule makes it"),
+    ({"block": [48, 1, 1]}, "no smaller block divides"),
+])
+def test_smaller_blocks_refusals(spec_change, why):
+    elementwise = """
+extern "C" __global__ void k(int n, const float* x, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { y[i] = 2.0f * x[i]; }
+}
+"""
+    spec = spec_of("k", [scalar("n", 4096), arr("x", "n"), arr("y", "n", "out")], [4, 1, 1], [256, 1, 1])
+    spec.update(spec_change)
+    found = outcome("smaller-blocks", elementwise, spec)
+    assert not found.applicable and why in found.why, found.why
+
+
+def test_smaller_blocks_edit_the_host_launch_in_its_own_terms():
+    from kernel_lsp.core.candidates import Candidate
+    from kernel_lsp.core.transforms.launch_edit import applied_source
+
+    source = """
+extern "C" __global__ void k(int n, const float* x, float* y) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) { y[i] = 2.0f * x[i]; }
+}
+void host(int n, const float* x, float* y) { int threads = 256; k<<<(n + threads - 1) / threads, threads>>>(n, x, y); }
+"""
+    spec = spec_of("k", [scalar("n", 1024), arr("x", "n"), arr("y", "n", "out")], ["ceil_div(n,256)", 1, 1], [256, 1, 1])
+    found = outcome("smaller-blocks", source, spec)
+    assert found.applicable, found.why
+    rewrite = found.rewrites[0]
+    assert rewrite.block == (32, 1, 1) and rewrite.launch_override["grid"][0] == "(ceil_div(n,256)) * 8"
+    candidate = Candidate("k", rewrite.source, found.technique, "rule:smaller-blocks", rewrite.description,
+                          rewrite.launch_override, block=rewrite.block)
+    host = applied_source(candidate, source)
+    assert host.instruction is None and host.lines == (6,)
+    assert ("k<<<dim3(dim3((n + threads - 1) / threads).x * dim3(threads).x / 32, "
+            "dim3((n + threads - 1) / threads).y * dim3(threads).y, dim3((n + threads - 1) / threads).z * dim3(threads).z), "
+            "dim3(32, 1, 1)>>>") in host.source
+    unlaunched = applied_source(Candidate("k", source.split("void host")[0], found.technique, "rule:smaller-blocks", "",
+                                          rewrite.launch_override, block=rewrite.block))
+    assert "blocks of 32 x 1 x 1 threads" in unlaunched.instruction
+
+
+def test_fan2_gets_fuller_blocks_along_y():
+    """Rodinia gaussian Fan2: 4 x 4 blocks (half of each warp idle, a quarter of an SM's threads).
+    4 x 16 keeps the threads per axis at Size 1024 and at Size 333 (336 threads: 4 x 32 does not divide)."""
+    source, spec, pre, _, _ = corpus("rodinia_gaussian_fan2")
+    found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("fuller-blocks")], preprocessed=pre)[0]
+    assert found.applicable, found.why
+    (rewrite,) = found.rewrites
+    assert rewrite.block == (4, 16, 1) and rewrite.source == source
+    parsed = parse_spec(spec)
+    for variant in [None, *range(len(parsed.variants))]:
+        resolved = with_candidate_launch(parsed, rewrite.launch_override).resolve(variant)
+        assert [g * b for g, b in zip(resolved.candidate.grid, resolved.candidate.block)] == \
+               [g * b for g, b in zip(resolved.original.grid, resolved.original.block)]
+
+
+TINY_2D = """
+__global__ void k(int n, const float* x, float* y) {
+    int col = blockIdx.x * blockDim.x + threadIdx.x;
+    int row = blockIdx.y * blockDim.y + threadIdx.y;
+    if (row < n && col < n) y[row * n + col] = 2.0f * x[row * n + col];
+}
+"""
+TINY_SPEC = spec_of("k", [scalar("n", 1024), arr("x", "n*n"), arr("y", "n*n", "out")],
+                    ["ceil_div(n,8)", "ceil_div(n,4)", 1], [8, 4, 1], [{"n": 200}])
+
+
+def test_fuller_blocks_applies_and_keeps_threads_per_axis():
+    found = outcome("fuller-blocks", TINY_2D, TINY_SPEC)
+    assert found.applicable, found.why
+    # 8 x 16 would be 128 threads, but 200 rows run on 200 threads along y: 16 does not divide them, 8 does.
+    assert found.rewrites[0].block == (8, 8, 1)
+    assert found.rewrites[0].launch_override["grid"][1] == "((ceil_div(n,4))*4)/8"
+    taller = outcome("fuller-blocks", TINY_2D, dict(TINY_SPEC, variants=[{"n": 256}]))
+    assert taller.rewrites[0].block == (8, 16, 1)
+
+
+@pytest.mark.parametrize(("change", "spec_change", "why"), [
+    (None, {"block": [16, 8, 1]}, "can fill an SM already"),
+    (lambda s: s.replace("2.0f * x", "(float)threadIdx.y * x"), None, "'threadIdx.y' is used outside"),
+    (lambda s: s.replace("if (row", "__syncthreads(); if (row"), None, "barriers"),
+    (None, {"variants": [{"n": 203}]}, "no taller block divides"),
+    (None, {"block": [32, 1, 1]}, "not 2-D"),
+])
+def test_fuller_blocks_refusals(change, spec_change, why):
+    spec = dict(TINY_SPEC, **(spec_change or {}))
+    found = outcome("fuller-blocks", change(TINY_2D) if change else TINY_2D, spec)
+    assert not found.applicable and why in found.why, found.why
+
+
+def test_sector_per_row_splits_attentions_short_head_rows(tmp_path):
+    source, spec, view, _reprocess, path = corpus("llmc_attention_query_key_kernel1")
+    found = evaluate(source, spec["kernel"], parse_spec(spec, str(CORPUS / "llmc_attention_query_key_kernel1")),
+                     [rule_by_name("sector-per-row")], preprocessed=view)[0]
+    assert found.applicable, found.why
+    rewrite = found.rewrites[0]
+    # 64-float head rows: 8 lanes per row, one 32-byte sector of the key row per step.
+    assert rewrite.grid_scale == (8, 1, 1)
+    assert "i = (0) + kl_lane; i < hs; i += 8" in rewrite.source and "kl_warp_sum8(val)" in rewrite.source
+    if shutil.which("nvcc"):
+        compiles(rewrite.source, tmp_path, include=str(CORPUS / "llmc_attention_query_key_kernel1"))
+
+
+ROWSUM = """
+__global__ void rowsum(int n, int m, const float* a, float* y) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) {
+    float s = 0.0f;
+    for (int j = 0; j < m; j++)
+      s += a[i * m + j];
+    y[i] = s;
+  }
+}
+"""
+
+
+@pytest.mark.parametrize("m, applies", [(64, True), (4096, False), (6, False)])
+def test_sector_per_row_only_for_rows_shorter_than_a_warp_needs(m, applies):
+    spec = spec_of("rowsum", [scalar("n", 1 << 20), scalar("m", m), arr("a", "n*m"), arr("y", "n", "out")],
+                   ["ceil_div(n,256)", 1, 1], [256, 1, 1])
+    found = outcome("sector-per-row", ROWSUM, spec)
+    assert found.applicable == applies, found.why
+    if not applies:
+        assert "shorter than 128" in found.why

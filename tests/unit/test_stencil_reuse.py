@@ -1,0 +1,296 @@
+"""Neighbour rows reused across consecutive rows per thread (stencil-row-reuse): where it applies,
+each refusal's reason, the emitted code compiled by nvcc, and the corpus stencils it takes."""
+
+from __future__ import annotations
+
+import json
+import re
+import shutil
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.core.rules import evaluate, rule_by_name
+from kernel_lsp.core.source import preprocess
+from kernel_lsp.core.spec import parse_spec
+
+CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
+
+
+def arr(name, size, role="in"):
+    return {"name": name, "array": "float32", "size": size, "init": "uniform(-1,1)" if role == "in" else "zeros", "role": role}
+
+
+def spec(kernel, block=(32, 8, 1), extra=()):
+    return {"kernel": kernel, "params": [{"name": "n", "scalar": "int32", "value": 1024}, arr("A", "n*n"),
+                                         arr("B", "n*n", "out"), *extra],
+            "grid": ["ceil_div(n,32)", "ceil_div(n,8)", 1], "block": list(block),
+            "tolerance": {"rtol": 1e-5, "atol": 1e-6}, "variants": [{"n": 500}]}
+
+
+JACOBI = """
+__global__ void jacobi(int n, float* A, float* B) {
+  int i = blockIdx.y * blockDim.y + threadIdx.y;
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= 1 && i < n - 1 && j >= 1 && j < n - 1) {
+    B[i*n + j] = 0.2f * (A[i*n + j] + A[i*n + j - 1] + A[i*n + j + 1] + A[(i + 1)*n + j] + A[(i - 1)*n + j]);
+  }
+}
+"""
+
+
+def outcome(source, data):
+    return evaluate(source, data["kernel"], parse_spec(data), [rule_by_name("stencil-row-reuse")])[0]
+
+
+def compiles(source: str, workdir: Path) -> None:
+    from kernel_lsp.services.harness.compile import compile_cubin
+    from kernel_lsp.services.toolchain import BuildFlags
+
+    result = compile_cubin(source, str(workdir), "cand", BuildFlags().for_arch("sm_90"))
+    assert result.ok, result.log
+
+
+def test_applies_with_fast_and_general_paths(tmp_path):
+    found = outcome(JACOBI, spec("jacobi"))
+    assert found.applicable, found.why
+    assert [r.variant for r in found.rewrites] == ["rows=8", "rows=4"]
+    rw = found.rewrites[1]
+    assert rw.launch_override["block"][1] == 2
+    src = rw.source
+    # Virtual rows: threadIdx.y is row 4*y + s of the original block, blockDim.y the old height.
+    assert "const unsigned kl_vrow = threadIdx.y * 4u + kl_s;" in src
+    assert "int i = blockIdx.y * (blockDim.y * 4u) + kl_vrow;" in src
+    # The interior test carries the guard; the fast path defers the store; the general path keeps the guard.
+    assert "kl_all = kl_all && (i >= 1 && i < n - 1 && j >= 1 && j < n - 1);" in src
+    assert "kl_p0[kl_s] = &(B[i*n + j]); kl_v0[kl_s] = 0.2f * (A[i*n + j]" in src
+    assert "*kl_p0[kl_s] = kl_v0[kl_s];" in src
+    assert src.count("if (i >= 1 && i < n - 1 && j >= 1 && j < n - 1)") == 1
+    assert "threadIdx.y" not in src.split("kl_vrow = threadIdx.y", 1)[1].split("kl_vrow = threadIdx.y", 1)[0].replace(
+        "threadIdx.y * 4u", "")
+    if shutil.which("nvcc"):
+        for r in found.rewrites:
+            compiles(r.source, tmp_path)
+
+
+def test_early_return_ends_only_that_row(tmp_path):
+    src = JACOBI.replace("  if (i >= 1 && i < n - 1 && j >= 1 && j < n - 1) {\n", "  if (i < 1 || i >= n - 1) return;\n"
+                         "  if (j >= 1 && j < n - 1) {\n")
+    found = outcome(src, spec("jacobi"))
+    assert found.applicable, found.why
+    out = found.rewrites[0].source
+    assert "if (i < 1 || i >= n - 1) { kl_all = false; continue; }" in out
+    assert "if (i < 1 || i >= n - 1) continue;" in out
+    assert "return" not in out
+    if shutil.which("nvcc"):
+        compiles(out, tmp_path)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda s: s.replace("B[i*n + j] = 0.2f", "__shared__ float t[8]; t[0] = 1; B[i*n + j] = 0.2f"), "shared memory"),
+    (lambda s: s.replace("B[i*n + j] = 0.2f * (", "for (int k = 0; k < 2; ++k) B[i*n + j] = 0.2f * ("), "has loops"),
+    (lambda s: s.replace("A[(i + 1)*n + j] + A[(i - 1)*n + j]", "A[i*n + j + 2] + A[i*n + j - 2]"),
+     "nothing to reuse"),
+    (lambda s: s.replace("B[i*n + j] =", "B[j] ="), "does not move with threadIdx.y"),
+    (lambda s: s.replace("A[i*n + j - 1]", "B[i*n + j - 1]"), "read at another index"),
+    (lambda s: s.replace("B[i*n + j] = 0.2f", "B[i*n + j] += 0.2f"), "plain `P[index] = value;`"),
+    (lambda s: s.replace("if (i >= 1", "if ((i = i + 0) >= 1"), "side effects"),
+    (lambda s: s.replace("int j = blockIdx.x * blockDim.x + threadIdx.x;",
+                         "int j = blockIdx.x * blockDim.x + threadIdx.x;\n  if (j > n) { B[0] = 1; }"),
+     "not straight-line statements followed by one guard"),
+    (lambda s: s.replace("threadIdx.y", "threadIdx.x % 4"), "along blockIdx.y (nothing to reuse)"),
+    (lambda s: s.replace("threadIdx.y", "0").replace("blockIdx.y", "0").replace("blockIdx.x", "0"),
+     "uses neither threadIdx.y"),
+])
+def test_refusals(change, why):
+    found = outcome(change(JACOBI), spec("jacobi"))
+    assert not found.applicable and why in found.why, found.why
+
+
+def test_refuses_a_block_height_it_cannot_split():
+    found = outcome(JACOBI, spec("jacobi", block=(32, 5, 1)))
+    assert not found.applicable and "block's y extent is not a multiple of 2 or 3" in found.why, found.why
+    found = outcome(JACOBI, spec("jacobi", block=(32, 3, 1)))
+    assert [r.variant for r in found.rewrites] == ["rows=3"] and found.rewrites[0].launch_override["block"][1] == 1
+
+
+def test_keeps_enough_threads():
+    data = spec("jacobi")
+    data["params"][0]["value"] = 128
+    data["variants"] = []
+    found = outcome(JACOBI, data)
+    assert not found.applicable and "fewer than 65536 threads" in found.why, found.why
+    data["params"][0]["value"] = 512
+    assert [r.variant for r in outcome(JACOBI, data).rewrites] == ["rows=4", "rows=2"]
+
+
+def test_refuses_arrays_the_spec_does_not_separate():
+    data = spec("jacobi")
+    data["params"][2] = {"name": "B", "scalar": "int32", "value": 0}
+    found = outcome(JACOBI, data)
+    assert not found.applicable and "allocate every pointer parameter" in found.why
+
+
+def _corpus(name):
+    path = CORPUS / name / "kernel.cu"
+    text = path.read_text()
+    pre = preprocess(text, str(path), lambda p: Path(p).read_text() if Path(p).is_file() else None)
+    data = json.loads((CORPUS / name / "spec.json").read_text())
+    return text, pre, data
+
+
+@pytest.mark.parametrize(("name", "reason"), [
+    ("polybench_conv2d", None), ("polybench_jacobi2d", None),
+    ("polybench_fdtd2d_step3", None), ("polybench_conv3d", "fewer than 65536 threads"),
+    ("nvblog_fd_derivative_x", "shared memory"), ("rodinia_hotspot", "has loops"),
+    ("rodinia_hotspot3d", "has loops"), ("parboil_stencil_naive", None),
+    ("polybench_jacobi1d", "along blockIdx.x (nothing to reuse)"),
+])
+def test_corpus_stencils(name, reason, tmp_path):
+    text, pre, data = _corpus(name)
+    found = evaluate(text, data["kernel"], parse_spec(data), [rule_by_name("stencil-row-reuse")], preprocessed=pre)[0]
+    if reason is not None:
+        assert not found.applicable and reason in found.why, found.why
+        return
+    assert found.applicable, found.why
+    for rw in found.rewrites:
+        rows = int(rw.variant.split("=")[1])
+        assert re.search(rf"kl_vrow = (threadIdx|blockIdx)\.[xy] \* {rows}u \+ kl_s;", rw.source)
+        if shutil.which("nvcc"):
+            work = tmp_path / rw.variant.replace("=", "")
+            shutil.copytree(CORPUS / name, work / name)
+            shutil.copytree(CORPUS / "_common", work / "_common")
+            compiles(rw.source, work / name)
+
+
+# --------------------------------------------------------------------------- fixed-trip-unroll
+
+MARCH = """
+__global__ void march(int n, int nz, const float* A, float* B) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float below = A[i], here = A[n + i];
+  for (int k = 1; k < nz - 1; ++k) {
+    float above = A[(k + 1) * n + i];
+    B[k * n + i] = below + here + above;
+    below = here; here = above;
+  }
+}
+"""
+
+
+def march_spec(nz=8):
+    return {"kernel": "march", "params": [{"name": "n", "scalar": "int32", "value": 4096},
+                                          {"name": "nz", "scalar": "int32", "value": nz},
+                                          arr("A", "n*nz"), arr("B", "n*nz", "out")],
+            "grid": ["ceil_div(n,256)", 1, 1], "block": [256, 1, 1],
+            "tolerance": {"rtol": 1e-5, "atol": 1e-6}, "variants": [{"nz": 5}]}
+
+
+def unroll_outcome(source, data):
+    return evaluate(source, data["kernel"], parse_spec(data), [rule_by_name("fixed-trip-unroll")])[0]
+
+
+def test_fixed_trip_unrolled_behind_a_guard(tmp_path):
+    found = unroll_outcome(MARCH, march_spec())
+    assert found.applicable, found.why
+    assert "6 trips" in found.why
+    plain, restricted = found.rewrites
+    assert (plain.variant, restricted.variant) == ("unroll", "unroll+restrict")
+    src = plain.source
+    assert "if ((nz - 1) == 7) {\n#pragma unroll\n  for (int k = 1; k < 7; ++k) {" in src
+    # The general loop is kept, as written, for every other size.
+    assert "} else for (int k = 1; k < nz - 1; ++k) {" in src
+    assert plain.launch_override is None
+    assert "const float* __restrict__ A, float* __restrict__ B" in restricted.source
+    if shutil.which("nvcc"):
+        for r in found.rewrites:
+            compiles(r.source, tmp_path)
+
+
+def test_fixed_trip_with_inclusive_bound():
+    found = unroll_outcome(MARCH.replace("k < nz - 1", "k <= nz - 2"), march_spec())
+    assert found.applicable, found.why
+    assert "if ((nz - 2) == 6) {" in found.rewrites[0].source and "k <= 6;" in found.rewrites[0].source
+
+
+@pytest.mark.parametrize(("change", "nz", "why"), [
+    (lambda s: s.replace("k < nz - 1", "k < nz - threadIdx.x"), 8, "differs between threads"),
+    (lambda s: s.replace("++k", "k += 2"), 8, "step is not 1"),
+    (lambda s: s.replace("int k = 1", "int k = i % 2"), 8, "start is not a constant of at least 0"),
+    (lambda s: s.replace("below = here;", "below = here; nz = nz - 0;"), 8, "which its bound reads"),
+    (lambda s: s.replace("k < nz - 1", "k < B[0]"), 8, "reads memory"),
+    (lambda s: s, 100, "runs 98 times"),
+    (lambda s: s.replace("for (int k = 1; k < nz - 1; ++k) {", "{ int k = 1;"), 8, "no loop"),
+])
+def test_fixed_trip_refusals(change, nz, why):
+    found = unroll_outcome(change(MARCH), march_spec(nz))
+    assert not found.applicable and why in found.why, found.why
+
+
+@pytest.mark.parametrize("name", ["rodinia_hotspot3d", "shoc_stencil2d", "rodinia_pathfinder", "rodinia_hotspot"])
+def test_fixed_trip_corpus(name, tmp_path):
+    text, pre, data = _corpus(name)
+    found = evaluate(text, data["kernel"], parse_spec(data), [rule_by_name("fixed-trip-unroll")], preprocessed=pre)[0]
+    assert found.applicable, found.why
+    for rw in found.rewrites:
+        assert "#pragma unroll" in rw.source and "} else " in rw.source
+        if shutil.which("nvcc"):
+            work = tmp_path / rw.variant.replace("+", "_")
+            shutil.copytree(CORPUS / name, work / name)
+            shutil.copytree(CORPUS / "_common", work / "_common")
+            compiles(rw.source, work / name)
+
+
+def test_fixed_trip_leaves_a_constant_bound_to_the_compiler():
+    found = unroll_outcome(MARCH.replace("k < nz - 1", "k < 7"), march_spec())
+    assert not found.applicable and "already a constant" in found.why, found.why
+
+
+def test_fixed_trip_keeps_a_pragma_with_the_original_loop(tmp_path):
+    src = MARCH.replace("  for (int k = 1;", "  #pragma unroll 2\n  for (int k = 1;")
+    found = unroll_outcome(src, march_spec())
+    assert found.applicable, found.why
+    out = found.rewrites[0].source
+    assert "} else \n#pragma unroll 2\n  for (int k = 1; k < nz - 1; ++k) {" in out, out
+    assert out.count("#pragma unroll 2") == 1
+    if shutil.which("nvcc"):
+        compiles(out, tmp_path)
+
+
+@pytest.mark.parametrize("name", ["polybench_conv2d", "polybench_fdtd2d_step3"])
+def test_corpus_candidates_keep_the_users_macros(name, tmp_path):
+    """The rewrite copies the statements from the user's text, so the harness's static check finds
+    no problem size written as a literal (``NJ`` stays ``NJ``, not the ``4096`` it expands to)."""
+    from kernel_lsp.core.static_check import check
+
+    text, pre, data = _corpus(name)
+    found = evaluate(text, data["kernel"], parse_spec(data), [rule_by_name("stencil-row-reuse")], preprocessed=pre)[0]
+    assert found.applicable and found.rewrites, found.why
+    for rw in found.rewrites:
+        report = check(text, rw.source, parse_spec(data))
+        assert report.ok, [f"line {e.line}: {e.rule}: {e.message}" for e in report.errors]
+        assert "macros expanded" not in rw.description
+        body = rw.source[rw.source.index(data["kernel"]):]
+        used = [m for m in pre.macros if re.search(rf"\b{m}\b", text[text.index(data["kernel"]):])]
+        assert used and all(re.search(rf"\b{m}\b", body) for m in used), used
+        if shutil.which("nvcc"):
+            work = tmp_path / rw.variant.replace("=", "")
+            shutil.copytree(CORPUS / name, work / name)
+            shutil.copytree(CORPUS / "_common", work / "_common")
+            compiles(rw.source, work / name)
+
+
+def test_a_statement_inside_a_macro_falls_back_to_the_expanded_body(tmp_path):
+    """A guard written as a macro has no text of its own to copy: the body is written expanded."""
+    source = "#define STORE B[i*n + j] = A[(i-1)*n + j] + A[(i+1)*n + j]\n" + JACOBI.replace(
+        "B[i*n + j] = 0.2f * (A[i*n + j] + A[i*n + j - 1] + A[i*n + j + 1] + A[(i + 1)*n + j] + A[(i - 1)*n + j]);",
+        "STORE;")
+    found = evaluate(source, "jacobi", parse_spec(spec("jacobi")), [rule_by_name("stencil-row-reuse")],
+                     preprocessed=preprocess(source))[0]
+    assert found.applicable, found.why
+    rw = found.rewrites[0]
+    assert "macros expanded" in rw.description
+    assert "kl_v0[kl_s] = A[(i-1)*n + j] + A[(i+1)*n + j];" in rw.source
+    if shutil.which("nvcc"):
+        compiles(rw.source, tmp_path)
