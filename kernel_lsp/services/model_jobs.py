@@ -10,8 +10,8 @@ its output constrained by a JSON schema (a llama.cpp grammar, or the server's
   such as ``block=512`` or a tile size), given the analysis facts (the static
   features, what each rule proved), the profile summary and the knowledge base's
   ranked techniques. The answer is an ``enum`` of the menu, so it cannot name
-  anything else. Best-of-N samples vote; the menu is tried in vote order (ties
-  in the menu's own order), the rest in the rules' own order.
+  anything else. Best-of-N samples vote; the entries they agree on are tried
+  first, in vote order, the rest in the menu's own order.
 * **editor** -- propose a rewrite as search/replace hunks against the kernel
   (:mod:`kernel_lsp.core.hunks`), guided by the closest verified before/after
   example the knowledge base has for the technique. Each hunk's search is an
@@ -141,7 +141,7 @@ class MenuEntry:
 @dataclass(frozen=True)
 class PlannerResult:
     ranked: tuple[str, ...]
-    """Menu ids the samples chose, most votes first (ties: in menu order)."""
+    """Menu ids the samples agreed on (:func:`rank_votes`), most votes first (ties: in menu order)."""
     votes: Mapping[str, int]
     reasons: tuple[str, ...]
 
@@ -200,11 +200,15 @@ def parse_choice(text: str, ids: Sequence[str]) -> tuple[str, str] | None:
 
 
 def rank_votes(choices: Sequence[str], order: Sequence[str]) -> tuple[str, ...]:
-    """Most votes first; among equals, the menu's own order (the knowledge base's, then the rules'), so a
-    choice of one sample moves ahead of the rules' order only where no other sample disagrees."""
+    """The entries the samples agree on, most votes first; among equals, the menu's own order (the knowledge
+    base's, then the rules'). With several samples an entry needs two votes: one sample's choice is as
+    likely noise as judgement (on the corpus a 0.5B model's three samples mostly named three block sizes),
+    and the menu's own order is the better guess then."""
     counts = Counter(choices)
+    needed = 1 if len(choices) == 1 else 2
     position = {ident: i for i, ident in enumerate(order)}
-    return tuple(sorted(counts, key=lambda c: (-counts[c], position.get(c, len(position)))))
+    agreed = [c for c in counts if counts[c] >= needed]
+    return tuple(sorted(agreed, key=lambda c: (-counts[c], position.get(c, len(position)))))
 
 
 def build_menu(candidates: Sequence[Candidate]) -> list[MenuEntry]:
