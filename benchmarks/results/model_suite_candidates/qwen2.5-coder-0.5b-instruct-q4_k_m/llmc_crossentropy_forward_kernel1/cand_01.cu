@@ -4,8 +4,7 @@
 __global__ void crossentropy_forward_kernel1(float* losses,
                             const float* probs, const int* targets,
                             int B, int T, int V) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;
-    if (i < B * T) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < B * T; i += (int)blockDim.x * gridDim.x) {
         int b = i / T;
         int t = i % T;
         const float* probs_bt = probs + b * T * V + t * V;

@@ -1,8 +1,8 @@
 /* llm.c dev/cuda/crossentropy_forward.cu: the kernel as written; host code dropped (see ORIGIN). */
 #include "../_common/llmc_common.cuh"
 
-__global__ void __launch_bounds__(256) crossentropy_forward_kernel1(float* losses,
-                            const float* probs, const int* targets,
+__global__ void crossentropy_forward_kernel1(float* __restrict__ losses,
+                            const float* __restrict__ probs, const int* __restrict__ targets,
                             int B, int T, int V) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < B * T) {

@@ -9,7 +9,7 @@ __global__ void atax_kernel1(int nx, int ny, DATA_TYPE *A, DATA_TYPE *x, DATA_TY
 	if (i < _PB_NX)
 	{
 		tmp[i] = 0;
-		int j;
+		int j;  // read 32 columns at once
 		for(j=0; j < _PB_NY; j++)
 		{
 			tmp[i] += A[i*NY+j] * x[j];

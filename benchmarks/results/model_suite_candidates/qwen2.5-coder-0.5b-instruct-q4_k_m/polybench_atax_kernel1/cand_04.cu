@@ -10,11 +10,9 @@ __global__ void atax_kernel1(int nx, int ny, DATA_TYPE *A, DATA_TYPE *x, DATA_TY
 	{
 		tmp[i] = 0;
 		int j;
-		{ float kl_acc0 = tmp[i];
 		for(j=0; j < _PB_NY; j++)
 		{
-			kl_acc0 += A[i*NY+j] * x[j];
+			tmp[i] += A[i*NY+j] * x[j];
 		}
-		tmp[i] = kl_acc0; }
 	}
 }

@@ -4,7 +4,10 @@
 
 __global__ void atax_kernel1(int nx, int ny, DATA_TYPE *A, DATA_TYPE *x, DATA_TYPE *tmp)
 {
-	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < _PB_NX; i += (int)blockDim.x * gridDim.x) {
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i < _PB_NX)
+	{
 		tmp[i] = 0;
 		int j;
 		for(j=0; j < _PB_NY; j++)

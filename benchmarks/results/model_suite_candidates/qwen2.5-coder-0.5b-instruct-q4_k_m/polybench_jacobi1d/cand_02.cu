@@ -2,7 +2,7 @@
 #include "jacobi1D.cuh"
 #include "../_common/polybench.cuh"
 
-__global__ void __launch_bounds__(256) runJacobiCUDA_kernel1(int n, DATA_TYPE* A, DATA_TYPE* B)
+__global__ void runJacobiCUDA_kernel1(int n, DATA_TYPE* A, DATA_TYPE* B)
 {
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 	

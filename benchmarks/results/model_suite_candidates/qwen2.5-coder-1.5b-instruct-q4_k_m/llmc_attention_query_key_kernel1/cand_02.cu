@@ -5,9 +5,9 @@
 __global__ void attention_query_key_kernel1(float* preatt, const float* inp,
                                            int B, int T, int C, int NH) {
     int idx = blockIdx.x * blockDim.x + threadIdx.x;
-   int total_threads = (B + 31) / 32 * NH * T * T;
+    int total_threads = B * NH * T * T;
 
-    if (idx < total_threads) {
+    if (idx < total_threads / 2) {
         int t2 = idx % T;
         int t = (idx / T) % T;
         if (t2 > t) {

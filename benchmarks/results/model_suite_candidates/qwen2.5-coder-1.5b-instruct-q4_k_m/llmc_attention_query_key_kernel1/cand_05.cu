@@ -2,9 +2,19 @@
 #define ENABLE_BF16
 #include "../_common/llmc_common.cuh"
 
+template <typename T>
+__device__ __forceinline__ T kl_warp_sum(T v) {
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    return v;
+}
 __global__ void attention_query_key_kernel1(float* preatt, const float* inp,
                                            int B, int T, int C, int NH) {
-    int idx = blockIdx.x * blockDim.x + threadIdx.x;
+    const unsigned kl_lane = threadIdx.x & 31u;
+    const unsigned long long kl_gwarp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) / 32u;
+    const unsigned kl_vtid = (unsigned)(kl_gwarp % blockDim.x);
+    const unsigned kl_vbid = (unsigned)(kl_gwarp / blockDim.x);
+
+    int idx = kl_vbid * blockDim.x + kl_vtid;
     int total_threads = B * NH * T * T;
 
     if (idx < total_threads) {
@@ -25,9 +35,11 @@ __global__ void attention_query_key_kernel1(float* preatt, const float* inp,
 
         // (query_t) dot (key_t2)
         float val = 0.0f;
-        for (int i = 0; i < hs; i++) {
+        { auto kl_init0_0 = val; val = 0;
+        for (int i = (0) + kl_lane; i < hs; i += 32) {
             val += query_t[i] * key_t2[i];
         }
+        val = kl_init0_0 + kl_warp_sum(val); }
         val *= 1.0 / sqrtf(hs);
 
         preatt[idx] = val;

@@ -3,14 +3,15 @@
 #include "../_common/llmc_common.cuh"
 
 template <typename T>
-__device__ __forceinline__ T kl_warp_sum(T v) {
-    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+__device__ __forceinline__ T kl_warp_sum8(T v) {
+    const unsigned kl_mask = 255u << (threadIdx.x & 24u);
+    for (int o = 4; o > 0; o >>= 1) v += __shfl_xor_sync(kl_mask, v, o);
     return v;
 }
 __global__ void attention_query_key_kernel1(float* preatt, const float* inp,
                                            int B, int T, int C, int NH) {
-    const unsigned kl_lane = threadIdx.x & 31u;
-    const unsigned long long kl_gwarp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) >> 5;
+    const unsigned kl_lane = threadIdx.x & 7u;
+    const unsigned long long kl_gwarp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) / 8u;
     const unsigned kl_vtid = (unsigned)(kl_gwarp % blockDim.x);
     const unsigned kl_vbid = (unsigned)(kl_gwarp / blockDim.x);
 
@@ -36,10 +37,10 @@ __global__ void attention_query_key_kernel1(float* preatt, const float* inp,
         // (query_t) dot (key_t2)
         float val = 0.0f;
         { auto kl_init0_0 = val; val = 0;
-        for (int i = (0) + kl_lane; i < hs; i += 32) {
+        for (int i = (0) + kl_lane; i < hs; i += 8) {
             val += query_t[i] * key_t2[i];
         }
-        val = kl_init0_0 + kl_warp_sum(val); }
+        val = kl_init0_0 + kl_warp_sum8(val); }
         val *= 1.0 / sqrtf(hs);
 
         preatt[idx] = val;

@@ -6,7 +6,7 @@
 #define GELU_SCALING_FACTOR sqrtf(2.0f / M_PI)
 
 __global__ void gelu_forward_kernel1(floatX* out, const floatX* inp, int N) {
-    int i = blockIdx.x * blockDim.x + threadIdx.x;  // Access the fields of each particle
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) {
         float xi = inp[i];
         float cube = 0.044715f * xi * xi * xi;

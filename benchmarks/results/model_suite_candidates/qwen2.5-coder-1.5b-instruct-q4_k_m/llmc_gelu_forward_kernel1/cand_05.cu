@@ -5,7 +5,7 @@
 #include <math.h>
 #define GELU_SCALING_FACTOR sqrtf(2.0f / M_PI)
 
-__global__ void gelu_forward_kernel1(floatX* __restrict__ out, const floatX* __restrict__ inp, int N) {
+__global__ void __launch_bounds__(256) gelu_forward_kernel1(floatX* out, const floatX* inp, int N) {
     int i = blockIdx.x * blockDim.x + threadIdx.x;
     if (i < N) {
         float xi = inp[i];

@@ -4,13 +4,10 @@
 
 __global__ void atax_kernel1(int nx, int ny, DATA_TYPE *A, DATA_TYPE *x, DATA_TYPE *tmp)
 {
-	int i = blockIdx.x * blockDim.x + threadIdx.x;
-
-	if (i < _PB_NX)
-	{
+	for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < _PB_NX; i += (int)blockDim.x * gridDim.x) {
 		tmp[i] = 0;
-		int j = threadIdx.x;
-		for(j = threadIdx.x; j < blockDim.y; j++)
+		int j;
+		for(j=0; j < _PB_NY; j++)
 		{
 			tmp[i] += A[i*NY+j] * x[j];
 		}

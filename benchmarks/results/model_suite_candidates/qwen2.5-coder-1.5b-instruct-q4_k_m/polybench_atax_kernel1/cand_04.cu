@@ -4,7 +4,7 @@
 
 __global__ void atax_kernel1(int nx, int ny, DATA_TYPE *A, DATA_TYPE *x, DATA_TYPE *tmp)
 {
-	int i = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
 
 	if (i < _PB_NX)
 	{

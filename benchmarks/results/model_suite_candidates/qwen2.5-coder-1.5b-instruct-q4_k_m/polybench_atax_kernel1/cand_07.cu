@@ -2,7 +2,7 @@
 #include "atax.cuh"
 #include "../_common/polybench.cuh"
 
-__global__ void atax_kernel1(int nx, int ny, DATA_TYPE *A, DATA_TYPE *x, DATA_TYPE *tmp)
+__global__ void atax_kernel1(int nx, int ny, const DATA_TYPE* __restrict__ A, const DATA_TYPE* __restrict__ x, DATA_TYPE* __restrict__ tmp)
 {
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 

@@ -2,7 +2,7 @@
 #include "atax.cuh"
 #include "../_common/polybench.cuh"
 
-__global__ void atax_kernel1(int nx, int ny, DATA_TYPE *A, DATA_TYPE *x, DATA_TYPE *tmp)
+__global__ void __launch_bounds__(32) atax_kernel1(int nx, int ny, DATA_TYPE *A, DATA_TYPE *x, DATA_TYPE *tmp)
 {
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 

@@ -2,7 +2,7 @@
 #include "jacobi1D.cuh"
 #include "../_common/polybench.cuh"
 
-__global__ void runJacobiCUDA_kernel1(int n, const DATA_TYPE* __restrict__ A, DATA_TYPE* __restrict__ B)
+__global__ void runJacobiCUDA_kernel1(int n, DATA_TYPE* A, DATA_TYPE* B)
 {
 	int i = blockIdx.x * blockDim.x + threadIdx.x;
 	
