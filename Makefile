@@ -33,7 +33,8 @@ $(SERVE_STAMP): pyproject.toml | $(PY)
 	@$(PIP_INSTALL) -q -e . >&2
 	@touch $@
 
-## The local-model runtime: pip builds llama-cpp-python from source, with its progress on stderr.
+## The local-model runtime: pip builds llama-cpp-python from source, with its progress on stderr, and
+## installs its server extra (the OpenAI-compatible server the endpoint test starts).
 $(MODEL_STAMP): pyproject.toml | $(PY)
 	@echo "kernel-lsp: building llama-cpp-python for the local model (about 9 minutes the first time; pip caches the wheel) ..." >&2
 	@$(PIP_INSTALL) --progress-bar off -e '.[model]' >&2

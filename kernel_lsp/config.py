@@ -78,6 +78,14 @@ class Settings:
     """Model context size in tokens."""
     model_threads: int | None = None
     """CPU threads for the model (None: llama.cpp's default)."""
+    model_lora: str | None = None
+    """User-level only. A LoRA adapter in GGUF loaded over the model (None: the model as it is)."""
+    model_endpoint: str | None = None
+    """User-level only. An OpenAI-compatible local server (llama-server, Ollama, vLLM: http://127.0.0.1:8080/v1) to
+    use instead of loading a GGUF; ``model`` is then the name the server knows the model by."""
+    model_mode: str = "jobs"
+    """How the model helps: ``jobs`` (planner, editor and repairer, each with constrained output) or ``agent`` (one
+    free tool-calling loop that writes whole kernels)."""
     min_speedup: float = 1.05
     """A candidate is applied only when the lower bound of its speedup interval is at least this."""
     verify_seeds: int = 3
@@ -107,8 +115,8 @@ WIRE_KEYS = {_camel(name): name for name in FIELDS}
 
 #: Fields a workspace cannot set: they choose a program (or its arguments), a model file to load, or where
 #: kernel-lsp writes its knowledge base. Their docstrings start with "User-level only".
-USER_LEVEL = frozenset(("nvcc_path", "ncu_path", "profile_program", "profile_args", "model", "kb_path",
-                        "kb_url", "allowed_compilers"))
+USER_LEVEL = frozenset(("nvcc_path", "ncu_path", "profile_program", "profile_args", "model", "model_lora",
+                        "model_endpoint", "kb_path", "kb_url", "allowed_compilers"))
 
 
 def _coerce(name: str, value: Any) -> Any:

@@ -21,6 +21,7 @@ found), 2 bad usage or spec, 3 no GPU: nothing could be verified.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import json
 import os
 import sys
@@ -35,7 +36,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.add_argument("file", help="the .cu file")
     parser.add_argument("--spec", help="launch spec v1 JSON (default: <file>.<kernel>.spec.json or the in-source spec)")
     parser.add_argument("--kernel", help="the kernel (default: the spec's)")
-    parser.add_argument("--model", help="a local model: manifest name or GGUF path (default: rules only)")
+    parser.add_argument("--model", help="a local model: manifest name or GGUF path, or with --endpoint the server's "
+                                        "name for it (default: rules only)")
+    parser.add_argument("--endpoint", metavar="URL", help="an OpenAI-compatible local server (http://127.0.0.1:8080/v1) "
+                                                          "to ask instead of loading a GGUF")
+    parser.add_argument("--model-mode", choices=("jobs", "agent"), help="planner, editor and repairer (jobs, the "
+                                                                        "default) or the free tool-calling loop (agent)")
     parser.add_argument("--budget", type=int, default=8, help="most candidates verified (default 8)")
     parser.add_argument("--seconds", type=float, default=600.0, help="wall-time budget of the search (default 600)")
     parser.add_argument("--tokens", type=int, default=60_000, help="model token budget (default 60000)")
@@ -58,11 +64,11 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     parser.set_defaults(func=run)
 
 
-def _load_model(name: str) -> Any:
-    from kernel_lsp.services.llm import LlamaModel, LoadOptions
-    from kernel_lsp.services.models import resolve_model
+def _load_model(settings: Any, name: str | None, endpoint: str | None) -> Any:
+    """The model the command line names, loaded with the user's model settings (threads, GPU layers, LoRA)."""
+    from kernel_lsp.services.llm import model_from_settings
 
-    return LlamaModel(resolve_model(name), LoadOptions(), name=os.path.basename(name))
+    return model_from_settings(dataclasses.replace(settings, model=name, model_endpoint=endpoint))
 
 
 def _print(result: Any, explain: list[Any] | None, verified: bool) -> None:
@@ -103,7 +109,6 @@ def _save_candidates(folder: str, result: Any) -> None:
 
 
 def run(args: argparse.Namespace) -> int:
-    import dataclasses
 
     from kernel_lsp.core.rules import evaluate
     from kernel_lsp.services.harness.protocol import TimingOptions
@@ -120,7 +125,10 @@ def run(args: argparse.Namespace) -> int:
         print("kernel-lsp optimize: --budget and --seeds must be at least 1", file=sys.stderr)
         return EXIT_USAGE
     # The user's settings (nvcc, extraFlags, include paths) under the command line, as the editor uses them.
-    session, problems = cli_session({"verifySeeds": args.seeds, "minSpeedup": args.min_speedup, "verifyTimeoutS": args.timeout},
+    overrides: dict[str, Any] = {"verifySeeds": args.seeds, "minSpeedup": args.min_speedup, "verifyTimeoutS": args.timeout}
+    if args.model_mode:
+        overrides["modelMode"] = args.model_mode
+    session, problems = cli_session(overrides,
                                     kb_path=args.kb, use_kb=not args.no_kb, traces_path=args.traces,
                                     keep_traces=bool(args.traces))
     for problem in problems:
@@ -136,9 +144,9 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernel-lsp optimize: --kernel {kernel} but the spec describes {spec.kernel}", file=sys.stderr)
         return EXIT_USAGE
     try:
-        model = _load_model(args.model) if args.model else None
+        model = _load_model(session.settings, args.model, args.endpoint) if args.model or args.endpoint else None
     except Exception as exc:  # a missing or broken model: say so, do not crash
-        print(f"kernel-lsp optimize: cannot use model {args.model}: {exc}", file=sys.stderr)
+        print(f"kernel-lsp optimize: cannot use model {args.endpoint or args.model}: {exc}", file=sys.stderr)
         return EXIT_USAGE
     budget = Budget(max_candidates=args.budget, max_seconds=args.seconds, max_tokens=args.tokens)
 

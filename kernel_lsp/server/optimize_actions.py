@@ -180,7 +180,7 @@ def _spec_for(state: ServerState, doc: DocumentState, kernel: str) -> tuple[Any,
 def _model(state: ServerState, load: Any) -> Any:
     """The model for the current settings: reused while they are unchanged, the old one closed otherwise."""
     s = state.settings
-    key = (s.model, s.model_n_gpu_layers, s.model_n_ctx, s.model_threads)
+    key = (s.model, s.model_n_gpu_layers, s.model_n_ctx, s.model_threads, s.model_lora, s.model_endpoint)
     os_ = ostate(state)
     if os_.model_key != key:
         if os_.model is not None:

@@ -7,10 +7,21 @@ request that outlives its timeout (or is cancelled) kills the worker; the next
 request starts a fresh one. Output is constrained to a JSON schema through a
 llama.cpp grammar, so a small model cannot answer with anything but JSON of the
 requested shape (it can still be cut off by ``max_tokens``: callers check
-``finish_reason``).
+``finish_reason``). No chat format is named: llama-cpp-python renders with the
+template in the GGUF's metadata (``tokenizer.chat_template``), and the worker
+reports it so the model jobs know whether it renders tool calls
+(:mod:`kernel_lsp.core.chat_template`). A LoRA adapter in GGUF may be loaded over
+the model (``modelLora``).
 
-:class:`ChatModel` is the interface the agent uses; :class:`LlamaModel` is the real
-one and ``tests/unit/scripted_model.py`` the test double.
+:class:`EndpointModel` is the same interface over any OpenAI-compatible local
+server (llama.cpp's ``llama-server``, llama-cpp-python's own server, Ollama,
+vLLM): a user with a GPU serves a large coder model there and sets
+``modelEndpoint``. The schema goes as ``response_format`` (OpenAI's
+``json_schema`` form, or the ``json_object`` form with a ``schema`` that
+llama-cpp-python's server takes, whichever the server accepts).
+
+:class:`ChatModel` is the interface the agent and the model jobs use;
+``tests/unit/scripted_model.py`` is the test double.
 """
 
 from __future__ import annotations
@@ -22,12 +33,16 @@ import math
 import multiprocessing
 import threading
 import time
+import urllib.error
+import urllib.parse
+import urllib.request
 from abc import ABC, abstractmethod
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from pathlib import Path
 from typing import Any
 
+from kernel_lsp.core.chat_template import PLAIN, ToolFormat, arguments_as_objects, tool_format
 from kernel_lsp.services.models import ModelError, check_gguf, resolve_model
 
 #: How long loading a GGUF may take before the worker is killed, in seconds.
@@ -58,7 +73,8 @@ class Completion:
 class ChatRequest:
     """What one :meth:`ChatModel.chat` call asks for (the messages copied, so later edits do not change it)."""
 
-    messages: tuple[Mapping[str, str], ...]
+    messages: tuple[Mapping[str, Any], ...]
+    """Chat messages; an assistant message may carry ``tool_calls`` and a ``tool`` message answers one."""
     schema: Mapping[str, Any] | None
     max_tokens: int
     temperature: float
@@ -70,9 +86,14 @@ class ChatModel(ABC):
 
     name: str
 
+    @property
+    def tool_format(self) -> ToolFormat:
+        """Whether the model's chat template renders tool calls (unknown: plain messages)."""
+        return PLAIN
+
     def chat(
         self,
-        messages: Sequence[Mapping[str, str]],
+        messages: Sequence[Mapping[str, Any]],
         *,
         schema: Mapping[str, Any] | None = None,
         max_tokens: int = 512,
@@ -104,6 +125,8 @@ class LoadOptions:
     """Context size in tokens."""
     threads: int | None = None
     """CPU threads (None: llama.cpp's default)."""
+    lora_path: str | None = None
+    """A LoRA adapter in GGUF applied over the model (None: the model as it is)."""
 
 
 class LlamaModel(ChatModel):
@@ -115,6 +138,10 @@ class LlamaModel(ChatModel):
         self.name = name or self.path.stem
         self.load_s: float | None = None
         """Seconds the last worker took to load the model (None before the first load)."""
+        self.chat_template: str | None = None
+        """The chat template llama.cpp renders with, from the GGUF's metadata (None before the first load)."""
+        self.chat_format: str | None = None
+        """llama-cpp-python's name for how it renders (``chat_template.default``: the GGUF's template)."""
         self.prompt_tokens_total = 0
         self.completion_tokens_total = 0
         self._lock = threading.Lock()
@@ -134,7 +161,8 @@ class LlamaModel(ChatModel):
         parent, child = ctx.Pipe()
         process = ctx.Process(
             target=_worker_main,
-            args=(child, str(self.path), self.options.n_gpu_layers, self.options.n_ctx, self.options.threads),
+            args=(child, str(self.path), self.options.n_gpu_layers, self.options.n_ctx, self.options.threads,
+                  self.options.lora_path),
             name=f"kernel-lsp-llm-{self.name}",
             daemon=True,
         )
@@ -146,6 +174,12 @@ class LlamaModel(ChatModel):
             self._stop_worker()
             raise ModelError(f"cannot load {self.path}: {reply['error']}")
         self.load_s = float(reply.get("load_s", 0.0))
+        self.chat_template = reply.get("chat_template")
+        self.chat_format = reply.get("chat_format")
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        return tool_format(self.chat_template, "gguf")
 
     def _stop_worker(self) -> None:
         process, self._process = self._process, None
@@ -217,27 +251,192 @@ class LlamaModel(ChatModel):
             return completion
 
 
-def model_from_settings(settings: Any) -> LlamaModel | None:
-    """The model ``Settings.model`` names (a manifest name or a GGUF path), or None when unset.
+def model_from_settings(settings: Any) -> ChatModel | None:
+    """The model the settings name, or None when neither ``model`` nor ``modelEndpoint`` is set.
 
-    Raises ModelError when the name is unknown, the model is not installed or the
-    file is not a GGUF. Nothing is loaded until the first request.
+    ``modelEndpoint`` (an OpenAI-compatible server's URL) wins; ``model`` is then the name the server
+    knows the model by. Otherwise ``model`` is a manifest name or a GGUF path, loaded with
+    ``modelNGpuLayers``, ``modelNCtx``, ``modelThreads`` and the adapter ``modelLora``. Raises ModelError
+    when the name is unknown, the model is not installed or a file is not a GGUF. Nothing is loaded or
+    asked until the first request.
     """
+    endpoint = getattr(settings, "model_endpoint", None)
+    if endpoint:
+        return EndpointModel(endpoint, model=settings.model)
     if not settings.model:
         return None
     path = resolve_model(settings.model)
+    lora = getattr(settings, "model_lora", None)
+    if lora:
+        lora = str(Path(lora).expanduser())
+        check_gguf(Path(lora))
     options = LoadOptions(
-        n_gpu_layers=settings.model_n_gpu_layers, n_ctx=settings.model_n_ctx, threads=settings.model_threads
+        n_gpu_layers=settings.model_n_gpu_layers, n_ctx=settings.model_n_ctx, threads=settings.model_threads,
+        lora_path=lora,
     )
     given_a_path = path == Path(settings.model).expanduser()
     name = path.stem if given_a_path else settings.model
     return LlamaModel(path, options, name=name)
 
 
+# --- an OpenAI-compatible server -------------------------------------------------
+
+#: Longest reply body read from a server, in bytes (a reply is bounded by max_tokens; this bounds a bad server).
+ENDPOINT_MAX_REPLY_BYTES = 8 * 1024 * 1024
+
+
+class EndpointModel(ChatModel):
+    """A model behind an OpenAI-compatible ``/v1/chat/completions`` (thread-safe, one request at a time).
+
+    The request runs in a helper thread so that a timeout or a cancel returns at once; the server may go
+    on generating that reply, which nobody reads.
+    """
+
+    def __init__(self, base_url: str, model: str | None = None, name: str | None = None):
+        url = base_url.rstrip("/")
+        if urllib.parse.urlsplit(url).scheme not in ("http", "https"):
+            # urllib also opens file:// and ftp:// URLs; an endpoint is a server, nothing else.
+            raise ModelError(f"modelEndpoint must be an http:// or https:// URL, not {url!r}")
+        self.base_url = url if url.endswith("/v1") else url + "/v1"
+        self.model = model
+        self.name = name or model or "endpoint"
+        self.prompt_tokens_total = 0
+        self.completion_tokens_total = 0
+        self._lock = threading.Lock()
+        self._schema_style: str | None = None
+        """``json_schema`` or ``json_object``: the response_format form this server took."""
+        self._tool_format: ToolFormat | None = None
+
+    @property
+    def tool_format(self) -> ToolFormat:
+        """From the server's chat template when it shows it (llama.cpp's ``/props``), else plain messages."""
+        if self._tool_format is None:
+            self._tool_format = PLAIN
+            try:
+                root = self.base_url[: -len("/v1")]
+                props = self._request("GET", root + "/props", None, 10.0)
+                self._tool_format = tool_format(str(props.get("chat_template") or "") or None, "server")
+            except ModelError:
+                pass
+        return self._tool_format
+
+    def close(self) -> None:
+        """Nothing is held between requests."""
+
+    def _request(self, method: str, url: str, body: Mapping[str, Any] | None, timeout_s: float) -> dict[str, Any]:
+        data = json.dumps(body).encode("utf-8") if body is not None else None
+        request = urllib.request.Request(url, data=data, method=method, headers={"Content-Type": "application/json"})
+        try:
+            with urllib.request.urlopen(request, timeout=timeout_s) as response:
+                raw = response.read(ENDPOINT_MAX_REPLY_BYTES + 1)
+        except urllib.error.HTTPError as exc:
+            detail = exc.read(2000).decode("utf-8", "replace")
+            raise _HttpError(exc.code, f"{url}: HTTP {exc.code}: {detail}") from None
+        except TimeoutError:
+            raise ModelTimeout(f"{url}: no answer within {timeout_s:.0f} s") from None
+        except (urllib.error.URLError, OSError, ValueError) as exc:
+            raise ModelError(f"{url}: {exc}") from None
+        if len(raw) > ENDPOINT_MAX_REPLY_BYTES:
+            raise ModelError(f"{url}: the reply is larger than {ENDPOINT_MAX_REPLY_BYTES} bytes")
+        try:
+            reply = json.loads(raw)
+        except (ValueError, RecursionError) as exc:
+            raise ModelError(f"{url}: the reply is not JSON ({exc})") from None
+        if not isinstance(reply, dict):
+            raise ModelError(f"{url}: the reply is not a JSON object")
+        return reply
+
+    def _body(self, request: ChatRequest, style: str | None) -> dict[str, Any]:
+        body: dict[str, Any] = {
+            "messages": [dict(m) for m in request.messages],
+            "max_tokens": request.max_tokens,
+            "temperature": request.temperature,
+            "stream": False,
+        }
+        if self.model:
+            body["model"] = self.model
+        if request.seed is not None:
+            body["seed"] = request.seed
+        if request.schema is not None:
+            schema = dict(request.schema)
+            if style == "json_object":
+                body["response_format"] = {"type": "json_object", "schema": schema}
+            else:
+                body["response_format"] = {"type": "json_schema",
+                                           "json_schema": {"name": "reply", "schema": schema, "strict": True}}
+        return body
+
+    def _post_chat(self, request: ChatRequest, timeout_s: float) -> dict[str, Any]:
+        url = self.base_url + "/chat/completions"
+        style = self._schema_style
+        try:
+            reply = self._request("POST", url, self._body(request, style), timeout_s)
+        except _HttpError as exc:
+            # A server that does not know OpenAI's json_schema form refuses the request (400 or 422; llama-cpp-
+            # python's server answers 500 naming response_format); the json_object form with a schema is the
+            # other one in use.
+            refused = exc.code in (400, 422) or "response_format" in str(exc)
+            if request.schema is None or style is not None or not refused:
+                raise
+            style = "json_object"
+            reply = self._request("POST", url, self._body(request, style), timeout_s)
+        if request.schema is not None and self._schema_style is None:
+            self._schema_style = style or "json_schema"
+        return reply
+
+    def _complete(self, request: ChatRequest, timeout_s: float, cancel: threading.Event | None) -> Completion:
+        with self._lock:
+            start = time.monotonic()
+            box: dict[str, Any] = {}
+
+            def call() -> None:
+                try:
+                    # The socket waits a little longer than the deadline below, which decides.
+                    box["reply"] = self._post_chat(request, timeout_s + 5.0)
+                except ModelError as exc:
+                    box["error"] = exc
+
+            worker = threading.Thread(target=call, name=f"kernel-lsp-endpoint-{self.name}", daemon=True)
+            worker.start()
+            deadline = start + timeout_s
+            while worker.is_alive():
+                if cancel is not None and cancel.is_set():
+                    raise ModelCancelled("cancelled while generating")
+                if time.monotonic() >= deadline:
+                    raise ModelTimeout(f"the server took longer than {timeout_s:.0f} s generating")
+                worker.join(_POLL_S)
+            if "error" in box:
+                raise box["error"]
+            reply = box["reply"]
+            try:
+                choice = reply["choices"][0]
+                text = choice["message"].get("content") or ""
+            except (KeyError, IndexError, TypeError, AttributeError):
+                raise ModelError(f"the server's reply has no choices[0].message: {str(reply)[:300]}") from None
+            usage = reply.get("usage") or {}
+            completion = Completion(
+                text=str(text),
+                finish_reason=choice.get("finish_reason"),
+                prompt_tokens=int(usage.get("prompt_tokens") or 0),
+                completion_tokens=int(usage.get("completion_tokens") or 0),
+                wall_s=time.monotonic() - start,
+            )
+            self.prompt_tokens_total += completion.prompt_tokens
+            self.completion_tokens_total += completion.completion_tokens
+            return completion
+
+
+class _HttpError(ModelError):
+    def __init__(self, code: int, message: str):
+        super().__init__(message)
+        self.code = code
+
+
 # --- the worker (runs in the spawned child) -----------------------------------
 
 
-def _worker_main(conn: Any, path: str, n_gpu_layers: int, n_ctx: int, threads: int | None) -> None:
+def _worker_main(conn: Any, path: str, n_gpu_layers: int, n_ctx: int, threads: int | None,
+                 lora_path: str | None = None) -> None:
     """Load the GGUF, then answer ``{"op": "chat", ...}`` requests until ``quit`` or EOF."""
     start = time.monotonic()
     try:
@@ -250,6 +449,7 @@ def _worker_main(conn: Any, path: str, n_gpu_layers: int, n_ctx: int, threads: i
             n_gpu_layers=n_gpu_layers,
             n_ctx=n_ctx,
             n_threads=threads,
+            lora_path=lora_path,
             verbose=False,
         )
     except ImportError:
@@ -258,7 +458,8 @@ def _worker_main(conn: Any, path: str, n_gpu_layers: int, n_ctx: int, threads: i
     except Exception as exc:  # llama.cpp reports a bad file as ValueError/RuntimeError
         conn.send({"error": f"{type(exc).__name__}: {exc}"})
         return
-    conn.send({"ready": True, "load_s": time.monotonic() - start})
+    conn.send({"ready": True, "load_s": time.monotonic() - start,
+               "chat_template": llm.metadata.get("tokenizer.chat_template"), "chat_format": llm.chat_format})
     grammars: dict[str, Any] = {}
     while True:
         try:
@@ -277,7 +478,7 @@ def _worker_main(conn: Any, path: str, n_gpu_layers: int, n_ctx: int, threads: i
                     grammars[key] = LlamaGrammar.from_json_schema(json.dumps(request["schema"]), verbose=False)
                 grammar = grammars[key]
             response = llm.create_chat_completion(
-                messages=request["messages"],
+                messages=arguments_as_objects(request["messages"]),
                 grammar=grammar,
                 max_tokens=request["max_tokens"],
                 temperature=request["temperature"],

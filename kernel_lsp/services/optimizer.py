@@ -8,7 +8,9 @@
    with the request's ``seed``, so the same KB gives the same list, each with
    its closest verified example);
 2. candidates from the generators (rewrite rules, and the local model when one
-   is configured) within the budgets: candidates, seconds, model tokens;
+   is configured) within the budgets: candidates, seconds, model tokens; a
+   generator with a ``feedback(candidate, verdict)`` method hears each verdict
+   before it is asked for the next candidate (the model's repairer does);
 3. each candidate through the verifier (the harness's ``verify``; tests inject
    a fake) with the candidate's own launch override;
 4. every verdict recorded in the knowledge base (so it learns from rules and
@@ -47,6 +49,7 @@ from kernel_lsp.core.verdict import Reason, Verdict
 from kernel_lsp.services.agent import AgentBudgets, AgentTools, CompileFeedback, ModelGenerator, attempt_id_of
 from kernel_lsp.services.harness import GpuUnavailable, VerifyCancelled, verify
 from kernel_lsp.services.harness.compile import compile_cubin
+from kernel_lsp.services.model_jobs import JobBudgets, ModelJobs
 from kernel_lsp.services.profiler import GPU_LOCK
 from kernel_lsp.services.toolchain import BuildFlags
 from kernel_lsp.services.traces import AttemptRecord
@@ -358,6 +361,7 @@ def optimize(
         results.append(result)
         if result.verdict is not None and result.verdict.accepted:
             accepted.add(candidate.generator)
+        _feedback(generators, candidate, result.verdict)
         if already_recorded is not None and already_recorded(result):
             continue
         _record(result, kb, traces, state, kernel_hash=kernel_hash, path=path, kernel=kernel, features=features,
@@ -402,6 +406,18 @@ def _verify_one(candidate: Candidate, digest: str, source: str, spec: Spec, veri
     return CandidateResult(candidate, digest, verdict, None, time.monotonic() - start)
 
 
+def _feedback(generators: Sequence[CandidateGenerator], candidate: Candidate, verdict: Verdict | None) -> None:
+    """Tell the generators that listen (the model's repairer) how a candidate fared, before the next is asked."""
+    for generator in generators:
+        listen = getattr(generator, "feedback", None)
+        if listen is None:
+            continue
+        try:
+            listen(candidate, verdict)
+        except Exception:  # feedback guides later candidates only; it must not stop the search
+            log.exception("feedback to %s failed", getattr(generator, "name", generator))
+
+
 def _record(result: CandidateResult, kb: Any, traces: Any, state: str | None, **kw: Any) -> None:
     """Knowledge base and trace store; a failure to record never fails the search."""
     if result.verdict is None:
@@ -437,8 +453,11 @@ def _record(result: CandidateResult, kb: Any, traces: Any, state: str | None, **
 def model_generator(model: Any, spec: Spec, source: str, *, verifier: Verifier | None, budget: Budget,
                     cancel: threading.Event | None = None, traces: Any = None, workspace_root: str | None = None,
                     flags: BuildFlags | None = None, techniques: int = 3, samples: int = 2,
-                    seconds: float | None = None) -> Any:
-    """A :class:`~kernel_lsp.services.agent.ModelGenerator` wired to our tools (compile, benchmark, kb_search).
+                    seconds: float | None = None, mode: str = "agent", rules: RuleGenerator | None = None,
+                    job_budgets: JobBudgets | None = None) -> Any:
+    """The model's generator wired to our tools: ``mode="jobs"`` the planner, editor and repairer
+    (:class:`~kernel_lsp.services.model_jobs.ModelJobs`, which orders ``rules``' candidates and so replaces
+    them), ``"agent"`` the free tool-calling loop (:class:`~kernel_lsp.services.agent.ModelGenerator`).
 
     ``flags``: the file's build flags (the session's), so the model's compile tool sees what the verifier will."""
     build = flags or BuildFlags()
@@ -458,9 +477,13 @@ def model_generator(model: Any, spec: Spec, source: str, *, verifier: Verifier |
         except (VerifyCancelled, SpecError) as exc:
             return f"benchmark failed: {exc}"
 
+    sink = traces.record_attempt if traces is not None else None
+    seconds = seconds if seconds is not None else budget.max_seconds
+    if mode == "jobs":
+        jobs = job_budgets or JobBudgets(max_total_tokens=budget.max_tokens, max_seconds=seconds)
+        return ModelJobs(model, rules, AgentTools(compile=compile_tool), jobs, trace_sink=sink, cancel=cancel)
     # kb_search is left to the agent's default: the request's techniques, which the driver got from the KB.
     tools = AgentTools(compile=compile_tool, benchmark=benchmark_tool, workspace_root=workspace_root)
     budgets = AgentBudgets(max_techniques=techniques, samples_per_technique=samples, max_total_tokens=budget.max_tokens,
-                           max_seconds=seconds if seconds is not None else budget.max_seconds)
-    sink = traces.record_attempt if traces is not None else None
+                           max_seconds=seconds)
     return ModelGenerator(model, tools, budgets, trace_sink=sink, cancel=cancel)

@@ -295,12 +295,15 @@ class Session:
     # --- the search ----------------------------------------------------------------
 
     def model_generator(self, model: Any, spec: Spec, source: str, path: str, *, verifier: optimizer.Verifier | None,
-                        budget: optimizer.Budget, cancel: threading.Event | None, traces: Any) -> Any:
-        """The model's generator, its compile tool building with the file's flags."""
+                        budget: optimizer.Budget, cancel: threading.Event | None, traces: Any,
+                        rules: RuleGenerator | None = None, job_budgets: Any = None) -> Any:
+        """The model's generator (``modelMode``: the three jobs, which order ``rules``' candidates, or the agent
+        loop), its compile tool building with the file's flags."""
         flags = self.build_flags(path)
+        mode = "agent" if self.settings.model_mode == "agent" else "jobs"
         return optimizer.model_generator(model, spec, source, verifier=verifier, budget=budget, cancel=cancel,
                                          traces=traces, workspace_root=self.workspace_root or os.path.dirname(os.path.abspath(path)),
-                                         flags=flags)
+                                         flags=flags, mode=mode, rules=rules, job_budgets=job_budgets)
 
     def optimize(
         self,
@@ -334,9 +337,11 @@ class Session:
             chosen: list[Any] = list(generators) if generators is not None else [RuleGenerator(
                 preprocessed=pre, reprocess=lambda text: self.preprocessed(path, text))]
             if model is not None and generators is None:
-                # Model attempts (and every verdict of the search) become distillation data.
-                chosen.append(self.model_generator(model, spec, source, path, verifier=verifier if verify else None,
-                                                   budget=budget, cancel=cancel, traces=stores.traces))
+                # Model attempts (and every verdict of the search) become distillation data. The jobs' planner
+                # orders the rules' candidates, so its generator takes the rules' place.
+                generator = self.model_generator(model, spec, source, path, verifier=verifier if verify else None,
+                                                 budget=budget, cancel=cancel, traces=stores.traces, rules=chosen[0])
+                chosen = [generator] if getattr(generator, "rules", None) is chosen[0] else [*chosen, generator]
             lock: contextlib.AbstractContextManager[Any] = MODEL_LOCK if model is not None else contextlib.nullcontext()
             with lock:
                 result = optimizer.optimize(source, path, kernel, spec, generators=chosen, verifier=verifier, kb=stores.kb,

@@ -140,3 +140,51 @@ def test_real_model_answers_under_the_grammar_and_its_candidate_compiles_or_is_r
     exported = tmp_path / "traces.jsonl"
     assert store.export_jsonl(exported) == 1
     store.close()
+
+
+@pytest.mark.timeout(1200)
+def test_real_model_jobs_render_with_the_ggufs_template_and_answer_under_their_schemas(model_path: Path, tmp_path: Path):
+    from kernel_lsp.core.rules import RuleGenerator
+    from kernel_lsp.services.model_jobs import JobBudgets, ModelJobs, build_menu, parse_choice, parse_edit
+
+    have_nvcc = proc.which("nvcc") is not None
+    llm = LlamaModel(model_path, LoadOptions(n_ctx=4096, threads=2), name=MODEL)
+    budgets = JobBudgets(planner_samples=1, planner_picks=1, editor_techniques=1, editor_samples=1, repair_rounds=1,
+                         planner_max_tokens=48, editor_max_tokens=300, max_seconds=900, turn_timeout_s=500)
+    # With a launch spec the rules' menu has several entries, so the planner has a choice to make.
+    spec = {"kernel": "scale", "grid": ["(n+255)/256", 1, 1], "block": [256, 1, 1], "params": [
+        {"name": "out", "array": "float32", "size": "n", "init": "zeros", "role": "out"},
+        {"name": "in", "array": "float32", "size": "n", "init": "uniform(-1,1)", "role": "in"},
+        {"name": "a", "scalar": "float32", "value": 2.0},
+        {"name": "n", "scalar": "int32", "value": 1 << 20}]}
+    request = OptimizeRequest(source=SOURCE, path="scale.cu", kernel="scale", spec=spec,
+                              profile_summary="memory bound: dram 85% of peak", techniques=(HINT,))
+    jobs = ModelJobs(llm, tools=AgentTools(compile=nvcc_compile(tmp_path) if have_nvcc else None), budgets=budgets)
+    try:
+        candidates = list(jobs.generate(request))
+    finally:
+        llm.close()
+    print({job: stats.to_json() for job, stats in jobs.stats.items()})
+    # No chat format was named: llama-cpp-python rendered with the template in the GGUF's metadata, and
+    # Qwen2.5's template renders tool calls between <tool_call> tags.
+    assert llm.chat_format == "chat_template.default" and "<|im_start|>" in (llm.chat_template or "")
+    fmt = llm.tool_format
+    assert fmt.supports_tools and fmt.call_open == "<tool_call>" and fmt.source == "gguf"
+    ids = [e.id for e in build_menu(list(RuleGenerator().generate(request)))]
+    for record in jobs.attempts:
+        job = record.steps[0]["job"]
+        for step in record.steps:
+            if step["kind"] != "model" or step["finish_reason"] != "stop":
+                continue
+            # Every complete answer has the job's shape: a menu entry, or hunks.
+            if job == "planner":
+                assert parse_choice(step["text"], ids) is not None, step["text"]
+            else:
+                assert not isinstance(parse_edit(step["text"]), str), step["text"]
+    assert jobs.stats["planner"].calls == 1 and jobs.stats["editor"].calls >= 1
+    editor_candidates = [c for c in candidates if c.generator.endswith(("/editor", "/repairer"))]
+    for candidate in editor_candidates:
+        assert "void launch(" in candidate.source and candidate.source != SOURCE
+        if have_nvcc:
+            assert nvcc_compile(tmp_path)(candidate.source).ok
+    assert {c.generator for c in candidates} >= {"rule:" + i for i in ids}

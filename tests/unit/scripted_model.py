@@ -40,7 +40,7 @@ class ScriptedModel(ChatModel):
         if isinstance(reply, BaseException):
             raise reply
         text = reply(request.messages) if callable(reply) else reply
-        prompt_tokens = sum(count_tokens(m.get("content", "")) for m in request.messages)
+        prompt_tokens = sum(count_tokens(m.get("content") or "") for m in request.messages)
         return Completion(
             text=text,
             finish_reason=self._finish_reason,

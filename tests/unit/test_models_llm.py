@@ -90,3 +90,23 @@ def test_model_from_settings(tmp_path: Path):
     assert model.options == LoadOptions(n_gpu_layers=99, n_ctx=2048, threads=3)
     with pytest.raises(ModelError, match="unknown model"):
         model_from_settings(Settings(model="no-such-model"))
+
+
+def test_a_lora_adapter_is_loaded_over_the_model_and_must_be_a_gguf(tmp_path: Path):
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + b"\x00" * 8)
+    adapter = tmp_path / "adapter.gguf"
+    adapter.write_bytes(b"GGUF" + b"\x00" * 8)
+    model = model_from_settings(Settings(model=str(gguf), model_lora=str(adapter)))
+    assert model.options.lora_path == str(adapter)
+    not_gguf = tmp_path / "adapter.safetensors"
+    not_gguf.write_bytes(b"{}" + b"\x00" * 10)
+    with pytest.raises(ModelError):
+        model_from_settings(Settings(model=str(gguf), model_lora=str(not_gguf)))
+
+
+def test_before_the_first_load_the_tool_format_is_plain(tmp_path: Path):
+    gguf = tmp_path / "tiny.gguf"
+    gguf.write_bytes(b"GGUF" + b"\x00" * 8)
+    model = model_from_settings(Settings(model=str(gguf)))
+    assert model.chat_template is None and not model.tool_format.supports_tools

@@ -14,8 +14,8 @@ from kernel_lsp.server.settings import _checked_workspace_flags, _user_level_onl
 EXTENSION = Path(__file__).resolve().parents[2] / "editors" / "vscode" / "package.json"
 
 
-@pytest.mark.parametrize("key", ["nvccPath", "ncuPath", "profileProgram", "profileArgs", "model", "kbPath",
-                                 "kbUrl", "allowedCompilers"])
+@pytest.mark.parametrize("key", ["nvccPath", "ncuPath", "profileProgram", "profileArgs", "model", "modelLora",
+                                 "modelEndpoint", "kbPath", "kbUrl", "allowedCompilers"])
 def test_workspace_layer_cannot_set_user_level_settings(key):
     value = ["/evil"] if key in ("profileArgs", "allowedCompilers") else "/evil"
     settings = resolve(("user file", {}), ("workspace settings", {key: value, "arch": "sm_80"}, False))

@@ -1,0 +1,17 @@
+/* PolyBench/GPU 1.0 (PolyBench-ACC) mvt.cu: the CUDA kernel as written; host code dropped (see ORIGIN). */
+#include "mvt.cuh"
+#include "../_common/polybench.cuh"
+
+__global__ void mvt_kernel2(int n, const DATA_TYPE* __restrict__ a, DATA_TYPE* __restrict__ x2, const DATA_TYPE* __restrict__ y_2)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i < _PB_N)
+	{
+		int j;
+		for(j=0; j < _PB_N; j++)
+		{
+			x2[i] += a[j * N + i] * y_2[j];	
+		}
+	}
+}

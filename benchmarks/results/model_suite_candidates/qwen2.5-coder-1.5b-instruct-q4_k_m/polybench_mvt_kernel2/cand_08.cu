@@ -1,0 +1,17 @@
+/* PolyBench/GPU 1.0 (PolyBench-ACC) mvt.cu: the CUDA kernel as written; host code dropped (see ORIGIN). */
+#include "mvt.cuh"
+#include "../_common/polybench.cuh"
+
+__global__ void __launch_bounds__(32) mvt_kernel2(int n, DATA_TYPE *a, DATA_TYPE *x2, DATA_TYPE *y_2)
+{
+	int i = blockIdx.x * blockDim.x + threadIdx.x;
+
+	if (i < _PB_N)
+	{
+		int j;
+		for(j=0; j < _PB_N; j++)
+		{
+			x2[i] += a[j * N + i] * y_2[j];	
+		}
+	}
+}
