@@ -296,7 +296,7 @@ def print_table(record: dict[str, Any]) -> None:
                   f"{j['tokens_per_kernel']:10.0f} {j['seconds_per_kernel']:8.1f}")
         if "verification" in model:
             v = model["verification"]
-            print(f"  accepted: " + ", ".join(f"{job} {d['accepted']}/{d['candidates']}" for job, d in v["per_job"].items()))
+            print("  accepted: " + ", ".join(f"{job} {d['accepted']}/{d['candidates']}" for job, d in v["per_job"].items()))
             p = v["planner_vs_rule_order"]
             print(f"  planner geomean {p['planner_geomean']:.3f}x vs rule order {p['rule_order_geomean']:.3f}x "
                   f"({p['budget_menu_entries']} menu entries); wins the rules did not find: {len(v['wins_rules_did_not_find'])}")

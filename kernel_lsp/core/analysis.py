@@ -28,7 +28,7 @@ from tree_sitter import Node, Parser
 
 from kernel_lsp.core.consteval import TYPE_SIZES_BYTES, evaluate_int
 from kernel_lsp.core.parse import CUDA_LANGUAGE
-from kernel_lsp.core.poly import ONE, ZERO, Poly, is_iteration, is_opaque
+from kernel_lsp.core.poly import ONE, ZERO, Poly, is_opaque
 from kernel_lsp.core.source import Preprocessed
 
 _MAX_INLINE_DEPTH = 3

@@ -55,7 +55,7 @@ import platformdirs
 
 from kernel_lsp.core import kb_logic
 from kernel_lsp.core.candidates import TechniqueHint
-from kernel_lsp.core.kb_logic import Attempt, Entry, Example, KeySpec, State, StateMatch, TechniqueChoice, state_from_json
+from kernel_lsp.core.kb_logic import Attempt, Entry, Example, State, StateMatch, TechniqueChoice, state_from_json
 from kernel_lsp.services import kb_postgres
 from kernel_lsp.services.kb_postgres import PgConnection, PgError
 

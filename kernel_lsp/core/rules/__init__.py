@@ -20,7 +20,6 @@ from typing import Any
 
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest
 from kernel_lsp.core.index import KernelIndex, build_index
-from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.rules.simple import (
     BlockSizeSweep, GridStride, IndexSwap, LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst,

@@ -687,7 +687,7 @@ class _Writer:
         return " ".join(hoisted) + f" if ({pred}) {{ {' '.join(assigns)} }}"
 
     def loop(self, pred: str | None) -> str:
-        plan, src, loop = self.plan, self.src, self.plan.loop
+        plan, loop = self.plan, self.plan.loop
         node = plan.chain[-1]
         bx, by, _ = plan.block
         tk = plan.tk
@@ -787,7 +787,7 @@ class _Writer:
     def header(self, node: Node, start: str) -> str:
         """The original loop over one tile: its header with the first value and the bound moved to
         the tile, its body reading the tiles."""
-        src, loop, tk = self.src, self.plan.loop, self.plan.tk
+        loop, tk = self.plan.loop, self.plan.tk
         init = node.child_by_field_name("initializer")
         update = node.child_by_field_name("update")
         first = f"{start} + kl_t0"
