@@ -56,18 +56,26 @@ async def test_20000_edits_do_not_grow_memory(tmp_path: Path) -> None:
             if n % 1000 == 999:
                 await asyncio.sleep(0)
         await settle(client, uri)
-        before = rss_kb(pid)
-        for n in range(EDITS):
-            version += 1
-            edit(client, uri, version)
-            if n % 1000 == 999:
-                await asyncio.sleep(0)  # let the client's writer drain
-        await settle(client, uri)
-        after = rss_kb(pid)
-    growth_kb = after - before
-    print(f"RSS over {EDITS} edits: {before / 1024:.1f} -> {after / 1024:.1f} MB ({growth_kb / EDITS * 1024:.0f} B/edit)")
+
+        async def window() -> tuple[int, int]:
+            nonlocal version
+            before = rss_kb(pid)
+            for n in range(EDITS):
+                version += 1
+                edit(client, uri, version)
+                if n % 1000 == 999:
+                    await asyncio.sleep(0)  # let the client's writer drain
+            await settle(client, uri)
+            return before, rss_kb(pid)
+
+        # Two measured windows: a leak grows the RSS in both, the allocator's noise (a burst's queue
+        # landing in fresh pages on a loaded machine) in one at most.
+        windows = [await window(), await window()]
+    growths = [after - before for before, after in windows]
+    for (before, after), growth_kb in zip(windows, growths):
+        print(f"RSS over {EDITS} edits: {before / 1024:.1f} -> {after / 1024:.1f} MB ({growth_kb / EDITS * 1024:.0f} B/edit)")
     # pygls 2.1.1 kept one future per notification: ~2.7 KB each, 54 MB over 20,000 edits.
-    assert growth_kb < 8 * 1024, f"RSS grew {growth_kb} KB over {EDITS} edits"
+    assert min(growths) < 8 * 1024, f"RSS grew {growths} KB over each of two runs of {EDITS} edits"
 
 
 def big_source(kernels: int) -> str:
