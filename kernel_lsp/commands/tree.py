@@ -54,7 +54,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     learn.add_argument("--patience", type=int, default=1, help="stop after this many rounds without gain (default 1)")
     learn.add_argument("--held-out-every", type=int, default=3, help="every N-th kernel by name is held out (default 3)")
     learn.add_argument("--seed", type=int, default=0, help="seed of the knowledge base's draw (default 0)")
-    learn.add_argument("--records", help="learning records JSON: written after every round, resumed from when present")
+    learn.add_argument("--records", help="learning records JSON: written when learning ends, resumed from when present")
     learn.add_argument("--out", help="write the learned tree here (default: print it)")
     learn.set_defaults(func=run_learn)
     parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), EXIT_USAGE)[1])
@@ -101,12 +101,7 @@ def run_refine(args: argparse.Namespace) -> int:
               file=sys.stderr)
     print(f"{len(samples)} samples; agreement {before.agreement:.2%} -> {after.agreement:.2%}; "
           f"cost {before.cost_ratio:.2%} -> {after.cost_ratio:.2%} of full", file=sys.stderr)
-    text = json.dumps(T.tree_to_json(refined), indent=2)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
-            f.write(text + "\n")
-    else:
-        print(text)
+    _emit_tree(refined, args.out)
     return EXIT_OK
 
 
@@ -186,10 +181,15 @@ def run_learn(args: argparse.Namespace) -> int:
             unknown = sum(k["unknown"] for k in r["kernels"])
             print(f"{split:9s} {who:13s} {r['geomean_speedup']:7.3f}x {r['cost_ratio']:6.1%} {r['seconds_per_kernel']:9.2f} "
                   f"{unknown:8d}", file=sys.stderr)
-    text = json.dumps(T.tree_to_json(learned), indent=2)
-    if args.out:
-        with open(args.out, "w", encoding="utf-8") as f:
+    _emit_tree(learned, args.out)
+    return EXIT_OK
+
+
+def _emit_tree(tree, out: str | None) -> None:  # noqa: ANN001 - profiling_tree.Tree
+    """The tree's JSON into ``out``, or on stdout without one."""
+    text = json.dumps(T.tree_to_json(tree), indent=2)
+    if out:
+        with open(out, "w", encoding="utf-8") as f:
             f.write(text + "\n")
     else:
         print(text)
-    return EXIT_OK

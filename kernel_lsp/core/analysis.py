@@ -20,6 +20,7 @@ touches, and names the pattern (coalesced, strided, broadcast, gather). Pure: no
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field, replace
 from typing import NamedTuple
@@ -1505,6 +1506,26 @@ def function_definitions(root: Node, src: bytes) -> Iterator[tuple[str, Node, st
                                 "ERROR", "class_specifier", "struct_specifier", "field_declaration_list",
                                 "access_specifier"):
                 stack.append(child)
+
+
+def threads_cooperate(facts: KernelFacts) -> bool:
+    """The kernel's threads work together: a barrier, a warp intrinsic, shared memory or an atomic.
+    A rewrite that regroups threads into other blocks or warps must leave such a kernel alone."""
+    return bool(facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses)
+                or any(a.kind == "atomic" for a in facts.accesses))
+
+
+def helper_reading_thread_index(facts: KernelFacts, root: Node, src: bytes) -> str | None:
+    """A function the kernel's accesses go through that reads the thread or block index itself (a
+    rewrite that renames the kernel's own indices would not reach it), or None."""
+    helpers = {name for a in facts.accesses for name in a.via}
+    for name, node, _head in function_definitions(root, src):
+        if name in helpers and _THREAD_INDEX.search(node_text(src, node)):
+            return name
+    return None
+
+
+_THREAD_INDEX = re.compile(r"\b(threadIdx|blockIdx|gridDim|blockDim)\b")
 
 
 @dataclass(frozen=True)

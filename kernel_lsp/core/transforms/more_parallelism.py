@@ -177,8 +177,8 @@ class SectorPerRow(SplitLoop):
             patterns = bind(facts, Binding.from_spec(ctx.spec)) if facts is not None and ctx.spec is not None else []
         except (SpecError, ValueError, ZeroDivisionError):
             patterns = []
-        elem = [p.access.elem_bytes or 4 for p in patterns if p.access.loops and _walks_row(facts, next(
-            loop for loop in facts.loops if loop.id == p.access.loops[-1]), [p])]
+        elem = [p.access.elem_bytes or 4 for p in patterns
+                if p.access.loops and _walks_row(facts, facts.loops[p.access.loops[-1]], [p])]
         lanes = SECTOR_BYTES // max(elem) if elem else 8
         return max(2, min(16, lanes))
 

@@ -42,9 +42,11 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
+from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.analysis import (
     Access, Binding, KernelFacts, LoopFact, assigned_names, bind, declared_anywhere, thread_dependence,
+    threads_cooperate,
 )
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
@@ -69,16 +71,6 @@ class _Plan:
     """The statement of the innermost loop's body (or the kernel's) that holds the store."""
     slots: int
     """Slots of the tile: the largest block of the spec, padded (``bx * (by + 1)``)."""
-
-
-def _find(node: Node, types: tuple[str, ...]) -> Node | None:
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in types:
-            return n
-        stack.extend(n.children)
-    return None
 
 
 def _uniform_loop(loop: LoopFact, node: Node, facts: KernelFacts, src: bytes) -> str | None:
@@ -113,8 +105,7 @@ def _independent_threads(ctx: RuleContext, access: str) -> str | None:
         return f"needs a launch spec (to find the uncoalesced {access} under the launch)"
     if not ctx.distinct_arrays():
         return "the spec does not allocate every pointer parameter on its own (they may alias)"
-    if facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses) or any(
-            a.kind == "atomic" for a in facts.accesses):
+    if threads_cooperate(facts):
         return "barriers, shared memory, warp intrinsics or atomics: the threads are not independent"
     return None
 
@@ -163,7 +154,7 @@ class SharedTileStore(Rule):
         return None, "; ".join(reasons) or "no uncoalesced global store under this launch"
 
     def _jumps(self, body: Node) -> str | None:
-        if _find(body, _JUMPS) is not None:
+        if _has(body, _JUMPS):
             return "a break, continue or goto: a thread could skip the barriers"
         last = body.named_children[-1] if body.named_children else None
         stack = list(body.children)
@@ -200,7 +191,7 @@ class SharedTileStore(Rule):
         if index is None or value is None or node.child_by_field_name("argument") is None \
                 or _text(src, node.child_by_field_name("argument")).strip() != a.array:
             return "not a subscript of the array's own name", None
-        if any(_find(part, _SIDE_EFFECTS) is not None for part in (index, value)):
+        if any(_has(part, _SIDE_EFFECTS) for part in (index, value)):
             return "its index or value has side effects (an assignment, an increment or a call)", None
         if index.type == "subscript_argument_list":
             parts = index.named_children
@@ -409,7 +400,7 @@ class SharedTileLoad(Rule):
         if why:
             return f"its loop {why}", None
         cond = loop_node.child_by_field_name("condition")
-        if not _monotone_condition(cond, loop.var, src) or _find(cond, _SIDE_EFFECTS + ("subscript_expression",)):
+        if not _monotone_condition(cond, loop.var, src) or _has(cond, _SIDE_EFFECTS + ("subscript_expression",)):
             return "its loop's condition is not `var < bound` without loads or calls", None
         if not _unit_increment(loop_node.child_by_field_name("update"), loop.var, src):
             return "its loop does not count up by one", None
@@ -432,7 +423,7 @@ class SharedTileLoad(Rule):
             return "its address is taken", None
         if _conditional_in(node, loop_node, src):
             return "the read is conditional inside the loop (staging would read what the original skips)", None
-        if subscript.child_by_field_name("indices") is None or _find(subscript, _SIDE_EFFECTS):
+        if subscript.child_by_field_name("indices") is None or _has(subscript, _SIDE_EFFECTS):
             return "its index has side effects", None
         names = {_text(src, n) for n in _identifier_nodes(subscript, src)} | {a.array}
         if names & (assigned_names(loop_body, src) | declared_anywhere(loop_body, src)):
@@ -452,7 +443,7 @@ class SharedTileLoad(Rule):
             elif up.type == "if_statement" and guard is None and child == up.child_by_field_name("consequence") \
                     and up.child_by_field_name("alternative") is None:
                 cond_node = up.child_by_field_name("condition")
-                if cond_node is None or _find(cond_node, _SIDE_EFFECTS):
+                if cond_node is None or _has(cond_node, _SIDE_EFFECTS):
                     return "the guard's condition has side effects", None
                 guard = up
             elif up.type == "for_statement":

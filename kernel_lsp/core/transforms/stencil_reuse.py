@@ -38,13 +38,15 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import node_text as _text, has_node as _has
-from kernel_lsp.core.analysis import Access, KernelFacts, function_definitions
+from kernel_lsp.core.analysis import (
+    Access, KernelFacts, helper_reading_thread_index, threads_cooperate,
+)
+from kernel_lsp.core.analysis import has_node as _has
+from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.poly import Poly, is_opaque
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
@@ -183,8 +185,7 @@ class StencilRowReuse(Rule):
             return None, "the spec does not allocate every pointer parameter on its own (reads would pass other threads' stores)"
         if facts.loops:
             return None, "the kernel has loops (only straight-line stencils are rewritten)"
-        if facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses) or any(
-                a.kind == "atomic" for a in facts.accesses):
+        if threads_cooperate(facts):
             return None, "barriers, shared memory, warp intrinsics or atomics: the original's blocks and warps would not exist"
         if facts.unknowns or facts.escaped:
             return None, "the analysis could not model everything the kernel does"
@@ -192,10 +193,8 @@ class StencilRowReuse(Rule):
         kernel = node_at(src, root, facts.span)
         if kernel is None:
             return None, "the kernel's definition was not found in the preprocessed view"
-        helpers = {name for a in facts.accesses for name in a.via}
-        for name, node, _head in function_definitions(root, src):
-            if name in helpers and re.search(r"\b(threadIdx|blockIdx|gridDim|blockDim)\b", _text(src, node)):
-                return None, f"the helper `{name}` reads the thread or block index"
+        if (helper := helper_reading_thread_index(facts, root, src)) is not None:
+            return None, f"the helper `{helper}` reads the thread or block index"
         body = kernel.child_by_field_name("body")
         if body is None:
             return None, "the kernel has no body"

@@ -32,11 +32,12 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import node_text as _text, has_node as _has
 from kernel_lsp.core.analysis import (
     Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, conditional_update, declared_anywhere,
-    function_definitions,
+    helper_reading_thread_index, threads_cooperate,
 )
+from kernel_lsp.core.analysis import has_node as _has
+from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, warp_reduce_helpers
@@ -166,17 +167,14 @@ class WarpPerRow(Rule):
             return None, "the block is not one-dimensional with a multiple of 32 threads at every size"
         if any(launch.grid[1] != 1 or launch.grid[2] != 1 for launch in ctx.launches()):
             return None, "the grid is not one-dimensional"
-        if facts.syncs or facts.shuffles or any(a.space == "shared" for a in facts.accesses) or any(
-                a.kind == "atomic" for a in facts.accesses):
+        if threads_cooperate(facts):
             return None, "barriers, shared memory, warp intrinsics or atomics: the original's blocks and warps would not exist"
         src, root = parse(ctx.preprocessed)
         kernel = node_at(src, root, facts.span)
         if kernel is None:
             return None, "the kernel's definition was not found in the preprocessed view"
-        helpers = {name for a in facts.accesses for name in a.via}
-        for name, node, _head in function_definitions(root, src):
-            if name in helpers and re.search(r"\b(threadIdx|blockIdx|gridDim|blockDim)\b", _text(src, node)):
-                return None, f"the helper `{name}` reads the thread or block index"
+        if (helper := helper_reading_thread_index(facts, root, src)) is not None:
+            return None, f"the helper `{helper}` reads the thread or block index"
         try:
             patterns = bind(facts, Binding.from_spec(ctx.spec))
         except (SpecError, ValueError, ZeroDivisionError):
