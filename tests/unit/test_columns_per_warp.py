@@ -147,6 +147,13 @@ def test_snippet_candidates_compile(tmp_path):
     # A statement after the final store.
     (COLSUM.replace("if (threadIdx.x == 0) out[c] = s[0];", "if (threadIdx.x == 0) out[c] = s[0];\n    __syncthreads();\n"
                     "    if (threadIdx.x == 1) out[c] = 2.0f;"), spec_of(), "more than one `if (tid == 0)"),
+    # The sum's start is assigned again before the loop.
+    (COLSUM.replace("float sum = 0.0f;", "float sum = 0.0f; sum = 1.0f;"), spec_of(), "assigned again"),
+    # A parameter that changes in the kernel (here by the thread).
+    (COLSUM.replace("int c = blockIdx.x;", "int c = blockIdx.x; rows -= 1;"), spec_of(), "assigns its parameter `rows`"),
+    # A helper reading the block's width, which the rewrite does not rename.
+    ("__device__ float scale() { return 1.0f / blockDim.x; }\n"
+     + COLSUM.replace("sum += x[r * cols + c];", "sum += x[r * cols + c] * scale();"), spec_of(), "the function `scale`"),
     # The tree's partial sums read elsewhere than at its root.
     (COLSUM.replace("out[c] = s[0];", "out[c] = s[1];"), spec_of(), "reads a slot other than the root"),
 ])
@@ -159,7 +166,12 @@ def test_the_grid_must_be_written_in_the_kernels_parameters():
     # The grid is the spec's `cols`, but the kernel assigns that parameter: its value is no longer the grid's.
     source = COLSUM.replace("int c = blockIdx.x;", "int c = blockIdx.x; cols = cols + 0;")
     found = outcome(source, spec_of())
-    assert not found.applicable and "is not an expression of the kernel's integer parameters" in found.why, found.why
+    assert not found.applicable and "assigns its parameter `cols`" in found.why, found.why
+    # A grid written as a literal that is also a problem size: the harness's static check would reject it.
+    found = outcome(COLSUM, spec_of(grid="2048", variants=({"rows": 77},)))
+    assert not found.applicable and "literal 2048" in found.why, found.why
+    found = outcome(COLSUM, spec_of(grid="1024", variants=({"rows": 77},)))
+    assert found.applicable and "kl_vbid < (unsigned)(1024);" in found.rewrites[0].source, found.why
     found = outcome(COLSUM, spec_of(grid="ceil_div(cols*4,4)"))
     assert found.applicable, found.why
     assert "kl_vbid < (unsigned)((((cols * 4) + 4 - 1) / 4));" in found.rewrites[0].source

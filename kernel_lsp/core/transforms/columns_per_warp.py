@@ -38,20 +38,22 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tree_sitter import Node
 
 from kernel_lsp.core import expr
 from kernel_lsp.core.analysis import (
-    Access, Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, block_strided_loops, helper_reading_thread_index,
-    identifiers_in, per_block_outputs, shared_combine_loops, thread_dependence,
+    Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, block_strided_loops, function_definitions,
+    helper_reading_thread_index, identifiers_in, per_block_outputs, shared_combine_loops, thread_dependence,
 )
 from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
+from kernel_lsp.core.static_check import problem_sizes
 from kernel_lsp.core.transforms.block_reduce import TreeToShuffle, _is_barrier, replace_by_lines
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
 from kernel_lsp.core.transforms.warp_per_row import _only_updated
@@ -109,6 +111,18 @@ def _grid_c(node: expr.Node, params: set[str]) -> str | None:
             return f"(({a} + {b} - 1) / {b})"
         return f"({a} {'<' if node.func == 'min' else '>'} {b} ? {a} : {b})"
     return None
+
+
+def _literals(node: expr.Node) -> list[expr.Num]:
+    if isinstance(node, expr.Num):
+        return [node]
+    if isinstance(node, expr.Unary):
+        return _literals(node.operand)
+    if isinstance(node, expr.Binary):
+        return _literals(node.left) + _literals(node.right)
+    if isinstance(node, expr.Call):
+        return [n for a in node.args for n in _literals(a)]
+    return []
 
 
 def _statements(body: Node) -> list[Node]:
@@ -233,6 +247,13 @@ class ColumnsPerWarp(Rule):
             return None, f"the helper `{helper}` reads the thread or block index"
         if _has(body, ("return_statement", "goto_statement")):
             return None, "the kernel returns early or jumps (every thread must reach the new barrier)"
+        if facts.shuffles:
+            return None, "the kernel uses warp intrinsics (the original's warps would not exist)"
+        if (helper := _helper_reading_builtins(body, root, src)) is not None:
+            return None, f"the function `{helper}` reads the thread or block index or the block's size"
+        params = {name for name, _, _ in facts.params}
+        if assigned_names(body, src) & params:
+            return None, f"the kernel assigns its parameter `{sorted(assigned_names(body, src) & params)[0]}`"
         sizes = sorted({launch.block[0] for launch in launches})
         tree_why, tree_op = TreeToShuffle()._refusal(facts, tree, tree_red.target, body, root, src, sizes)
         if tree_why:
@@ -295,10 +316,14 @@ class ColumnsPerWarp(Rule):
                                  or "blockDim" in _text(src, init)):
             return None, f"the accumulator `{acc.target}` starts at a value that depends on the thread or the block's width"
         changed = (assigned & set(values)) - {acc.target, row.var}
+        if any(acc.target in assigned_names(st, src) for st in stmts if st is not stmts[r]):
+            changed.add(acc.target)
         if changed:
             return None, f"{', '.join(sorted(changed))} declared before the rows loop and assigned again"
         # The rows loop: its start and step carry the thread and the width; nothing else in it may.
         loop = stmts[r]
+        if loop.type != "for_statement":
+            return None, "the rows loop is not a for loop"
         cond, update, inner = (loop.child_by_field_name(f) for f in ("condition", "update", "body"))
         if cond is None or update is None or inner is None:
             return None, "the rows loop lacks a condition or an update"
@@ -346,8 +371,8 @@ class ColumnsPerWarp(Rule):
         names = identifiers_in(consequence, src)
         text = _text(src, consequence)
         if names & (thread | width | {acc.target, row.var}) or "threadIdx" in text or "blockDim" in text or _has(
-                consequence, ("for_statement", "while_statement", "do_statement")):
-            return None, "the final statement uses the thread, the block's width, the accumulator or a loop"
+                consequence, ("for_statement", "while_statement", "do_statement")) or "__sync" in text:
+            return None, "the final statement uses the thread, the block's width, the accumulator, a loop or a barrier"
         roots = []
         for a in shared:
             inside = tree.span[0] <= a.span[0] < tree.span[1]
@@ -368,6 +393,11 @@ class ColumnsPerWarp(Rule):
         if grid is None:
             return None, (f"the spec's grid `{ctx.spec.launch.grid[0]}` is not an expression of the kernel's integer "  # type: ignore[union-attr]
                           "parameters (the last group must know how many original blocks there are)")
+        sizes = problem_sizes(ctx.spec)  # type: ignore[arg-type]
+        written = [n.value for n in _literals(expr.parse(ctx.spec.launch.grid[0])) if n.value in sizes]  # type: ignore[union-attr]
+        if written:
+            return None, (f"the grid is written with the literal {written[0]}, {sizes[written[0]]}: in the kernel, the "
+                          "harness's static check would take it for a problem size written in")
         elem = next(a.elem_type for a in shared if a.array == array)
         return _Plan(row, acc, tree, array, elem, (leaf[0].start_byte, leaf[0].end_byte), tuple(roots),
                      (test_value.start_byte, test_value.end_byte), grid, (cond.start_byte, cond.end_byte), pragma_before,
@@ -441,6 +471,25 @@ class ColumnsPerWarp(Rule):
                        + note)
         return Rewrite(source, description, self._launch(ctx, columns, rows), variant=f"{columns}x{rows}",
                        block=(columns, rows, 1), grid_divide=(columns, 1, 1))
+
+
+_BUILTIN_TEXT = re.compile(r"\b(threadIdx|blockIdx|blockDim|gridDim)\b")
+
+
+def _helper_reading_builtins(body: Node, root: Node, src: bytes) -> str | None:
+    """A function of the file the body calls whose own text reads a builtin index or size (the rewrite renames
+    only the body's)."""
+    defined = {name: node for name, node, _ in function_definitions(root, src)}
+    stack = [body]
+    while stack:
+        n = stack.pop()
+        if n.type == "call_expression":
+            fn = n.child_by_field_name("function")
+            name = _text(src, fn).split("<", 1)[0].rsplit("::", 1)[-1].strip() if fn is not None else ""
+            if name in defined and _BUILTIN_TEXT.search(_text(src, defined[name])):
+                return name
+        stack.extend(n.children)
+    return None
 
 
 def _mentions_outside(body: Node, src: bytes, name: str, loop: Node):
