@@ -96,6 +96,15 @@ def test_a_read_modify_write_output_is_kept_once_per_column():
     assert "if (kl_live && (threadIdx.y == 0)) { out[c] = out[c] * 0.5f + kl_total; }" in found.rewrites[0].source
 
 
+def test_a_pragma_of_the_users_on_the_rows_loop_is_kept_alone():
+    source = COLSUM.replace("    for (int r = threadIdx.x;", "    #pragma unroll 4\n    // rows\n    for (int r = threadIdx.x;")
+    found = outcome(source, spec_of())
+    assert found.applicable, found.why
+    src = found.rewrites[0].source
+    assert "#pragma unroll 4\n    // rows\n    for (int r = threadIdx.y; kl_live && (r < rows); r += blockDim.y)" in src
+    assert "_Pragma" not in src
+
+
 def test_a_max_reduction_combines_with_max():
     source = COLSUM.replace("float sum = 0.0f;", "float sum = -1e30f;").replace(
         "sum += x[r * cols + c];", "sum = fmaxf(sum, x[r * cols + c]);").replace(

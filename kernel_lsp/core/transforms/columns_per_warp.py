@@ -303,6 +303,8 @@ class ColumnsPerWarp(Rule):
         assigned = assigned_names(body, src)
         for s in prologue:
             line = (ctx.preprocessed.user_line(s.start_point[0]) or 0) + 1
+            if s.type == "preproc_call" and _text(src, s).lstrip().startswith("#pragma"):
+                continue
             if s.type not in ("declaration", "expression_statement") or _has(s, ("call_expression",)) \
                     or any(s.start_byte <= a.span[0] < s.end_byte for a in facts.accesses):
                 return None, f"the statement at line {line} before the rows loop is not a declaration free of memory accesses and calls"
@@ -328,6 +330,8 @@ class ColumnsPerWarp(Rule):
         if cond is None or update is None or inner is None:
             return None, "the rows loop lacks a condition or an update"
         previous = loop.prev_named_sibling
+        while previous is not None and previous.type == "comment":
+            previous = previous.prev_named_sibling
         pragma_before = previous is not None and _text(src, previous).lstrip().startswith("#pragma")
         if _has(inner, ("break_statement",)):
             return None, "the rows loop can leave early (a break): its rows would depend on how the block splits them"
