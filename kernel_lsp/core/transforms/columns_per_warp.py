@@ -65,7 +65,6 @@ SHAPES: tuple[tuple[int, int], ...] = ((16, 64), (32, 32))
 UNROLL = 8
 _ALLOWED_BUILTINS = {"tid.x", "bid.x", "bdim.x"}
 _BUILTIN_FIELDS = {("threadIdx", "x"): "threadIdx.y", ("blockDim", "x"): "blockDim.y", ("blockIdx", "x"): "kl_vbid"}
-_ZERO = {"0", "0.0", "0.f", "0.0f", "0.F", "0.0F", "0u", "0U", "0l", "0L", "0.", "0.0L", "0.0l"}
 _COMBINE = {"+": "{a} + {b}", "max": "max({a}, {b})", "min": "min({a}, {b})"}
 
 
@@ -89,6 +88,7 @@ class _Plan:
     pragma_before: bool
     """The rows loop is preceded by a ``#pragma`` of the user's."""
     outputs: tuple[str, ...]
+    """The per-block outputs (for the description)."""
 
 
 def _grid_c(node: expr.Node, params: set[str]) -> str | None:
@@ -123,6 +123,14 @@ def _literals(node: expr.Node) -> list[expr.Num]:
     if isinstance(node, expr.Call):
         return [n for a in node.args for n in _literals(a)]
     return []
+
+
+def _is_zero(literal: str) -> bool:
+    """A numeric literal of value 0 (``0``, ``0.0f``, ``0.``, ``0u``)."""
+    try:
+        return float(literal.strip().rstrip("fFlLuU")) == 0.0
+    except ValueError:
+        return False
 
 
 def _statements(body: Node) -> list[Node]:
@@ -312,7 +320,7 @@ class ColumnsPerWarp(Rule):
         if acc.target not in values:
             return None, f"the accumulator `{acc.target}` is not declared before the rows loop"
         init = values[acc.target]
-        if acc.op == "+" and (init is None or _text(src, init).replace(" ", "") not in _ZERO):
+        if acc.op == "+" and (init is None or not _is_zero(_text(src, init))):
             return None, f"the accumulator `{acc.target}` does not start at 0 (each of the block's threads would add its start)"
         if init is not None and (identifiers_in(init, src) & (thread | width | set(values)) or "Idx" in _text(src, init)
                                  or "blockDim" in _text(src, init)):
