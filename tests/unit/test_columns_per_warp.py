@@ -142,6 +142,8 @@ def test_snippet_candidates_compile(tmp_path):
     (COLSUM.replace("sum += x[r * cols + c];", "sum += x[r * cols + c] * threadIdx.x;"), spec_of(), "uses the thread"),
     (COLSUM.replace("sum += x[r * cols + c];", "sum += x[r * cols + c + threadIdx.x];"), spec_of(),
      "depends on the thread otherwise than through the loop's `r`"),
+    # The block's offset moves with its width (the rewrite changes the width).
+    (COLSUM.replace("int c = blockIdx.x;", "int c = blockIdx.x * blockDim.x;"), spec_of(), "moves with the block's width"),
     # The sum and the tree disagree on the operator.
     (COLSUM.replace("s[threadIdx.x] += s[threadIdx.x + st];", "s[threadIdx.x] = fmaxf(s[threadIdx.x], s[threadIdx.x + st]);"),
      spec_of(), "accumulates with `+` but the tree combines with `max`"),
@@ -279,3 +281,21 @@ def test_a_verified_candidate_applies_with_its_launch():
     unlaunched = applied_source(Candidate("colsum", COLSUM, "columns-per-warp", "rule:columns-per-warp[16x64]", "",
                                           rw.launch_override, block=rw.block, grid_divide=rw.grid_divide))
     assert unlaunched.lines == () and "one block for every 16 x 1 x 1 blocks" in unlaunched.instruction
+
+
+@pytest.mark.parametrize("header,strided", [
+    ("for (int r = threadIdx.x; r < rows; r += blockDim.x)", True),
+    ("for (int r = threadIdx.x + 2 * cols; r < rows; r += blockDim.x)", True),
+    # The range moves with the block's width: a narrower block would take other rows.
+    ("for (int r = threadIdx.x + blockDim.x; r < rows; r += blockDim.x)", False),
+    ("for (int r = threadIdx.x; r < rows; r += 32)", False),
+    ("for (int r = 0; r < rows; r += blockDim.x)", False),
+    ("for (int r = threadIdx.x; r < rows + threadIdx.x; r += blockDim.x)", False),
+])
+def test_block_strided_loops_are_the_ranges_a_block_shares_out(header, strided):
+    from kernel_lsp.core.analysis import analyze, block_strided_loops
+
+    source = COLSUM.replace("for (int r = threadIdx.x; r < rows; r += blockDim.x)", header)
+    facts = analyze(source)["colsum"]
+    found = block_strided_loops(facts)
+    assert (len(found) == 1 and found[0].var == "r") == strided

@@ -287,10 +287,12 @@ class ColumnsPerWarp(Rule):
             if along_t is None or along_i is None or along_i != along_t * width:
                 return f"`{a.text}` depends on the thread otherwise than through the loop's `{row.var}`"
             rest = a.index - along_t * Poly.sym("tid.x") - along_i * Poly.sym(row.trip_symbol)
-            if any(s.startswith(("tid.", "bdim.")) or is_iteration(s) or (is_opaque(s) and facts.opaque.get(s) is not None
-                                                                         and facts.opaque[s].deps) for s in rest.symbols):
+            if any(s.startswith("tid.") or is_iteration(s) or (is_opaque(s) and facts.opaque.get(s) is not None
+                                                                and facts.opaque[s].deps) for s in rest.symbols | along_t.symbols):
                 return f"`{a.text}` depends on the thread otherwise than through the loop's `{row.var}`"
             along_b = a.index.coefficient("bid.x")
+            if any(s.startswith("bdim.") for s in rest.symbols | along_t.symbols):
+                return f"`{a.text}` moves with the block's width otherwise than through the loop's `{row.var}`"
             lanes = along_b.evaluate(env) if along_b is not None else None
             if lanes not in (0, 1) and apart is None:
                 apart = (f"`{a.text}` would be {lanes} elements apart across the lanes (neighbouring blocks do not read "
