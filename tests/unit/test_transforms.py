@@ -139,6 +139,17 @@ def test_a_loop_holding_a_loop_runs_whole_on_every_lane_and_only_innermost_loops
     assert body.count("j += 32") == 2 and "k += 32" not in body and "for (int j = 0; j < C; j++) {" in body
 
 
+def test_long_split_loops_are_unrolled_short_ones_and_the_users_pragmas_left_alone():
+    # C = 1000 at the spec's size: 31 iterations per lane, so each split loop gets `#pragma unroll 4`.
+    long_rows = outcome("warp-per-row", SOFTMAX, SOFTMAX_SPEC).rewrites[0].source
+    assert long_rows.count("#pragma unroll 4") == 3
+    short = dict(SOFTMAX_SPEC, params=[p if p["name"] != "C" else scalar("C", 200) for p in SOFTMAX_SPEC["params"]])
+    assert "#pragma unroll" not in outcome("warp-per-row", SOFTMAX, short).rewrites[0].source
+    own = SOFTMAX.replace("    float s = 0.f;\n", "    float s = 0.f;\n#pragma unroll 2\n")
+    body = outcome("warp-per-row", own, SOFTMAX_SPEC).rewrites[0].source
+    assert body.count("#pragma unroll 4") == 2 and body.count("#pragma unroll 2") == 1
+
+
 # Each thread accumulates a row of outputs over an outer loop (llm.c's attention-value shape): the
 # loops over the row split across the lanes inside the outer loop, which every lane runs whole.
 ROW_OUTER = """

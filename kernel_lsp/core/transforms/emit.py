@@ -338,3 +338,24 @@ def expands_to(user_text: str, pre_text: str, pre: Preprocessed) -> bool:
     got = expanded.text.encode("utf-8")
     want = blank_comments(pre_text).encode("utf-8")
     return [t[2] for t in _tokens(got, 0, len(got))] == [t[2] for t in _tokens(want, 0, len(want))]
+
+
+def pragma_before(src: bytes, at: int) -> tuple[int, int, str] | None:
+    """The ``#pragma`` right before the statement at ``at`` (nothing but blanks between): its byte range
+    and text, if any."""
+    line_start = src.rfind(b"\n", 0, at) + 1
+    if src[line_start:at].strip():
+        return None
+    prev_end = line_start - 1
+    while prev_end > 0:
+        prev_start = src.rfind(b"\n", 0, prev_end) + 1
+        raw = src[prev_start:prev_end].decode("utf-8")
+        line = raw.strip()
+        if line:
+            if not line.startswith("#pragma"):
+                return None
+            lead = len(raw) - len(raw.lstrip())
+            begin = prev_start + len(raw[:lead].encode("utf-8"))
+            return begin, begin + len(line.encode("utf-8")), line
+        prev_end = prev_start - 1
+    return None

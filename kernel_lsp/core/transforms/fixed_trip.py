@@ -39,7 +39,7 @@ from kernel_lsp.core.analysis import (
 from kernel_lsp.core.index import build_index
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
+from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse, pragma_before
 
 #: Largest trip count unrolled (a longer loop gains little and grows the code).
 MAX_TRIP = 32
@@ -145,7 +145,7 @@ class FixedTripUnroll(Rule):
             copy = (edit.text(start, p.bound.start_byte) + str(p.value) + edit.text(p.bound.end_byte, end))
             indent = edit.indent_at(start)
             # A pragma written before the loop stays with the original loop, after the ``else``.
-            pragma = _pragma_before(edit.src, start)
+            pragma = pragma_before(edit.src, start)
             again = ""
             if pragma is not None:
                 edit.replace(pragma[0], pragma[1], "")
@@ -162,27 +162,6 @@ class FixedTripUnroll(Rule):
             out.append(Rewrite(restricted, out[0].description + "; pointer parameters __restrict__ (the spec "
                                            "allocates each on its own)", variant="unroll+restrict"))
         return tuple(out)
-
-
-def _pragma_before(src: bytes, at: int) -> tuple[int, int, str] | None:
-    """The ``#pragma`` right before the statement at ``at`` (nothing but blanks between): its byte range
-    and text, if any."""
-    line_start = src.rfind(b"\n", 0, at) + 1
-    if src[line_start:at].strip():
-        return None
-    prev_end = line_start - 1
-    while prev_end > 0:
-        prev_start = src.rfind(b"\n", 0, prev_end) + 1
-        raw = src[prev_start:prev_end].decode("utf-8")
-        line = raw.strip()
-        if line:
-            if not line.startswith("#pragma"):
-                return None
-            lead = len(raw) - len(raw.lstrip())
-            begin = prev_start + len(raw[:lead].encode("utf-8"))
-            return begin, begin + len(line.encode("utf-8")), line
-        prev_end = prev_start - 1
-    return None
 
 
 def _restrict(source: str, ctx: RuleContext) -> str | None:

@@ -41,13 +41,19 @@ from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
     Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, conditional_update, declared_anywhere,
-    helper_reading_thread_index, threads_cooperate,
+    helper_reading_thread_index, threads_cooperate, trip_count,
 )
 from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
-from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, warp_reduce_helpers
+from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, pragma_before, warp_reduce_helpers
+
+#: A split loop with at least this many iterations per lane at the spec's size is unrolled by
+#: UNROLL: each lane then has one load per iteration in flight, and a long row streams at the pace
+#: of the memory latency unless several iterations' loads issue together.
+UNROLL_FROM_TRIPS_PER_LANE = 8
+UNROLL = 4
 
 _BUILTIN_FIELDS = {("threadIdx", "x"): "kl_vtid", ("blockIdx", "x"): "kl_vbid", ("gridDim", "x"): "(gridDim.x / {lanes}u)"}
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -302,6 +308,7 @@ class WarpPerRow(Rule):
         edit = BodyEdit(ctx.preprocessed, facts)
         lo, hi = facts.body_span
         lanes = self.lanes(ctx)
+        binding = Binding.from_spec(ctx.spec)  # type: ignore[arg-type]
         # The virtual thread: group w of ``lanes`` consecutive threads of the new launch does thread w of
         # the original one (a block is a multiple of 32 threads, so a group never spans two warps).
         edit.insert(lo + 1, f"\n    const unsigned kl_lane = threadIdx.x & {lanes - 1}u;\n"
@@ -330,9 +337,15 @@ class WarpPerRow(Rule):
                     after.append(f"{acc.target} = kl_init{n}_{k} + {self._reduction('+', lanes)}({acc.target});")
                 else:
                     after.append(f"{acc.target} = {self._reduction(acc.op, lanes)}({acc.target});")
+            indent = edit.indent_at(plan.loop.span[0])
+            opening = "{ " + " ".join(before) + "\n" + indent if plan.accumulators else ""
+            trips = trip_count(facts, plan.loop, binding)
+            if trips is not None and trips >= UNROLL_FROM_TRIPS_PER_LANE * lanes \
+                    and pragma_before(src, plan.loop.span[0]) is None:
+                opening += f"#pragma unroll {UNROLL}\n" + indent
+            if opening:
+                edit.insert(plan.loop.span[0], opening)
             if plan.accumulators:
-                indent = edit.indent_at(plan.loop.span[0])
-                edit.insert(plan.loop.span[0], "{ " + " ".join(before) + "\n" + indent)
                 edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
         helpers = self._helpers(ops, lanes, ctx.source)
         source, expanded = emit(edit, ctx.source, ctx.kernel, helpers)
