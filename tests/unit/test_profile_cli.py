@@ -13,9 +13,11 @@ FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ncu")
 def test_tree_show_prints_every_node(capsys):
     assert main(["tree", "show"]) == 0
     out = capsys.readouterr().out
-    assert "profiling tree 'default' (format version 2)" in out
-    for node in ("busy", "memory_side", "memory_causes", "compute_pipes", "small_grid", "stalls", "fallback"):
+    assert "profiling tree 'learned' (format version 2)" in out
+    for node in ("busy", "memory_side", "memory_causes", "memory_causes_source", "compute_pipes", "small_grid",
+                 "stalls", "fallback"):
         assert f"[{node}]" in out
+    assert "[memory_causes_source] collect: nothing more; the optimizer ranks by the source's state" in out
     assert main(["tree", "show", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "kernel-lsp-profiling-tree"
 
