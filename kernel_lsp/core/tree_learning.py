@@ -7,25 +7,32 @@ profile's class. For every kernel of a training split the score replays the opti
    metric group, collected once on the GPU: a metric's value does not depend on what else a
    profile collects, so one recording serves every tree, as in :func:`profiling_tree.emulate`);
 2. the optimizer's own steps on that profile: its signature is matched to a knowledge-base state
-   (:func:`kb_logic.match_state`, a derived state inheriting its parent's entries), the state's
-   techniques are drawn (:func:`kb_logic.select`, seeded as ``optimize --seed``), and the rules'
-   candidates are put in that order as :meth:`RuleGenerator.ordered` does (a rule whose technique
-   is drawn first, in the draw's order; the others in the rules' order; a sequence right after its
-   first step, tried only when that step was accepted);
+   (:func:`kb_logic.match_state`, a derived state inheriting its parent's entries) -- or, when the
+   kernel's walk ends at a leaf with ``state_from: source``, the static analysis' state is taken
+   (:mod:`kernel_lsp.core.static_state`, as without a profile; the optimizer does the same); the
+   state's techniques are drawn (:func:`kb_logic.select`, seeded as ``optimize --seed``), and the
+   rules' candidates are put in that order as :meth:`RuleGenerator.ordered` does (a rule whose
+   technique is drawn first, in the draw's order; the others in the rules' order; a sequence right
+   after its first step, tried only when that step was accepted);
 3. the first ``budget`` candidates are "tried": their verified speedups are looked up in the
    kernel's recorded verifications (the harness's verdicts from the corpus benchmark on the GPU).
    Each attempt updates the replayed knowledge base, so later kernels of the split draw from what
    earlier ones taught it, as a user's knowledge base does;
 4. the kernel's result is its best accepted speedup (1.0 when none was accepted).
 
-A tree's score is ``ln(geomean speedup) - cost_weight * cost_ratio`` (the mean estimated seconds
+A replay's score is ``ln(geomean speedup) - cost_weight * cost_ratio`` (the mean estimated seconds
 of its collection over ``--set full``'s, from the section cost table). A candidate the recording
 never verified counts as not accepted and is reported (``unknown``), so a tree cannot gain from
-candidates nobody measured.
+candidates nobody measured. With three candidates per kernel one seeded draw and one order of the
+kernels decide a lot (over seeds and orders the geomean of one tree on the corpus' training split
+varies by about 5 %, more than most edits gain), so a tree's score is the mean over ``replicas``
+replays, each with its own draw seed and kernel order; two trees are compared replica by replica.
 
-Refinement proposes the same REWRITE and SPLIT edits as :func:`profiling_tree.deterministic_edits`
-and keeps an edit only when the score improves by more than ``min_gain`` (the measured noise);
-it stops after ``patience`` rounds without gain. Pure: no IO.
+Refinement proposes :func:`learning_edits` -- the REWRITE and SPLIT edits of
+:func:`profiling_tree.deterministic_edits` plus those that route kernels to a source leaf, on static
+facts (known before any profile) or first-pass ones -- and keeps an edit only when its mean gain
+exceeds ``min_gain`` and ``noise_z`` standard errors of the paired per-replica gains (the measured
+noise); it stops after ``patience`` rounds without gain. Pure: no IO.
 """
 
 from __future__ import annotations
