@@ -56,6 +56,8 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     learn.add_argument("--seed", type=int, default=0, help="seed of the knowledge base's draw (default 0)")
     learn.add_argument("--replicas", type=int, default=8,
                        help="replays a score averages, each with its own draw seed and kernel order (default 8)")
+    learn.add_argument("--confirm-replicas", type=int, default=8,
+                       help="replays under other seeds and orders that must confirm each kept edit (default 8; 0: none)")
     learn.add_argument("--noise-z", type=float, default=2.0,
                        help="an edit is kept only when its gain exceeds this many standard errors over the replicas (default 2)")
     learn.add_argument("--records", help="learning records JSON: written when learning ends, resumed from when present")
@@ -145,6 +147,8 @@ def run_learn(args: argparse.Namespace) -> int:
     policy = L.Policy(states, priors, budget=args.budget, seed=args.seed, replicas=args.replicas)
     train, held = split_cases(cases, args.held_out_every)
     replay_train, replay_held = L.Replay(train, costs, policy), L.Replay(held, costs, policy)
+    confirm = (L.Replay(train, costs, replace(policy, seed=args.seed + args.replicas, replicas=args.confirm_replicas))
+               if args.confirm_replicas > 0 else None)
     steps_done: list[dict] = []
     tree = start
     if args.records and os.path.exists(args.records):
@@ -161,20 +165,23 @@ def run_learn(args: argparse.Namespace) -> int:
             json.dump({"format": "kernel-lsp-tree-learning", "budget": args.budget, "cost_weight": args.cost_weight,
                        "cost_model": args.cost_model, "command": " ".join(["kernel-lsp", *sys.argv[1:]]),
                        "min_gain": args.min_gain, "noise_z": args.noise_z, "seed": args.seed,
-                       "replicas": args.replicas, "train": [c.sample.name for c in train],
+                       "replicas": args.replicas, "confirm_replicas": args.confirm_replicas, "train": [c.sample.name for c in train],
                        "held_out": [c.sample.name for c in held], "left_out": left_out, "steps": steps,
                        "tree": T.tree_to_json(tree_now), "evaluation": evaluation}, f, indent=1)
 
     rounds_left = max(0, args.rounds - len(steps_done))
     learned, steps = L.learn(tree, replay_train, cost_weight=args.cost_weight, min_gain=args.min_gain,
-                             noise_z=args.noise_z, max_rounds=rounds_left, patience=args.patience)
+                             noise_z=args.noise_z, max_rounds=rounds_left, patience=args.patience, confirm=confirm)
     offset = len(steps_done)
     steps_done += [{"round": s.round + offset, "kind": s.kind, "edit": s.edit, "score_before": s.score_before,
                     "score_after": s.score_after, "geomean_after": s.geomean_after,
-                    "cost_ratio_after": s.cost_ratio_after, "gain_se": s.gain_se, "kept": s.kept} for s in steps]
+                    "cost_ratio_after": s.cost_ratio_after, "gain_se": s.gain_se, "confirm_gain": s.confirm_gain,
+                    "confirm_se": s.confirm_se, "kept": s.kept} for s in steps]
     for s in steps_done[offset:]:
         print(f"round {s['round']}: {s['kind']} {s['edit']}: {s['score_before']:.4f} -> {s['score_after']:.4f} "
-              f"(se {s.get('gain_se', 0.0):.4f}) {'kept' if s['kept'] else 'not kept'}", file=sys.stderr)
+              f"(se {s.get('gain_se', 0.0):.4f}"
+              + (f"; confirmed gain {s['confirm_gain']:.4f}, se {s['confirm_se']:.4f}" if s.get("confirm_gain") is not None else "")
+              + f") {'kept' if s['kept'] else 'not kept'}", file=sys.stderr)
     learned = replace(learned, name="learned", doc=f"Learned by `kernel-lsp tree learn` from {start.name!r} on "
                       f"{len(train)} corpus kernels (budget {args.budget} verified candidates, cost weight "
                       f"{args.cost_weight}, {args.replicas} replicas); a leaf with state_from 'source' has the optimizer "

@@ -32,7 +32,9 @@ Refinement proposes :func:`learning_edits` -- the REWRITE and SPLIT edits of
 :func:`profiling_tree.deterministic_edits` plus those that route kernels to a source leaf, on static
 facts (known before any profile) or first-pass ones -- and keeps an edit only when its mean gain
 exceeds ``min_gain`` and ``noise_z`` standard errors of the paired per-replica gains (the measured
-noise); it stops after ``patience`` rounds without gain. Pure: no IO.
+noise), and, given confirmation replicas (other seeds and orders), again there: the best of many
+edits is flattered by the replicas that chose it. It stops after ``patience`` rounds without gain.
+Pure: no IO.
 """
 
 from __future__ import annotations
@@ -255,6 +257,9 @@ class Step:
     kept: bool
     gain_se: float = 0.0
     """Standard error of the score gain over the paired replicas (0 with one replica): the measured noise."""
+    confirm_gain: float | None = None
+    """The gain re-measured on the confirmation replicas (other seeds and orders); None: not confirmed."""
+    confirm_se: float | None = None
 
 
 def learning_edits(tree: T.Tree, samples: Sequence[T.Sample], costs: T.CostModel, cost_weight: float = 0.25) -> list[T.Edit]:
@@ -321,6 +326,7 @@ def learn(
     max_rounds: int = 20,
     patience: int = 1,
     proposer: T.Proposer | None = None,
+    confirm: Replay | None = None,
 ) -> tuple[T.Tree, list[Step]]:
     """Greedy refinement by optimization feedback (AutoProfiler's accept-on-improvement loop).
 
@@ -328,17 +334,20 @@ def learn(
     takes the one of highest conservative gain (mean gain minus ``noise_z`` standard errors of the gain over
     the paired replicas); it is kept when its mean gain exceeds ``min_gain`` (in the score's log units: 0.01
     is a 1 % higher geomean at equal cost) *and* ``noise_z`` standard errors, i.e. when it beats the
-    measured noise of the seeded draw and the kernels' order. Learning stops after ``patience`` rounds in a
-    row without gain or after ``max_rounds``. Trees whose kernels all get the same ranking input and cost
+    measured noise of the seeded draw and the kernels' order. The best of many edits looks better on the
+    replicas that chose it than it is, so with ``confirm`` (the same kernels under other seeds and orders)
+    the chosen edit must pass the same test there too. Learning stops after ``patience`` rounds in a row
+    without gain or after ``max_rounds``. Trees whose kernels all get the same ranking input and cost
     replay alike, so each distinct outcome is replayed once."""
     samples = [c.sample for c in replay.cases]
     propose = proposer or (lambda t, s, c: learning_edits(t, s, c, cost_weight))
-    memo: dict[tuple, Feedback] = {}
+    memos: dict[int, dict[tuple, Feedback]] = {}
 
-    def score(candidate: T.Tree) -> Feedback:
-        key = replay.outcome_key(candidate)
+    def score(candidate: T.Tree, on: Replay = replay) -> Feedback:
+        memo = memos.setdefault(id(on), {})
+        key = on.outcome_key(candidate)
         if key not in memo:
-            memo[key] = replay.run(candidate, cost_weight)
+            memo[key] = on.run(candidate, cost_weight)
         return memo[key]
 
     current = score(tree)
@@ -362,8 +371,12 @@ def learn(
             break
         conservative, gain, se, feedback, edit, candidate = best
         kept = gain > min_gain and conservative > 0
+        confirm_gain = confirm_se = None
+        if kept and confirm is not None:
+            confirm_gain, confirm_se = _paired_gain(score(tree, confirm), score(candidate, confirm))
+            kept = confirm_gain > min_gain and confirm_gain - noise_z * confirm_se > 0
         steps.append(Step(round_no, edit.kind, edit.description, current.value, feedback.value,
-                          feedback.geomean_speedup, feedback.cost_ratio, kept, se))
+                          feedback.geomean_speedup, feedback.cost_ratio, kept, se, confirm_gain, confirm_se))
         if kept:
             tree, current, idle = _with_provenance(tree, edit, steps[-1]), feedback, 0
             rejected.clear()

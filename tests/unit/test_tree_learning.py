@@ -265,6 +265,20 @@ def test_learning_routes_the_kernels_whose_profile_misleads_to_the_source(costs)
     assert any(leaf.state_from == "source" and "learned in round" in leaf.doc for leaf in learned.leaves())
 
 
+def test_an_edit_the_confirmation_replicas_do_not_bear_out_is_not_kept(costs):
+    policy = L.Policy(POLICY.states, POLICY.priors, POLICY.budget, POLICY.hints, replicas=3)
+    chosen_on = L.Replay([_misled(f"loop{i}", 1.0, 2.0 + i) for i in range(3)], costs, policy)
+    # The same kernels, but there the source misleads: routing them to it loses.
+    confirm = L.Replay([_misled(f"loop{i}", 1.0, 2.0 + i, static_state="busy-memory") for i in range(3)], costs, policy)
+    start = _tree(("group:coalescing",))
+    _, unconfirmed = L.learn(start, chosen_on, max_rounds=1)
+    assert unconfirmed[0].kept and unconfirmed[0].confirm_gain is None
+    learned, steps = L.learn(start, chosen_on, max_rounds=1, confirm=confirm)
+    assert steps[0].edit == unconfirmed[0].edit and not steps[0].kept
+    assert steps[0].confirm_gain is not None and steps[0].confirm_gain <= 0.01
+    assert learned == start
+
+
 def test_tree_learn_records_the_steps_noise_and_all_four_arms(tmp_path, capsys):
     from pathlib import Path
 
@@ -275,10 +289,12 @@ def test_tree_learn_records_the_steps_noise_and_all_four_arms(tmp_path, capsys):
     assert main(["tree", "learn", "--corpus", str(root / "benchmarks" / "corpus"),
                  "--profiles", str(root / "tests" / "fixtures" / "tree_learning" / "corpus_profiles_h200.json"),
                  "--outcomes", str(root / "benchmarks" / "results" / "corpus_suite.json"),
-                 "--replicas", "2", "--rounds", "1", "--records", str(records), "--out", str(out)]) == 0
+                 "--replicas", "2", "--confirm-replicas", "2", "--rounds", "1", "--records", str(records),
+                 "--out", str(out)]) == 0
     data = json.loads(records.read_text())
-    assert data["replicas"] == 2 and data["noise_z"] == 2.0 and len(data["steps"]) == 1
-    assert {"gain_se", "kept", "score_before", "score_after"} <= set(data["steps"][0])
+    assert data["replicas"] == 2 and data["confirm_replicas"] == 2 and data["noise_z"] == 2.0
+    assert len(data["steps"]) == 1
+    assert {"gain_se", "confirm_gain", "confirm_se", "kept", "score_before", "score_after"} <= set(data["steps"][0])
     for split in ("train", "held_out"):
         arms = data["evaluation"][split]
         assert set(arms) == {"learned", "hand_written", "full", "no_profile"}
