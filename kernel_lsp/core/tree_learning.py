@@ -401,7 +401,10 @@ def _paired_gain(before: Feedback, after: Feedback) -> tuple[float, float]:
 def _with_provenance(tree: T.Tree, edit: T.Edit, step: Step) -> T.Tree:
     """``edit`` applied, each node it wrote saying which round made it and what the score did (``tree show``)."""
     note = (f"learned in round {step.round} ({step.kind}: {step.edit}); score {step.score_before:.4f} -> "
-            f"{step.score_after:.4f}, geomean {step.geomean_after:.3f}x at {step.cost_ratio_after:.1%} of full")
+            f"{step.score_after:.4f} (se {step.gain_se:.4f}), geomean {step.geomean_after:.3f}x at "
+            f"{step.cost_ratio_after:.1%} of full")
+    if step.confirm_gain is not None:
+        note += f"; confirmed gain {step.confirm_gain:.4f} (se {step.confirm_se:.4f}) on other seeds and orders"
     nodes = dict(tree.nodes)
     nodes.update({node_id: replace(node, doc=note) for node_id, node in edit.new_nodes.items()})
     return replace(tree, nodes=nodes)
