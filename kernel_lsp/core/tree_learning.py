@@ -406,5 +406,9 @@ def _with_provenance(tree: T.Tree, edit: T.Edit, step: Step) -> T.Tree:
     if step.confirm_gain is not None:
         note += f"; confirmed gain {step.confirm_gain:.4f} (se {step.confirm_se:.4f}) on other seeds and orders"
     nodes = dict(tree.nodes)
-    nodes.update({node_id: replace(node, doc=note) for node_id, node in edit.new_nodes.items()})
+    # A new node that carries on an old one (the side of a SPLIT that keeps the leaf) keeps its why too.
+    carried = {n.doc for n in tree.nodes.values() if n.doc and "learned in round" not in n.doc}
+    nodes.update({node_id: replace(node, doc=f"{node.doc} ({note})" if node_id not in tree.nodes and node.doc in carried
+                                   else note)
+                  for node_id, node in edit.new_nodes.items()})
     return replace(tree, nodes=nodes)

@@ -303,3 +303,17 @@ def test_tree_learn_records_the_steps_noise_and_all_four_arms(tmp_path, capsys):
         assert arms["full"]["cost_ratio"] == pytest.approx(1.0) and arms["no_profile"]["seconds_per_kernel"] == 0.0
     assert "from 'hand-written'" in T.parse_tree(out.read_text()).doc  # learning starts from the hand-written tree
     assert "held_out  learned" in capsys.readouterr().err
+
+
+def test_the_side_of_a_split_that_keeps_the_leaf_keeps_its_why():
+    tree = T.parse_tree({"format": "kernel-lsp-profiling-tree", "version": 2, "name": "t",
+                         "first_pass": ["group:throughput"], "root": "leaf",
+                         "nodes": {"leaf": {"collect": ["group:stalls"], "doc": "Stalls name the wait."}}})
+    edit = L._source_split(tree, tree.node("leaf"), "static.loops", 1.0, source_high=True)
+    step = L.Step(3, edit.kind, edit.description, 0.1, 0.2, 1.2, 0.05, True, 0.01, 0.08, 0.02)
+    learned = L._with_provenance(tree, edit, step)
+    kept, source = learned.node("leaf_lo"), learned.node("leaf_source")
+    assert kept.doc.startswith("Stalls name the wait. (learned in round 3") and kept.collect == ("group:stalls",)
+    assert source.doc.startswith("learned in round 3") and "confirmed gain 0.0800" in source.doc
+    assert source.state_from == "source" and source.collect == ()
+    assert learned.node("leaf").doc.startswith("learned in round 3")
