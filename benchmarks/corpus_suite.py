@@ -145,8 +145,11 @@ def main(argv: list[str] | None = None) -> int:
         by_name = {r["name"]: r for p in parts for r in p["kernels"]}
         rows = sorted(by_name.values(), key=lambda r: r["name"])
         total = summary(rows)
-        merged = {**parts[0], "kernels": rows, "summary": total, "command": [p["command"] for p in parts],
-                  "merged_from": [os.path.basename(p) for p in args.merge]}
+        # A merged file merged again keeps one flat list of the runs behind it.
+        commands = [c for p in parts for c in (p["command"] if isinstance(p["command"], list) else [p["command"]])]
+        sources = [s for p, name in zip(parts, args.merge)
+                   for s in (p["merged_from"] if "merged_from" in p else [os.path.basename(name)])]
+        merged = {**parts[0], "kernels": rows, "summary": total, "command": commands, "merged_from": sources}
         Path(args.out).write_text(json.dumps(merged, indent=1) + "\n")
         print_table(rows, total)
         return 0

@@ -2311,3 +2311,20 @@ def is_pure_math(name: str) -> bool:
     """``name`` is a CUDA math function or intrinsic: a function of its arguments only (it reads
     no thread or block index and touches no memory)."""
     return _is_pure_math(name)
+
+
+def block_strided_loops(facts: KernelFacts) -> tuple[LoopFact, ...]:
+    """Loops whose iterations the threads of a block share out (``for (i = tid + c; i < n; i += blockDim.x)``):
+    the start is ``tid.x`` plus a term, the step is ``bdim.x``, and that term and the bound are polynomials in
+    neither the thread, the block's width nor an opaque value, so each value of the range is taken by exactly
+    one thread of the block, whatever its width."""
+    found = []
+    width = Poly.sym("bdim.x")
+    for loop in facts.loops:
+        if loop.var is None or loop.start is None or loop.step is None or loop.bound is None or loop.step != width:
+            continue
+        offset = loop.start - Poly.sym("tid.x")
+        if any(s.startswith(("tid.", "bdim.", "gdim.")) or is_opaque(s) for s in offset.symbols | loop.bound.symbols):
+            continue
+        found.append(loop)
+    return tuple(found)

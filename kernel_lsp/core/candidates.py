@@ -58,6 +58,9 @@ class Candidate:
     block: tuple[int, int, int] | None = None
     """The block the host must launch instead, the threads per axis kept (the grid grows to match);
     the launch sites are edited to match like ``grid_scale``."""
+    grid_divide: tuple[int, int, int] | None = None
+    """Original blocks one new block serves per axis: the host's grid is divided by it (rounded up) and its
+    block becomes ``block`` as given; the launch sites are edited to match like ``grid_scale``."""
     after: str | None = None
     """The ``generator`` of the candidate this one extends (a sequence of transformations): it is
     tried only once that one was accepted, so every intermediate step is verified."""

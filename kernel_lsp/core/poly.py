@@ -98,6 +98,14 @@ class Poly:
                 acc[tuple(rest)] = acc.get(tuple(rest), 0) + c
         return Poly._from(acc)
 
+    def renamed(self, old: str, new: str) -> Poly:
+        """The polynomial with the symbol ``old`` written ``new``."""
+        acc: dict[Monomial, int] = {}
+        for m, c in self.terms:
+            key = tuple(sorted(new if s == old else s for s in m))
+            acc[key] = acc.get(key, 0) + c
+        return Poly._from(acc)
+
     def evaluate(self, env: Mapping[str, int]) -> int | None:
         """The value with every symbol bound by ``env``; None when one is missing."""
         total = 0

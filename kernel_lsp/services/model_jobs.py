@@ -663,6 +663,8 @@ class ModelJobs:
             launch_override=base.launch_override if base is not None else None,
             trace=({"kind": "attempt", "attempt_id": conversation.attempt_id}, *conversation.steps),
             grid_scale=base.grid_scale if base is not None else None,
+            block=base.block if base is not None else None,
+            grid_divide=base.grid_divide if base is not None else None,
         )
         self._rounds[source] = rounds
         if feedback is None or feedback.ok:
@@ -715,13 +717,14 @@ class ModelJobs:
                         generator=f"{self.name}/repairer", description=f"{current.description}; repaired",
                         launch_override=current.launch_override,
                         trace=({"kind": "attempt", "attempt_id": conversation.attempt_id}, *conversation.steps),
-                        grid_scale=current.grid_scale)
+                        grid_scale=current.grid_scale, block=current.block, grid_divide=current.grid_divide)
                 next_source = source
                 next_reason = "The compiler rejected it:\n" + compile_errors(feedback.text, self.budgets.error_chars)
             if next_source is None or next_reason is None:
                 return None
             current = Candidate(request.kernel, next_source, current.technique, current.generator, current.description,
-                                current.launch_override, grid_scale=current.grid_scale)
+                                current.launch_override, grid_scale=current.grid_scale, block=current.block,
+                                grid_divide=current.grid_divide)
             reason = next_reason
         return None
 

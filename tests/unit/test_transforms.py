@@ -125,12 +125,58 @@ def test_warp_per_row_applies_with_a_scaled_launch(tmp_path):
      "reads the accumulator `s`"),
     (lambda s: s.replace("out[r * C + j] = expf(in[r * C + j] - m) / s;", "out[r * C + j] = out[r * C + j - 1] + 1;"),
      "another index"),
-    (lambda s: s.replace("s += expf(in[r * C + j] - m);", "{ s += expf(in[r * C + j] - m); for (int k = 0; k < 2; k++) m += 0; }"),
-     "nested loop"),
 ])
 def test_warp_per_row_refusals(change, why):
     found = outcome("warp-per-row", change(SOFTMAX), SOFTMAX_SPEC)
     assert not found.applicable and why in found.why
+
+
+def test_a_loop_holding_a_loop_runs_whole_on_every_lane_and_only_innermost_loops_split():
+    found = outcome("warp-per-row", SOFTMAX.replace(
+        "s += expf(in[r * C + j] - m);", "{ s += expf(in[r * C + j] - m); for (int k = 0; k < 2; k++) m += 0; }"), SOFTMAX_SPEC)
+    assert found.applicable, found.why
+    body = found.rewrites[0].source
+    assert body.count("j += 32") == 2 and "k += 32" not in body and "for (int j = 0; j < C; j++) {" in body
+
+
+# Each thread accumulates a row of outputs over an outer loop (llm.c's attention-value shape): the
+# loops over the row split across the lanes inside the outer loop, which every lane runs whole.
+ROW_OUTER = """
+__global__ void av(float* out, const float* w, const float* v, int R, int T, int H) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < R) {
+    float* o = out + r * H;
+    for (int i = 0; i < H; i++) o[i] = 0.0f;
+    for (int t = 0; t < T; t++) {
+      float a = w[r * T + t];
+      for (int i = 0; i < H; i++) o[i] += a * v[t * H + i];
+    }
+  }
+}
+"""
+ROW_OUTER_SPEC = spec_of("av", [arr("out", "R*H", "out"), arr("w", "R*T"), arr("v", "T*H"), scalar("R", 4096),
+                                scalar("T", 64), scalar("H", 64)], ["ceil_div(R,256)", 1, 1], [256, 1, 1],
+                         [{"R": 77, "T": 5, "H": 33}])
+
+
+def test_warp_per_row_splits_row_loops_nested_in_a_loop_every_lane_runs(tmp_path):
+    found = outcome("warp-per-row", ROW_OUTER, ROW_OUTER_SPEC)
+    assert found.applicable, found.why
+    body = found.rewrites[0].source
+    assert body.count("i += 32") == 2 and "for (int t = 0; t < T; t++) {" in body
+    if shutil.which("nvcc"):
+        compiles(body, tmp_path)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    # The second loop reads the element the first stored one to the left: another lane's.
+    (lambda s: s.replace("o[i] += a * v[t * H + i];", "o[i + 1] += a * v[t * H + i];"), "may read `out` after another lane"),
+    # The outer loop reads what the split loop stored: a lane reads every element.
+    (lambda s: s.replace("float a = w[r * T + t];", "float a = w[r * T + t] + o[t];"), "`o[t]`"),
+])
+def test_nested_row_loops_refused_when_a_lane_reads_another_lanes_store(change, why):
+    found = outcome("warp-per-row", change(ROW_OUTER), ROW_OUTER_SPEC)
+    assert not found.applicable and why in found.why, found.why
 
 
 def test_warp_per_row_refused_when_it_would_uncoalesce_as_much_as_it_coalesces():

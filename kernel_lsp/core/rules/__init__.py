@@ -31,6 +31,7 @@ from kernel_lsp.core.rules.structural import (
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec
 from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToShuffle
+from kernel_lsp.core.transforms.columns_per_warp import ColumnsPerWarp
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
 from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SectorPerRow, SmallerBlocks, SplitLoop
 from kernel_lsp.core.transforms.privatize import SharedPrivatize
@@ -48,6 +49,7 @@ RULES: tuple[Rule, ...] = (
     SectorPerRow(),
     SplitLoop(),
     StencilRowReuse(),
+    ColumnsPerWarp(),
     TreeToShuffle(),
     AtomicToBlockReduce(),
     SharedPrivatize(),
@@ -76,7 +78,7 @@ RULES: tuple[Rule, ...] = (
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
 COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "sector-per-row", "tile-contraction",
                         "fixed-trip-unroll", "tree-to-shuffle", "atomic-to-block-reduce", "shared-privatize",
-                        "shared-tile-store", "shared-tile-load"})
+                        "shared-tile-store", "shared-tile-load", "columns-per-warp"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 
@@ -174,7 +176,7 @@ class RuleGenerator:
                 seen.add(key)
                 name = f"rule:{outcome.rule}" + (f"[{rw.variant}]" if rw.variant else "")
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, name, rw.description, rw.launch_override,
-                                      grid_scale=rw.grid_scale, block=rw.block)
+                                      grid_scale=rw.grid_scale, block=rw.block, grid_divide=rw.grid_divide)
                 yield candidate
                 if outcome.rule in COMPOSABLE and not rw.launch_override:
                     yield from self._sequences(request, candidate, (outcome.rule,), seen)
@@ -198,7 +200,8 @@ class RuleGenerator:
                 sequence = (*done, outcome.rule)
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, "rule:" + "+".join(sequence),
                                       f"{base.description}; then {rw.description}", rw.launch_override,
-                                      grid_scale=rw.grid_scale, block=rw.block, after=base.generator)
+                                      grid_scale=rw.grid_scale, block=rw.block, grid_divide=rw.grid_divide,
+                                      after=base.generator)
                 yield candidate
                 if not rw.launch_override:
                     yield from self._sequences(request, candidate, sequence, seen)

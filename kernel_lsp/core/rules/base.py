@@ -43,6 +43,9 @@ class Rewrite:
     """The block the host launches instead, with the grid grown to keep the threads per axis (smaller blocks)."""
     """The launch change in the host's terms: blocks per axis relative to the original grid."""
     """Tells several rewrites of one rule apart (``block=512``)."""
+    grid_divide: tuple[int, int, int] | None = None
+    """Original blocks one new block serves per axis (a column group: ``(32, 1, 1)``): the host's grid is
+    divided by it, rounded up, and ``block`` replaces its block as given (not reshaped)."""
 
 
 class RuleContext:

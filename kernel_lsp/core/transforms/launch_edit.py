@@ -6,8 +6,10 @@ way, and this module applies that scale to every launch of the kernel in the fil
 grid is written as: ``dim3(dim3(G).x * 32, dim3(G).y, dim3(G).z)`` holds for an integer and for a
 ``dim3`` alike. A rewrite that launches the same threads in other blocks (smaller blocks over more
 SMs, or fuller 2-D blocks) names its block; the grid becomes ``dim3(G).x * dim3(B).x / b`` per
-axis, in the host's own terms. Where the file has no launch of the kernel, the result says what the host must
-change instead.
+axis, in the host's own terms. A rewrite whose block serves several of the original blocks (a group of
+32 neighbouring blocks as the lanes of one warp) names that many per axis as a grid division, with its
+new block: the grid becomes ``dim3((dim3(G).x + k - 1) / k, …)`` and the block is replaced as written. Where the file has
+no launch of the kernel, the result says what the host must change instead.
 """
 
 from __future__ import annotations
@@ -30,10 +32,12 @@ class HostLaunchEdit:
 def applied_source(candidate, original: str | None = None) -> HostLaunchEdit:  # noqa: ANN001 - core.candidates.Candidate
     """What "Apply" writes for a verified candidate: its source, with the launches rescaled when it needs it.
     With ``original`` (the file the user has now), ``lines`` are the launches' lines there."""
-    if candidate.grid_scale is None and candidate.block is None:
+    divide = candidate.grid_divide
+    if candidate.grid_scale is None and candidate.block is None and divide is None:
         return HostLaunchEdit(candidate.source, (), None)
     block = tuple(candidate.block) if candidate.block is not None else None
-    edit = scale_launches(candidate.source, candidate.kernel, tuple(candidate.grid_scale or (1, 1, 1)), block)
+    edit = scale_launches(candidate.source, candidate.kernel, tuple(candidate.grid_scale or (1, 1, 1)), block,
+                          tuple(divide) if divide is not None else None)
     if original is not None and edit.lines:
         before = tuple(sorted(launch.span.start.line + 1 for launch in build_index(original).launches_of(candidate.kernel)))
         if len(before) == len(edit.lines):
@@ -55,10 +59,21 @@ def reshaped_grid(grid: str, block: str, new_block: tuple[int, int, int]) -> str
     return f"dim3({', '.join(parts)})"
 
 
+def divided_grid(grid: str, divide: tuple[int, int, int]) -> str:
+    """The grid with one block for every ``divide`` blocks of ``grid`` per axis, rounded up (the last block
+    of an axis serves the remainder; the rewrite guards the original blocks it does not have)."""
+    g = grid.strip()
+    parts = [f"(dim3({g}).{axis} + {k - 1}) / {k}" if k != 1 else f"dim3({g}).{axis}" for axis, k in zip("xyz", divide)]
+    return f"dim3({', '.join(parts)})"
+
+
 def scale_launches(source: str, kernel: str, scale: tuple[int, int, int],
-                   block: tuple[int, int, int] | None = None) -> HostLaunchEdit:
+                   block: tuple[int, int, int] | None = None,
+                   divide: tuple[int, int, int] | None = None) -> HostLaunchEdit:
     """Every ``kernel<<<grid, …>>>`` of ``source`` launched with ``scale`` times the blocks per axis, and
-    with ``block`` (when given) instead of its block, the grid grown to keep the threads per axis."""
+    with ``block`` (when given) instead of its block, the grid grown to keep the threads per axis. With
+    ``divide``, one block serves that many original blocks per axis: the grid is divided (rounded up)
+    instead, and ``block`` replaces the host's block as it is."""
     data = source.encode("utf-8")
     index = build_index(source)
     edits: list[tuple[int, int, str, int]] = []
@@ -69,12 +84,20 @@ def scale_launches(source: str, kernel: str, scale: tuple[int, int, int],
         at = data.find(grid, open_at + 3, end) if open_at >= 0 else -1
         if at < 0:
             continue
-        if block is None:
+        if block is None and divide is None:
             edits.append((at, at + len(grid), scaled_grid(launch.grid, scale), launch.span.start.line + 1))
             continue
         old_block = launch.block.encode("utf-8")
         at_block = data.find(old_block, at + len(grid), end)
         if at_block < 0:
+            continue
+        if divide is not None:
+            new_grid = divided_grid(launch.grid, divide)
+            new_grid = new_grid if scale == (1, 1, 1) else scaled_grid(new_grid, scale)
+            edits.append((at, at + len(grid), new_grid, launch.span.start.line + 1))
+            if block is not None:
+                edits.append((at_block, at_block + len(old_block), f"dim3({', '.join(str(k) for k in block)})",
+                              launch.span.start.line + 1))
             continue
         new_grid = reshaped_grid(launch.grid, launch.block, block)
         new_grid = new_grid if scale == (1, 1, 1) else scaled_grid(new_grid, scale)
@@ -83,6 +106,11 @@ def scale_launches(source: str, kernel: str, scale: tuple[int, int, int],
                       launch.span.start.line + 1))
     if not edits:
         factors = " x ".join(str(k) for k in scale)
+        if divide is not None:
+            per = " x ".join(str(k) for k in divide)
+            return HostLaunchEdit(source, (), f"no launch of {kernel} in this file: launch one block for every {per} "
+                                               "blocks of the original grid, rounded up"
+                                               + (f", in blocks of {' x '.join(str(k) for k in block)} threads" if block else ""))
         if block is not None:
             return HostLaunchEdit(source, (), f"no launch of {kernel} in this file: launch it in blocks of "
                                                f"{' x '.join(str(k) for k in block)} threads, the grid grown to keep the "

@@ -21,6 +21,13 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   analysis does not see, with no early exit; the only scalars it carries are accumulators
   (``+``, ``max``, ``min``) that it reads only to update them; every array it writes is written
   at an index that moves with the iteration and read nowhere else in the loop;
+- only innermost loops are split; the loops around them run whole on every lane of the group,
+  with the same trips (nothing a lane computes differently outlives a split loop: accumulators
+  are combined right after it), so a split loop nested in one (``for t2: for i: out[i] += …``)
+  gives each lane the same iterations every time round;
+- an array stored in one split loop and read in another is read at the same index, as a
+  function of the iteration (``out[i] = 0`` then ``out[i] += …``): the element belongs to the
+  same lane in both, so no lane reads another's store;
 - at least one global access in such a loop walks the row (unit stride along the loop) while
   neighbouring threads are a row apart (the reason to rewrite at all).
 """
@@ -99,6 +106,8 @@ def _lane_races(plans: list[_LoopPlan], facts: KernelFacts) -> str | None:
             r_split = set(r.loops) & split.keys()
             if w_split and w_split == r_split:
                 continue  # within one split loop: the loop's own conditions
+            if w_split and r_split and _same_owner(w, r, split):
+                continue
             if (set(r.loops) & set(w.loops)) - split.keys():
                 return f"`{r.text}` and `{w.text}` share a loop that every lane runs: a lane may read another's store"
             if r is w and not w_split:
@@ -109,6 +118,14 @@ def _lane_races(plans: list[_LoopPlan], facts: KernelFacts) -> str | None:
             if not synced(r.span[0], w.span[0]):
                 return f"`{r.text}` may read `{w.array}` after another lane of its group stored it (`{w.text}`)"
     return None
+
+
+def _same_owner(w, r, split: dict) -> bool:
+    """Lane ``l`` runs the iterations ``l, l + lanes, …`` of every split loop, so two accesses in
+    two split loops touch an element from the same lane when their indices are one function of
+    the iteration."""
+    (wl,), (rl,) = set(w.loops) & split.keys(), set(r.loops) & split.keys()
+    return w.index.renamed(split[wl].loop.trip_symbol, split[rl].loop.trip_symbol) == r.index
 
 
 def _counter_read_after(loop: Node, var: str, facts: KernelFacts, root: Node, src: bytes) -> bool:
@@ -182,7 +199,7 @@ class WarpPerRow(Rule):
         plans: list[_LoopPlan] = []
         reasons: list[str] = []
         for loop in facts.loops:
-            if loop.parent is not None or not self._motivates(ctx, loop, patterns):
+            if any(other.parent == loop.id for other in facts.loops) or not self._motivates(ctx, loop, patterns):
                 continue
             why, accumulators = self._loop_refusal(facts, loop, root, src)
             if why:
@@ -232,8 +249,6 @@ class WarpPerRow(Rule):
             return "not a counted for loop", ()
         if loop.step is None or loop.step.constant != 1:
             return "its step is not 1", ()
-        if any(other.parent == loop.id for other in facts.loops):
-            return "it holds a nested loop", ()
         if _counter_read_after(node, loop.var, facts, root, src):
             return f"its counter `{loop.var}` is read after it (each lane ends it at another value)", ()
         if loop.calls_unknown:
@@ -315,9 +330,10 @@ class WarpPerRow(Rule):
                     after.append(f"{acc.target} = kl_init{n}_{k} + {self._reduction('+', lanes)}({acc.target});")
                 else:
                     after.append(f"{acc.target} = {self._reduction(acc.op, lanes)}({acc.target});")
-            indent = edit.indent_at(plan.loop.span[0])
-            edit.insert(plan.loop.span[0], "{ " + " ".join(before) + "\n" + indent)
-            edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
+            if plan.accumulators:
+                indent = edit.indent_at(plan.loop.span[0])
+                edit.insert(plan.loop.span[0], "{ " + " ".join(before) + "\n" + indent)
+                edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
         helpers = self._helpers(ops, lanes, ctx.source)
         source, expanded = emit(edit, ctx.source, ctx.kernel, helpers)
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
