@@ -267,10 +267,12 @@ def learning_edits(tree: T.Tree, samples: Sequence[T.Sample], costs: T.CostModel
 
     The profile's state can mislead the optimizer's ranking where the static analysis' state guides it
     better, so a leaf may rank by the source (``state_from: source``, collecting nothing more than the first
-    pass): REWRITE a profile leaf to a source leaf and back, and SPLIT a profile leaf on a fact into itself
-    and a source leaf, either way round. A SPLIT may test a static fact (known before any profile) or a
-    first-pass fact, at the midpoints of the values of the kernels that reach the leaf. Collecting more for
-    a source leaf cannot change the ranking, so those edits are left out.
+    pass): REWRITE a profile leaf to a source leaf and back, and SPLIT any node (a leaf, or a test with the
+    subtree below it) on a fact into itself and a source leaf, either way round, so that one edit can route
+    kernels from several leaves at once. A SPLIT may test a static fact (known before any profile) or a
+    first-pass fact, at the midpoints of the values of the kernels that reach the node; a kernel whose fact
+    is unknown (a first profile) keeps the node's own way. Collecting more for a source leaf cannot change
+    the ranking, so those edits are left out.
     """
     edits = [e for e in T.deterministic_edits(tree, samples, costs, cost_weight)
              if not (e.kind == "REWRITE" and " add " in e.description and _is_source(tree.nodes.get(e.node)))]
@@ -284,14 +286,14 @@ def learning_edits(tree: T.Tree, samples: Sequence[T.Sample], costs: T.CostModel
     reach = T._reaching(tree, samples, costs)
     seen = {f for pairs in reach.values() for _, facts in pairs for f in facts}
     features = [f for f in T.SPLIT_FEATURES if f in seen] + sorted(f for f in seen if f.startswith(("static.", "ptxas.")))
-    for leaf in tree.leaves():
-        arrived = reach.get(leaf.id, [])
-        if leaf.state_from == "source" or len({sample.name for sample, _ in arrived}) < 2:
+    for node in tree.nodes.values():
+        arrived = reach.get(node.id, [])
+        if _is_source(node) or len({sample.name for sample, _ in arrived}) < 2:
             continue
         for feature in features:
             for t in T._midpoints([facts[feature] for _, facts in arrived if feature in facts], limit=4):
-                edits.append(_source_split(tree, leaf, feature, t, source_high=True))
-                edits.append(_source_split(tree, leaf, feature, t, source_high=False))
+                edits.append(_source_split(tree, node, feature, t, source_high=True))
+                edits.append(_source_split(tree, node, feature, t, source_high=False))
     return edits
 
 
@@ -299,17 +301,20 @@ def _is_source(node: T.Node | None) -> bool:
     return isinstance(node, T.Leaf) and node.state_from == "source"
 
 
-def _source_split(tree: T.Tree, leaf: T.Leaf, feature: str, threshold: float, source_high: bool) -> T.Edit:
-    """Leaf -> test(feature >= threshold): one side keeps the leaf's collection, the other ranks by the source."""
-    kept_id = _fresh_id(tree, f"{leaf.id}_{'lo' if source_high else 'hi'}")
-    source_id = _fresh_id(tree, f"{leaf.id}_source")
-    kept = T.Leaf(kept_id, leaf.collect, leaf.metrics, leaf.doc)
-    source = T.Leaf(source_id, (), leaf.metrics, "", "source")
+def _source_split(tree: T.Tree, node: T.Node, feature: str, threshold: float, source_high: bool) -> T.Edit:
+    """Node -> test(feature >= threshold): one side goes on as the node did (moved to a fresh id, its
+    subtree unchanged), the other ranks by the source. The test takes the node's id, so whatever led to
+    the node leads to the test; an unknown fact takes the node's own way."""
+    kept_id = _fresh_id(tree, f"{node.id}_{'lo' if source_high else 'hi'}")
+    source_id = _fresh_id(tree, f"{node.id}_source")
+    kept = replace(node, id=kept_id)
+    source = T.Leaf(source_id, (), node.metrics if isinstance(node, T.Leaf) else (), "", "source")
     then_id, else_id = (source_id, kept_id) if source_high else (kept_id, source_id)
-    test = T.Test(leaf.id, feature, ">=", threshold, then_id, else_id, else_id, f"split of {leaf.id}")
+    test = T.Test(node.id, feature, ">=", threshold, then_id, else_id, kept_id, f"split of {node.id}")
     side = ">=" if source_high else "<"
-    return T.Edit("SPLIT", leaf.id, f"{leaf.id}: split on {feature} >= {threshold:g} (source state when {side}; "
-                  f"else {', '.join(leaf.collect) or 'nothing'})", {leaf.id: test, kept_id: kept, source_id: source})
+    goes_on = ", ".join(node.collect) or "nothing" if isinstance(node, T.Leaf) else f"the {node.feature} test"
+    return T.Edit("SPLIT", node.id, f"{node.id}: split on {feature} >= {threshold:g} (source state when {side}; "
+                  f"else {goes_on})", {node.id: test, kept_id: kept, source_id: source})
 
 
 def _fresh_id(tree: T.Tree, base: str) -> str:

@@ -317,3 +317,19 @@ def test_the_side_of_a_split_that_keeps_the_leaf_keeps_its_why():
     assert source.doc.startswith("learned in round 3") and "confirmed gain 0.0800" in source.doc
     assert source.state_from == "source" and source.collect == ()
     assert learned.node("leaf").doc.startswith("learned in round 3")
+
+
+def test_a_split_above_a_test_routes_its_whole_subtree_and_unknown_facts_keep_their_way(costs):
+    tree = _two_leaf_tree(False)
+    edit = L._source_split(tree, tree.node("t"), "static.params", 4.0, source_high=False)
+    split = edit.apply(tree)
+    guard, moved = split.node("t"), split.node("t_hi")
+    assert isinstance(guard, T.Test) and guard.feature == "static.params" and guard.else_ == "t_source"
+    assert guard.missing == "t_hi" and isinstance(moved, T.Test) and moved.feature == "static.loops"
+    assert T.parse_tree(T.tree_to_json(split)) == split  # a valid tree: no cycle, every node reachable
+    assert T.walk(split, {"static.params": 2.0, "static.loops": 1.0}).leaf.id == "t_source"
+    assert T.walk(split, {"static.params": 6.0, "static.loops": 1.0}).leaf.id == "a"
+    assert T.walk(split, {"static.loops": 0.0}).leaf.id == "b"  # fact unknown: the subtree decides
+    cases = [L.Case(T.Sample(f"k{i}", {MEM: 80.0 + i, SM: 20.0}, {"static.loops": float(i % 2)}), (), None)
+             for i in range(3)]
+    assert any(e.node == "t" and e.kind == "SPLIT" for e in L.learning_edits(tree, [c.sample for c in cases], costs))
