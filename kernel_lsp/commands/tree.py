@@ -44,7 +44,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     learn.add_argument("--profiles", required=True, help="every-group profiles of the corpus (benchmarks/tree_data.py)")
     learn.add_argument("--outcomes", required=True, help="the harness's verdicts on the corpus (benchmarks/corpus_suite.py)")
     learn.add_argument("--budget", type=int, default=3, help="verified candidates per kernel (default 3)")
-    learn.add_argument("--tree", help="starting tree JSON (default: the shipped tree)")
+    learn.add_argument("--tree", help="starting tree JSON (default: the hand-written tree, data/profiling_tree_hand.json)")
     learn.add_argument("--cost-model", choices=("cupti", "ncu"), default="cupti",
                        help="what a profile costs: the GPU worker's CUPTI profiles (default, data/cupti_costs.json) or ncu runs")
     learn.add_argument("--cost-weight", type=float, default=0.25, help="weight of the cost ratio in the score (default 0.25)")
@@ -54,17 +54,24 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     learn.add_argument("--patience", type=int, default=1, help="stop after this many rounds without gain (default 1)")
     learn.add_argument("--held-out-every", type=int, default=3, help="every N-th kernel by name is held out (default 3)")
     learn.add_argument("--seed", type=int, default=0, help="seed of the knowledge base's draw (default 0)")
+    learn.add_argument("--replicas", type=int, default=8,
+                       help="replays a score averages, each with its own draw seed and kernel order (default 8)")
+    learn.add_argument("--confirm-replicas", type=int, default=8,
+                       help="replays under other seeds and orders that must confirm each kept edit (default 8; 0: none)")
+    learn.add_argument("--noise-z", type=float, default=2.0,
+                       help="an edit is kept only when its gain exceeds this many standard errors over the replicas (default 2)")
     learn.add_argument("--records", help="learning records JSON: written when learning ends, resumed from when present")
     learn.add_argument("--out", help="write the learned tree here (default: print it)")
     learn.set_defaults(func=run_learn)
     parser.set_defaults(func=lambda args: (parser.print_help(sys.stderr), EXIT_USAGE)[1])
 
 
-def _tree(path: str | None):
+def _tree(path: str | None, hand: bool = False):
+    """The tree at ``path``, else the shipped default (``hand``: the hand-written tree learning starts from)."""
     # Services are imported when the subcommand runs: cli.py imports every command module to build its parser.
-    from kernel_lsp.services.profiler import default_tree_path
+    from kernel_lsp.services.profiler import default_tree_path, hand_tree_path
 
-    with open(path or default_tree_path(), encoding="utf-8") as f:
+    with open(path or (hand_tree_path() if hand else default_tree_path()), encoding="utf-8") as f:
         return parse_tree(f.read())
 
 
@@ -106,10 +113,15 @@ def run_refine(args: argparse.Namespace) -> int:
 
 
 def _feedback_json(feedback) -> dict:
-    return {"geomean_speedup": feedback.geomean_speedup, "cost_ratio": feedback.cost_ratio, "score": feedback.value,
-            "seconds_per_kernel": feedback.seconds_per_kernel,
-            "kernels": [{"name": c.name, "state": c.state, "speedup": c.speedup, "tried": list(c.tried),
-                         "unknown": c.unknown, "seconds": c.seconds} for c in feedback.cases]}
+    import math
+
+    first = math.exp(sum(math.log(c.speedup) for c in feedback.cases) / len(feedback.cases)) if feedback.cases else 1.0
+    return {"geomean_speedup": feedback.geomean_speedup, "geomean_first_replica": first,
+            "cost_ratio": feedback.cost_ratio, "score": feedback.value,
+            "replica_scores": list(feedback.replica_values), "seconds_per_kernel": feedback.seconds_per_kernel,
+            "kernels": [{"name": c.name, "state": c.state, "state_from": "source" if c.from_source else "profile",
+                         "speedup": c.speedup, "tried": list(c.tried), "unknown": c.unknown, "seconds": c.seconds}
+                        for c in feedback.cases]}
 
 
 def run_learn(args: argparse.Namespace) -> int:
@@ -122,7 +134,7 @@ def run_learn(args: argparse.Namespace) -> int:
     from kernel_lsp.services.tree_dataset import load_corpus_cases, split_cases
 
     try:
-        start = _tree(args.tree)
+        start = _tree(args.tree, hand=True)
         cases, left_out = load_corpus_cases(args.corpus, args.profiles, args.outcomes)
     except (OSError, ValueError, KeyError, T.TreeError) as exc:
         print(f"tree learn: {exc}", file=sys.stderr)
@@ -132,9 +144,11 @@ def run_learn(args: argparse.Namespace) -> int:
         print("tree learn: " + ("no section cost table" if costs is None else f"{len(cases)} usable kernels"), file=sys.stderr)
         return EXIT_USAGE
     states, priors = kb_logic.catalogue_states(catalogue_text()[1])
-    policy = L.Policy(states, priors, budget=args.budget, seed=args.seed)
+    policy = L.Policy(states, priors, budget=args.budget, seed=args.seed, replicas=args.replicas)
     train, held = split_cases(cases, args.held_out_every)
     replay_train, replay_held = L.Replay(train, costs, policy), L.Replay(held, costs, policy)
+    confirm = (L.Replay(train, costs, replace(policy, seed=args.seed + args.replicas, replicas=args.confirm_replicas))
+               if args.confirm_replicas > 0 else None)
     steps_done: list[dict] = []
     tree = start
     if args.records and os.path.exists(args.records):
@@ -150,23 +164,29 @@ def run_learn(args: argparse.Namespace) -> int:
         with open(args.records, "w", encoding="utf-8") as f:
             json.dump({"format": "kernel-lsp-tree-learning", "budget": args.budget, "cost_weight": args.cost_weight,
                        "cost_model": args.cost_model, "command": " ".join(["kernel-lsp", *sys.argv[1:]]),
-                       "min_gain": args.min_gain, "seed": args.seed, "train": [c.sample.name for c in train],
+                       "min_gain": args.min_gain, "noise_z": args.noise_z, "seed": args.seed,
+                       "replicas": args.replicas, "confirm_replicas": args.confirm_replicas, "train": [c.sample.name for c in train],
                        "held_out": [c.sample.name for c in held], "left_out": left_out, "steps": steps,
                        "tree": T.tree_to_json(tree_now), "evaluation": evaluation}, f, indent=1)
 
     rounds_left = max(0, args.rounds - len(steps_done))
     learned, steps = L.learn(tree, replay_train, cost_weight=args.cost_weight, min_gain=args.min_gain,
-                             max_rounds=rounds_left, patience=args.patience)
+                             noise_z=args.noise_z, max_rounds=rounds_left, patience=args.patience, confirm=confirm)
     offset = len(steps_done)
     steps_done += [{"round": s.round + offset, "kind": s.kind, "edit": s.edit, "score_before": s.score_before,
                     "score_after": s.score_after, "geomean_after": s.geomean_after,
-                    "cost_ratio_after": s.cost_ratio_after, "kept": s.kept} for s in steps]
+                    "cost_ratio_after": s.cost_ratio_after, "gain_se": s.gain_se, "confirm_gain": s.confirm_gain,
+                    "confirm_se": s.confirm_se, "kept": s.kept} for s in steps]
     for s in steps_done[offset:]:
         print(f"round {s['round']}: {s['kind']} {s['edit']}: {s['score_before']:.4f} -> {s['score_after']:.4f} "
-              f"{'kept' if s['kept'] else 'not kept'}", file=sys.stderr)
+              f"(se {s.get('gain_se', 0.0):.4f}"
+              + (f"; confirmed gain {s['confirm_gain']:.4f}, se {s['confirm_se']:.4f}" if s.get("confirm_gain") is not None else "")
+              + f") {'kept' if s['kept'] else 'not kept'}", file=sys.stderr)
     learned = replace(learned, name="learned", doc=f"Learned by `kernel-lsp tree learn` from {start.name!r} on "
                       f"{len(train)} corpus kernels (budget {args.budget} verified candidates, cost weight "
-                      f"{args.cost_weight}); `kernel-lsp tree show` gives each learned node's round and score.")
+                      f"{args.cost_weight}, {args.replicas} replicas); a leaf with state_from 'source' has the optimizer "
+                      f"rank its kernels by the static analysis' state; `kernel-lsp tree show` gives each learned "
+                      f"node's round and score.")
     evaluation = {}
     for split, replay in (("train", replay_train), ("held_out", replay_held)):
         evaluation[split] = {"learned": _feedback_json(replay.run(learned, args.cost_weight)),
@@ -175,12 +195,13 @@ def run_learn(args: argparse.Namespace) -> int:
                              "no_profile": _feedback_json(replay.run(None, args.cost_weight))}
     save(learned, steps_done, evaluation)
     print(f"{len(cases)} kernels ({len(train)} train, {len(held)} held out); left out: {len(left_out)}", file=sys.stderr)
-    print(f"{'split':9s} {'profile':13s} {'geomean':>8s} {'cost':>7s} {'s/kernel':>9s} {'unknown':>8s}", file=sys.stderr)
+    print(f"{'split':9s} {'profile':13s} {'geomean':>8s} {'seed ' + str(args.seed):>8s} {'cost':>7s} {'s/kernel':>9s} "
+          f"{'unknown':>8s}   (geomean: over {args.replicas} replicas)", file=sys.stderr)
     for split, rows in evaluation.items():
         for who, r in rows.items():
             unknown = sum(k["unknown"] for k in r["kernels"])
-            print(f"{split:9s} {who:13s} {r['geomean_speedup']:7.3f}x {r['cost_ratio']:6.1%} {r['seconds_per_kernel']:9.2f} "
-                  f"{unknown:8d}", file=sys.stderr)
+            print(f"{split:9s} {who:13s} {r['geomean_speedup']:7.3f}x {r['geomean_first_replica']:7.3f}x "
+                  f"{r['cost_ratio']:6.1%} {r['seconds_per_kernel']:9.2f} {unknown:8d}", file=sys.stderr)
     _emit_tree(learned, args.out)
     return EXIT_OK
 

@@ -166,6 +166,9 @@ class KernelProfile:
     """ncu sections collected (identifiers, e.g. ``SpeedOfLight``)."""
     tree_path: tuple[PathStep, ...] = ()
     tree_leaf: str | None = None
+    state_from: str = "profile"
+    """The tree leaf's ``state_from``: ``source`` when the optimizer should rank this kernel by the static
+    analysis' state rather than this profile's signature (:mod:`kernel_lsp.core.profiling_tree`)."""
     passes: int | None = None
     """Replay passes ncu needed (from its log)."""
     collection_wall_s: float | None = None
@@ -441,6 +444,7 @@ def profile_to_json(profile: KernelProfile) -> dict[str, Any]:
         "sections": list(profile.sections),
         "tree_path": [asdict(step) for step in profile.tree_path],
         "tree_leaf": profile.tree_leaf,
+        "state_from": profile.state_from,
         "passes": profile.passes,
         "collection_wall_s": profile.collection_wall_s,
         "ncu_version": profile.ncu_version,
@@ -466,6 +470,7 @@ def profile_from_json(data: Mapping[str, Any]) -> KernelProfile:
         sections=tuple(data.get("sections", [])),
         tree_path=tuple(PathStep(**step) for step in data.get("tree_path", [])),
         tree_leaf=data.get("tree_leaf"),
+        state_from=str(data.get("state_from", "profile")),
         passes=data.get("passes"),
         collection_wall_s=data.get("collection_wall_s"),
         ncu_version=data.get("ncu_version"),

@@ -106,7 +106,8 @@ def tree_text(tree: Tree) -> str:
         pad = "  " * depth
         if isinstance(node, Leaf):
             what = ", ".join(node.collect + node.metrics) or "nothing more"
-            lines.append(f"{pad}{label}[{node.id}] collect: {what}")
+            ranks = "; the optimizer ranks by the source's state" if node.state_from == "source" else ""
+            lines.append(f"{pad}{label}[{node.id}] collect: {what}{ranks}")
             if node.doc:
                 lines.append(f"{pad}    # {node.doc}")
             return

@@ -35,7 +35,11 @@ unknown (``missing``, default ``else``). Facts are flat ``name -> float``:
 
 A leaf names the items (in priority order) and extra metrics to collect
 next; the budget caps the replay passes of that collection (lowest-priority
-items dropped first). Walking the tree is pure and records its path.
+items dropped first). Walking the tree is pure and records its path. A leaf with
+``"state_from": "source"`` tells the optimizer to rank its kernels' techniques from
+the static analysis' state (:mod:`kernel_lsp.core.static_state`) instead of the
+profile's signature: tree learning puts such leaves where, on its training kernels,
+the profile led the optimizer's ranking astray.
 
 Measured facts come from the previous profile of the kernel, so a repeat profile
 is one ncu run: the first-pass sections plus the chosen leaf's (the first pass is
@@ -73,6 +77,9 @@ VERSION = 2
 READS_VERSIONS = (1, 2)
 GROUP_PREFIX = "group:"
 OPS = (">=", "<")
+#: Where the optimizer takes a kernel's knowledge-base state from when its profile ended at a leaf:
+#: the profile's signature (``profile``, the default) or the source's static analysis (``source``).
+STATE_FROM = ("profile", "source")
 UNMEASURED = ("missing", "first_pass")
 FACT_PREFIXES = ("sig.", "derived.", "metric.", "static.", "ptxas.")
 #: Facts known only after an ncu run (the first pass or a previous profile).
@@ -111,6 +118,9 @@ class Leaf:
     metrics: tuple[str, ...] = ()
     """Extra metrics to collect next (``--metrics``)."""
     doc: str = ""
+    state_from: str = "profile"
+    """``source``: the optimizer ranks this leaf's kernels from the static analysis' state, not from the
+    profile's signature (learned where the profile misleads the ranking, :mod:`kernel_lsp.core.tree_learning`)."""
 
 
 Node = Test | Leaf
@@ -223,7 +233,11 @@ def _parse_node(node_id: str, raw: Any, errors: list[str]) -> Node | None:
         if not isinstance(metrics, list) or not all(isinstance(s, str) for s in metrics):
             errors.append(f"{where}.metrics: expected a list of metric names")
             return None
-        return Leaf(node_id, tuple(collect), tuple(metrics), doc)
+        state_from = raw.get("state_from", "profile")
+        if state_from not in STATE_FROM:
+            errors.append(f"{where}.state_from: expected one of {', '.join(STATE_FROM)}")
+            return None
+        return Leaf(node_id, tuple(collect), tuple(metrics), doc, state_from)
     feature, op, threshold = raw.get("feature"), raw.get("op"), raw.get("threshold")
     ok = True
     if not isinstance(feature, str) or not feature.startswith(FACT_PREFIXES):
@@ -288,6 +302,8 @@ def tree_to_json(tree: Tree) -> dict[str, Any]:
             entry: dict[str, Any] = {"collect": list(node.collect)}
             if node.metrics:
                 entry["metrics"] = list(node.metrics)
+            if node.state_from != "profile":
+                entry["state_from"] = node.state_from
         else:
             entry = {"feature": node.feature, "op": node.op, "threshold": node.threshold, "then": node.then, "else": node.else_}
             if node.missing is not None:
@@ -441,6 +457,8 @@ class Plan:
     leaf: str
     dropped: tuple[str, ...] = ()
     """Leaf sections left out to stay within the budget."""
+    state_from: str = "profile"
+    """The leaf's :attr:`Leaf.state_from`: what the optimizer ranks this kernel by."""
 
     @property
     def runs(self) -> tuple[tuple[str, ...], ...]:
@@ -471,9 +489,10 @@ def plan_from_walk(tree: Tree, result: Walk, *, first_pass_ran: bool, costs: Cos
     sections, dropped = within_budget(tree, result.leaf, costs)
     if first_pass_ran:
         sections = tuple(s for s in sections if s not in tree.first_pass)
-        return Plan(tree.first_pass, sections, result.leaf.metrics, result.path, result.leaf.id, dropped)
+        return Plan(tree.first_pass, sections, result.leaf.metrics, result.path, result.leaf.id, dropped,
+                    result.leaf.state_from)
     merged = tuple(dict.fromkeys(tree.first_pass + sections))
-    return Plan((), merged, result.leaf.metrics, result.path, result.leaf.id, dropped)
+    return Plan((), merged, result.leaf.metrics, result.path, result.leaf.id, dropped, result.leaf.state_from)
 
 
 def cost_model_from_json(data: Mapping[str, Any]) -> CostModel:

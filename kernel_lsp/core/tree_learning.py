@@ -7,30 +7,40 @@ profile's class. For every kernel of a training split the score replays the opti
    metric group, collected once on the GPU: a metric's value does not depend on what else a
    profile collects, so one recording serves every tree, as in :func:`profiling_tree.emulate`);
 2. the optimizer's own steps on that profile: its signature is matched to a knowledge-base state
-   (:func:`kb_logic.match_state`, a derived state inheriting its parent's entries), the state's
-   techniques are drawn (:func:`kb_logic.select`, seeded as ``optimize --seed``), and the rules'
-   candidates are put in that order as :meth:`RuleGenerator.ordered` does (a rule whose technique
-   is drawn first, in the draw's order; the others in the rules' order; a sequence right after its
-   first step, tried only when that step was accepted);
+   (:func:`kb_logic.match_state`, a derived state inheriting its parent's entries) -- or, when the
+   kernel's walk ends at a leaf with ``state_from: source``, the static analysis' state is taken
+   (:mod:`kernel_lsp.core.static_state`, as without a profile; the optimizer does the same); the
+   state's techniques are drawn (:func:`kb_logic.select`, seeded as ``optimize --seed``), and the
+   rules' candidates are put in that order as :meth:`RuleGenerator.ordered` does (a rule whose
+   technique is drawn first, in the draw's order; the others in the rules' order; a sequence right
+   after its first step, tried only when that step was accepted);
 3. the first ``budget`` candidates are "tried": their verified speedups are looked up in the
    kernel's recorded verifications (the harness's verdicts from the corpus benchmark on the GPU).
    Each attempt updates the replayed knowledge base, so later kernels of the split draw from what
    earlier ones taught it, as a user's knowledge base does;
 4. the kernel's result is its best accepted speedup (1.0 when none was accepted).
 
-A tree's score is ``ln(geomean speedup) - cost_weight * cost_ratio`` (the mean estimated seconds
+A replay's score is ``ln(geomean speedup) - cost_weight * cost_ratio`` (the mean estimated seconds
 of its collection over ``--set full``'s, from the section cost table). A candidate the recording
 never verified counts as not accepted and is reported (``unknown``), so a tree cannot gain from
-candidates nobody measured.
+candidates nobody measured. With three candidates per kernel one seeded draw and one order of the
+kernels decide a lot (over seeds and orders the geomean of one tree on the corpus' training split
+varies by about 5 %, more than most edits gain), so a tree's score is the mean over ``replicas``
+replays, each with its own draw seed and kernel order; two trees are compared replica by replica.
 
-Refinement proposes the same REWRITE and SPLIT edits as :func:`profiling_tree.deterministic_edits`
-and keeps an edit only when the score improves by more than ``min_gain`` (the measured noise);
-it stops after ``patience`` rounds without gain. Pure: no IO.
+Refinement proposes :func:`learning_edits` -- the REWRITE and SPLIT edits of
+:func:`profiling_tree.deterministic_edits` plus those that route kernels to a source leaf, on static
+facts (known before any profile) or first-pass ones -- and keeps an edit only when its mean gain
+exceeds ``min_gain`` and ``noise_z`` standard errors of the paired per-replica gains (the measured
+noise), and, given confirmation replicas (other seeds and orders), again there: the best of many
+edits is flattered by the replicas that chose it. It stops after ``patience`` rounds without gain.
+Pure: no IO.
 """
 
 from __future__ import annotations
 
 import math
+import random
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field, replace
 
@@ -82,6 +92,9 @@ class Policy:
     hints: int = 6
     """Techniques drawn per search (the optimizer's HINTS_PER_SEARCH)."""
     seed: int = 0
+    replicas: int = 1
+    """Replays a score averages: replica ``r`` draws with seed ``seed + r`` and, for ``r > 0``, meets the
+    kernels in an order shuffled by that seed (a user's knowledge base sees them in any order)."""
 
 
 @dataclass(frozen=True)
@@ -95,15 +108,21 @@ class CaseResult:
     """Candidates tried that the recording never verified."""
     seconds: float
     """Estimated profiling seconds of the tree's collection (0 without a profile)."""
+    from_source: bool = False
+    """The state came from the source (no profile, or a ``state_from: source`` leaf)."""
 
 
 @dataclass(frozen=True)
 class Feedback:
     geomean_speedup: float
+    """exp of the mean over replicas of ln(geomean speedup)."""
     cost_ratio: float
     value: float
-    """``ln(geomean_speedup) - cost_weight * cost_ratio``: what learning maximises."""
+    """``ln(geomean_speedup) - cost_weight * cost_ratio``: what learning maximises (mean over replicas)."""
     cases: tuple[CaseResult, ...] = field(default_factory=tuple)
+    """The first replica's kernels (seed ``Policy.seed``, the cases' own order)."""
+    replica_values: tuple[float, ...] = ()
+    """``value`` of each replica, in replica order (paired across trees: same seeds, same orders)."""
 
     @property
     def seconds_per_kernel(self) -> float:
@@ -130,8 +149,16 @@ class Replay:
         self.policy = policy
         self._data = T._Dataset([c.sample for c in self.cases], costs)
         self._states: dict[tuple[str, frozenset[str]], kb_logic.StateMatch] = {}
+        orders = [list(self.cases)]
+        for r in range(1, max(1, policy.replicas)):
+            shuffled = list(self.cases)
+            random.Random(policy.seed + r).shuffle(shuffled)
+            orders.append(shuffled)
+        self.orders = orders
+        """The kernels in each replica's order (the first: as given)."""
 
     def _state(self, case: Case, collected: Mapping[str, float] | None) -> kb_logic.StateMatch:
+        """The optimizer's state: from the profile's signature, or (``collected`` None) from the source."""
         if collected is None:
             return kb_logic.StateMatch(state=case.static_state or kb_logic.FALLBACK_STATE, distance=None, is_new=False)
         key = (case.sample.name, frozenset(collected))
@@ -140,14 +167,27 @@ class Replay:
             self._states[key] = kb_logic.match_state(signature, self.policy.states)
         return self._states[key]
 
+    def _tree_profile(self, tree: T.Tree | None, case: Case) -> tuple[Mapping[str, float] | None, float]:
+        """What ranks the kernel (the collected metrics; None: the source) and the profile's seconds."""
+        if tree is None:
+            return None, 0.0
+        plan = self._data.plan(tree, case.sample, True)
+        collected = self._data.collected(case.sample, plan)
+        return (None if plan.state_from == "source" else collected), self._data.seconds(plan)
+
+    def outcome_key(self, tree: T.Tree | None) -> tuple:
+        """Equal for two trees exactly when every kernel gets the same ranking input and profiling seconds,
+        so they replay to the same feedback (the learner scores each distinct outcome once)."""
+        out = []
+        for case in self.cases:
+            collected, seconds = self._tree_profile(tree, case)
+            out.append((None if collected is None else frozenset(collected), round(seconds, 9)))
+        return tuple(out)
+
     def run(self, tree: T.Tree | None, cost_weight: float = 0.25) -> Feedback:
-        """Replay every case in order with what ``tree`` collects (None: no profile, the static state)."""
-        def profile(case: Case) -> tuple[Mapping[str, float] | None, float]:
-            if tree is None:
-                return None, 0.0
-            plan = self._data.plan(tree, case.sample, True)
-            return self._data.collected(case.sample, plan), self._data.seconds(plan)
-        return self._run(profile, cost_weight)
+        """Replay every case with what ``tree`` collects (None: no profile, the static state); a leaf with
+        ``state_from: source`` profiles (and costs) as it says but ranks by the static state, as the optimizer does."""
+        return self._run(lambda case: self._tree_profile(tree, case), cost_weight)
 
     def run_full(self, cost_weight: float = 0.25) -> Feedback:
         """Replay with the full profile given to the optimizer (every recorded metric, ``--set full``'s seconds)."""
@@ -155,17 +195,27 @@ class Replay:
         return self._run(lambda case: (case.sample.metrics, full_s), cost_weight)
 
     def _run(self, profile, cost_weight: float) -> Feedback:
-        entries: dict[tuple[str, str], Entry] = {(e.state, e.technique): e for e in self.policy.priors}
         full_s = self.costs.full_seconds() or 1.0
+        ranking = {case.sample.name: profile(case) for case in self.cases}
+        replicas = [self._replica(kernels, ranking, self.policy.seed + r) for r, kernels in enumerate(self.orders)]
+        cost_ratio = sum(seconds for _, seconds in ranking.values()) / len(ranking) / full_s if ranking else 0.0
+        logs = [math.log(_geomean(results)) for results in replicas]
+        values = tuple(v - cost_weight * cost_ratio for v in logs)
+        mean_log = sum(logs) / len(logs)
+        return Feedback(math.exp(mean_log), cost_ratio, mean_log - cost_weight * cost_ratio, tuple(replicas[0]), values)
+
+    def _replica(self, kernels: Sequence[Case], ranking: Mapping[str, tuple[Mapping[str, float] | None, float]],
+                 seed: int) -> list[CaseResult]:
+        entries: dict[tuple[str, str], Entry] = {(e.state, e.technique): e for e in self.policy.priors}
         results: list[CaseResult] = []
-        for case in self.cases:
-            collected, seconds = profile(case)
+        for case in kernels:
+            collected, seconds = ranking[case.sample.name]
             match = self._state(case, collected)
             if match.is_new and match.parent is not None and not any(s == match.state for s, _ in entries):
                 for e in kb_logic.inherit_entries([e for (s, _), e in entries.items() if s == match.parent], match.state):
                     entries[(e.state, e.technique)] = e
             mine = [e for (s, _), e in sorted(entries.items()) if s == match.state]
-            drawn = [c.technique for c in kb_logic.select(mine, self.policy.hints, seed=self.policy.seed)]
+            drawn = [c.technique for c in kb_logic.select(mine, self.policy.hints, seed=seed)]
             accepted: set[str] = set()
             names: list[str] = []
             best, unknown = 1.0, 0
@@ -184,10 +234,13 @@ class Replay:
                 # As the optimizer records it: a correct candidate's measured speedup, accepted or not.
                 entries[key] = kb_logic.update_entry(entries.get(key) or kb_logic.default_entry(*key),
                                                      t.speedup if t.verified else None, ok)
-            results.append(CaseResult(case.sample.name, match.state, best, tuple(names), unknown, seconds))
-        geomean = math.exp(sum(math.log(r.speedup) for r in results) / len(results)) if results else 1.0
-        cost_ratio = sum(r.seconds for r in results) / len(results) / full_s if results else 0.0
-        return Feedback(geomean, cost_ratio, math.log(geomean) - cost_weight * cost_ratio, tuple(results))
+            results.append(CaseResult(case.sample.name, match.state, best, tuple(names), unknown, seconds,
+                                      collected is None))
+        return results
+
+
+def _geomean(results: Sequence[CaseResult]) -> float:
+    return math.exp(sum(math.log(r.speedup) for r in results) / len(results)) if results else 1.0
 
 
 @dataclass(frozen=True)
@@ -202,6 +255,70 @@ class Step:
     geomean_after: float
     cost_ratio_after: float
     kept: bool
+    gain_se: float = 0.0
+    """Standard error of the score gain over the paired replicas (0 with one replica): the measured noise."""
+    confirm_gain: float | None = None
+    """The gain re-measured on the confirmation replicas (other seeds and orders); None: not confirmed."""
+    confirm_se: float | None = None
+
+
+def learning_edits(tree: T.Tree, samples: Sequence[T.Sample], costs: T.CostModel, cost_weight: float = 0.25) -> list[T.Edit]:
+    """:func:`profiling_tree.deterministic_edits` plus the edits that route kernels to the source's state.
+
+    The profile's state can mislead the optimizer's ranking where the static analysis' state guides it
+    better, so a leaf may rank by the source (``state_from: source``, collecting nothing more than the first
+    pass): REWRITE a profile leaf to a source leaf and back, and SPLIT any node (a leaf, or a test with the
+    subtree below it) on a fact into itself and a source leaf, either way round, so that one edit can route
+    kernels from several leaves at once. A SPLIT may test a static fact (known before any profile) or a
+    first-pass fact, at the midpoints of the values of the kernels that reach the node; a kernel whose fact
+    is unknown (a first profile) keeps the node's own way. Collecting more for a source leaf cannot change
+    the ranking, so those edits are left out.
+    """
+    edits = [e for e in T.deterministic_edits(tree, samples, costs, cost_weight)
+             if not (e.kind == "REWRITE" and " add " in e.description and _is_source(tree.nodes.get(e.node)))]
+    for leaf in tree.leaves():
+        if leaf.state_from == "source":
+            edits.append(T.Edit("REWRITE", leaf.id, f"{leaf.id}: state from the profile",
+                                {leaf.id: replace(leaf, collect=(), state_from="profile")}))
+        else:
+            edits.append(T.Edit("REWRITE", leaf.id, f"{leaf.id}: state from the source",
+                                {leaf.id: replace(leaf, collect=(), state_from="source")}))
+    reach = T._reaching(tree, samples, costs)
+    seen = {f for pairs in reach.values() for _, facts in pairs for f in facts}
+    features = [f for f in T.SPLIT_FEATURES if f in seen] + sorted(f for f in seen if f.startswith(("static.", "ptxas.")))
+    for node in tree.nodes.values():
+        arrived = reach.get(node.id, [])
+        if _is_source(node) or len({sample.name for sample, _ in arrived}) < 2:
+            continue
+        for feature in features:
+            for t in T._midpoints([facts[feature] for _, facts in arrived if feature in facts], limit=4):
+                edits.append(_source_split(tree, node, feature, t, source_high=True))
+                edits.append(_source_split(tree, node, feature, t, source_high=False))
+    return edits
+
+
+def _is_source(node: T.Node | None) -> bool:
+    return isinstance(node, T.Leaf) and node.state_from == "source"
+
+
+def _source_split(tree: T.Tree, node: T.Node, feature: str, threshold: float, source_high: bool) -> T.Edit:
+    """Node -> test(feature >= threshold): one side goes on as the node did (moved to a fresh id, its
+    subtree unchanged), the other ranks by the source. The test takes the node's id, so whatever led to
+    the node leads to the test; an unknown fact takes the node's own way."""
+    kept_id = _fresh_id(tree, f"{node.id}_{'lo' if source_high else 'hi'}")
+    source_id = _fresh_id(tree, f"{node.id}_source")
+    kept = replace(node, id=kept_id)
+    source = T.Leaf(source_id, (), node.metrics if isinstance(node, T.Leaf) else (), "", "source")
+    then_id, else_id = (source_id, kept_id) if source_high else (kept_id, source_id)
+    test = T.Test(node.id, feature, ">=", threshold, then_id, else_id, kept_id, f"split of {node.id}")
+    side = ">=" if source_high else "<"
+    goes_on = ", ".join(node.collect) or "nothing" if isinstance(node, T.Leaf) else f"the {node.feature} test"
+    return T.Edit("SPLIT", node.id, f"{node.id}: split on {feature} >= {threshold:g} (source state when {side}; "
+                  f"else {goes_on})", {node.id: test, kept_id: kept, source_id: source})
+
+
+def _fresh_id(tree: T.Tree, base: str) -> str:
+    return base if base not in tree.nodes else T._fresh_id(tree, base)
 
 
 def learn(
@@ -210,50 +327,93 @@ def learn(
     *,
     cost_weight: float = 0.25,
     min_gain: float = 0.01,
+    noise_z: float = 2.0,
     max_rounds: int = 20,
     patience: int = 1,
     proposer: T.Proposer | None = None,
+    confirm: Replay | None = None,
 ) -> tuple[T.Tree, list[Step]]:
-    """Greedy refinement by optimization feedback: each round applies the best-scoring proposed edit if it
-    gains more than ``min_gain`` (in the score's log units: 0.01 is a 1 % higher geomean at equal cost);
-    learning stops after ``patience`` rounds in a row without gain or after ``max_rounds``."""
+    """Greedy refinement by optimization feedback (AutoProfiler's accept-on-improvement loop).
+
+    Each round scores every proposed edit (:func:`learning_edits` unless ``proposer``) on the replay and
+    takes the one of highest conservative gain (mean gain minus ``noise_z`` standard errors of the gain over
+    the paired replicas); it is kept when its mean gain exceeds ``min_gain`` (in the score's log units: 0.01
+    is a 1 % higher geomean at equal cost) *and* ``noise_z`` standard errors, i.e. when it beats the
+    measured noise of the seeded draw and the kernels' order. The best of many edits looks better on the
+    replicas that chose it than it is, so with ``confirm`` (the same kernels under other seeds and orders)
+    the chosen edit must pass the same test there too. Learning stops after ``patience`` rounds in a row
+    without gain or after ``max_rounds``. Trees whose kernels all get the same ranking input and cost
+    replay alike, so each distinct outcome is replayed once."""
     samples = [c.sample for c in replay.cases]
-    propose = proposer or (lambda t, s, c: T.deterministic_edits(t, s, c, cost_weight))
-    current = replay.run(tree, cost_weight).value
+    propose = proposer or (lambda t, s, c: learning_edits(t, s, c, cost_weight))
+    memos: dict[int, dict[tuple, Feedback]] = {}
+
+    def score(candidate: T.Tree, on: Replay = replay) -> Feedback:
+        memo = memos.setdefault(id(on), {})
+        key = on.outcome_key(candidate)
+        if key not in memo:
+            memo[key] = on.run(candidate, cost_weight)
+        return memo[key]
+
+    current = score(tree)
     steps: list[Step] = []
     idle = 0
-    # Edits measured and not kept since the tree last changed: the next round tries the next best instead.
-    rejected: set[str] = set()
+    # Outcomes measured and not kept since the tree last changed: the next round tries the next best instead
+    # (not another edit that replays to the same outcome).
+    rejected: set[tuple] = set()
     for round_no in range(1, max_rounds + 1):
-        best: tuple[Feedback, T.Edit, T.Tree] | None = None
+        best: tuple[float, float, float, Feedback, T.Edit, T.Tree] | None = None
         for edit in propose(tree, samples, replay.costs):
-            if edit.description in rejected:
-                continue
             candidate = edit.apply(tree)
-            feedback = replay.run(candidate, cost_weight)
-            if best is None or feedback.value > best[0].value + 1e-12:
-                best = (feedback, edit, candidate)
+            if replay.outcome_key(candidate) in rejected:
+                continue
+            feedback = score(candidate)
+            gain, se = _paired_gain(current, feedback)
+            conservative = gain - noise_z * se
+            if best is None or conservative > best[0] + 1e-12:
+                best = (conservative, gain, se, feedback, edit, candidate)
         if best is None:
             break
-        feedback, edit, candidate = best
-        kept = feedback.value > current + min_gain
-        steps.append(Step(round_no, edit.kind, edit.description, current, feedback.value, feedback.geomean_speedup,
-                          feedback.cost_ratio, kept))
+        conservative, gain, se, feedback, edit, candidate = best
+        kept = gain > min_gain and conservative > 0
+        confirm_gain = confirm_se = None
+        if kept and confirm is not None:
+            confirm_gain, confirm_se = _paired_gain(score(tree, confirm), score(candidate, confirm))
+            kept = confirm_gain > min_gain and confirm_gain - noise_z * confirm_se > 0
+        steps.append(Step(round_no, edit.kind, edit.description, current.value, feedback.value,
+                          feedback.geomean_speedup, feedback.cost_ratio, kept, se, confirm_gain, confirm_se))
         if kept:
-            tree, current, idle = _with_provenance(tree, edit, steps[-1]), feedback.value, 0
+            tree, current, idle = _with_provenance(tree, edit, steps[-1]), feedback, 0
             rejected.clear()
         else:
-            rejected.add(edit.description)
+            rejected.add(replay.outcome_key(candidate))
             idle += 1
             if idle >= patience:
                 break
     return tree, steps
 
 
+def _paired_gain(before: Feedback, after: Feedback) -> tuple[float, float]:
+    """Mean score gain and its standard error over the replicas, paired (same seed and order in both)."""
+    gains = [a - b for a, b in zip(after.replica_values, before.replica_values)]
+    if len(gains) < 2:
+        return after.value - before.value, 0.0
+    mean = sum(gains) / len(gains)
+    variance = sum((g - mean) ** 2 for g in gains) / (len(gains) - 1)
+    return mean, math.sqrt(variance / len(gains))
+
+
 def _with_provenance(tree: T.Tree, edit: T.Edit, step: Step) -> T.Tree:
     """``edit`` applied, each node it wrote saying which round made it and what the score did (``tree show``)."""
     note = (f"learned in round {step.round} ({step.kind}: {step.edit}); score {step.score_before:.4f} -> "
-            f"{step.score_after:.4f}, geomean {step.geomean_after:.3f}x at {step.cost_ratio_after:.1%} of full")
+            f"{step.score_after:.4f} (se {step.gain_se:.4f}), geomean {step.geomean_after:.3f}x at "
+            f"{step.cost_ratio_after:.1%} of full")
+    if step.confirm_gain is not None:
+        note += f"; confirmed gain {step.confirm_gain:.4f} (se {step.confirm_se:.4f}) on other seeds and orders"
     nodes = dict(tree.nodes)
-    nodes.update({node_id: replace(node, doc=note) for node_id, node in edit.new_nodes.items()})
+    # A new node that carries on an old one (the side of a SPLIT that keeps the leaf) keeps its why too.
+    carried = {n.doc for n in tree.nodes.values() if n.doc and "learned in round" not in n.doc}
+    nodes.update({node_id: replace(node, doc=f"{node.doc} ({note})" if node_id not in tree.nodes and node.doc in carried
+                                   else note)
+                  for node_id, node in edit.new_nodes.items()})
     return replace(tree, nodes=nodes)

@@ -3,8 +3,8 @@
 :func:`optimize` runs one search for one kernel:
 
 1. the kernel's performance signature (its last profile) -> ``KnowledgeBase.match_state``,
-   or, without a profile, the state the static features suggest
-   (:mod:`kernel_lsp.core.static_state`) -> ``hints`` (techniques drawn by the KB
+   or, without a profile or when the profile's tree leaf says ``state_from: source``, the
+   state the static features suggest (:mod:`kernel_lsp.core.static_state`) -> ``hints`` (techniques drawn by the KB
    with the request's ``seed``, so the same KB gives the same list, each with
    its closest verified example);
 2. candidates from the generators (rewrite rules, and the local model when one
@@ -294,18 +294,22 @@ def optimize(
     spend = _Spend(budget, clock)
     messages: list[str] = []
 
-    signature: Mapping[str, float] = profile.signature() if profile is not None else {}
+    # The profiling tree may say that, for kernels like this one, the source ranks better than the profile:
+    # then the state comes from the static analysis (or the fallback state), as without a profile.
+    from_source = profile is None or getattr(profile, "state_from", "profile") == "source"
+    signature: Mapping[str, float] = {} if from_source else profile.signature()
     metrics = dict(getattr(profile, "metrics", {}) or {}) if profile is not None else {}
     state: str | None = None
     hints: tuple[TechniqueHint, ...] = ()
     static = _features(source, kernel)
     features = asdict(static) if static is not None else {}
-    guess = static_state(static) if profile is None and static is not None else None
+    guess = static_state(static) if from_source and static is not None else None
     if kb is not None:
         try:
             if guess is not None:
                 state = guess.state
-                messages.append(f"no profile yet: state {state} from the source ({guess.why})")
+                why = "no profile yet" if profile is None else f"the profiling tree's leaf {profile.tree_leaf} ranks by the source"
+                messages.append(f"{why}: state {state} from the source ({guess.why})")
             else:
                 state = kb.match_state(signature).state
             hints = tuple(kb.hints(state, HINTS_PER_SEARCH, kernel_features=features, rng_seed=seed))

@@ -150,7 +150,13 @@ def load_tree(settings: Settings) -> T.Tree:
 
 
 def default_tree_path() -> str:
+    """The shipped default: the tree learned from optimization feedback (``kernel-lsp tree learn``)."""
     return os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "profiling_tree.json")
+
+
+def hand_tree_path() -> str:
+    """The hand-written tree: where tree learning starts and what its evaluation compares against."""
+    return os.path.join(os.path.dirname(os.path.dirname(__file__)), "data", "profiling_tree_hand.json")
 
 
 def default_costs_path() -> str:
@@ -404,6 +410,7 @@ class Profiler:
                     source_file=os.path.abspath(target.source_path),
                     tree_path=plan.path if plan else (),
                     tree_leaf=plan.leaf if plan else None,
+                    state_from=plan.state_from if plan else "profile",
                     passes=passes,
                     collection_wall_s=time.monotonic() - started,
                 ),

@@ -87,6 +87,21 @@ def test_every_verdict_is_recorded_in_the_knowledge_base(kb) -> None:
     assert entry.attempts >= 1 and entry.successes >= 1
 
 
+def test_a_profile_whose_tree_leaf_ranks_by_the_source_gets_the_static_state(kb) -> None:
+    from kernel_lsp.core import profile as P
+
+    source, spec = _example("histogram")
+    # A streaming signature: on its own it matches the bandwidth state, not the atomics the source shows.
+    metrics = {P.M_MEMORY_PCT: 92.0, P.M_DRAM_PCT: 90.0, P.M_SM_PCT: 15.0, P.M_DURATION_NS: 2e6}
+    measured = P.KernelProfile("seg_histogram", metrics=metrics, tree_leaf="busy_memory")
+    by_profile = optimize(source, "h.cu", "seg_histogram", spec, kb=kb, profile=measured, verify=False)
+    assert by_profile.state == kb.match_state(measured.signature()).state == "memory-bandwidth-saturated"
+    by_source = optimize(source, "h.cu", "seg_histogram", spec, kb=kb, verify=False,
+                         profile=P.KernelProfile("seg_histogram", metrics=metrics, tree_leaf="src", state_from="source"))
+    assert by_source.state == "memory-instruction-throttled"
+    assert any("leaf src ranks by the source" in m for m in by_source.messages)
+
+
 def test_no_gpu_stops_verification_and_accepts_nothing(kb) -> None:
     source, spec = _example("softmax")
     calls = []

@@ -62,9 +62,11 @@ def test_json_round_trip_keeps_everything():
         p.kernel, metrics=p.metrics, rules=(P.RuleAdvice("R", "Rule", "do x", "OPT", 12.5, "global"),),
         lines={16: P.LineCounters("a.cu", 16, {"short_scoreboard": 5.0}, samples_total=9.0, shared_excessive_wavefronts=3.0)},
         source_file="a.cu", sections=("SpeedOfLight",), tree_path=(P.PathStep("busy", "derived.x", None, ">=", 60.0, "missing"),),
-        tree_leaf="fallback", passes=12, collection_wall_s=2.5, duration_samples_us=(1.0, 2.0), stale=True, stale_reason="ncu gone",
+        tree_leaf="fallback", state_from="source", passes=12, collection_wall_s=2.5, duration_samples_us=(1.0, 2.0), stale=True, stale_reason="ncu gone",
     )
     assert P.profile_from_json(P.profile_to_json(p)) == p
+    older = {k: v for k, v in P.profile_to_json(p).items() if k != "state_from"}
+    assert P.profile_from_json(older).state_from == "profile"  # profiles saved before leaves said where to rank from
 
 
 def test_hottest_lines_and_marked_stale():

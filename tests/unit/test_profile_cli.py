@@ -6,6 +6,8 @@ import json
 import os
 
 from kernel_lsp.cli import main
+from kernel_lsp.core import profiling_tree as T
+from kernel_lsp.services.profiler import default_tree_path
 
 FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ncu")
 
@@ -13,9 +15,13 @@ FIX = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ncu")
 def test_tree_show_prints_every_node(capsys):
     assert main(["tree", "show"]) == 0
     out = capsys.readouterr().out
-    assert "profiling tree 'default' (format version 2)" in out
+    assert "profiling tree 'learned' (format version 2)" in out
     for node in ("busy", "memory_side", "memory_causes", "compute_pipes", "small_grid", "stalls", "fallback"):
         assert f"[{node}]" in out
+    with open(default_tree_path(), encoding="utf-8") as f:
+        source = [n for n in T.parse_tree(f.read()).leaves() if n.state_from == "source"]
+    assert source and all(f"[{n.id}] collect: nothing more; the optimizer ranks by the source's state" in out
+                          for n in source)
     assert main(["tree", "show", "--json"]) == 0
     assert json.loads(capsys.readouterr().out)["format"] == "kernel-lsp-profiling-tree"
 

@@ -126,7 +126,7 @@ def test_repeat_profile_uses_previous_facts_cache_and_regression(make):
     changed = prof.Target(target.source_path, target.source_text + "// edited\n", target.kernel, program=target.program)
     second = profiler.profile(changed)
     # the previous profile (a memory-bound STREAM triad) steers the tree to the memory leaf, in one run
-    assert second.profile.tree_leaf == "memory_causes"
+    assert second.profile.tree_leaf == "memory_causes" and second.profile.state_from == "profile"
     assert [s.branch for s in second.profile.tree_path] == ["then", "then"]
     asked = _metrics_asked([c for c in fake.calls if "--metrics" in c][-1])
     assert P.M_GLOBAL_SECTORS_IDEAL in asked and P.stall_metric("barrier") not in asked
@@ -257,3 +257,13 @@ def test_timed_launches_fit_the_budget_by_the_previous_duration():
     assert prof.timed_launches(100.0) == prof.TIMED_LAUNCHES  # 0.1 ms: ten fit easily
     assert prof.timed_launches(250_000.0) == 4  # 0.25 s: four make a second
     assert prof.timed_launches(5_000_000.0) == 2  # a 5 s kernel still gets a spread of two
+
+
+def test_a_source_leaf_marks_the_profile_for_the_optimizer(make, tmp_path):
+    tree = tmp_path / "tree.json"
+    tree.write_text(json.dumps({"format": T.FORMAT, "version": 2, "name": "t", "first_pass": ["group:throughput"],
+                                "root": "src", "nodes": {"src": {"collect": [], "state_from": "source"}}}))
+    profiler, target = make(FakeNcu("csv:bank_conflict_full.csv.gz"), profile_tree=str(tree))
+    result = profiler.profile(target)
+    assert result.ok and result.profile.tree_leaf == "src" and result.profile.state_from == "source"
+    assert result.profile.metrics  # the first pass is still collected and shown

@@ -10,7 +10,7 @@ from kernel_lsp.core import classify as C
 from kernel_lsp.core import metric_groups
 from kernel_lsp.core import profile as P
 from kernel_lsp.core import profiling_tree as T
-from kernel_lsp.services.profiler import default_tree_path
+from kernel_lsp.services.profiler import default_tree_path, hand_tree_path
 
 # A toy cost model: which metrics each section yields and how many passes it costs.
 SOL = (P.M_MEMORY_PCT, P.M_SM_PCT, P.M_DRAM_PCT, P.M_DURATION_NS)
@@ -79,6 +79,38 @@ def test_shipped_tree_parses_and_collects_metric_groups_only():
     assert json.loads(json.dumps(T.tree_to_json(tree))) == T.tree_to_json(T.parse_tree(T.tree_to_json(tree)))
 
 
+def test_shipped_default_is_the_learned_tree_and_the_hand_written_one_stays():
+    from pathlib import Path
+
+    with open(default_tree_path(), encoding="utf-8") as f:
+        shipped = json.load(f)
+    recorded = Path(__file__).resolve().parents[2] / "benchmarks" / "results" / "learned_tree.json"
+    assert shipped == json.loads(recorded.read_text())  # what `kernel-lsp tree learn` wrote, unchanged
+    tree = T.parse_tree(shipped)
+    assert tree.name == "learned" and any(leaf.state_from == "source" for leaf in tree.leaves())
+    with open(hand_tree_path(), encoding="utf-8") as f:
+        hand = T.parse_tree(f.read())
+    assert hand.name == "hand-written" and all(leaf.state_from == "profile" for leaf in hand.leaves())
+
+
+def test_a_leaf_says_where_the_optimizer_takes_the_state_from():
+    data = {**BARE, "version": 2, "first_pass": ["group:throughput"], "root": "t", "nodes": {
+        "t": {"feature": "static.loops", "op": ">=", "threshold": 1, "then": "src", "else": "prof"},
+        "src": {"collect": [], "state_from": "source"}, "prof": {"collect": ["group:stalls"]}}}
+    tree = T.parse_tree(data)
+    assert tree.node("src").state_from == "source" and tree.node("prof").state_from == "profile"
+    out = T.tree_to_json(tree)
+    assert out["nodes"]["src"]["state_from"] == "source" and "state_from" not in out["nodes"]["prof"]
+    assert T.parse_tree(out) == tree
+    # the plan carries it to the profile, before or after the first pass
+    looping = T.plan_for(tree, {"static.loops": 2.0}, None)
+    straight = T.plan_for(tree, {"static.loops": 0.0}, {"derived.max_throughput_pct": 10.0})
+    assert (looping.leaf, looping.state_from) == ("src", "source")
+    assert (straight.leaf, straight.state_from) == ("prof", "profile")
+    with pytest.raises(T.TreeError, match="state_from"):
+        T.parse_tree({**data, "nodes": {**data["nodes"], "src": {"collect": [], "state_from": "model"}}})
+
+
 def test_version_1_trees_still_parse_and_unknown_groups_are_refused():
     assert T.parse_tree(BARE).first_pass == ("SpeedOfLight", "LaunchStats", "Occupancy")
     with pytest.raises(T.TreeError, match="unknown metric group 'group:nope'"):
@@ -112,7 +144,7 @@ def test_bad_trees_are_refused_with_the_field(change, message):
 
 
 def test_walk_records_path_and_missing_branch():
-    with open(default_tree_path(), encoding="utf-8") as f:
+    with open(hand_tree_path(), encoding="utf-8") as f:
         tree = T.parse_tree(f.read())
     facts = T.facts_from_metrics({P.M_MEMORY_PCT: 91.0, P.M_SM_PCT: 30.0})
     result = T.walk(tree, facts)
@@ -242,7 +274,7 @@ def test_shipped_tree_on_recorded_profiles():
     # a repeat profile of the STREAM triad: one run, the first pass plus what tells memory causes apart
     stream = next(s for s in samples if "stream_triad" in s.name)
     plan, collected, _ = T.emulate(tree, stream, costs, warm=True)
-    assert plan.leaf == "memory_causes"
+    assert plan.leaf == "memory_causes" and plan.state_from == "profile"
     assert plan.runs == (("group:throughput", "group:coalescing_sass", "group:shared_sass", "group:memory_units"),)
     assert P.M_EXCESSIVE_SECTORS not in collected and P.M_GLOBAL_SECTORS_IDEAL in collected
     assert C.classify(collected).label == "dram-bandwidth"
