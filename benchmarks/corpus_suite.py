@@ -24,6 +24,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
+import re
 import math
 import os
 import platform
@@ -74,7 +75,8 @@ def run_kernel(name: str, budget: Budget, baseline: dict[str, Any], scratch: str
              if r.verdict is not None and "original" in r.verdict.timings]
     base = baseline.get(name)
     baseline_us = (sorted(timed)[len(timed) // 2] * 1000.0) if timed else (base.get("median_us") if base else None)
-    sequence = best.candidate.generator.split(":", 1)[1].split("[", 1)[0].split("+") if best is not None else []
+    # Each step's variant (``[unroll]``, ``[block=128]``) is left out of the sequence's technique names.
+    sequence = re.sub(r"\[[^\]]*\]", "", best.candidate.generator.split(":", 1)[1]).split("+") if best is not None else []
     return {
         "name": name,
         "kernel": spec.kernel,

@@ -139,14 +139,16 @@ def test_a_loop_holding_a_loop_runs_whole_on_every_lane_and_only_innermost_loops
     assert body.count("j += 32") == 2 and "k += 32" not in body and "for (int j = 0; j < C; j++) {" in body
 
 
-def test_long_split_loops_are_unrolled_short_ones_and_the_users_pragmas_left_alone():
-    # C = 1000 at the spec's size: 31 iterations per lane, so each split loop gets `#pragma unroll 4`.
-    long_rows = outcome("warp-per-row", SOFTMAX, SOFTMAX_SPEC).rewrites[0].source
-    assert long_rows.count("#pragma unroll 4") == 3
+def test_long_split_loops_get_an_unrolled_variant_short_ones_none_and_the_users_pragmas_stay():
+    # C = 1000 at the spec's size: 31 iterations per lane, so the variant unrolls each split loop.
+    plain, unrolled = outcome("warp-per-row", SOFTMAX, SOFTMAX_SPEC).rewrites
+    assert "#pragma unroll" not in plain.source and plain.variant == ""
+    assert unrolled.variant == "unroll" and unrolled.source.count("#pragma unroll 4") == 3
+    assert unrolled.source.replace("#pragma unroll 4\n", "").split() == plain.source.split()
     short = dict(SOFTMAX_SPEC, params=[p if p["name"] != "C" else scalar("C", 200) for p in SOFTMAX_SPEC["params"]])
-    assert "#pragma unroll" not in outcome("warp-per-row", SOFTMAX, short).rewrites[0].source
+    assert len(outcome("warp-per-row", SOFTMAX, short).rewrites) == 1
     own = SOFTMAX.replace("    float s = 0.f;\n", "    float s = 0.f;\n#pragma unroll 2\n")
-    body = outcome("warp-per-row", own, SOFTMAX_SPEC).rewrites[0].source
+    body = outcome("warp-per-row", own, SOFTMAX_SPEC).rewrites[1].source
     assert body.count("#pragma unroll 4") == 2 and body.count("#pragma unroll 2") == 1
 
 

@@ -198,7 +198,8 @@ class RuleGenerator:
                     continue
                 seen.add(key)
                 sequence = (*done, outcome.rule)
-                candidate = Candidate(request.kernel, rw.source, outcome.technique, "rule:" + "+".join(sequence),
+                name = f"{base.generator}+{outcome.rule}" + (f"[{rw.variant}]" if rw.variant else "")
+                candidate = Candidate(request.kernel, rw.source, outcome.technique, name,
                                       f"{base.description}; then {rw.description}", rw.launch_override,
                                       grid_scale=rw.grid_scale, block=rw.block, grid_divide=rw.grid_divide,
                                       after=base.generator)

@@ -49,9 +49,9 @@ from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, pragma_before, warp_reduce_helpers
 
-#: A split loop with at least this many iterations per lane at the spec's size is unrolled by
-#: UNROLL: each lane then has one load per iteration in flight, and a long row streams at the pace
-#: of the memory latency unless several iterations' loads issue together.
+#: The ``unroll`` variant unrolls by UNROLL each split loop of at least this many iterations per
+#: lane at the spec's size: each lane has one load per iteration in flight, and a long row streams
+#: at the pace of the memory latency unless several iterations' loads issue together.
 UNROLL_FROM_TRIPS_PER_LANE = 8
 UNROLL = 4
 
@@ -302,8 +302,23 @@ class WarpPerRow(Rule):
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         plans, _ = self.plan(ctx)
+        assert plans is not None
+        lanes = self.lanes(ctx)
+        source, expanded, _ = self._source(ctx, plans, unroll=False)
+        note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
+        out = [Rewrite(source, self._description(lanes) + note, self._launch(ctx), grid_scale=(lanes, 1, 1))]
+        # Unrolling helps some long rows and slows others (more registers, fewer warps): the harness
+        # decides between the two.
+        unrolled, _, any_unrolled = self._source(ctx, plans, unroll=True)
+        if any_unrolled:
+            out.append(Rewrite(unrolled, self._description(lanes) + f"; long split loops unrolled by {UNROLL}" + note,
+                               self._launch(ctx), grid_scale=(lanes, 1, 1), variant="unroll"))
+        return tuple(out)
+
+    def _source(self, ctx: RuleContext, plans: list[_LoopPlan], unroll: bool) -> tuple[str, bool, bool]:
+        """The rewritten file, whether the kernel's macros were expanded, and whether a loop was unrolled."""
         facts = ctx.facts
-        assert plans is not None and facts is not None
+        assert facts is not None
         src, root = parse(ctx.preprocessed)
         edit = BodyEdit(ctx.preprocessed, facts)
         lo, hi = facts.body_span
@@ -320,6 +335,7 @@ class WarpPerRow(Rule):
             arg, fld = node.child_by_field_name("argument"), node.child_by_field_name("field")
             edit.replace(node.start_byte, node.end_byte, _BUILTIN_FIELDS[(_text(src, arg), _text(src, fld))].format(lanes=lanes))
         ops: set[str] = set()
+        unrolled = False
         for n, plan in enumerate(plans):
             loop_node = node_at(src, root, plan.loop.span)
             init = loop_node.child_by_field_name("initializer")
@@ -340,17 +356,17 @@ class WarpPerRow(Rule):
             indent = edit.indent_at(plan.loop.span[0])
             opening = "{ " + " ".join(before) + "\n" + indent if plan.accumulators else ""
             trips = trip_count(facts, plan.loop, binding)
-            if trips is not None and trips >= UNROLL_FROM_TRIPS_PER_LANE * lanes \
+            if unroll and trips is not None and trips >= UNROLL_FROM_TRIPS_PER_LANE * lanes \
                     and pragma_before(src, plan.loop.span[0]) is None:
                 opening += f"#pragma unroll {UNROLL}\n" + indent
+                unrolled = True
             if opening:
                 edit.insert(plan.loop.span[0], opening)
             if plan.accumulators:
                 edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
         helpers = self._helpers(ops, lanes, ctx.source)
         source, expanded = emit(edit, ctx.source, ctx.kernel, helpers)
-        note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
-        return (Rewrite(source, self._description(lanes) + note, self._launch(ctx), grid_scale=(lanes, 1, 1)),)
+        return source, expanded, unrolled
 
     def _description(self, lanes: int) -> str:
         return ("a warp per row: the row loops split across the 32 lanes, accumulators combined with "
