@@ -24,10 +24,10 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import json
-import re
 import math
 import os
 import platform
+import re
 import subprocess
 import sys
 import tempfile
