@@ -45,5 +45,9 @@ def test_cli_writes_the_best_verified_rewrite(tmp_path: Path, capsys) -> None:
                      "--kb", str(tmp_path / "kb.sqlite3"), "--budget", "3", "--json"])
     data = json.loads(capsys.readouterr().out)
     assert code == 0, data
-    assert data["written"] and "kl_bins" in Path(data["written"]).read_text()
+    # Two rules privatise the bins in shared memory (the histogram template and shared-privatize) and
+    # verify within a percent of each other: either may be the best; the file holds the best one.
+    best = next(c for c in data["candidates"] if c["candidate_hash"] == data["best"])
+    assert best["verdict"]["accepted"] and best["verdict"]["speedup_ci_low"] >= 1.5, best
+    assert data["written"] and "__shared__" in Path(data["written"]).read_text()
     assert (tmp_path / "original.cu").read_text() == (EXAMPLES / "histogram" / "original.cu").read_text()
