@@ -277,7 +277,7 @@ class KernelIndex:
     """
 
     __slots__ = ("functions", "syntax_errors", "constants", "host_functions", "_launches", "_launch_parts",
-                 "_launch_starts")
+                 "_launch_starts", "_parts_by_name", "__weakref__")
     functions: tuple[Function, ...]
     syntax_errors: tuple[SyntaxError_, ...]
     constants: tuple[tuple[str, str], ...]
@@ -326,6 +326,7 @@ class KernelIndex:
         put(self, "_launches", launches)
         put(self, "_launch_parts", launch_parts)
         put(self, "_launch_starts", [part.start_byte for part in launch_parts])
+        put(self, "_parts_by_name", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -412,17 +413,27 @@ class KernelIndex:
     def launches_named(self, name: str) -> tuple[LaunchSite, ...]:
         """Launches whose callee's unqualified name is ``name`` (``ns::k`` and ``k`` both for ``k``), in
         document order; only those are placed (a hover on one kernel reads its launches alone)."""
-        def named(launches: tuple[LaunchSite, ...]) -> tuple[LaunchSite, ...]:
-            return tuple(launch for launch in launches if launch.kernel.rsplit("::", 1)[-1] == name)
-
         if not self._launch_parts:
-            return named(self.launches)
+            return tuple(launch for launch in self.launches if launch.kernel.rsplit("::", 1)[-1] == name)
         found: list[LaunchSite] = []
-        for part in self._launch_parts:
-            mine = named(part.launches)
-            if mine:
-                found += mine if part.shift is None else part.shift.launches(mine, part.unit_span)
+        for part in self.parts_by_name().get(name, ()):
+            mine = tuple(launch for launch in part.launches if launch.kernel.rsplit("::", 1)[-1] == name)
+            found += mine if part.shift is None else part.shift.launches(mine, part.unit_span)
         return tuple(found)
+
+    def parts_by_name(self) -> dict[str, tuple[_LaunchPart, ...]]:
+        """The units that launch each kernel (by unqualified name), in document order; built once per
+        index, on first use (the server builds it with the index, off the event loop)."""
+        by_name = self._parts_by_name
+        if by_name is None:
+            # Racing threads build equal tables; either may be kept.
+            grouped: dict[str, list[_LaunchPart]] = {}
+            for part in self._launch_parts:
+                for name in {launch.kernel.rsplit("::", 1)[-1] for launch in part.launches}:
+                    grouped.setdefault(name, []).append(part)
+            by_name = {name: tuple(parts) for name, parts in grouped.items()}
+            object.__setattr__(self, "_parts_by_name", by_name)
+        return by_name
 
 
 class _LaunchPart(NamedTuple):

@@ -13,6 +13,8 @@ process do not share them); a module appends to them in ``register``:
 * ``state.on_open``, ``on_change``, ``on_save``, ``on_close`` — ``fn(state, doc)``
   called on the event loop after the document state is updated (start jobs
   here; do not block).
+* ``state.on_indexed`` — ``fn(state, doc, indexed)`` for every index built, on the
+  thread that built it, before requests read it: per-index look-up tables.
 * ``state.on_settings`` — ``fn(state)`` after the settings changed.
 * ``state.on_initialized`` — ``fn(state)`` once, after ``initialized`` fetched the settings.
 * ``state.hover_sections`` — ``fn(ctx: hover.HoverContext) -> str | None``: extra
@@ -70,7 +72,7 @@ class ServerState:
         self.server = server
         self.settings: Settings = Settings()
         """The resolved settings (defaults < user file < workspace < initializationOptions)."""
-        self.documents = DocumentStore()
+        self.documents = DocumentStore(prepare=self._prepare_index)
         self.compile_db = CompileDb()
         self.jobs = JobManager(post=self.post, on_error=self._job_failed)
         """Background work: see :mod:`kernel_lsp.services.jobs`."""
@@ -96,6 +98,10 @@ class ServerState:
         self.on_change: list[DocumentHook] = []
         self.on_save: list[DocumentHook] = []
         self.on_close: list[DocumentHook] = []
+        self.on_indexed: list[Callable[[ServerState, DocumentState, IndexedText], None]] = []
+        """``fn(state, doc, indexed)`` for every index built, on the thread that built it (a worker thread
+        for a big document) and before any request reads it: what requests look up in every index
+        (tables, the macro view) is built there, off the event loop. Reads only; thread-safe."""
         self.on_settings: list[Callable[[ServerState], None]] = []
         self.on_initialized: list[Callable[[ServerState], None]] = []
         self.machine: Any = None
@@ -153,6 +159,9 @@ class ServerState:
             kept.clear()
             kept[key] = hit
         return hit
+
+    def _prepare_index(self, doc: DocumentState, indexed: IndexedText) -> None:
+        self.run_hooks(self.on_indexed, doc, indexed)
 
     def run_hooks(self, hooks: list[Callable[..., None]], *args: Any) -> None:
         """Call each hook; one that raises is logged (re-raised under tests) and the rest still run."""
