@@ -9,12 +9,15 @@ import threading
 import weakref
 
 import pytest
+from lsprotocol.types import Position
 
 from kernel_lsp.core.index import IncrementalIndexer, build_index
 from kernel_lsp.core.launch_dims import evaluate_launch
 from kernel_lsp.core.parse import ParsedDocument, comment_ranges
 from kernel_lsp.core.source import directive_lines, same_directives
 from kernel_lsp.server.documents import DocumentState, IndexedText
+from kernel_lsp.server.hover import hover_from_newer_index
+from kernel_lsp.server.server import create_server
 
 SOURCE = b"""\
 #include "sizes.cuh"
@@ -177,3 +180,31 @@ def test_the_index_is_prepared_where_it_is_built_before_it_is_published() -> Non
     assert seen == [(builder.ident, False)]
     assert doc.indexed().derived("table", lambda: pytest.fail("not prepared")) == 1
     assert len(seen) == 1  # the same revision: no second build
+
+
+@pytest.mark.parametrize("at, new, answered", [
+    (b"namespace ns", b"void later(float* x) { x[1] = 3.0f; }\nnamespace ns", False),  # between b's launches
+    (len(TWO_KERNELS), b"void later(float* x) { x[1] = 3.0f; }\n", True),  # after everything b reads
+    (0, b"// a line typed above\n", False),  # above the hovered name: the position now means another place
+])
+def test_a_hover_answered_from_an_index_with_later_edits_never_shows_another_place(
+        at: bytes | int, new: bytes, answered: bool) -> None:
+    state = create_server().state
+    doc = DocumentState("file:///w/k.cu", 1, ParsedDocument(TWO_KERNELS), None)
+    sent = doc.source_bytes
+    offset = TWO_KERNELS.index(at) if isinstance(at, bytes) else at
+    line = TWO_KERNELS[:offset].count(b"\n")
+    doc.parsed.apply_edit(line, offset - (TWO_KERNELS.rfind(b"\n", 0, offset) + 1), line,
+                          offset - (TWO_KERNELS.rfind(b"\n", 0, offset) + 1), new, defer=True)
+    doc.revision += 1
+    later = doc.indexed()
+    assert later.source_bytes != sent
+    on_b = Position(line=1, character=len("__global__ void "))
+    answer = hover_from_newer_index(state, doc, later, sent, on_b)
+    if not answered:
+        assert answer is None
+        return
+    assert answer is not None and answer.range is not None and answer.range.start.line == 1
+    shown = answer.contents.value
+    assert "__global__ void b(float* x)" in shown
+    assert "line 6: block 64 threads" in shown and "line 12: block 128 threads" in shown
