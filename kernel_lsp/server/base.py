@@ -48,6 +48,7 @@ from kernel_lsp import __version__
 from kernel_lsp.config import Settings
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.server.documents import DocumentState, DocumentStore, IndexedText
+from kernel_lsp.server.foreground import Foreground
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.jobs import JobManager
 from kernel_lsp.services.session import Session
@@ -72,7 +73,9 @@ class ServerState:
         self.server = server
         self.settings: Settings = Settings()
         """The resolved settings (defaults < user file < workspace < initializationOptions)."""
-        self.documents = DocumentStore(prepare=self._prepare_index)
+        self.foreground = Foreground()
+        """Busy while the loop handles messages; background work gives way (:mod:`kernel_lsp.server.foreground`)."""
+        self.documents = DocumentStore(prepare=self._prepare_index, give_way=self.foreground.give_way)
         self.compile_db = CompileDb()
         self.jobs = JobManager(post=self.post, on_error=self._job_failed)
         """Background work: see :mod:`kernel_lsp.services.jobs`."""
@@ -422,7 +425,8 @@ class KernelLspServer(LanguageServer):
         # for a little more switching.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         try:
-            asyncio.run(serve(stdin or sys.stdin.buffer, self.protocol, self._stop_event, self.report_server_error))
+            asyncio.run(serve(stdin or sys.stdin.buffer, self.protocol, self._stop_event, self.report_server_error,
+                              self.state.foreground))
         except BrokenPipeError:
             log.error("connection to the client lost: shutting down")
         except (KeyboardInterrupt, SystemExit):

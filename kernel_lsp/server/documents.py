@@ -112,6 +112,10 @@ class IndexedText:
         return self._derived[key]
 
 
+def _no_pause() -> None:
+    pass
+
+
 class _Snapshot:
     """One (text, tree) pair in the shape :meth:`IncrementalIndexer.index` reads."""
 
@@ -161,6 +165,10 @@ class DocumentState:
     prepare: Callable[[DocumentState, IndexedText], None] | None = None
     """Called with every index built, on the thread that built it (a worker thread for a big document),
     before any request reads it: requests' look-up tables are built there, not on the event loop."""
+    give_way: Callable[[], None] = _no_pause
+    """A yield point for long work on this document off the event loop (the outline's encoding; its
+    reparses and index builds have it too): pauses while the loop handles messages
+    (:mod:`kernel_lsp.server.foreground`)."""
 
     @property
     def source_bytes(self) -> bytes:
@@ -318,10 +326,13 @@ def uri_to_path(uri: str) -> str | None:
 class DocumentStore:
     """Open documents by URI."""
 
-    def __init__(self, prepare: Callable[[DocumentState, IndexedText], None] | None = None) -> None:
+    def __init__(self, prepare: Callable[[DocumentState, IndexedText], None] | None = None,
+                 give_way: Callable[[], None] = _no_pause) -> None:
         self._docs: dict[str, DocumentState] = {}
         self._prepare = prepare
         """Every document's :attr:`DocumentState.prepare`."""
+        self._give_way = give_way
+        """Every document's :attr:`DocumentState.give_way`, for its parses and index builds too."""
 
     def get(self, uri: str) -> DocumentState | None:
         return self._docs.get(uri)
@@ -332,17 +343,18 @@ class DocumentStore:
     async def open(self, uri: str, text: str, version: int | None, language_id: str = "cuda") -> DocumentState:
         existing = self._docs.get(uri)
         placeholder = existing or DocumentState(uri, version, ParsedDocument(b""), uri_to_path(uri), language_id,
-                                                prepare=self._prepare)
+                                                prepare=self._prepare, give_way=self._give_way)
         self._docs[uri] = placeholder
         placeholder.opening = True
         async with placeholder.lock:
             try:
                 if len(text) > OFFLOAD_BYTES:
-                    parsed = await asyncio.get_running_loop().run_in_executor(None, ParsedDocument, text)
+                    parsed = await asyncio.get_running_loop().run_in_executor(None, ParsedDocument, text,
+                                                                              self._give_way)
                 else:
-                    parsed = ParsedDocument(text)
+                    parsed = ParsedDocument(text, self._give_way)
                 placeholder.parsed = parsed
-                placeholder.indexer = IncrementalIndexer()
+                placeholder.indexer = IncrementalIndexer(self._give_way)
                 placeholder.last_indexed = None
                 placeholder.revision += 1
                 placeholder.version = version
