@@ -18,10 +18,12 @@ So the thread that reads stdin marks the loop busy as soon as bytes arrive, and
 long background work (the reparse, the analysis of changed functions, the
 outline's encoding) calls :meth:`Foreground.give_way` at its yield points:
 while the loop is busy it waits, off the GIL, until the loop has handled every
-message that arrived. A pause lasts at most :data:`MAX_PAUSE_S`, so background
-work never waits long on a loop that stays busy (a long stream of edits); on
-the loop's own thread ``give_way`` returns at once (a small document is indexed
-there).
+message that arrived. A pause lasts at most :data:`MAX_PAUSE_S`, and once one
+has run out, yield points do not wait again until the loop has been idle: a
+loop that stays busy (a long stream of edits) or waits for a lock the paused
+work holds (the loop's own reparse after many deferred edits) costs background
+work one pause, not one per yield point. On the loop's own thread ``give_way``
+returns at once (a small document is indexed there).
 """
 
 from __future__ import annotations
@@ -39,6 +41,10 @@ class Foreground:
         self._idle = threading.Event()
         self._idle.set()
         self._loop_thread: int | None = None
+        self._period = 0
+        """Counts the busy periods (from idle to busy)."""
+        self._waited_out = -1
+        """The busy period in which a pause ran out (no more pauses in it)."""
 
     def bind(self) -> None:
         """Record the calling thread as the loop's (its own ``give_way`` calls never wait)."""
@@ -46,6 +52,8 @@ class Foreground:
 
     def busy(self) -> None:
         """Messages arrived (any thread): background work pauses at its next yield point."""
+        if self._idle.is_set():
+            self._period += 1
         self._idle.clear()
 
     def idle(self) -> None:
@@ -57,6 +65,10 @@ class Foreground:
         return not self._idle.is_set()
 
     def give_way(self) -> None:
-        """A background thread's yield point: wait while the loop is busy (at most :data:`MAX_PAUSE_S`)."""
-        if not self._idle.is_set() and threading.get_ident() != self._loop_thread:
-            self._idle.wait(MAX_PAUSE_S)
+        """A background thread's yield point: wait while the loop is busy (at most :data:`MAX_PAUSE_S`,
+        and not again in a busy period where a pause ran out)."""
+        if self._idle.is_set() or threading.get_ident() == self._loop_thread:
+            return
+        period = self._period
+        if period != self._waited_out and not self._idle.wait(MAX_PAUSE_S):
+            self._waited_out = period

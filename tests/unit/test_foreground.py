@@ -51,12 +51,29 @@ def test_no_wait_when_idle_or_on_the_loop_thread(monkeypatch: pytest.MonkeyPatch
     fg.give_way()  # the loop's own thread (a small document indexed inline) never waits on itself
 
 
-def test_a_pause_is_bounded(monkeypatch: pytest.MonkeyPatch) -> None:
+def test_a_pause_is_bounded_and_runs_out_once_per_busy_period(monkeypatch: pytest.MonkeyPatch) -> None:
     monkeypatch.setattr(foreground, "MAX_PAUSE_S", 0.01)
     fg = Foreground()
     fg.busy()
     thread, _, returned = _yielding_worker(fg)
     assert returned.wait(5)  # the loop never went idle
+    thread.join()
+    # The loop is still busy (or blocked on a lock the work holds): later yield points go on at once.
+    monkeypatch.setattr(foreground, "MAX_PAUSE_S", 30.0)
+    thread, _, returned = _yielding_worker(fg)
+    assert returned.wait(5)
+    thread.join()
+    fg.busy()  # the same busy period
+    thread, _, returned = _yielding_worker(fg)
+    assert returned.wait(5)
+    thread.join()
+    # A new busy period pauses again.
+    fg.idle()
+    fg.busy()
+    thread, started, returned = _yielding_worker(fg)
+    assert started.wait(5) and not returned.wait(0.05)
+    fg.idle()
+    assert returned.wait(5)
     thread.join()
 
 
