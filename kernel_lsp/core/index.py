@@ -277,7 +277,7 @@ class KernelIndex:
     """
 
     __slots__ = ("functions", "syntax_errors", "constants", "host_functions", "_launches", "_launch_parts",
-                 "_launch_starts")
+                 "_launch_starts", "_parts_by_name", "__weakref__")
     functions: tuple[Function, ...]
     syntax_errors: tuple[SyntaxError_, ...]
     constants: tuple[tuple[str, str], ...]
@@ -326,6 +326,7 @@ class KernelIndex:
         put(self, "_launches", launches)
         put(self, "_launch_parts", launch_parts)
         put(self, "_launch_starts", [part.start_byte for part in launch_parts])
+        put(self, "_parts_by_name", None)
 
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -412,17 +413,27 @@ class KernelIndex:
     def launches_named(self, name: str) -> tuple[LaunchSite, ...]:
         """Launches whose callee's unqualified name is ``name`` (``ns::k`` and ``k`` both for ``k``), in
         document order; only those are placed (a hover on one kernel reads its launches alone)."""
-        def named(launches: tuple[LaunchSite, ...]) -> tuple[LaunchSite, ...]:
-            return tuple(launch for launch in launches if launch.kernel.rsplit("::", 1)[-1] == name)
-
         if not self._launch_parts:
-            return named(self.launches)
+            return tuple(launch for launch in self.launches if launch.kernel.rsplit("::", 1)[-1] == name)
         found: list[LaunchSite] = []
-        for part in self._launch_parts:
-            mine = named(part.launches)
-            if mine:
-                found += mine if part.shift is None else part.shift.launches(mine, part.unit_span)
+        for part in self.parts_by_name().get(name, ()):
+            mine = tuple(launch for launch in part.launches if launch.kernel.rsplit("::", 1)[-1] == name)
+            found += mine if part.shift is None else part.shift.launches(mine, part.unit_span)
         return tuple(found)
+
+    def parts_by_name(self) -> dict[str, tuple[_LaunchPart, ...]]:
+        """The units that launch each kernel (by unqualified name), in document order; built once per
+        index, on first use (the server builds it with the index, off the event loop)."""
+        by_name = self._parts_by_name
+        if by_name is None:
+            # Racing threads build equal tables; either may be kept.
+            grouped: dict[str, list[_LaunchPart]] = {}
+            for part in self._launch_parts:
+                for name in {launch.kernel.rsplit("::", 1)[-1] for launch in part.launches}:
+                    grouped.setdefault(name, []).append(part)
+            by_name = {name: tuple(parts) for name, parts in grouped.items()}
+            object.__setattr__(self, "_parts_by_name", by_name)
+        return by_name
 
 
 class _LaunchPart(NamedTuple):
@@ -493,6 +504,8 @@ _SYNC_NAMES = frozenset(
     }
 )
 _MAX_SYNTAX_ERRORS = 100
+#: Captures (or calls) analysed between two of the indexer's yield points.
+_YIELD_EVERY = 128
 _TEMPLATE_ARGS = re.compile(r"<[^<>]*>")
 _SPACES = re.compile(r"\s+")
 _Eval = Callable[[str], "int | None"]
@@ -909,7 +922,8 @@ def _launch(call: Node, src: bytes, enclosing: str | None, enclosing_span: Span 
     )
 
 
-def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: _Eval) -> _UnitResult:
+def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: _Eval,
+                  give_way: Callable[[], None] = lambda: None) -> _UnitResult:
     qualifier, return_type, name_text, name_node, declarator, bounds = _function_header(unit, src)
     fn_node = unit.function_node
     body = fn_node.child_by_field_name("body") if fn_node.type == "function_definition" else None
@@ -919,7 +933,9 @@ def _analyze_unit(unit: _Unit, captures: dict[str, list[Node]], src: bytes, ev: 
 
     launches: list[LaunchSite] = []
     calls: list[Call] = []
-    for call in captures.get("call", ()):
+    for count, call in enumerate(captures.get("call", ()), 1):
+        if count % _YIELD_EVERY == 0:
+            give_way()
         launch = _launch(call, src, base_name or None, unit_span)
         if launch is not None:
             launches.append(launch)
@@ -1126,7 +1142,11 @@ class IncrementalIndexer:
     it finds the functions it had before in the spares instead of analysing them all again.
     """
 
-    def __init__(self) -> None:
+    def __init__(self, give_way: Callable[[], None] | None = None) -> None:
+        self._give_way = give_way or (lambda: None)
+        """Called at the analysis' yield points: before each changed unit, and every :data:`_YIELD_EVERY`
+        captures or calls within one (an unclosed ``{`` makes half a file one unit); see
+        :mod:`kernel_lsp.server.foreground`."""
         # Keyed by the unit's text alone, its context checked on a hit: a bytes object hashes once
         # and keeps its hash, a tuple key would be hashed again for every look-up and insertion.
         # The result is the unit as analysed (never a moved copy), so shifts do not compound.
@@ -1177,7 +1197,7 @@ class IncrementalIndexer:
                                                  shift.span(host.name_span)))
             results.append((base, moved, part, host))
         if dirty:
-            analysed = self._analyze_dirty(units, dirty, root, src, constants)
+            analysed = self._analyze_dirty(units, dirty, root, src, constants, self._give_way)
             for i, (text, context), result in zip(dirty, dirty_keys, analysed):
                 new_cache[text] = (context, result)
                 results[i] = (result, result.function, result.part, result.host)
@@ -1211,6 +1231,7 @@ class IncrementalIndexer:
         root: Node,
         src: bytes,
         constants: Mapping[str, str],
+        give_way: Callable[[], None],
     ) -> list[_UnitResult]:
         """Run the inner query once over the byte range covering all dirty units, then bucket captures by unit."""
         first, last = units[dirty[0]].node, units[dirty[-1]].node
@@ -1223,7 +1244,9 @@ class IncrementalIndexer:
         # Many loops share bounds and sizes (TILE, 4, BLOCK): evaluate each text once per build.
         ev: _Eval = functools.lru_cache(maxsize=None)(lambda text: evaluate_int(text, constants))
         for name, nodes in captured.items():
-            for node in nodes:
+            for count, node in enumerate(nodes, 1):
+                if count % _YIELD_EVERY == 0:
+                    give_way()
                 pos = bisect.bisect_right(starts, node.start_byte) - 1
                 if pos >= 0 and node.end_byte <= ends[pos]:
                     buckets[pos].setdefault(name, []).append(node)
@@ -1232,7 +1255,8 @@ class IncrementalIndexer:
             # Captures of one name come grouped by pattern, not in document order.
             for nodes in buckets[pos].values():
                 nodes.sort(key=_start_byte)
-            results.append(_analyze_unit(units[i], buckets[pos], src, ev))
+            give_way()
+            results.append(_analyze_unit(units[i], buckets[pos], src, ev, give_way))
         return results
 
 

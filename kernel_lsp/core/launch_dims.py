@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import functools
 import re
+import weakref
 from collections.abc import Mapping
 from dataclasses import dataclass
 
@@ -56,17 +57,18 @@ def file_constants(index: KernelIndex, pre: Preprocessed | None) -> dict[str, st
     hover, code lens and inlay hints ask for every launch of a file with the same pair.
     """
     last = _LAST_TABLE[0]
-    if last is not None and last[0] is index and last[1] is pre:
+    if last is not None and last[0]() is index and last[1] is pre:
         return dict(last[2])
     constants = dict(index.constants)
     if pre is not None:
         constants.update(pre.object_macros())
-    # The pair is held with its table, so the identities compared above stay valid.
-    _LAST_TABLE[0] = (index, pre, constants)
+    # The index is held weakly: the last reference to a replaced index would otherwise be this table's,
+    # and the next launch evaluated (a hover, on the event loop) would pay for freeing it.
+    _LAST_TABLE[0] = (weakref.ref(index), pre, constants)
     return dict(constants)
 
 
-_LAST_TABLE: list[tuple[KernelIndex, Preprocessed | None, dict[str, str]] | None] = [None]
+_LAST_TABLE: list[tuple[weakref.ref[KernelIndex], Preprocessed | None, dict[str, str]] | None] = [None]
 
 
 class _Scope:

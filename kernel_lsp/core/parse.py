@@ -20,6 +20,7 @@ from __future__ import annotations
 import bisect
 import itertools
 import threading
+from collections.abc import Callable
 
 import tree_sitter_cuda
 from tree_sitter import Language, Parser, Query, QueryCursor, Tree
@@ -49,19 +50,30 @@ def looks_binary(source: bytes) -> bool:
 READ_CHUNK_BYTES = 4096
 
 
-def _parse(parser: Parser, source: bytes, old_tree: Tree | None = None) -> Tree:
+def _parse(parser: Parser, source: bytes, old_tree: Tree | None = None,
+           give_way: Callable[[], None] | None = None) -> Tree:
     """``parser.parse(source, old_tree)``, the text read through a callback in chunks.
 
-    tree-sitter holds the GIL for a whole parse: a reparse that cannot reuse much (a ``{`` typed
-    with no ``}`` yet, a file opened) takes 50-100 ms of a 10,000-line file, and the server's event
-    loop, whose hover needs no new tree, could not run meanwhile. Each read runs Python code, where
-    the interpreter hands the GIL to a thread that asked for it (after the switch interval): the
-    loop waits milliseconds, not the whole parse. No syscall, nothing the tree depends on.
+    tree-sitter holds the GIL for a whole parse: a reparse that cannot reuse much (a ``{`` or
+    ``for (`` typed and not closed yet, a file opened) takes 50-300 ms of a 10,000-line file, and the
+    server's event loop, whose hover needs no new tree, could not run meanwhile. Each read runs
+    Python code, where the interpreter hands the GIL to a thread that asked for it (after the switch
+    interval): the loop waits milliseconds, not the whole parse. No syscall, nothing the tree
+    depends on. ``give_way``: called from tree-sitter's progress callback (every ~100 parse
+    operations, tens of microseconds apart, where reads may be a few ms apart), where the caller may
+    pause the parse (see :mod:`kernel_lsp.server.foreground`); the tree is the same.
     """
     def read(offset: int, _point: tuple[int, int]) -> bytes:
         return source[offset : offset + READ_CHUNK_BYTES]
 
-    tree = parser.parse(read, old_tree) if old_tree is not None else parser.parse(read)
+    options: dict[str, Callable[[int, bool], bool]] = {}
+    if give_way is not None:
+        def progress(_offset: int, _has_error: bool) -> bool:
+            give_way()
+            return False  # never cancel
+
+        options["progress_callback"] = progress
+    tree = parser.parse(read, old_tree, **options) if old_tree is not None else parser.parse(read, **options)
     assert tree is not None  # the parser has its language and no timeout
     return tree
 
@@ -76,14 +88,17 @@ def to_source_bytes(text: str | bytes) -> bytes:
 class ParsedDocument:
     """Source bytes plus their tree-sitter tree; mutable through edits only."""
 
-    def __init__(self, text: str | bytes) -> None:
+    def __init__(self, text: str | bytes, give_way: Callable[[], None] | None = None) -> None:
         self._parser = Parser(CUDA_LANGUAGE)
+        self._give_way = give_way
+        """Called at the parses' yield points (see :func:`_parse`)."""
         source = to_source_bytes(text)
         self.is_binary = looks_binary(source)
         """Binary data is kept but parsed as an empty file; the index reports it as a syntax error."""
         self._source = source
         """The newest text; ``_snapshot`` may lag behind it by the edits in ``_pending``."""
-        self._snapshot: tuple[bytes, Tree] = (source, _parse(self._parser, b"" if self.is_binary else source))
+        self._snapshot: tuple[bytes, Tree] = (source, _parse(self._parser, b"" if self.is_binary else source,
+                                                             give_way=give_way))
         self._pending: list[tuple[int, int, int, tuple[int, int], tuple[int, int], tuple[int, int]]] = []
         """Tree edits made to the text since ``_snapshot``'s tree was parsed, oldest first."""
         self._line_starts: list[int] | None = None
@@ -128,7 +143,7 @@ class ParsedDocument:
             for start_byte, old_end_byte, new_end_byte, start_point, old_end_point, new_end_point in edits:
                 edited.edit(start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=new_end_byte,
                             start_point=start_point, old_end_point=old_end_point, new_end_point=new_end_point)
-            parsed = _parse(self._parser, source, edited)
+            parsed = _parse(self._parser, source, edited, self._give_way)
             with self._state:
                 del self._pending[: len(edits)]
                 self._snapshot = (source, parsed)
@@ -229,7 +244,7 @@ class ParsedDocument:
         if self.is_binary or not old_source or looks_binary(source):
             with self._parsing:
                 self.is_binary = looks_binary(source)
-                parsed = _parse(self._parser, b"" if self.is_binary else source)
+                parsed = _parse(self._parser, b"" if self.is_binary else source, give_way=self._give_way)
                 with self._state:
                     self._source = source
                     self._snapshot = (source, parsed)

@@ -13,6 +13,8 @@ process do not share them); a module appends to them in ``register``:
 * ``state.on_open``, ``on_change``, ``on_save``, ``on_close`` — ``fn(state, doc)``
   called on the event loop after the document state is updated (start jobs
   here; do not block).
+* ``state.on_indexed`` — ``fn(state, doc, indexed)`` for every index built, on the
+  thread that built it, before requests read it: per-index look-up tables.
 * ``state.on_settings`` — ``fn(state)`` after the settings changed.
 * ``state.on_initialized`` — ``fn(state)`` once, after ``initialized`` fetched the settings.
 * ``state.hover_sections`` — ``fn(ctx: hover.HoverContext) -> str | None``: extra
@@ -46,6 +48,7 @@ from kernel_lsp import __version__
 from kernel_lsp.config import Settings
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.server.documents import DocumentState, DocumentStore, IndexedText
+from kernel_lsp.server.foreground import Foreground
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.jobs import JobManager
 from kernel_lsp.services.session import Session
@@ -70,7 +73,9 @@ class ServerState:
         self.server = server
         self.settings: Settings = Settings()
         """The resolved settings (defaults < user file < workspace < initializationOptions)."""
-        self.documents = DocumentStore()
+        self.foreground = Foreground()
+        """Busy while the loop handles messages; background work gives way (:mod:`kernel_lsp.server.foreground`)."""
+        self.documents = DocumentStore(prepare=self._prepare_index, give_way=self.foreground.give_way)
         self.compile_db = CompileDb()
         self.jobs = JobManager(post=self.post, on_error=self._job_failed)
         """Background work: see :mod:`kernel_lsp.services.jobs`."""
@@ -96,6 +101,10 @@ class ServerState:
         self.on_change: list[DocumentHook] = []
         self.on_save: list[DocumentHook] = []
         self.on_close: list[DocumentHook] = []
+        self.on_indexed: list[Callable[[ServerState, DocumentState, IndexedText], None]] = []
+        """``fn(state, doc, indexed)`` for every index built, on the thread that built it (a worker thread
+        for a big document) and before any request reads it: what requests look up in every index
+        (tables, the macro view) is built there, off the event loop. Reads only; thread-safe."""
         self.on_settings: list[Callable[[ServerState], None]] = []
         self.on_initialized: list[Callable[[ServerState], None]] = []
         self.machine: Any = None
@@ -153,6 +162,9 @@ class ServerState:
             kept.clear()
             kept[key] = hit
         return hit
+
+    def _prepare_index(self, doc: DocumentState, indexed: IndexedText) -> None:
+        self.run_hooks(self.on_indexed, doc, indexed)
 
     def run_hooks(self, hooks: list[Callable[..., None]], *args: Any) -> None:
         """Call each hook; one that raises is logged (re-raised under tests) and the rest still run."""
@@ -413,7 +425,8 @@ class KernelLspServer(LanguageServer):
         # for a little more switching.
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         try:
-            asyncio.run(serve(stdin or sys.stdin.buffer, self.protocol, self._stop_event, self.report_server_error))
+            asyncio.run(serve(stdin or sys.stdin.buffer, self.protocol, self._stop_event, self.report_server_error,
+                              self.state.foreground))
         except BrokenPipeError:
             log.error("connection to the client lost: shutting down")
         except (KeyboardInterrupt, SystemExit):

@@ -26,6 +26,7 @@ import gc
 import itertools
 import logging
 import threading
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from typing import Any, TypeVar
@@ -56,7 +57,7 @@ class IndexedText:
     ``line_count``, ``line_start``) so an answer from an older index converts its own positions.
     """
 
-    __slots__ = ("source_bytes", "index", "tree", "_line_starts", "_derived", "_directives")
+    __slots__ = ("source_bytes", "index", "tree", "_line_starts", "_derived", "_directives", "__weakref__")
 
     def __init__(self, source: bytes, index: KernelIndex, tree: Tree | None = None,
                  directives: tuple[str, ...] | None = None) -> None:
@@ -111,6 +112,10 @@ class IndexedText:
         return self._derived[key]
 
 
+def _no_pause() -> None:
+    pass
+
+
 class _Snapshot:
     """One (text, tree) pair in the shape :meth:`IncrementalIndexer.index` reads."""
 
@@ -157,6 +162,13 @@ class DocumentState:
     """``didOpen`` is still parsing the text (off the loop, for a big one): edits wait in ``queued``."""
     queued: list[Callable[[], None]] = field(default_factory=list)
     """Edits that arrived while opening, applied in order once the text is in place."""
+    prepare: Callable[[DocumentState, IndexedText], None] | None = None
+    """Called with every index built, on the thread that built it (a worker thread for a big document),
+    before any request reads it: requests' look-up tables are built there, not on the event loop."""
+    give_way: Callable[[], None] = _no_pause
+    """A yield point for long work on this document off the event loop (the outline's encoding; its
+    reparses and index builds have it too): pauses while the loop handles messages
+    (:mod:`kernel_lsp.server.foreground`)."""
 
     @property
     def source_bytes(self) -> bytes:
@@ -218,6 +230,8 @@ class DocumentState:
             # Its line table now, where the build runs (a worker thread for a big document): the first
             # hover or outline of this index converts positions with it.
             indexed.line_starts()
+            if self.prepare is not None:
+                self.prepare(self, indexed)
             self.last_indexed = indexed
         freeze_long_lived()
         return index
@@ -239,21 +253,29 @@ class DocumentState:
         them are the same in both); computed once per revision."""
         if indexed.source_bytes is self.source_bytes:
             return len(self.source_bytes)
-        known = self.cached("unchanged-before")
-        if known is not None and known[0] is indexed:
-            return known[1]
-        return self.memo("unchanged-before", lambda: (indexed, common_prefix(indexed.source_bytes, self.source_bytes)))[1]
+        return self._compared("unchanged-before", indexed,
+                              lambda: common_prefix(indexed.source_bytes, self.source_bytes))
 
     def same_directives_as(self, indexed: IndexedText) -> bool:
         """The current text has ``indexed``'s directive lines (so its macro table); computed once per revision."""
         if indexed.source_bytes is self.source_bytes:
             return True
-        known = self.cached("same-directives")
-        if known is not None and known[0] is indexed:
-            return known[1]
         prefix = self.unchanged_before(indexed)
-        return self.memo("same-directives", lambda: (indexed, same_directives(indexed.source_bytes, self.source_bytes,
-                                                                              prefix)))[1]
+        return self._compared("same-directives", indexed,
+                              lambda: same_directives(indexed.source_bytes, self.source_bytes, prefix))
+
+    def _compared(self, key: str, indexed: IndexedText, compute: Callable[[], T]) -> T:
+        """``compute()``, a comparison of the current text with ``indexed``'s, once per revision and index.
+
+        The memo refers to ``indexed`` weakly: were it the last reference to an index the worker thread
+        has replaced, the next revision's comparison would free that index (thousands of objects, up
+        to ~5 ms in a 10,000-line file) on the event loop, inside a hover. Without it the index dies
+        where it is replaced, on the thread that built its successor.
+        """
+        known = self.cached(key)
+        if known is not None and known[0]() is indexed:
+            return known[1]
+        return self.memo(key, lambda: (weakref.ref(indexed), compute()))[1]
 
     async def off_loop(self, fn: Callable[[], T]) -> T:
         """``fn()`` inline for a small document, on a worker thread for a big one."""
@@ -304,8 +326,13 @@ def uri_to_path(uri: str) -> str | None:
 class DocumentStore:
     """Open documents by URI."""
 
-    def __init__(self) -> None:
+    def __init__(self, prepare: Callable[[DocumentState, IndexedText], None] | None = None,
+                 give_way: Callable[[], None] = _no_pause) -> None:
         self._docs: dict[str, DocumentState] = {}
+        self._prepare = prepare
+        """Every document's :attr:`DocumentState.prepare`."""
+        self._give_way = give_way
+        """Every document's :attr:`DocumentState.give_way`, for its parses and index builds too."""
 
     def get(self, uri: str) -> DocumentState | None:
         return self._docs.get(uri)
@@ -315,17 +342,19 @@ class DocumentStore:
 
     async def open(self, uri: str, text: str, version: int | None, language_id: str = "cuda") -> DocumentState:
         existing = self._docs.get(uri)
-        placeholder = existing or DocumentState(uri, version, ParsedDocument(b""), uri_to_path(uri), language_id)
+        placeholder = existing or DocumentState(uri, version, ParsedDocument(b""), uri_to_path(uri), language_id,
+                                                prepare=self._prepare, give_way=self._give_way)
         self._docs[uri] = placeholder
         placeholder.opening = True
         async with placeholder.lock:
             try:
                 if len(text) > OFFLOAD_BYTES:
-                    parsed = await asyncio.get_running_loop().run_in_executor(None, ParsedDocument, text)
+                    parsed = await asyncio.get_running_loop().run_in_executor(None, ParsedDocument, text,
+                                                                              self._give_way)
                 else:
-                    parsed = ParsedDocument(text)
+                    parsed = ParsedDocument(text, self._give_way)
                 placeholder.parsed = parsed
-                placeholder.indexer = IncrementalIndexer()
+                placeholder.indexer = IncrementalIndexer(self._give_way)
                 placeholder.last_indexed = None
                 placeholder.revision += 1
                 placeholder.version = version

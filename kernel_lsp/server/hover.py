@@ -14,7 +14,14 @@ A hover never waits for the re-index of keystrokes it cannot be about: when
 the document changed since the last index was built, and the name under the
 cursor, its definition and every launch of it lie before the first changed
 byte, the answer comes from that index (it is the same answer). Otherwise the
-hover waits for the one re-index that covers every edit so far.
+hover waits for the one re-index that covers every edit so far; when that
+index already holds edits sent after the hover (they apply while it waits), it
+answers only what those edits cannot have moved, by the same rule, and
+otherwise nothing: a hover never shows the facts of what a later edit put at
+its position. The per-index look-up tables (:class:`Lookup`, the kernels'
+launch units, the macro view) are built with every index, where it is built
+(``state.on_indexed``), so the first hover of an index reads only the hovered
+kernel's facts.
 """
 
 from __future__ import annotations
@@ -30,7 +37,8 @@ from lsprotocol import types
 
 from kernel_lsp.core.cursor import token_at
 from kernel_lsp.core.index import Function, KernelIndex, LaunchSite, Point
-from kernel_lsp.core.source import Preprocessed
+from kernel_lsp.core.parse import common_prefix
+from kernel_lsp.core.source import Preprocessed, same_directives
 from kernel_lsp.server.base import RAISE_ENV, KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import to_point, to_position, to_range
 from kernel_lsp.server.documents import DocumentState, IndexedText
@@ -178,9 +186,24 @@ class Lookup:
         return found
 
 
+def lookup_of(text: IndexedText) -> Lookup:
+    """The hover's :class:`Lookup` of an index (built once per index)."""
+    return text.derived("hover-lookup", lambda: Lookup(text.index))
+
+
+def prepare_hover(state: ServerState, doc: DocumentState, text: IndexedText) -> None:
+    """What a hover reads of every index, built with it (``state.on_indexed``): the look-up, the
+    kernels' launch units by name and the macro view. A hover on the event loop then reads only what
+    the hovered kernel needs, however many functions the index has."""
+    lookup_of(text)
+    text.index.parts_by_name()
+    if any(fn.is_kernel for fn in text.index.functions):
+        state.macro_view(doc, text)
+
+
 def context_at(state: ServerState, doc: DocumentState, text: IndexedText, point: Point) -> HoverContext | None:
     index = text.index
-    lookup = text.derived("hover-lookup", lambda: Lookup(index))
+    lookup = lookup_of(text)
     offset = text.byte_offset(point.line, point.column_byte)
     launch = lookup.launch_at(offset)
     if launch is not None:
@@ -243,11 +266,30 @@ def hover_from_last_index(state: ServerState, doc: DocumentState, position: type
     text = doc.last_indexed
     if text is None:
         return False
-    unchanged = doc.unchanged_before(text)
+    return _unmoved_hover(state, doc, text, position, doc.unchanged_before(text), lambda: doc.same_directives_as(text))
+
+
+def hover_from_newer_index(state: ServerState, doc: DocumentState, text: IndexedText, sent: bytes,
+                           position: types.Position) -> types.Hover | None:
+    """The hover at ``position`` of the text ``sent`` (the document when the request came), from the
+    index of a later text: edits that came after the request were applied while it waited for that
+    index. Only what those edits cannot have moved is answered (as from an older index); a position
+    they may have moved gets no hover, never the facts of what is there now."""
+    unchanged = common_prefix(text.source_bytes, sent)
+    answer = _unmoved_hover(state, doc, text, position, unchanged,
+                            lambda: same_directives(sent, text.source_bytes, unchanged))
+    return None if answer is False else answer
+
+
+def _unmoved_hover(state: ServerState, doc: DocumentState, text: IndexedText, position: types.Position,
+                   unchanged: int, same_directives_: Callable[[], bool]) -> types.Hover | None | bool:
+    """The hover from ``text``'s index when everything it reads lies in the first ``unchanged`` bytes,
+    which ``text`` shares with the text ``position`` refers to, and no directive differs
+    (``same_directives_``); False otherwise."""
     point = to_point(text, position)
     # The launch sizes read the macro table at the end of the file: edits after the hovered spans must
     # not have changed a directive either.
-    if text.byte_offset(point.line, point.column_byte) >= unchanged or not doc.same_directives_as(text):
+    if text.byte_offset(point.line, point.column_byte) >= unchanged or not same_directives_():
         return False
     ctx = context_at(state, doc, text, point)
     if ctx is None or not _spans_before(ctx, unchanged):
@@ -292,6 +334,7 @@ def line_hover_at(state: ServerState, doc: DocumentState, index: KernelIndex, li
 
 def register(server: KernelLspServer) -> None:
     state = server.state
+    state.on_indexed.append(prepare_hover)
 
     @server.feature(types.TEXT_DOCUMENT_HOVER)
     @guarded(state, what="hover")
@@ -299,9 +342,14 @@ def register(server: KernelLspServer) -> None:
         doc = state.documents.get(params.text_document.uri)
         if doc is None:
             return None
+        # The text the position refers to: edits sent after this request apply while it waits below.
+        sent = doc.source_bytes
         if doc.cached("index") is None:
             quick = hover_from_last_index(state, doc, params.position)
             if quick is not False:
                 return quick  # type: ignore[return-value]
         async with doc.lock:
-            return hover_at(state, doc, await doc.indexed_async(), params.position)
+            text = await doc.indexed_async()
+            if text.source_bytes is not sent:
+                return hover_from_newer_index(state, doc, text, sent, params.position)
+            return hover_at(state, doc, text, params.position)

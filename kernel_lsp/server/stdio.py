@@ -35,6 +35,8 @@ import threading
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from kernel_lsp.server.foreground import Foreground
+
 log = logging.getLogger(__name__)
 
 #: Bytes asked of one ``os.read``.
@@ -47,17 +49,24 @@ _CONTENT_LENGTH = re.compile(rb"content-length:\s*(\d+)", re.IGNORECASE)
 
 
 class MessageReader:
-    """Complete message bodies from a byte stream read by one thread."""
+    """Complete message bodies from a byte stream read by one thread.
 
-    def __init__(self, stream: BinaryIO) -> None:
+    ``foreground`` (optional) is marked busy as soon as bytes arrive, before the loop sees them, and
+    idle when the loop has handled every complete message and waits for more (see
+    :mod:`kernel_lsp.server.foreground`).
+    """
+
+    def __init__(self, stream: BinaryIO, foreground: Foreground | None = None) -> None:
         self._fd = stream.fileno()
         self._buffer = bytearray()
         self._eof = False
         self._data = asyncio.Event()
         self._thread: threading.Thread | None = None
+        self._foreground = foreground
 
     def _start(self) -> None:
         loop = asyncio.get_running_loop()
+        foreground = self._foreground
 
         def read_forever() -> None:
             while True:
@@ -66,6 +75,8 @@ class MessageReader:
                 except OSError as exc:
                     log.error("reading stdin failed: %s", exc)
                     chunk = b""
+                if chunk and foreground is not None:
+                    foreground.busy()
                 try:
                     loop.call_soon_threadsafe(self._feed, chunk)
                 except RuntimeError:  # the loop is closed: the server is gone
@@ -79,6 +90,9 @@ class MessageReader:
     def _feed(self, chunk: bytes) -> None:
         if chunk:
             self._buffer += chunk
+            if self._foreground is not None:
+                # Again on the loop, for a chunk read while the loop was going idle.
+                self._foreground.busy()
         else:
             self._eof = True
         self._data.set()
@@ -116,7 +130,16 @@ class MessageReader:
             if self._eof:
                 return None
             self._data.clear()
+            if self._foreground is not None:
+                # Queued behind what the handlers of the last messages scheduled (a quick hover's
+                # answer is written first).
+                asyncio.get_running_loop().call_soon(self._idle_unless_fed)
             await self._data.wait()
+
+    def _idle_unless_fed(self) -> None:
+        # A chunk fed since the loop ran out of messages (its _feed was queued first) keeps it busy.
+        if self._foreground is not None and not self._data.is_set():
+            self._foreground.idle()
 
 
 def _utf16_len(text: str) -> int:
@@ -199,11 +222,15 @@ async def serve(
     protocol: Any,
     stop_event: threading.Event,
     error_handler: Callable[[Exception, type], Any] | None = None,
+    foreground: Foreground | None = None,
 ) -> None:
-    """Read messages from ``stream`` and hand them to pygls's ``protocol`` until EOF or ``stop_event``."""
+    """Read messages from ``stream`` and hand them to pygls's ``protocol`` until EOF or ``stop_event``;
+    ``foreground``: see :class:`MessageReader`."""
     from pygls.exceptions import JsonRpcException
 
-    reader = MessageReader(stream)
+    if foreground is not None:
+        foreground.bind()
+    reader = MessageReader(stream, foreground)
 
     def dispatch(message: Any) -> None:
         try:

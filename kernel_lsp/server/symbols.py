@@ -28,6 +28,7 @@ from __future__ import annotations
 
 import json
 import re
+from collections.abc import Callable
 from operator import itemgetter
 from typing import Any, NamedTuple
 
@@ -149,6 +150,8 @@ def _fragment_key(source: bytes, fn: Function | HostFunction) -> tuple[bytes, st
 
 
 _first = itemgetter(0)
+#: Functions encoded between two yield points of the outline.
+_YIELD_EVERY = 64
 #: A position's line in an encoded symbol. A ``{"`` cannot occur inside a JSON string (its quote
 #: would be escaped), so only positions match.
 _LINE = re.compile(r'\{"line":(\d+),')
@@ -197,18 +200,23 @@ class _EncodedSymbols(RawJson):
         self.text = "[" + ",".join(fragments) + "]"
 
 
-def encoded_document_symbols(doc: Text, index: KernelIndex, previous: Fragments) -> tuple[RawJson, Fragments]:
+def encoded_document_symbols(doc: Text, index: KernelIndex, previous: Fragments,
+                             give_way: Callable[[], None] | None = None) -> tuple[RawJson, Fragments]:
     """The hierarchical answer, and the encoded symbol of each function for the next call.
 
     A function whose key is in ``previous`` (the last calls') is not encoded again: typing in one
     function of a 10,000-line file re-encodes that function, not the 800 others, and the ones a new
     line moved down only have their lines shifted (a few times cheaper than encoding them anew).
+    ``give_way``: a yield point, called every :data:`_YIELD_EVERY` functions (a big document's answer
+    is built off the event loop).
     """
     source = doc.source_bytes
     ranges = _Ranges(doc)
     fragments: Fragments = {}
     placed: list[tuple[tuple[int, int], str]] = []
-    for fn in index.functions:
+    for count, fn in enumerate(index.functions, 1):
+        if give_way is not None and count % _YIELD_EVERY == 0:
+            give_way()
         span = fn.span
         key = _fragment_key(source, fn)
         known = previous.get(key)
@@ -268,7 +276,8 @@ def symbols_answer(doc: DocumentState, text: IndexedText, hierarchical: bool) ->
     def compute() -> RawJson:
         if not hierarchical:
             return RawJson(flat_symbols(doc.uri, document_symbols(text, index)))
-        answer, doc.extra[_FRAGMENTS] = encoded_document_symbols(text, index, doc.extra.get(_FRAGMENTS, {}))
+        answer, doc.extra[_FRAGMENTS] = encoded_document_symbols(text, index, doc.extra.get(_FRAGMENTS, {}),
+                                                                 doc.give_way)
         return answer
 
     return doc.memo(_memo_key(hierarchical), compute)
