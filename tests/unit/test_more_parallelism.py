@@ -299,3 +299,35 @@ def test_sector_per_row_only_for_rows_shorter_than_a_warp_needs(m, applies):
     assert found.applicable == applies, found.why
     if not applies:
         assert "shorter than 128" in found.why
+
+
+CSR_ROWS = """
+__global__ void csr(int rows, const int* rowptr, const int* colidx, const float* vals, const float* x, float* y) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) {
+    float acc = 0.0f;
+    for (int j = rowptr[r]; j < rowptr[r + 1]; ++j) acc += vals[j] * x[colidx[j]];
+    y[r] = acc;
+  }
+}
+"""
+
+
+def test_sector_per_row_is_offered_for_rows_whose_length_is_in_the_data(tmp_path):
+    csr_array = lambda name, size, init: {"name": name, "array": "int32", "size": size, "init": init, "role": "in"}
+    spec = spec_of("csr", [scalar("rows", 1 << 20), csr_array("rowptr", "rows+1", "csr_rowptr(rows,40)"),
+                           csr_array("colidx", "rows*40", "csr_colidx(rows,rows,40)"), arr("vals", "rows*40"),
+                           arr("x", "rows"), arr("y", "rows", "out")], ["ceil_div(rows,256)", 1, 1], [256, 1, 1])
+    found = outcome("sector-per-row", CSR_ROWS, spec)
+    assert found.applicable, found.why
+    rewrite = found.rewrites[0]
+    assert rewrite.grid_scale == (8, 1, 1) and "j += 8" in rewrite.source
+    # A row of known length is still judged by its length: 4096 floats is a warp's work.
+    spec_long = spec_of("rowsum", [scalar("n", 1 << 20), scalar("m", 4096), arr("a", "n*m"), arr("y", "n", "out")],
+                        ["ceil_div(n,256)", 1, 1], [256, 1, 1])
+    assert not outcome("sector-per-row", ROWSUM, spec_long).applicable
+    if shutil.which("nvcc"):
+        from kernel_lsp.services.harness.compile import compile_cubin
+        from kernel_lsp.services.toolchain import BuildFlags
+
+        assert compile_cubin(rewrite.source, str(tmp_path), "cand", BuildFlags().for_arch("sm_90")).ok

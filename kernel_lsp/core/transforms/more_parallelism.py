@@ -167,7 +167,8 @@ class SectorPerRow(SplitLoop):
     name = "sector-per-row"
     technique = "warp-per-row"
     summary = "a short row walked per thread split across the lanes one sector feeds, accumulators combined with shuffles"
-    nothing_to_split = f"no loop walks a row shorter than {SHORT_ROW_TRIPS} iterations per thread"
+    nothing_to_split = (f"no loop walks a row shorter than {SHORT_ROW_TRIPS} iterations, or of data-dependent length, "
+                        "per thread")
     loop_claim = "walk a short row per thread"
 
     def lanes(self, ctx: RuleContext) -> int:
@@ -184,7 +185,7 @@ class SectorPerRow(SplitLoop):
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         ok, why = WarpPerRow.check(self, ctx)
-        return (ok, f"{why}; rows under {SHORT_ROW_TRIPS} iterations" if ok else why)
+        return (ok, f"{why}; rows under {SHORT_ROW_TRIPS} iterations or of data-dependent length" if ok else why)
 
     def _motivates(self, ctx: RuleContext, loop, patterns) -> bool:
         if not _walks_row(ctx.facts, loop, patterns):
@@ -199,7 +200,12 @@ class SectorPerRow(SplitLoop):
                 trips = bound[1] - start if bound is not None and bound[0] == bound[1] else None
         except (SpecError, ValueError, ZeroDivisionError):
             return False
-        return trips is not None and self.lanes(ctx) < trips < SHORT_ROW_TRIPS
+        if trips is None:
+            # Rows at data-dependent starts, of data-dependent length (CSR): how long they are is in the
+            # data, not the code, so a sector's worth of lanes per row is offered beside a warp per row
+            # and the harness measures which suits the user's rows.
+            return any(p.pattern == "gather" and p.access.loops and p.access.loops[-1] == loop.id for p in patterns)
+        return self.lanes(ctx) < trips < SHORT_ROW_TRIPS
 
     def _unprofitable(self, ctx: RuleContext, patterns, plans) -> str | None:
         return WarpPerRow._unprofitable(self, ctx, patterns, plans)
