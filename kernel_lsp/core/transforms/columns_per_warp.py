@@ -55,7 +55,7 @@ from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.static_check import problem_sizes
 from kernel_lsp.core.transforms.block_reduce import TreeToShuffle, _is_barrier, replace_by_lines
-from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
+from kernel_lsp.core.transforms.emit import BodyEdit, builtin_fields, emit, node_at, parse
 from kernel_lsp.core.transforms.warp_per_row import _only_updated
 
 #: (columns per block, rows of threads per block): 16 columns give 64 row-threads per column and twice
@@ -454,11 +454,10 @@ class ColumnsPerWarp(Rule):
                             f"    const bool kl_live = kl_vbid < (unsigned)({plan.grid});\n"
                             f"    __shared__ {plan.elem_type} kl_cols[{rows}][{columns}];\n")
         whole = [plan.leaf, plan.tree.span]
-        for node in _builtin_fields(root, src, lo, hi):
+        for node, new in builtin_fields(src, root.descendant_for_byte_range(lo, hi) or root, lo, hi, _BUILTIN_FIELDS):
             if any(s <= node.start_byte < e for s, e in whole):
                 continue
-            arg, fld = node.child_by_field_name("argument"), node.child_by_field_name("field")
-            edit.replace(node.start_byte, node.end_byte, _BUILTIN_FIELDS[(_text(src, arg), _text(src, fld))])
+            edit.replace(node.start_byte, node.end_byte, new)
         # Each thread now walks rows / R of a column's rows instead of rows / blockDim.x: unrolled, its loads
         # are in flight together (the sums still add in the loop's order). A pragma of the user's own stays.
         if not plan.pragma_before:
@@ -517,16 +516,3 @@ def _mentions_outside(body: Node, src: bytes, name: str, loop: Node):
             continue
         stack.extend(n.children)
 
-
-def _builtin_fields(root: Node, src: bytes, lo: int, hi: int):
-    stack = [root.descendant_for_byte_range(lo, hi) or root]
-    while stack:
-        n = stack.pop()
-        if n.end_byte <= lo or n.start_byte >= hi:
-            continue
-        if n.type == "field_expression":
-            arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
-            if arg is not None and fld is not None and (_text(src, arg), _text(src, fld)) in _BUILTIN_FIELDS:
-                yield n
-                continue
-        stack.extend(n.children)

@@ -359,3 +359,21 @@ def pragma_before(src: bytes, at: int) -> tuple[int, int, str] | None:
             return begin, begin + len(line.encode("utf-8")), line
         prev_end = prev_start - 1
     return None
+
+
+def builtin_fields(src: bytes, start: Node, lo: int, hi: int, replaced: dict[tuple[str, str], str]):
+    """The builtin fields (``threadIdx.x`` …) named in ``replaced`` between ``lo`` and ``hi`` under
+    ``start``, each with what replaces it."""
+    stack = [start]
+    while stack:
+        n = stack.pop()
+        if n.end_byte <= lo or n.start_byte >= hi:
+            continue
+        if n.type == "field_expression":
+            arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
+            if arg is not None and fld is not None:
+                key = (src[arg.start_byte:arg.end_byte].decode("utf-8"), src[fld.start_byte:fld.end_byte].decode("utf-8"))
+                if key in replaced:
+                    yield n, replaced[key]
+                    continue
+        stack.extend(n.children)

@@ -50,7 +50,9 @@ from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.poly import Poly, is_opaque
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
-from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, expands_to, node_at, parse, splice_body
+from kernel_lsp.core.transforms.emit import (
+    BodyEdit, UserText, builtin_fields, emit, expands_to, node_at, parse, splice_body,
+)
 
 #: Rows per thread tried, largest first (each a separate candidate where the launch allows it).
 ROWS_PER_THREAD = (8, 6, 4, 3, 2)
@@ -353,7 +355,7 @@ class StencilRowReuse(Rule):
         lo, hi = facts.body_span
         axis = plan.axis
         replaced = {axis.index: "kl_vrow", axis.extent: f"({axis.extent[0]}.{axis.extent[1]} * {rows}u)"}
-        builtins = list(_builtin_fields(src, lo, hi, plan.kernel, replaced))
+        builtins = list(builtin_fields(src, plan.kernel, lo, hi, replaced))
 
         def render(node: Node, extra: list[tuple[int, int, str]] = ()) -> str:
             subs = [(n.start_byte, n.end_byte, v) for n, v in builtins
@@ -417,16 +419,3 @@ class StencilRowReuse(Rule):
 def _product(shape: tuple[int, int, int]) -> int:
     return shape[0] * shape[1] * shape[2]
 
-
-def _builtin_fields(src: bytes, lo: int, hi: int, start: Node, replaced: dict[tuple[str, str], str]):
-    stack = [start]
-    while stack:
-        n = stack.pop()
-        if n.end_byte <= lo or n.start_byte >= hi:
-            continue
-        if n.type == "field_expression":
-            arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
-            if arg is not None and fld is not None and (_text(src, arg), _text(src, fld)) in replaced:
-                yield n, replaced[(_text(src, arg), _text(src, fld))]
-                continue
-        stack.extend(n.children)

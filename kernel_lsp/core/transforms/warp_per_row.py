@@ -47,7 +47,9 @@ from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
-from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, pragma_before, warp_reduce_helpers
+from kernel_lsp.core.transforms.emit import (
+    WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, pragma_before, warp_reduce_helpers,
+)
 
 #: The ``unroll`` variant unrolls by UNROLL each split loop of at least this many iterations per
 #: lane at the spec's size: each lane has one load per iteration in flight, and a long row streams
@@ -331,9 +333,8 @@ class WarpPerRow(Rule):
                             f"/ {lanes}u;\n"
                             "    const unsigned kl_vtid = (unsigned)(kl_gwarp % blockDim.x);\n"
                             "    const unsigned kl_vbid = (unsigned)(kl_gwarp / blockDim.x);\n")
-        for node in _builtin_fields(root, src, lo, hi):
-            arg, fld = node.child_by_field_name("argument"), node.child_by_field_name("field")
-            edit.replace(node.start_byte, node.end_byte, _BUILTIN_FIELDS[(_text(src, arg), _text(src, fld))].format(lanes=lanes))
+        for node, new in builtin_fields(src, root.descendant_for_byte_range(lo, hi) or root, lo, hi, _BUILTIN_FIELDS):
+            edit.replace(node.start_byte, node.end_byte, new.format(lanes=lanes))
         ops: set[str] = set()
         unrolled = False
         for n, plan in enumerate(plans):
@@ -373,18 +374,6 @@ class WarpPerRow(Rule):
                 "warp shuffles; launched with 32 times the blocks")
 
 
-def _builtin_fields(root: Node, src: bytes, lo: int, hi: int):
-    stack = [root.descendant_for_byte_range(lo, hi) or root]
-    while stack:
-        n = stack.pop()
-        if n.end_byte <= lo or n.start_byte >= hi:
-            continue
-        if n.type == "field_expression":
-            arg, fld = n.child_by_field_name("argument"), n.child_by_field_name("field")
-            if arg is not None and fld is not None and (_text(src, arg), _text(src, fld)) in _BUILTIN_FIELDS:
-                yield n
-                continue
-        stack.extend(n.children)
 
 
 def _init_value(init: Node | None) -> Node | None:
