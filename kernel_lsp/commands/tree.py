@@ -60,6 +60,15 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
                        help="replays under other seeds and orders that must confirm each kept edit (default 8; 0: none)")
     learn.add_argument("--noise-z", type=float, default=2.0,
                        help="an edit is kept only when its gain exceeds this many standard errors over the replicas (default 2)")
+    learn.add_argument("--agreement-dataset",
+                       help="recorded full profiles a learned tree's classes must agree with (raw-page CSV exports; "
+                            "default: the checkout's tests/fixtures/ncu/dataset, which tests/unit/test_tree.py uses)")
+    learn.add_argument("--agreement-sources", action="append",
+                       help="folder of the .cu files of those profiles (repeatable; default: programs/ beside the dataset)")
+    learn.add_argument("--min-agreement", type=float, default=0.9,
+                       help="an edit is not kept below this agreement, unless the starting tree is below it (default 0.9)")
+    learn.add_argument("--agreement-margin", type=float, default=0.05,
+                       help="nor below the starting tree's agreement less this (default 0.05)")
     learn.add_argument("--records", help="learning records JSON: written when learning ends, resumed from when present")
     learn.add_argument("--out", help="write the learned tree here (default: print it)")
     learn.set_defaults(func=run_learn)
@@ -131,18 +140,24 @@ def run_learn(args: argparse.Namespace) -> int:
     from kernel_lsp.core import tree_learning as L
     from kernel_lsp.services.kb import catalogue_text
     from kernel_lsp.services.profiler import load_costs, load_cupti_costs
-    from kernel_lsp.services.tree_dataset import load_corpus_cases, split_cases
+    from kernel_lsp.services.tree_dataset import load_corpus_cases, load_recorded_samples, split_cases
 
     try:
         start = _tree(args.tree, hand=True)
         cases, left_out = load_corpus_cases(args.corpus, args.profiles, args.outcomes)
+        recorded = load_recorded_samples(args.agreement_dataset,
+                                         tuple(args.agreement_sources) if args.agreement_sources else None)
     except (OSError, ValueError, KeyError, T.TreeError) as exc:
         print(f"tree learn: {exc}", file=sys.stderr)
         return EXIT_USAGE
     costs = load_cupti_costs() if args.cost_model == "cupti" else load_costs()
-    if costs is None or len(cases) < 2:
-        print("tree learn: " + ("no section cost table" if costs is None else f"{len(cases)} usable kernels"), file=sys.stderr)
+    ncu_costs = load_costs()
+    if costs is None or ncu_costs is None or len(cases) < 2:
+        print("tree learn: " + ("no section cost table" if costs is None or ncu_costs is None
+                                else f"{len(cases)} usable kernels"), file=sys.stderr)
         return EXIT_USAGE
+    # Scored as tests/unit/test_tree.py scores the shipped tree: the same samples and the ncu section table.
+    agreement = L.Agreement(recorded, ncu_costs, start, min_agreement=args.min_agreement, margin=args.agreement_margin)
     states, priors = kb_logic.catalogue_states(catalogue_text()[1])
     policy = L.Policy(states, priors, budget=args.budget, seed=args.seed, replicas=args.replicas)
     train, held = split_cases(cases, args.held_out_every)
@@ -165,43 +180,60 @@ def run_learn(args: argparse.Namespace) -> int:
             json.dump({"format": "kernel-lsp-tree-learning", "budget": args.budget, "cost_weight": args.cost_weight,
                        "cost_model": args.cost_model, "command": " ".join(["kernel-lsp", *sys.argv[1:]]),
                        "min_gain": args.min_gain, "noise_z": args.noise_z, "seed": args.seed,
-                       "replicas": args.replicas, "confirm_replicas": args.confirm_replicas, "train": [c.sample.name for c in train],
+                       "replicas": args.replicas, "confirm_replicas": args.confirm_replicas,
+                       "agreement": {"samples": agreement.samples, "start": agreement.start, "floor": agreement.floor,
+                                     "min_agreement": args.min_agreement, "margin": args.agreement_margin},
+                       "train": [c.sample.name for c in train],
                        "held_out": [c.sample.name for c in held], "left_out": left_out, "steps": steps,
                        "tree": T.tree_to_json(tree_now), "evaluation": evaluation}, f, indent=1)
 
     rounds_left = max(0, args.rounds - len(steps_done))
     learned, steps = L.learn(tree, replay_train, cost_weight=args.cost_weight, min_gain=args.min_gain,
-                             noise_z=args.noise_z, max_rounds=rounds_left, patience=args.patience, confirm=confirm)
+                             noise_z=args.noise_z, max_rounds=rounds_left, patience=args.patience, confirm=confirm,
+                             agreement=agreement)
     offset = len(steps_done)
     steps_done += [{"round": s.round + offset, "kind": s.kind, "edit": s.edit, "score_before": s.score_before,
                     "score_after": s.score_after, "geomean_after": s.geomean_after,
                     "cost_ratio_after": s.cost_ratio_after, "gain_se": s.gain_se, "confirm_gain": s.confirm_gain,
-                    "confirm_se": s.confirm_se, "kept": s.kept} for s in steps]
+                    "confirm_se": s.confirm_se, "agreement_before": s.agreement_before,
+                    "agreement_after": s.agreement_after, "refused_edit": s.refused_edit,
+                    "refused_gain": s.refused_gain, "refused_agreement": s.refused_agreement, "kept": s.kept}
+                   for s in steps]
     for s in steps_done[offset:]:
         print(f"round {s['round']}: {s['kind']} {s['edit']}: {s['score_before']:.4f} -> {s['score_after']:.4f} "
               f"(se {s.get('gain_se', 0.0):.4f}"
               + (f"; confirmed gain {s['confirm_gain']:.4f}, se {s['confirm_se']:.4f}" if s.get("confirm_gain") is not None else "")
-              + f") {'kept' if s['kept'] else 'not kept'}", file=sys.stderr)
+              + (f"; agreement {s['agreement_after']:.0%}" if s.get("agreement_after") is not None else "")
+              + f") {'kept' if s['kept'] else 'not kept'}"
+              + (f"; above it, {s['refused_edit']} (gain {s['refused_gain']:.4f}) fell to agreement "
+                 f"{s['refused_agreement']:.0%}" if s.get("refused_edit") else ""), file=sys.stderr)
     learned = replace(learned, name="learned", doc=f"Learned by `kernel-lsp tree learn` from {start.name!r} on "
                       f"{len(train)} corpus kernels (budget {args.budget} verified candidates, cost weight "
                       f"{args.cost_weight}, {args.replicas} replicas); a leaf with state_from 'source' has the optimizer "
                       f"rank its kernels by the static analysis' state; `kernel-lsp tree show` gives each learned "
                       f"node's round and score.")
     evaluation = {}
+    # Agreement on the recorded profiles (the same for both splits): the full profile is its own class, and
+    # without a profile there is no class to show.
+    agreements = {"learned": agreement.of(learned), "hand_written": agreement.of(start), "full": 1.0, "no_profile": None}
     for split, replay in (("train", replay_train), ("held_out", replay_held)):
         evaluation[split] = {"learned": _feedback_json(replay.run(learned, args.cost_weight)),
                              "hand_written": _feedback_json(replay.run(start, args.cost_weight)),
                              "full": _feedback_json(replay.run_full(args.cost_weight)),
                              "no_profile": _feedback_json(replay.run(None, args.cost_weight))}
+        for who, value in agreements.items():
+            evaluation[split][who]["agreement"] = value
     save(learned, steps_done, evaluation)
     print(f"{len(cases)} kernels ({len(train)} train, {len(held)} held out); left out: {len(left_out)}", file=sys.stderr)
     print(f"{'split':9s} {'profile':13s} {'geomean':>8s} {'seed ' + str(args.seed):>8s} {'cost':>7s} {'s/kernel':>9s} "
-          f"{'unknown':>8s}   (geomean: over {args.replicas} replicas)", file=sys.stderr)
+          f"{'unknown':>8s} {'agrees':>7s}   (geomean: over {args.replicas} replicas; agrees: on {agreement.samples} "
+          f"recorded full profiles, floor {agreement.floor:.0%})", file=sys.stderr)
     for split, rows in evaluation.items():
         for who, r in rows.items():
             unknown = sum(k["unknown"] for k in r["kernels"])
             print(f"{split:9s} {who:13s} {r['geomean_speedup']:7.3f}x {r['geomean_first_replica']:7.3f}x "
-                  f"{r['cost_ratio']:6.1%} {r['seconds_per_kernel']:9.2f} {unknown:8d}", file=sys.stderr)
+                  f"{r['cost_ratio']:6.1%} {r['seconds_per_kernel']:9.2f} {unknown:8d} "
+                  f"{'-' if r['agreement'] is None else format(r['agreement'], '.0%'):>7s}", file=sys.stderr)
     _emit_tree(learned, args.out)
     return EXIT_OK
 

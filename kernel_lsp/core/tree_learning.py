@@ -34,6 +34,19 @@ facts (known before any profile) or first-pass ones -- and keeps an edit only wh
 exceeds ``min_gain`` and ``noise_z`` standard errors of the paired per-replica gains (the measured
 noise), and, given confirmation replicas (other seeds and orders), again there: the best of many
 edits is flattered by the replicas that chose it. It stops after ``patience`` rounds without gain.
+
+The profile has a second reader: the editor's hover shows the bottleneck class the tree's collection
+gives (:func:`kernel_lsp.core.classify.classify`), and the score above never sees it -- a split that
+sends most kernels to a source leaf collecting nothing more can raise the optimizer's results while its
+profiles no longer name the full profile's bottleneck. So, given an :class:`Agreement` (the recorded full
+profiles the tree's tests hold it to, :func:`profiling_tree.score`), an edit whose tree agrees with the
+full profile's class on fewer of those samples than the floor is not a candidate at all. The floor is the
+starting tree's agreement less ``margin`` (0.05: about one kernel's first and repeat profiles of the 27
+recorded), but never below ``min_agreement`` (0.9, what the shipped tree is tested against) unless the
+starting tree is already below it, and then never below the starting tree's. The alternative, a source
+leaf that keeps collecting its node's groups, would pay that cost on every profile for a class the
+ranking ignores, and a split above a test has no one leaf's groups to keep; the floor instead lets the
+learner put source leaves only where the class survives without more collection.
 Pure: no IO.
 """
 
@@ -260,6 +273,35 @@ class Step:
     confirm_gain: float | None = None
     """The gain re-measured on the confirmation replicas (other seeds and orders); None: not confirmed."""
     confirm_se: float | None = None
+    agreement_before: float | None = None
+    """The tree's agreement with the full profiles' classes before the round (None: no :class:`Agreement`)."""
+    agreement_after: float | None = None
+    """The edited tree's agreement."""
+    refused_edit: str | None = None
+    """The edit that would have ranked above this one but fell below the agreement floor (None: none did)."""
+    refused_gain: float | None = None
+    """Its mean score gain."""
+    refused_agreement: float | None = None
+    """Its tree's agreement."""
+
+
+class Agreement:
+    """The floor on what the profile tells the user: the share of recorded full profiles (first and repeat
+    profile of each, :func:`profiling_tree.score`) whose class from the tree's collection equals the full
+    profile's. ``floor`` is fixed from ``start`` (the tree learning starts from), so a resumed run keeps it."""
+
+    def __init__(self, samples: Sequence[T.Sample], costs: T.CostModel, start: T.Tree, *,
+                 min_agreement: float = 0.9, margin: float = 0.05):
+        self._data = T._Dataset(samples, costs)
+        self.samples = len(self._data.samples)
+        self.start = self.of(start)
+        self.floor = max(self.start - margin, min(min_agreement, self.start))
+
+    def of(self, tree: T.Tree) -> float:
+        return self._data.score(tree, 0.0).agreement
+
+    def holds(self, tree: T.Tree) -> bool:
+        return self.of(tree) >= self.floor - 1e-12
 
 
 def learning_edits(tree: T.Tree, samples: Sequence[T.Sample], costs: T.CostModel, cost_weight: float = 0.25) -> list[T.Edit]:
@@ -332,6 +374,7 @@ def learn(
     patience: int = 1,
     proposer: T.Proposer | None = None,
     confirm: Replay | None = None,
+    agreement: Agreement | None = None,
 ) -> tuple[T.Tree, list[Step]]:
     """Greedy refinement by optimization feedback (AutoProfiler's accept-on-improvement loop).
 
@@ -343,7 +386,9 @@ def learn(
     replicas that chose it than it is, so with ``confirm`` (the same kernels under other seeds and orders)
     the chosen edit must pass the same test there too. Learning stops after ``patience`` rounds in a row
     without gain or after ``max_rounds``. Trees whose kernels all get the same ranking input and cost
-    replay alike, so each distinct outcome is replayed once."""
+    replay alike, so each distinct outcome is replayed once. With ``agreement``, an edit whose tree falls
+    below its floor is passed over (the round takes the best edit that holds it, and records the best
+    one refused when that one would have ranked higher)."""
     samples = [c.sample for c in replay.cases]
     propose = proposer or (lambda t, s, c: learning_edits(t, s, c, cost_weight))
     memos: dict[int, dict[tuple, Feedback]] = {}
@@ -363,6 +408,8 @@ def learn(
     rejected: set[tuple] = set()
     for round_no in range(1, max_rounds + 1):
         best: tuple[float, float, float, Feedback, T.Edit, T.Tree] | None = None
+        # The best edit below the agreement floor: (conservative gain, gain, its description, its agreement).
+        refused: tuple[float, float, str, float] | None = None
         for edit in propose(tree, samples, replay.costs):
             candidate = edit.apply(tree)
             if replay.outcome_key(candidate) in rejected:
@@ -371,6 +418,11 @@ def learn(
             gain, se = _paired_gain(current, feedback)
             conservative = gain - noise_z * se
             if best is None or conservative > best[0] + 1e-12:
+                # Only an edit that would rank first needs its agreement measured.
+                if agreement is not None and not agreement.holds(candidate):
+                    if refused is None or conservative > refused[0]:
+                        refused = (conservative, gain, edit.description, agreement.of(candidate))
+                    continue
                 best = (conservative, gain, se, feedback, edit, candidate)
         if best is None:
             break
@@ -380,8 +432,13 @@ def learn(
         if kept and confirm is not None:
             confirm_gain, confirm_se = _paired_gain(score(tree, confirm), score(candidate, confirm))
             kept = confirm_gain > min_gain and confirm_gain - noise_z * confirm_se > 0
+        outranked = refused is not None and refused[0] > conservative
         steps.append(Step(round_no, edit.kind, edit.description, current.value, feedback.value,
-                          feedback.geomean_speedup, feedback.cost_ratio, kept, se, confirm_gain, confirm_se))
+                          feedback.geomean_speedup, feedback.cost_ratio, kept, se, confirm_gain, confirm_se,
+                          None if agreement is None else agreement.of(tree),
+                          None if agreement is None else agreement.of(candidate),
+                          refused[2] if outranked else None, refused[1] if outranked else None,
+                          refused[3] if outranked else None))
         if kept:
             tree, current, idle = _with_provenance(tree, edit, steps[-1]), feedback, 0
             rejected.clear()
@@ -410,6 +467,8 @@ def _with_provenance(tree: T.Tree, edit: T.Edit, step: Step) -> T.Tree:
             f"{step.cost_ratio_after:.1%} of full")
     if step.confirm_gain is not None:
         note += f"; confirmed gain {step.confirm_gain:.4f} (se {step.confirm_se:.4f}) on other seeds and orders"
+    if step.agreement_after is not None:
+        note += f"; agrees with the full profile's class on {step.agreement_after:.0%} of the recorded profiles"
     nodes = dict(tree.nodes)
     # A new node that carries on an old one (the side of a SPLIT that keeps the leaf) keeps its why too.
     carried = {n.doc for n in tree.nodes.values() if n.doc and "learned in round" not in n.doc}

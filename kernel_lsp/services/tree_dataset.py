@@ -61,6 +61,22 @@ def load_dataset(folder: str, source_dirs: tuple[str, ...] = ()) -> list[Sample]
     return sorted(samples, key=lambda s: s.name)
 
 
+def recorded_dataset_dir() -> str:
+    """The recorded full profiles of a checkout (``tests/fixtures/ncu/dataset``: 27 kernels on an H200, with
+    their .cu files there and in ``programs``): what the shipped tree's agreement is tested and learned on."""
+    return os.path.join(os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__)))),
+                        "tests", "fixtures", "ncu", "dataset")
+
+
+def load_recorded_samples(folder: str | None = None, source_dirs: tuple[str, ...] | None = None) -> list[Sample]:
+    """:func:`load_dataset` of ``folder`` (default :func:`recorded_dataset_dir`) with the .cu files of
+    ``source_dirs`` (default: the ``programs`` folder beside it)."""
+    folder = folder or recorded_dataset_dir()
+    if source_dirs is None:
+        source_dirs = (os.path.join(os.path.dirname(os.path.abspath(folder)), "programs"),)
+    return load_dataset(folder, source_dirs)
+
+
 def load_corpus_cases(corpus_dir: str, profiles_path: str, outcomes_path: str) -> tuple[list[Case], list[str]]:
     """The learning cases of the corpus kernels that have both a recorded full profile and recorded verdicts.
 

@@ -253,14 +253,11 @@ def test_cost_model_charges_sections_and_sass_patching_once_per_run():
 # --- on the recorded dataset (27 kernels, full profiles from an H200) ---------------------
 
 def _recorded():
-    import os
-
     from kernel_lsp.services.profiler import load_costs
-    from kernel_lsp.services.tree_dataset import load_dataset
+    from kernel_lsp.services.tree_dataset import load_recorded_samples
 
-    fix = os.path.join(os.path.dirname(__file__), "..", "fixtures", "ncu")
-    samples = load_dataset(os.path.join(fix, "dataset"), (os.path.join(fix, "programs"),))
-    return samples, load_costs()
+    # the same samples `kernel-lsp tree learn` holds a learned tree's agreement to
+    return load_recorded_samples(), load_costs()
 
 
 def test_shipped_tree_on_recorded_profiles():

@@ -295,12 +295,18 @@ def test_tree_learn_records_the_steps_noise_and_all_four_arms(tmp_path, capsys):
     assert data["replicas"] == 2 and data["confirm_replicas"] == 2 and data["noise_z"] == 2.0
     assert len(data["steps"]) == 1
     assert {"gain_se", "confirm_gain", "confirm_se", "kept", "score_before", "score_after"} <= set(data["steps"][0])
+    # the agreement with the recorded full profiles test_tree.py holds the shipped tree to, per step and per arm
+    assert data["agreement"]["samples"] == 27 and data["agreement"]["start"] == 1.0
+    assert data["agreement"]["floor"] == pytest.approx(0.95)
+    assert data["steps"][0]["agreement_before"] == 1.0 and data["steps"][0]["agreement_after"] >= 0.95
     for split in ("train", "held_out"):
         arms = data["evaluation"][split]
         assert set(arms) == {"learned", "hand_written", "full", "no_profile"}
         assert all(len(arm["replica_scores"]) == 2 for arm in arms.values())
         assert all(k["state_from"] == "source" for k in arms["no_profile"]["kernels"])
         assert arms["full"]["cost_ratio"] == pytest.approx(1.0) and arms["no_profile"]["seconds_per_kernel"] == 0.0
+        assert arms["hand_written"]["agreement"] == 1.0 and arms["learned"]["agreement"] >= 0.95
+        assert arms["full"]["agreement"] == 1.0 and arms["no_profile"]["agreement"] is None
     assert "from 'hand-written'" in T.parse_tree(out.read_text()).doc  # learning starts from the hand-written tree
     assert "held_out  learned" in capsys.readouterr().err
 
@@ -333,3 +339,48 @@ def test_a_split_above_a_test_routes_its_whole_subtree_and_unknown_facts_keep_th
     cases = [L.Case(T.Sample(f"k{i}", {MEM: 80.0 + i, SM: 20.0}, {"static.loops": float(i % 2)}), (), None)
              for i in range(3)]
     assert any(e.node == "t" and e.kind == "SPLIT" for e in L.learning_edits(tree, [c.sample for c in cases], costs))
+
+
+def _recorded_strided(loops: float) -> T.Sample:
+    """The recorded strided gather's full profile: only the SASS coalescing group names its class."""
+    from kernel_lsp.services.tree_dataset import load_recorded_samples
+
+    strided = next(s for s in load_recorded_samples() if "strided_gather" in s.name)
+    return T.Sample("strided", strided.metrics, {"static.loops": loops})
+
+
+def test_the_agreement_floor_is_the_start_less_a_margin_but_not_below_the_contract(costs):
+    sample = _recorded_strided(1.0)
+    informed, bare = _tree(("group:coalescing", "group:coalescing_sass")), _tree(())
+    full_agreement = L.Agreement([sample], costs, informed)
+    assert full_agreement.start == 1.0 and full_agreement.floor == pytest.approx(0.95)
+    assert full_agreement.holds(informed) and not full_agreement.holds(bare) and full_agreement.of(bare) == 0.0
+    # a wide margin stops at the contract; a start already below it is the floor itself
+    assert L.Agreement([sample], costs, informed, margin=0.5).floor == pytest.approx(0.9)
+    below = L.Agreement([sample], costs, bare)
+    assert below.start == 0.0 and below.floor == 0.0 and below.holds(bare)
+
+
+def test_an_edit_that_leaves_the_profile_naming_another_bottleneck_is_not_kept(costs):
+    # As in the test above: routing the looping kernels to the source raises the optimizer's results...
+    cases = ([_misled(f"loop{i}", 1.0, 2.0 + i) for i in range(3)]
+             + [_misled(f"flat{i}", 0.0, 30.0 + i, static_state="busy-memory") for i in range(3)])
+    replay = L.Replay(cases, costs, L.Policy(POLICY.states, POLICY.priors, POLICY.budget, POLICY.hints, replicas=3))
+    start = _tree(("group:coalescing", "group:coalescing_sass"))
+    unguarded, free_steps = L.learn(start, replay, max_rounds=4)
+    assert free_steps[0].kept and "static.loops" in free_steps[0].edit and free_steps[0].agreement_after is None
+    # ...but a looping kernel's source leaf collects nothing more, and its profile would no longer say uncoalesced.
+    agreement = L.Agreement([_recorded_strided(1.0)], costs, start)
+    assert agreement.of(unguarded) < agreement.floor
+    learned, steps = L.learn(start, replay, max_rounds=4, agreement=agreement)
+    assert agreement.of(learned) >= agreement.floor
+    assert steps[0].agreement_before == 1.0 and steps[0].refused_edit == free_steps[0].edit
+    assert steps[0].refused_agreement == 0.0 and steps[0].refused_gain == pytest.approx(free_steps[0].score_after
+                                                                                         - free_steps[0].score_before)
+    assert all(s.agreement_after >= agreement.floor for s in steps)
+    # where the recorded kernel does not loop, the same split leaves its profile as it was and is kept
+    elsewhere = L.Agreement([_recorded_strided(0.0)], costs, start)
+    kept, kept_steps = L.learn(start, replay, max_rounds=4, agreement=elsewhere)
+    assert kept_steps[0].kept and kept_steps[0].edit == free_steps[0].edit and kept_steps[0].agreement_after == 1.0
+    assert kept_steps[0].refused_edit is None and "agrees with the full profile's class on 100%" in "".join(
+        leaf.doc for leaf in kept.leaves())
