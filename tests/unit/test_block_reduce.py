@@ -12,6 +12,7 @@ import pytest
 
 from kernel_lsp.core.rules import evaluate, rule_by_name
 from kernel_lsp.core.spec import parse_spec
+from nvcc_check import compiles
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "benchmarks" / "corpus"
@@ -31,19 +32,6 @@ def spec_of(kernel: str, block: int, variants=None, out_size="ceil_div(n,256)") 
 
 def outcome(rule: str, source: str, spec: dict):
     return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
-
-
-def compiles(source: str, tmp_path: Path, beside: Path | None = None) -> None:
-    """nvcc on the candidate; ``beside``: the corpus kernel's folder, whose relative includes it keeps."""
-    from kernel_lsp.services.harness.compile import compile_cubin
-    from kernel_lsp.services.toolchain import BuildFlags
-
-    work = tmp_path / "k"
-    work.mkdir()
-    if beside is not None and (beside.parent / "_common").is_dir():
-        shutil.copytree(beside.parent / "_common", tmp_path / "_common")
-    result = compile_cubin(source, str(work), "cand", BuildFlags().for_arch("sm_90"))
-    assert result.ok, result.log
 
 
 TREE = """

@@ -16,6 +16,7 @@ from kernel_lsp.core.rules import RULES, RuleGenerator, evaluate, rule_by_name
 from kernel_lsp.core.spec import parse_spec, with_candidate_launch
 from kernel_lsp.core.static_check import check
 from kernel_lsp.core.transforms.launch_edit import applied_source, divided_grid, scale_launches
+from nvcc_check import compiles
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "benchmarks" / "corpus"
@@ -50,19 +51,6 @@ def spec_of(block=(256, 1, 1), grid="cols", variants=({"rows": 77, "cols": 100},
 
 def outcome(source: str, spec: dict, preprocessed=None):
     return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("columns-per-warp")], preprocessed=preprocessed)[0]
-
-
-def compiles(source: str, tmp_path: Path, beside: Path | None = None) -> None:
-    """nvcc on the candidate; ``beside``: the corpus kernel's folder, whose relative includes it keeps."""
-    from kernel_lsp.services.harness.compile import compile_cubin
-    from kernel_lsp.services.toolchain import BuildFlags
-
-    work = tmp_path / "k"
-    work.mkdir()
-    if beside is not None and (beside.parent / "_common").is_dir():
-        shutil.copytree(beside.parent / "_common", tmp_path / "_common")
-    result = compile_cubin(source, str(work), "cand", BuildFlags().for_arch("sm_90"))
-    assert result.ok, result.log
 
 
 def test_a_column_sum_is_regrouped_with_its_tail_guarded():
