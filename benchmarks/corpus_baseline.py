@@ -47,7 +47,7 @@ from kernel_lsp.core import expr  # noqa: E402
 from kernel_lsp.core.spec import FLOAT_TYPES, ArrayParam, Spec, parse_spec  # noqa: E402
 from kernel_lsp.services.toolchain import BuildFlags  # noqa: E402
 from kernel_lsp.services.harness.compile import compile_cubin, find_entry  # noqa: E402
-from kernel_lsp.services.proc import run  # noqa: E402
+from kernel_lsp.services.proc import ToolMissing, run  # noqa: E402
 
 CORPUS = os.path.join(HERE, "corpus")
 DRAM_BYTES_PER_S = 4.3e12
@@ -58,6 +58,15 @@ WARMUP_LAUNCHES = 3
 MAX_TRIALS = 200
 TRIAL_BUDGET_S = 0.5
 """Timed launches continue past ``--min-trials`` until this much wall time per kernel."""
+
+
+def gpu_name() -> str | None:
+    """The first GPU's name as nvidia-smi gives it; None without one (or without nvidia-smi)."""
+    try:
+        out = run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], timeout_s=30)
+    except ToolMissing:
+        return None
+    return out.stdout.strip().splitlines()[0] if out.ok and out.stdout.strip() else None
 
 
 def entries(only: set[str] | None) -> list[str]:

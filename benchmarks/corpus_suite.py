@@ -28,7 +28,6 @@ import math
 import os
 import platform
 import re
-import subprocess
 import sys
 import tempfile
 import time
@@ -39,7 +38,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from corpus_baseline import entries, floor_us, load_spec  # noqa: E402
+from corpus_baseline import entries, floor_us, gpu_name, load_spec  # noqa: E402
 
 from kernel_lsp.config import Settings  # noqa: E402
 from kernel_lsp.services.optimizer import Budget  # noqa: E402
@@ -47,15 +46,6 @@ from kernel_lsp.services.session import Session  # noqa: E402
 
 CORPUS = ROOT / "benchmarks" / "corpus"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "corpus_suite.json"
-
-
-def _gpu_name() -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
 def run_kernel(name: str, budget: Budget, baseline: dict[str, Any], scratch: str) -> dict[str, Any]:
@@ -175,7 +165,7 @@ def main(argv: list[str] | None = None) -> int:
                   f"{row['candidates']} candidates, {row['wall_s']:.1f} s" + (f"  ERROR {row['error']}" if "error" in row else ""),
                   flush=True)
             result = {
-                "machine": {"host": platform.node(), "python": platform.python_version(), "gpu": _gpu_name()},
+                "machine": {"host": platform.node(), "python": platform.python_version(), "gpu": gpu_name()},
                 "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
                 "budget": {"max_candidates": args.budget, "max_seconds": args.max_seconds},

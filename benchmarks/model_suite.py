@@ -34,7 +34,6 @@ import json
 import math
 import os
 import platform
-import subprocess
 import sys
 import tempfile
 import time
@@ -45,7 +44,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from corpus_baseline import entries, load_spec  # noqa: E402
+from corpus_baseline import entries, gpu_name, load_spec  # noqa: E402
 
 from kernel_lsp.config import Settings  # noqa: E402
 from kernel_lsp.core.candidates import Candidate  # noqa: E402
@@ -63,12 +62,7 @@ DEFAULT_OUT = ROOT / "benchmarks" / "results" / "model_suite.json"
 def _machine() -> dict[str, Any]:
     info: dict[str, Any] = {"host": platform.node(), "platform": platform.platform(), "python": platform.python_version(),
                             "cpus": os.cpu_count()}
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True, text=True,
-                             timeout=30)
-        info["gpu"] = out.stdout.strip() or None
-    except (OSError, subprocess.SubprocessError):
-        info["gpu"] = None
+    info["gpu"] = gpu_name()
     return info
 
 

@@ -31,7 +31,6 @@ import json
 import os
 import platform
 import shutil
-import subprocess
 import sys
 import tempfile
 import time
@@ -42,22 +41,13 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
-from corpus_baseline import entries, load_spec  # noqa: E402
+from corpus_baseline import entries, gpu_name, load_spec  # noqa: E402
 
 from kernel_lsp.services import sweep  # noqa: E402
 from kernel_lsp.services.sweep import SweepOptions, discover, run_sweep  # noqa: E402
 
 CORPUS = ROOT / "benchmarks" / "corpus"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "sweep_suite.json"
-
-
-def _gpu_name() -> str | None:
-    try:
-        out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"], capture_output=True,
-                             text=True, timeout=30)
-    except (OSError, subprocess.SubprocessError):
-        return None
-    return out.stdout.strip().splitlines()[0] if out.returncode == 0 and out.stdout.strip() else None
 
 
 def lay_out(names: list[str], scratch: Path) -> Path:
@@ -95,7 +85,7 @@ def write(args: argparse.Namespace, rows: list[dict[str, Any]], total: dict[str,
     import ray
 
     result = {
-        "machine": {"host": platform.node(), "python": platform.python_version(), "gpu": _gpu_name(),
+        "machine": {"host": platform.node(), "python": platform.python_version(), "gpu": gpu_name(),
                     "ray": ray.__version__, "cpus": os.cpu_count()},
         "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
         "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
