@@ -2,18 +2,16 @@
 
 from __future__ import annotations
 
-import shutil
 from pathlib import Path
 
 
-def compiles(source: str, tmp_path: Path, beside: Path | None = None) -> None:
-    """nvcc on the candidate; ``beside``: the corpus kernel's folder, whose relative includes it keeps."""
+def compiles(source: str, folder: str | Path, include: str | Path | None = None) -> None:
+    """``nvcc -arch=sm_90 -cubin`` on the candidate, in ``folder``; ``include``: the corpus kernel's folder,
+    where its relative includes (``../_common/…``) resolve."""
     from kernel_lsp.services.harness.compile import compile_cubin
     from kernel_lsp.services.toolchain import BuildFlags
 
-    work = tmp_path / "k"
-    work.mkdir()
-    if beside is not None and (beside.parent / "_common").is_dir():
-        shutil.copytree(beside.parent / "_common", tmp_path / "_common")
-    result = compile_cubin(source, str(work), "cand", BuildFlags().for_arch("sm_90"))
+    Path(folder).mkdir(parents=True, exist_ok=True)
+    flags = BuildFlags(flags=("-I", str(include)) if include else ()).for_arch("sm_90")
+    result = compile_cubin(source, str(folder), "cand", flags)
     assert result.ok, result.log

@@ -16,6 +16,7 @@ from kernel_lsp.core.rules import RuleGenerator, evaluate, rule_by_name
 from kernel_lsp.core.source import preprocess
 from kernel_lsp.core.spec import parse_spec, with_candidate_launch
 from kernel_lsp.services.source_view import header_reader
+from nvcc_check import compiles
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
 
@@ -37,15 +38,6 @@ def scalar(name, value):
 
 def outcome(rule: str, source: str, spec: dict):
     return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
-
-
-def compiles(source: str, tmp_path, include: str | None = None) -> None:
-    from kernel_lsp.services.harness.compile import compile_cubin
-    from kernel_lsp.services.toolchain import BuildFlags
-
-    flags = BuildFlags(flags=("-I", include) if include else ()).for_arch("sm_90")
-    result = compile_cubin(source, str(tmp_path), "cand", flags)
-    assert result.ok, result.log
 
 
 def corpus(name: str):

@@ -11,6 +11,7 @@ import pytest
 
 from kernel_lsp.core.rules import evaluate, rule_by_name
 from kernel_lsp.core.spec import parse_spec
+from nvcc_check import compiles
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
 
@@ -32,15 +33,6 @@ def scalar(name, value):
 
 def outcome(source: str, spec: dict):
     return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("shared-tile-store")])[0]
-
-
-def compiles(source: str, folder: Path) -> None:
-    from kernel_lsp.services.harness.compile import compile_cubin
-    from kernel_lsp.services.toolchain import BuildFlags
-
-    folder.mkdir(parents=True, exist_ok=True)
-    result = compile_cubin(source, str(folder), "cand", BuildFlags().for_arch("sm_90"))
-    assert result.ok, result.log
 
 
 TRANSPOSE = """

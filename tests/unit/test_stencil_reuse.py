@@ -13,6 +13,7 @@ import pytest
 from kernel_lsp.core.rules import evaluate, rule_by_name
 from kernel_lsp.core.source import preprocess
 from kernel_lsp.core.spec import parse_spec
+from nvcc_check import compiles
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
 
@@ -41,14 +42,6 @@ __global__ void jacobi(int n, float* A, float* B) {
 
 def outcome(source, data):
     return evaluate(source, data["kernel"], parse_spec(data), [rule_by_name("stencil-row-reuse")])[0]
-
-
-def compiles(source: str, workdir: Path) -> None:
-    from kernel_lsp.services.harness.compile import compile_cubin
-    from kernel_lsp.services.toolchain import BuildFlags
-
-    result = compile_cubin(source, str(workdir), "cand", BuildFlags().for_arch("sm_90"))
-    assert result.ok, result.log
 
 
 def test_applies_with_fast_and_general_paths(tmp_path):

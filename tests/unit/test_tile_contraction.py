@@ -14,6 +14,7 @@ import pytest
 from kernel_lsp.core.rules import COMPOSABLE, RULES, evaluate, rule_by_name
 from kernel_lsp.core.source import preprocess
 from kernel_lsp.core.spec import parse_spec
+from nvcc_check import compiles
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 CORPUS = os.path.join(os.path.dirname(__file__), "..", "..", "benchmarks", "corpus")
@@ -66,17 +67,6 @@ NBODY_SPEC = {"kernel": "pairs", "params": [{"name": "p", "array": "float32", "s
 
 def outcome(source: str, spec: dict, rule: str = "tile-contraction"):
     return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
-
-
-def compiles(source: str, tmp_path, include: str | None = None) -> None:
-    from kernel_lsp.services.harness.compile import compile_cubin
-    from kernel_lsp.services.toolchain import BuildFlags
-
-    flags = BuildFlags().for_arch("sm_90")
-    if include:
-        source = source.replace('#include "', f'#include "{os.path.abspath(include)}/')
-    result = compile_cubin(source, str(tmp_path), "cand", flags)
-    assert result.ok, result.log
 
 
 def test_registered_and_composable():

@@ -12,6 +12,7 @@ from kernel_lsp.core.index import build_index
 from kernel_lsp.core.rules import RuleGenerator, evaluate, rule_by_name
 from kernel_lsp.core.spec import parse_spec
 from kernel_lsp.core.transforms.launch_edit import scale_launches, scaled_grid
+from nvcc_check import compiles
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
 
@@ -34,14 +35,6 @@ def scalar(name, value):
 def outcome(rule: str, source: str, spec: dict):
     found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
     return found
-
-
-def compiles(source: str, tmp_path) -> None:
-    from kernel_lsp.services.harness.compile import compile_cubin
-    from kernel_lsp.services.toolchain import BuildFlags
-
-    result = compile_cubin(source, str(tmp_path), "cand", BuildFlags().for_arch("sm_90"))
-    assert result.ok, result.log
 
 
 GEMV = """
