@@ -17,27 +17,9 @@ from kernel_lsp.core.source import preprocess
 from kernel_lsp.core.spec import parse_spec, with_candidate_launch
 from kernel_lsp.services.source_view import header_reader
 from nvcc_check import compiles
+from rule_specs import arr, outcome, scalar, spec_of
 
 CORPUS = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus"
-
-
-def spec_of(kernel: str, params: list[dict], grid, block, variants=None) -> dict:
-    data = {"kernel": kernel, "params": params, "grid": grid, "block": block, "tolerance": {"rtol": 1e-4, "atol": 1e-5}}
-    if variants:
-        data["variants"] = variants
-    return data
-
-
-def arr(name, size, role="in"):
-    return {"name": name, "array": "float32", "size": size, "init": "uniform(-1,1)" if role != "out" else "zeros", "role": role}
-
-
-def scalar(name, value):
-    return {"name": name, "scalar": "int32", "value": value}
-
-
-def outcome(rule: str, source: str, spec: dict):
-    return evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
 
 
 def corpus(name: str):

@@ -13,28 +13,9 @@ from kernel_lsp.core.rules import RuleGenerator, evaluate, rule_by_name
 from kernel_lsp.core.spec import parse_spec
 from kernel_lsp.core.transforms.launch_edit import scale_launches, scaled_grid
 from nvcc_check import compiles
+from rule_specs import arr, outcome, scalar, spec_of
 
 needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-
-
-def spec_of(kernel: str, params: list[dict], grid, block, variants=None) -> dict:
-    data = {"kernel": kernel, "params": params, "grid": grid, "block": block, "tolerance": {"rtol": 1e-4, "atol": 1e-5}}
-    if variants:
-        data["variants"] = variants
-    return data
-
-
-def arr(name, size, role="in"):
-    return {"name": name, "array": "float32", "size": size, "init": "uniform(-1,1)" if role != "out" else "zeros", "role": role}
-
-
-def scalar(name, value):
-    return {"name": name, "scalar": "int32", "value": value}
-
-
-def outcome(rule: str, source: str, spec: dict):
-    found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name(rule)])[0]
-    return found
 
 
 GEMV = """
