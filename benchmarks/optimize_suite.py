@@ -21,6 +21,7 @@ propose the same candidates; ``--budget`` caps candidates per kernel.
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -59,6 +60,8 @@ def _machine() -> dict[str, Any]:
     return info
 
 
+#: Candidates generation lists per candidate verified (sequences' later steps need their first accepted).
+LISTED_PER_VERIFIED = 3
 #: Model effort per kernel in the benchmark (the CPU here is shared): techniques tried, samples each, seconds.
 MODEL_TECHNIQUES, MODEL_SAMPLES = 2, 1
 
@@ -107,7 +110,8 @@ def generate(examples: list[str], folder: Path, budget: Budget, model: str | Non
             file = f"{i:02d}_{c.technique}.cu"
             (out / file).write_text(c.source)
             items.append({"file": file, "technique": c.technique, "generator": c.generator, "description": c.description,
-                          "launch_override": dict(c.launch_override) if c.launch_override else None, "hash": r.candidate_hash})
+                          "launch_override": dict(c.launch_override) if c.launch_override else None, "hash": r.candidate_hash,
+                          "after": c.after})
         (out / "candidates.json").write_text(json.dumps({"kernel": spec.kernel, "candidates": items}, indent=2))
         record["examples"][name] = {"candidates": len(items), "generate_wall_s": wall, "tokens": result.tokens,
                                     "model_candidates": sum(1 for i in items if i["generator"].startswith("model:")),
@@ -117,15 +121,22 @@ def generate(examples: list[str], folder: Path, budget: Budget, model: str | Non
 
 
 def verify_saved(examples: list[str], folder: Path, options: VerifyOptions, budget: int) -> dict[str, Any]:
-    """The first ``budget`` saved candidates of each kernel (best first, as generated) through the harness."""
+    """The saved candidates of each kernel (best first, as generated) through the harness, as the editor's
+    search runs them: a step of a sequence only once the step before it was accepted, ``budget`` verified
+    at most."""
     data: dict[str, Any] = {}
     for name in examples:
         source = (EXAMPLES / name / "original.cu").read_text()
         spec = load_spec_file(EXAMPLES / name / "spec.json")
         saved = json.loads((folder / name / "candidates.json").read_text())
         rows = []
+        accepted: set[str] = set()
         start = time.monotonic()
-        for item in saved["candidates"][:budget]:
+        for item in saved["candidates"]:
+            if len(rows) >= budget:
+                break
+            if item.get("after") is not None and item["after"] not in accepted:
+                continue
             candidate = Candidate(spec.kernel, (folder / name / item["file"]).read_text(), item["technique"], item["generator"],
                                   item["description"], item["launch_override"])
             t0 = time.monotonic()
@@ -133,6 +144,8 @@ def verify_saved(examples: list[str], folder: Path, options: VerifyOptions, budg
                 verdict = verify(source, candidate.source, with_candidate_launch(spec, candidate.launch_override), options).to_json()
             except SpecError as exc:  # a launch override the spec rejects: that candidate fails, the run goes on
                 verdict = {"accepted": False, "reason": "spec_error", "errors": [str(exc)], "speedup": None, "speedup_ci_low": None}
+            if verdict["accepted"]:
+                accepted.add(item["generator"])
             rows.append({**item, "hash": candidate_hash(candidate), "verdict": verdict, "verify_wall_s": time.monotonic() - t0})
             tag = f"{verdict['speedup']:.2f}x" if verdict["speedup"] else ""
             print(f"  {name:10s} {item['technique']:30s} {verdict['reason']:18s} {tag}", flush=True)
@@ -192,18 +205,18 @@ def main(argv: list[str] | None = None) -> int:
     args = parser.parse_args(argv)
     examples = [e for e in args.examples.split(",") if e]
     budget = Budget(max_candidates=args.budget, max_seconds=3600, max_tokens=200_000)
+    # Generation lists more than are verified: the steps of a sequence whose first step is rejected are skipped.
+    listing = dataclasses.replace(budget, max_candidates=LISTED_PER_VERIFIED * args.budget)
     command = " ".join([os.path.relpath(sys.argv[0], ROOT) if sys.argv[0] else "optimize_suite.py", *sys.argv[1:]])
     record: dict[str, Any] = {"benchmark": "optimize_suite", "date": dt.datetime.now(dt.timezone.utc).isoformat(),
                               "command": command, "machine": _machine(), "budget": vars(budget), "model": args.model}
     if args.generate_only:
         folder = Path(args.generate_only)
-        generation = generate(examples, folder, budget, args.model, args.model_seconds)
+        generation = generate(examples, folder, listing, args.model, args.model_seconds)
         generation.update({k: record[k] for k in ("date", "command", "machine", "model")})
         (folder / "generation.json").write_text(json.dumps(generation, indent=2))
         print(f"saved under {folder}; verify on the GPU machine with: python benchmarks/optimize_suite.py --verify-dir {folder}")
         return 0
-    import dataclasses
-
     from kernel_lsp.services.harness.protocol import TimingOptions
 
     options = VerifyOptions(seeds=args.seeds, timing=dataclasses.replace(TimingOptions(), budget_s=args.time_budget))
@@ -213,7 +226,7 @@ def main(argv: list[str] | None = None) -> int:
         generation = json.loads(generation_path.read_text()) if generation_path.exists() else {}
     else:
         folder = Path(args.out).with_suffix("") / "candidates"
-        generation = generate(examples, folder, budget, args.model, args.model_seconds)
+        generation = generate(examples, folder, listing, args.model, args.model_seconds)
     record["generation"] = generation
     try:
         verified = verify_saved(examples, folder, options, args.budget)

@@ -332,6 +332,7 @@ def optimize(
     gpu_error: str | None = None
     seen: set[str] = set()
     accepted: set[str] = set()
+    listed_steps: set[str] = set()
 
     listed, candidates = _interleave(generators, request)
     # "n/total" when every candidate is known up front (rules only); a model's count is open.
@@ -348,9 +349,12 @@ def optimize(
         digest = candidate_hash(candidate)
         if digest in seen:
             continue
-        if candidate.after is not None and candidate.after not in accepted:
+        # A step of a sequence is tried once the step before it was accepted; listed without verification
+        # (a dry run, a benchmark's generation), once that step was listed.
+        if candidate.after is not None and candidate.after not in (accepted if verify else listed_steps):
             continue
         seen.add(digest)
+        listed_steps.add(candidate.generator)
         spend.candidates += 1
         pct = int(100 * spend.candidates / max(total if only_rules else budget.max_candidates, 1))
         count = f"{spend.candidates}/{total}" if only_rules else f"{spend.candidates} (at most {budget.max_candidates})"

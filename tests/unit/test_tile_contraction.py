@@ -77,7 +77,7 @@ def test_registered_and_composable():
 def test_gemm_tiles_both_operands_and_splits_the_guard(tmp_path):
     found = outcome(GEMM, GEMM_SPEC)
     assert found.applicable, found.why
-    assert [rw.variant for rw in found.rewrites] == ["", "4x1"]
+    assert [rw.variant for rw in found.rewrites] == ["", "4x4", "4x1", "1x4"]
     source = found.rewrites[0].source
     # A moves with threadIdx.y only, B with threadIdx.x only: a tile of each, padded.
     assert "__shared__ float kl_s0[8][33];" in source and "__shared__ float kl_s1[32][33];" in source
@@ -170,6 +170,8 @@ REFUSED = {"llmc_attention_query_key_kernel1": "`return` before it", "llmc_atten
 
 
 BLOCKED = {"llmc_matmul_forward_kernel1", "polybench_gemm", "polybench_syrk", "polybench_doitgen_kernel1"}
+#: Kernels with 1024-thread blocks: their own threads coarsened instead.
+COARSENED = {"sgemmcuda_naive"}
 
 
 @pytest.mark.parametrize("name", APPLIES)
@@ -177,7 +179,8 @@ def test_corpus_contractions_apply_and_compile(name, tmp_path):
     folder, source, spec, pre = _corpus(name)
     found = evaluate(source, spec["kernel"], parse_spec(spec), [rule_by_name("tile-contraction")], preprocessed=pre)[0]
     assert found.applicable, found.why
-    assert [rw.variant for rw in found.rewrites] == (["", "4x1"] if name in BLOCKED else [""])
+    expected = ["", "4x4", "4x1", "1x4"] if name in BLOCKED else ["", "4x4-in-block", "2x2-in-block"] if name in COARSENED else [""]
+    assert [rw.variant for rw in found.rewrites] == expected
     for n, rewrite in enumerate(found.rewrites):
         assert "__syncthreads();" in rewrite.source
         if shutil.which("nvcc"):
@@ -203,7 +206,9 @@ def test_after_register_accumulate(tmp_path):
                       preprocessed=view)[0]
     assert second.applicable, second.why
     assert "kl_acc0 += alpha * kl_s0[threadIdx.y][(int)(k - kl_kb)] * kl_s1[(int)(k - kl_kb)][threadIdx.x];" in second.rewrites[0].source
-    assert "kl_acc0_kl3 += alpha * kl_s0_3[threadIdx.y][kl_kk] * kl_s1[kl_kk][threadIdx.x];" in second.rewrites[1].source
+    # 4x4: copy 15 is (qy, qx) = (3, 3), reading the A tile of blocks 4y+3 and the B tile of blocks 4x+3.
+    assert "kl_acc0_kl15 += alpha * kl_s0_y3[threadIdx.y][kl_kk] * kl_s1_x3[kl_kk][threadIdx.x];" in second.rewrites[1].source
+    assert "kl_acc0_kl3 += alpha * kl_s0_y3[threadIdx.y][kl_kk] * kl_s1[kl_kk][threadIdx.x];" in second.rewrites[2].source
     for n, rewrite in enumerate(second.rewrites):
         (tmp_path / str(n)).mkdir()
         compiles(rewrite.source, tmp_path / str(n), folder)
@@ -282,6 +287,7 @@ thread_local kl_dim3 threadIdx;
 kl_dim3 blockIdx, blockDim, gridDim;
 static std::barrier<>* kl_barrier;
 static std::atomic<int> kl_or{0};
+static std::atomic<int> kl_and{1};
 static void __syncthreads() { kl_barrier->arrive_and_wait(); }
 static int __syncthreads_or(int v) {
   kl_barrier->arrive_and_wait();
@@ -290,6 +296,16 @@ static int __syncthreads_or(int v) {
   int r = kl_or.load();
   kl_barrier->arrive_and_wait();
   if (threadIdx.x == 0 && threadIdx.y == 0) kl_or.store(0);
+  kl_barrier->arrive_and_wait();
+  return r;
+}
+static int __syncthreads_and(int v) {
+  kl_barrier->arrive_and_wait();
+  if (!v) kl_and.store(0);
+  kl_barrier->arrive_and_wait();
+  int r = kl_and.load();
+  kl_barrier->arrive_and_wait();
+  if (threadIdx.x == 0 && threadIdx.y == 0) kl_and.store(1);
   kl_barrier->arrive_and_wait();
   return r;
 }
@@ -364,13 +380,67 @@ def test_rewrite_computes_what_the_original_does_on_ragged_sizes(variant, tmp_pa
     assert found.applicable, found.why
     # 77 iterations: two whole tiles of 32 and a ragged one; 37 x 45 outputs: partial blocks on both axes.
     assert "tiles of 32 iterations" in found.why
-    # The tiles alone, then with a 4x1 micro-tile per thread (10 blocks along y: the last physical row
-    # of blocks has copies past the grid).
-    assert [rw.variant for rw in found.rewrites] == ["", "4x1"]
+    # The tiles alone, then with 4x4, 4x1 and 1x4 micro-tiles per thread (10 blocks along y, 6 along
+    # x: the last physical row and column of blocks have copies past the grid).
+    assert [rw.variant for rw in found.rewrites] == ["", "4x4", "4x1", "1x4"]
     before = run_on_cpu(original, GEMM_MAIN, tmp_path, "original")
     assert len(before.split()) == 37 * 45
     for n, rewrite in enumerate(found.rewrites):
         assert run_on_cpu(rewrite.source, GEMM_MAIN, tmp_path, f"rewritten{n}") == before, rewrite.variant
+
+
+GEMM_WIDE_SPEC = dict(GEMM_SPEC, grid=["ceil_div(N,32)", "ceil_div(M,32)", 1], block=[32, 32, 1],
+                      variants=[{"M": 37, "N": 45, "K": 77}])
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("variant", ["guarded", "leading-exit"])
+def test_coarsened_block_computes_what_the_original_does(variant, tmp_path):
+    """A 32x32 block is too large to block across blocks; its own threads are coarsened instead: 4x4
+    (8x8 threads, 16 outputs each) and 2x2 (16x16 threads), launched with the same grid."""
+    source = GEMM
+    if variant == "leading-exit":
+        source = GEMM.replace("  if (row < M && col < N) {\n", "  if (row >= M || col >= N) return;\n  {\n")
+    found = outcome(source, GEMM_WIDE_SPEC)
+    assert found.applicable, found.why
+    assert [rw.variant for rw in found.rewrites] == ["", "4x4-in-block", "2x2-in-block"]
+    before = run_on_cpu(source, GEMM_MAIN, tmp_path, "original")
+    for n, rewrite in enumerate(found.rewrites[1:]):
+        block = rewrite.launch_override["block"]
+        assert rewrite.launch_override["grid"] == ["ceil_div(N,32)", "ceil_div(M,32)", "1"]
+        # Each copy reads the original block's size and its own thread's index.
+        step = block[0]
+        assert f"col_kl1 = blockIdx.x * 32 + (threadIdx.x + {step});" in rewrite.source.replace("\n", " ")
+        main = GEMM_MAIN.replace("kl_launch({(N + 7) / 8, (M + 3) / 4, 1}, {8, 4, 1}",
+                                 f"kl_launch({{(N + 31) / 32, (M + 31) / 32, 1}}, {{{block[0]}, {block[1]}, 1}}")
+        assert run_on_cpu(rewrite.source, main, tmp_path, f"coarsened{n}") == before, rewrite.variant
+
+
+def test_coarsening_refusals():
+    from kernel_lsp.core.transforms.emit import node_at, parse
+    from kernel_lsp.core.transforms.tile_contraction import BlockShape, TileContraction, blocking_refusal
+    from kernel_lsp.core.rules.base import RuleContext
+    from kernel_lsp.core.index import build_index
+
+    def refusal(source, spec, shape):
+        index = build_index(source)
+        ctx = RuleContext(source, index, next(f for f in index.kernels if f.name == "gemm"), parse_spec(spec))
+        plan, reason = TileContraction().plan(ctx)
+        assert plan is not None, reason
+        src, root = parse(ctx.preprocessed)
+        return blocking_refusal(plan, ctx.facts, src, node_at(src, root, ctx.facts.span), (2, 2), shape)
+
+    # A block of 256 threads is blocked across blocks, not coarsened; 32x16 coarsened 4x4 keeps 32 threads.
+    assert "more than 256 threads" in refusal(GEMM, GEMM_SPEC, BlockShape(4, 4, True))
+    narrow = dict(GEMM_WIDE_SPEC, block=[32, 16, 1], grid=["ceil_div(N,32)", "ceil_div(M,16)", 1])
+    assert "keep 32 threads" in refusal(GEMM, narrow, BlockShape(4, 4, True))
+    assert refusal(GEMM, narrow, BlockShape(2, 2, True)) is None
+    # The copies rewrite threadIdx field by field: a use of the whole of it is refused.
+    whole = GEMM.replace("float acc = 0.0f;", "float acc = 0.0f; uint3 t = threadIdx; (void)t;")
+    assert "threadIdx or blockDim as a whole" in refusal(whole, GEMM_WIDE_SPEC, BlockShape(2, 2, True))
+    # A 1024-thread block is not blocked across blocks (at 64 registers a thread, a 4x1 micro-tile
+    # did not launch on the H200).
+    assert "at most 256 threads" in refusal(GEMM, GEMM_WIDE_SPEC, BlockShape(4, 1))
 
 
 NBODY_MAIN = r"""
@@ -443,7 +513,7 @@ def test_corpus_candidate_keeps_the_users_macros(tmp_path):
         report = check(source, rewrite.source, parse_spec(spec))
         assert report.ok, [f"line {e.line}: {e.rule}: {e.message}" for e in report.errors]
         assert "macros expanded" not in rewrite.description
-        assert re.search(r"kl_s0\[kl_k\] = .*\(a\[\(\(decltype\(i\)\)\(0 \+ kl_t0 \+ kl_k\)\) \* NJ \+ k\]\)", rewrite.source)
+        assert re.search(r"kl_g0\[kl_i\] = .*\(a\[\(\(decltype\(i\)\)\(0 \+ kl_t0 \+ kl_k\)\) \* NJ \+ k\]\)", rewrite.source)
         assert "r[k * NJ + k] = sqrt(nrm);" in rewrite.source
         if shutil.which("nvcc"):
             (tmp_path / str(n)).mkdir()

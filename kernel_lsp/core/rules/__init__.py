@@ -79,6 +79,10 @@ RULES: tuple[Rule, ...] = (
 COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "sector-per-row", "tile-contraction",
                         "fixed-trip-unroll", "tree-to-shuffle", "atomic-to-block-reduce", "shared-privatize",
                         "shared-tile-store", "shared-tile-load", "columns-per-warp"})
+#: Rules whose rewrite needs a launch of its own (a spec ``candidate`` field) and may still be the first
+#: step of a sequence: the later steps see that launch as the kernel's (the output's rows on y, then
+#: the tiles of its dot product).
+RELAUNCHING_FIRST_STEPS = frozenset({"index-swap"})
 #: The longest sequence of transformations tried (KernelBlaster: depth beyond 4 steps gave little).
 MAX_STEPS = 3
 
@@ -135,6 +139,23 @@ def evaluate(
     return out
 
 
+def _relative_launch(rw: Rewrite) -> bool:
+    """The rewrite changes the launch relative to the host's (more blocks, another block, fewer blocks)."""
+    return rw.grid_scale is not None or rw.block is not None or rw.grid_divide is not None
+
+
+def _relaunched(spec: Mapping[str, Any] | None, launch: Mapping[str, Any]) -> dict[str, Any] | None:
+    """``spec`` (its JSON form) with ``launch``, a ``candidate`` field, as its launch: what a later step
+    of a sequence sees after a step that needs that launch."""
+    if spec is None:
+        return None
+    data = {k: v for k, v in dict(spec).items() if k != "candidate"}
+    for field in ("grid", "block", "dynamic_smem"):
+        if field in launch:
+            data[field] = launch[field]
+    return data
+
+
 class RuleGenerator:
     """Candidates from the applicable rules, in the knowledge base's technique order.
 
@@ -180,29 +201,42 @@ class RuleGenerator:
                 yield candidate
                 if outcome.rule in COMPOSABLE and not rw.launch_override:
                     yield from self._sequences(request, candidate, (outcome.rule,), seen)
+                elif outcome.rule in RELAUNCHING_FIRST_STEPS and rw.launch_override and not _relative_launch(rw):
+                    yield from self._sequences(request, candidate, (outcome.rule,), seen, rw.launch_override)
 
     def _sequences(self, request: OptimizeRequest, base: Candidate, done: tuple[str, ...],
-                   seen: set[tuple[str, str]]) -> Iterator[Candidate]:
+                   seen: set[tuple[str, str]], launch: Mapping[str, Any] | None = None) -> Iterator[Candidate]:
         """Sequences that extend ``base``, depth first, right after it: a transformation that prepares the
         kernel (an element kept in a register) can let a later one apply (a warp per row then sees no
         loop-invariant store). Each is tried only once ``base`` was accepted (``Candidate.after``), so every
-        intermediate step is verified."""
+        intermediate step is verified. ``launch``: the launch ``base`` needs instead of the spec's (its
+        ``candidate`` field); the later steps see it as the launch, so a step that scales the launch
+        relative to the host's cannot follow, and one with a launch of its own replaces it."""
         if len(done) >= self.max_steps:
             return
         view = self.reprocess(base.source) if self.reprocess is not None else None
         later = [r for r in self.rules if r.name in COMPOSABLE and r.name not in done]
-        for outcome in evaluate(base.source, request.kernel, request.spec, later, preprocessed=view):
+        spec = request.spec if launch is None else _relaunched(request.spec, launch)
+        if spec is None:
+            return
+        for outcome in evaluate(base.source, request.kernel, spec, later, preprocessed=view):
             for rw in outcome.rewrites:
-                key = (rw.source, repr(sorted((rw.launch_override or {}).items())))
+                if launch is not None and _relative_launch(rw):
+                    continue
+                # A later step's own launch was computed from ``spec``, which has ``launch`` already.
+                override = rw.launch_override or launch
+                key = (rw.source, repr(sorted((override or {}).items())))
                 if key in seen:
                     continue
                 seen.add(key)
                 sequence = (*done, outcome.rule)
                 name = f"{base.generator}+{outcome.rule}" + (f"[{rw.variant}]" if rw.variant else "")
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, name,
-                                      f"{base.description}; then {rw.description}", rw.launch_override,
+                                      f"{base.description}; then {rw.description}", override,
                                       grid_scale=rw.grid_scale, block=rw.block, grid_divide=rw.grid_divide,
                                       after=base.generator)
                 yield candidate
-                if not rw.launch_override:
+                if override is None:
                     yield from self._sequences(request, candidate, sequence, seen)
+                elif not _relative_launch(rw):
+                    yield from self._sequences(request, candidate, sequence, seen, override)

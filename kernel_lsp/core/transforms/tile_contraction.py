@@ -20,16 +20,18 @@ by the active threads before the loop) and its iteration is inside the loop's ra
 the tile is zero-filled and never read. The loads' addresses are the analysis' affine index
 with the thread index replaced by the tile row: nothing the original did not read is read.
 
-A second rewrite adds register blocking: each thread runs the original threads of
-``REGISTER_BLOCK`` blocks along y (blocks ``4*blockIdx.y + q``), their statements copied with
-their names renamed and scopes merged, one loop over k for all copies, so a tile shared along y
-(``B[k][j]`` of a GEMM) is read once from shared memory for four outputs held in registers. The
-launch stays as it is: the blocks past ``gridDim.y / 4`` return at once (the host may launch
-``ceil(grid.y / 4)`` blocks along y instead; the Rewrite's grid scale can only multiply, so that
-change is stated, not made). It needs, besides the above: a 2-D block of at most 256 threads, at
-least four blocks along y, a tile shared along y, no shared memory of the kernel's own, no name
-declared twice, no call other than math functions (a helper would see the physical block), no
-``return`` after the loop, and ``blockIdx``/``gridDim`` used only through their fields.
+Further rewrites add register blocking (``BLOCK_SHAPES``): each thread runs the original threads
+of ``ry`` blocks along y and ``rx`` along x (blocks ``(4*blockIdx.y + qy, 4*blockIdx.x + qx)``),
+their statements copied with their names renamed and scopes merged, one loop over k for all
+copies, so a tile shared along y (``B[k][j]`` of a GEMM) is read once from shared memory for the
+copies along y, one shared along x (``A[i][k]``) once for those along x: a 4x4 micro-tile does
+sixteen products for eight shared-memory reads. Where every copy is active the loop runs
+without their predicates. The launch stays as it is: the blocks past ``gridDim / 4`` return at
+once (the kernel may read ``gridDim``, which a smaller grid would change). It needs, besides the
+above: a 2-D block of at most 256 threads, at least four blocks along each blocked axis, a tile
+shared along each, no shared memory of the kernel's own, no name declared twice, no call other
+than math functions (a helper would see the physical block), no ``return`` after the loop, and
+``blockIdx``/``gridDim`` used only through their fields.
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
 - a launch spec with one block shape at every size (2-D at most), distinct arrays, a complete
@@ -59,7 +61,7 @@ from kernel_lsp.core.analysis import (
 )
 from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
-from kernel_lsp.core.spec import SpecError
+from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, expands_to, node_at, parse
 
 #: Static ``__shared__`` memory one block may declare (CUDA's limit without opt-in).
@@ -532,8 +534,7 @@ class TileContraction(Rule):
         tiled = Rewrite(source, f"stage {what} through shared-memory tiles of {plan.tk} iterations of the loop at line "
                                 f"{(plan.loop.user_line or 0) + 1}, loaded once per block and coalesced; the guard "
                                 f"split so every thread reaches the barriers{note}")
-        blocked = self._blocked(ctx, plan, kernel, src)
-        return (tiled,) if blocked is None else (tiled, blocked)
+        return (tiled, *self._blocked(ctx, plan, kernel, src))
 
     @staticmethod
     def _own(ctx: RuleContext, top: Node, new: str, write) -> str | None:
@@ -553,29 +554,88 @@ class TileContraction(Rule):
         data = ctx.source.encode("utf-8")
         return (data[:where[0]] + own.encode("utf-8") + data[where[1]:]).decode("utf-8")
 
-    def _blocked(self, ctx: RuleContext, plan: _Plan, kernel: Node, src: bytes) -> Rewrite | None:
-        """The same tiles with each thread computing the outputs of REGISTER_BLOCK blocks along y
-        (None when that is not proven legal)."""
+    def _blocked(self, ctx: RuleContext, plan: _Plan, kernel: Node, src: bytes) -> list[Rewrite]:
+        """The same tiles with each thread computing the outputs of several blocks, one rewrite per
+        micro-tile of BLOCK_SHAPES proven legal (none when none is)."""
         facts = ctx.facts
         launches = ctx.launches()
-        if not launches or blocking_refusal(plan, facts, src, kernel, launches[0].grid[1]) is not None:
-            return None
-        emitter = _Emitter(facts, src, kernel, plan.narrow)
-        try:
-            new = _BlockedWriter(plan, facts, src, emitter, kernel).text()
-        except _Refused:
-            return None
-        source = self._own(ctx, plan.chain[0], new,
-                           lambda user: _BlockedWriter(plan, facts, src, emitter, kernel, user).text())
-        if source is None:
-            edit = BodyEdit(ctx.preprocessed, facts)
-            edit.replace(plan.chain[0].start_byte, plan.chain[0].end_byte, new)
-            source, _ = emit(edit, ctx.source, ctx.kernel)
-        return Rewrite(source, f"the tiles of the loop at line {(plan.loop.user_line or 0) + 1} with each thread computing "
-                               f"the outputs of {REGISTER_BLOCK} blocks along y (a {REGISTER_BLOCK}x1 micro-tile in "
-                               "registers, the tiles shared along y read once for all of them); the blocks past "
-                               f"gridDim.y / {REGISTER_BLOCK} return at once (launch ceil(grid.y / {REGISTER_BLOCK}) blocks "
-                               "along y to skip them)", variant=f"{REGISTER_BLOCK}x1")
+        if not launches:
+            return []
+        out = []
+        for shape in (*BLOCK_SHAPES, *WITHIN_BLOCK_SHAPES):
+            if blocking_refusal(plan, facts, src, kernel, (launches[0].grid[0], launches[0].grid[1]), shape) is not None:
+                continue
+            override = None
+            if shape.within:
+                launch = ctx.spec.launch
+                override = {"grid": list(launch.grid), "block": list(shape.block(plan.block)),
+                            "dynamic_smem": launch.dynamic_smem}
+                try:
+                    with_candidate_launch(ctx.spec, override)
+                except (SpecError, ValueError, ZeroDivisionError):
+                    continue
+            emitter = _Emitter(facts, src, kernel, plan.narrow)
+            try:
+                new = _BlockedWriter(plan, facts, src, emitter, kernel, shape=shape).text()
+            except _Refused:
+                continue
+            source = self._own(ctx, plan.chain[0], new,
+                               lambda user: _BlockedWriter(plan, facts, src, emitter, kernel, user, shape).text())
+            if source is None:
+                edit = BodyEdit(ctx.preprocessed, facts)
+                edit.replace(plan.chain[0].start_byte, plan.chain[0].end_byte, new)
+                source, _ = emit(edit, ctx.source, ctx.kernel)
+            line = (plan.loop.user_line or 0) + 1
+            if shape.within:
+                bx, by, _ = shape.block(plan.block)
+                out.append(Rewrite(source, f"the tiles of the loop at line {line} with each thread computing the outputs of "
+                                           f"{shape.ry * shape.rx} threads of its block (a {shape.ry}x{shape.rx} micro-tile in "
+                                           f"registers, each tile element read once for the outputs that share it); "
+                                           f"launched with blocks of {bx}x{by} threads", override, variant=shape.variant))
+                continue
+            axes = " and ".join(f"{r} blocks along {axis}" for axis, r in (("y", shape.ry), ("x", shape.rx)) if r > 1)
+            past = " and ".join(f"gridDim.{axis} / {r}" for axis, r in (("y", shape.ry), ("x", shape.rx)) if r > 1)
+            out.append(Rewrite(source, f"the tiles of the loop at line {line} with each thread "
+                                       f"computing the outputs of {axes} (a {shape.variant} micro-tile in registers, each "
+                                       f"tile read once for every output that shares it); the blocks past {past} return "
+                                       "at once", variant=shape.variant))
+        return out
+
+
+@dataclass(frozen=True)
+class _Load:
+    """One tile's load: its element ``kl_e`` of ``total`` goes to ``ref`` (in terms of the coordinates
+    ``coords`` declares), the global ``element`` read only where ``guard`` holds (else zero)."""
+
+    ref: str
+    total: int
+    coords: str
+    guard: str
+    element: str
+    elem_type: str
+
+
+def _staged(loads: list[_Load], flat: str, threads: int) -> list[str]:
+    """Every tile's elements of this step read into registers first, then stored to shared memory.
+
+    A thread's global reads of all the tiles are then in flight together: with a loop per tile, each
+    tile's stores wait for its reads before the next tile's reads are issued, so the latency of global
+    memory is paid once per tile per step (a register-blocked step has up to eight tiles)."""
+    lines = [f"const int kl_f = {flat};"]
+    stores = []
+    for j, load in enumerate(loads):
+        per_thread = -(-load.total // threads)
+        inside = "" if load.total % threads == 0 else f"kl_e < {load.total} && "
+        lines.append(f"{load.elem_type} kl_g{j}[{per_thread}];")
+        lines.append(f"\n#pragma unroll\nfor (int kl_i = 0; kl_i < {per_thread}; kl_i++) {{ "
+                     f"const int kl_e = kl_f + kl_i * {threads}; {load.coords} kl_g{j}[kl_i] = ({inside}{load.guard}) ? "
+                     f"({load.elem_type})({load.element}) : ({load.elem_type})0; }}")
+        store = f"{load.coords} {load.ref} = kl_g{j}[kl_i];"
+        if inside:
+            store = f"if (kl_e < {load.total}) {{ {store} }}"
+        stores.append(f"\n#pragma unroll\nfor (int kl_i = 0; kl_i < {per_thread}; kl_i++) {{ "
+                      f"const int kl_e = kl_f + kl_i * {threads}; {store} }}")
+    return lines + stores
 
 
 class _Writer:
@@ -722,6 +782,7 @@ class _Writer:
         lines.append(f"for ({e.int_type} kl_t0 = 0; kl_t0 < kl_trips; kl_t0 += {tk}) {{")
         threads = bx * by
         flat = "(int)(threadIdx.y * blockDim.x + threadIdx.x)" if by > 1 else "(int)threadIdx.x"
+        loads: list[_Load] = []
         for n, t in enumerate(plan.tiles):
             rows = {"tid.x": bx, "tid.y": by, None: 1}[t.dim]
             if t.k_fastest:
@@ -736,9 +797,9 @@ class _Writer:
                 index = e.poly(t.index, subs)
                 element = f"{t.array}[{index}]" + (f".{t.field}" if t.field else "")
             guard = " && ".join(g for g in ("kl_t0 + kl_k < kl_trips", flags.get(t.dim) if pred else None) if g)
-            coords = f"const int kl_r = {r}; const int kl_k = {kk}; " if t.dim else "const int kl_k = kl_e; "
-            lines.append(f"for (int kl_e = {flat}; kl_e < {rows * tk}; kl_e += {threads}) {{ {coords}"
-                         f"{self.ref(n, t, 'kl_r', 'kl_k')} = ({guard}) ? ({t.elem_type})({element}) : ({t.elem_type})0; }}")
+            coords = f"const int kl_r = {r}; const int kl_k = {kk};" if t.dim else "const int kl_k = kl_e;"
+            loads.append(_Load(self.ref(n, t, "kl_r", "kl_k"), rows * tk, coords, guard, element, t.elem_type))
+        lines += _staged(loads, flat, threads)
         lines.append("__syncthreads();")
         compute = self.header(node, start)
         lines.append(f"if ({pred}) {{ {compute} }}" if pred else compute)
@@ -831,15 +892,90 @@ def _mentions(poly: Poly, symbol: str, opaque, depth: int = 0) -> bool:
     return False
 
 
-def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, grid_y: int) -> str | None:
-    """Why the tiles cannot also be register-blocked along ``blockIdx.y`` (None: they can)."""
+@dataclass(frozen=True)
+class BlockShape:
+    """A register-blocked micro-tile: each thread runs the original threads of ``ry`` blocks along y
+    and ``rx`` along x (blocks ``ry*blockIdx.y + qy``, ``rx*blockIdx.x + qx``)."""
+
+    ry: int
+    rx: int
+    within: bool = False
+    """The copies are threads of the same block (``(ty + qy*by/ry, tx + qx*bx/rx)``), launched with a
+    block ``ry*rx`` times smaller, instead of threads of neighbouring blocks."""
+
+    @property
+    def variant(self) -> str:
+        return f"{self.ry}x{self.rx}" + ("-in-block" if self.within else "")
+
+    def block(self, block: tuple[int, int, int]) -> tuple[int, int, int]:
+        """The block launched: the original one, or the threads a within-block micro-tile leaves."""
+        return (block[0] // self.rx, block[1] // self.ry, block[2]) if self.within else block
+
+    def copies(self) -> list[tuple[int, int]]:
+        """(qy, qx) of every copy, row-major."""
+        return [(qy, qx) for qy in range(self.ry) for qx in range(self.rx)]
+
+
+#: Largest block register-blocked: several outputs per thread need up to 255 registers each, and
+#: 64K registers per SM hold 256 such threads. (At 1024 threads, 64 registers each, a 4x1 micro-tile
+#: did not launch on the H200: too many resources requested.)
+BLOCKED_MAX_THREADS = 256
+#: The micro-tiles offered, best first: 4x4 reads eight tile elements from shared memory for
+#: sixteen products (a GEMM's A and B both reused); 4x1 and 1x4 reuse the one operand that is
+#: shared along one grid axis.
+BLOCK_SHAPES = (BlockShape(4, 4), BlockShape(4, 1), BlockShape(1, 4))
+#: The micro-tiles offered to a block larger than BLOCKED_MAX_THREADS: its own threads coarsened,
+#: the block launched that many times smaller (32x32 threads become 8x8 with 16 outputs each, or
+#: 16x16 with 4).
+WITHIN_BLOCK_SHAPES = (BlockShape(4, 4, True), BlockShape(2, 2, True))
+#: The fewest threads a coarsened block keeps (two warps).
+MIN_COARSENED_THREADS = 64
+
+
+def _tile_keys(t: _Tile, shape: BlockShape, opaque) -> list[tuple[int | None, int | None]]:
+    """The copies of tile ``t`` a blocked rewrite needs, by (qy, qx): one per block index it
+    moves with (None where it is the same for every copy along that axis)."""
+    if shape.within:
+        return [(None, None)]
+    ys = list(range(shape.ry)) if shape.ry > 1 and _mentions(t.index, "bid.y", opaque) else [None]
+    xs = list(range(shape.rx)) if shape.rx > 1 and _mentions(t.index, "bid.x", opaque) else [None]
+    return [(y, x) for y in ys for x in xs]
+
+
+def _key_of(t: _Tile, shape: BlockShape, opaque, qy: int, qx: int) -> tuple[int | None, int | None]:
+    """The copy of tile ``t`` that copy (qy, qx) reads."""
+    if shape.within:
+        return (None, None)
+    my = shape.ry > 1 and _mentions(t.index, "bid.y", opaque)
+    mx = shape.rx > 1 and _mentions(t.index, "bid.x", opaque)
+    return (qy if my else None, qx if mx else None)
+
+
+def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, grid: tuple[int, int] | int,
+                     shape: BlockShape = BlockShape(4, 1)) -> str | None:
+    """Why the tiles cannot also be register-blocked as ``shape`` (None: they can). ``grid``: the
+    launch's blocks along (x, y), or along y alone."""
     bx, by, _ = plan.block
-    if by == 1 or bx * by > BLOCKED_MAX_THREADS:
-        return "register blocking needs a 2-D block of at most 256 threads (registers for several outputs)"
-    if grid_y < REGISTER_BLOCK:
-        return f"register blocking needs at least {REGISTER_BLOCK} blocks along y"
-    if not any(t.dim == "tid.x" and not _mentions(t.index, "bid.y", facts.opaque) for t in plan.tiles):
+    grid_x, grid_y = grid if isinstance(grid, tuple) else (shape.rx, grid)
+    copies = shape.rx * shape.ry
+    if by == 1:
+        return "register blocking needs a 2-D block"
+    if shape.within:
+        left = (bx // shape.rx) * (by // shape.ry)
+        if bx % shape.rx or by % shape.ry or bx * by <= BLOCKED_MAX_THREADS:
+            return (f"coarsening a block's own threads {shape.variant} needs a block of more than "
+                    f"{BLOCKED_MAX_THREADS} threads that it divides")
+        if not MIN_COARSENED_THREADS <= left <= BLOCKED_MAX_THREADS:
+            return f"coarsened {shape.variant}, the block would keep {left} threads"
+    else:
+        if bx * by > BLOCKED_MAX_THREADS:
+            return "register blocking needs a 2-D block of at most 256 threads (registers for several outputs)"
+        if grid_y < shape.ry or grid_x < shape.rx:
+            return f"register blocking {shape.variant} needs at least {shape.ry} blocks along y and {shape.rx} along x"
+    if shape.ry > 1 and not any(t.dim == "tid.x" and not _mentions(t.index, "bid.y", facts.opaque) for t in plan.tiles):
         return "no tile is shared by blocks along y (the reuse register blocking would add)"
+    if shape.rx > 1 and not any(t.dim == "tid.y" and not _mentions(t.index, "bid.x", facts.opaque) for t in plan.tiles):
+        return "no tile is shared by blocks along x (the reuse register blocking would add)"
     if any(a.space == "shared" for a in facts.accesses):
         return "the kernel declares shared memory of its own"
     body = kernel.child_by_field_name("body")
@@ -861,42 +997,64 @@ def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, 
         name = _text(src, fn).split("<", 1)[0].rsplit("::", 1)[-1].strip() if fn is not None else ""
         if not is_pure_math(name):
             return f"the kernel calls `{name}`, which the copies could not give their own block index"
+    # The copies replace the fields of blockIdx (of threadIdx and blockDim within a block) one by one.
+    renamed = ("threadIdx", "blockDim") if shape.within else ("blockIdx", "gridDim")
     for n in _find(body, ("identifier",)):
-        if _text(src, n) in ("blockIdx", "gridDim") and (n.parent is None or n.parent.type != "field_expression"):
-            return "the kernel uses blockIdx or gridDim as a whole"
+        if _text(src, n) in renamed and (n.parent is None or n.parent.type != "field_expression"):
+            return f"the kernel uses {' or '.join(renamed)} as a whole"
     tiles_bytes = 0
     for t in plan.tiles:
         rows = {"tid.x": bx, "tid.y": by, None: 1}[t.dim]
-        copies = REGISTER_BLOCK if _mentions(t.index, "bid.y", facts.opaque) else 1
-        tiles_bytes += copies * (rows + 1) * (plan.tk + 1) * t.elem_bytes
-    if tiles_bytes > TILE_BUDGET_BYTES:
+        tiles_bytes += len(_tile_keys(t, shape, facts.opaque)) * (rows + 1) * (plan.tk + 1) * t.elem_bytes
+    flags = 1 if shape.within else copies
+    if tiles_bytes + flags * 4 * (bx + by) > TILE_BUDGET_BYTES:
         return "the register-blocked tiles do not fit the shared memory budget"
     return None
 
 
-#: Largest block register-blocked: several outputs per thread need up to 255 registers each, and
-#: 64K registers per SM hold 256 such threads.
-BLOCKED_MAX_THREADS = 256
-#: Outputs per thread when register blocking: the thread runs the original threads of this many
-#: blocks along y (a 4x1 micro-tile), the tiles shared along y loaded once for all of them.
-REGISTER_BLOCK = 4
-
-
 class _BlockedWriter(_Writer):
-    """Each thread runs REGISTER_BLOCK original threads, those of blocks ``R*blockIdx.y + q``: every
-    copy's statements renamed (``acc`` → ``acc_kl1``), their scopes merged, the loop run once for
-    all copies so the tiles shared along y are read once per iteration for all of them."""
+    """Each thread runs ``ry*rx`` original threads, those of blocks ``(ry*blockIdx.y + qy,
+    rx*blockIdx.x + qx)``: every copy's statements renamed (``acc`` → ``acc_kl1``), their scopes
+    merged, the loop run once for all copies so a tile shared along an axis is read once per
+    iteration for all the copies along it. Where every copy is active (all but the grid's ragged
+    edge), the loop runs without the copies' predicates."""
 
     def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: _Emitter, kernel: Node,
-                 user: UserText | None = None):
+                 user: UserText | None = None, shape: BlockShape = BlockShape(4, 1)):
         super().__init__(plan, facts, src, emitter, user)
         body = kernel.child_by_field_name("body")
+        self.micro = shape
         self.names = declared_anywhere(body, src)
         self.renames = [n for n in _find(body, ("identifier",)) if _text(src, n) in self.names]
-        self.block_y = [n for n in _find(body, ("field_expression",)) if re.sub(r"\s", "", _text(src, n)) == "blockIdx.y"]
+        fields = [n for n in _find(body, ("field_expression",))]
+        self.fields = {(name, axis): [n for n in fields if re.sub(r"\s", "", _text(src, n)) == f"{name}.{axis}"]
+                       for name in ("blockIdx", "threadIdx", "blockDim") for axis in "xy"}
+        self.launched = shape.block(plan.block)
         self.q = 0
+        self.qy, self.qx = 0, 0
         self.tile_subs: list[tuple[int, int, str]] = []
-        self.shared_tile = [not _mentions(t.index, "bid.y", facts.opaque) for t in plan.tiles]
+
+    def block_index(self, axis: str, q: int) -> str:
+        r = self.micro.ry if axis == "y" else self.micro.rx
+        return f"(blockIdx.{axis} * {r} + {q})"
+
+    def thread_index(self, axis: str, q: int) -> str:
+        """The copy's original thread index along ``axis`` within a coarsened block."""
+        step = self.launched[1] if axis == "y" else self.launched[0]
+        return f"(threadIdx.{axis} + {step * q})" if q else f"threadIdx.{axis}"
+
+    def replaced_fields(self) -> list[tuple[str, str, str]]:
+        """(builtin, axis, what the current copy reads instead)."""
+        out = []
+        for axis, q, r in (("y", self.qy, self.micro.ry), ("x", self.qx, self.micro.rx)):
+            if r == 1:
+                continue
+            if self.micro.within:
+                out.append(("threadIdx", axis, self.thread_index(axis, q)))
+                out.append(("blockDim", axis, str(self.plan.block[1] if axis == "y" else self.plan.block[0])))
+            else:
+                out.append(("blockIdx", axis, self.block_index(axis, q)))
+        return out
 
     def span_text(self, lo: int, hi: int) -> str:
         subs = [(a, b, new) for a, b, new in self.tile_subs if lo <= a and b <= hi]
@@ -904,25 +1062,34 @@ class _BlockedWriter(_Writer):
         for n in self.renames:
             if lo <= n.start_byte and n.end_byte <= hi and not any(a <= n.start_byte < b for a, b in taken):
                 subs.append((n.start_byte, n.end_byte, f"{_text(self.src, n)}_kl{self.q}"))
-        for n in self.block_y:
-            if lo <= n.start_byte and n.end_byte <= hi and not any(a <= n.start_byte < b for a, b in taken):
-                subs.append((n.start_byte, n.end_byte, f"(blockIdx.y * {REGISTER_BLOCK} + {self.q})"))
+        for name, axis, value in self.replaced_fields():
+            for n in self.fields[(name, axis)]:
+                if lo <= n.start_byte and n.end_byte <= hi and not any(a <= n.start_byte < b for a, b in taken):
+                    subs.append((n.start_byte, n.end_byte, value))
         return self.copy(lo, hi, subs)
 
     def t(self, node: Node) -> str:
         return self.span_text(node.start_byte, node.end_byte)
 
+    def select(self, c: int) -> None:
+        self.q = c
+        self.qy, self.qx = self.micro.copies()[c]
+
     def text(self) -> str:
         copies = []
-        for q in range(REGISTER_BLOCK):
-            self.q = q
+        ry, rx = self.micro.ry, self.micro.rx
+        for c, (qy, qx) in enumerate(self.micro.copies()):
+            self.select(c)
             pre: list[str] = []
             post: list[str] = []
-            first = f"kl_v{q}"
-            pre.append(f"const bool {first} = blockIdx.y * {REGISTER_BLOCK} + {q} < gridDim.y;")
+            first = f"kl_v{c}"
+            inside = [f"{self.block_index(axis, q)} < gridDim.{axis}" for axis, q, r in (("y", qy, ry), ("x", qx, rx)) if r > 1]
+            # Within a block every copy is a thread the original launched.
+            pre.append(f"const bool {first} = {'true' if self.micro.within else ' && '.join(inside)};")
             pred = self.flatten(self.plan.chain[0], first, pre, post)
             copies.append((pre, post, pred))
-        out = ["{", f"if (blockIdx.y * {REGISTER_BLOCK} >= gridDim.y) return;"]
+        past = " || ".join(f"blockIdx.{axis} * {r} >= gridDim.{axis}" for axis, r in (("y", ry), ("x", rx)) if r > 1)
+        out = ["{"] if self.micro.within else ["{", f"if ({past}) return;"]
         for pre, _, _ in copies:
             out += pre
         out.append(self.blocked_loop([pred for _, _, pred in copies]))
@@ -964,75 +1131,107 @@ class _BlockedWriter(_Writer):
         plan, loop, e = self.plan, self.plan.loop, self.emitter
         node = plan.chain[-1]
         bx, by, _ = plan.block
-        tk, copies = plan.tk, REGISTER_BLOCK
+        tk = plan.tk
+        copies = self.micro.copies()
+        opaque = self.facts.opaque
         start, trips = e.poly(loop.start, {}), e.poly(loop.bound - loop.start, {})
+        within = self.micro.within
+        threads = self.launched[0] * self.launched[1]
+        flat = "(int)(threadIdx.y * blockDim.x + threadIdx.x)"
+        if within:
+            # The block's size along each axis is the original one, a constant (blockDim is the smaller one).
+            dims = {"bdim.x": str(bx), "bdim.y": str(by)}
+            start, trips = e.poly(loop.start, dims), e.poly(loop.bound - loop.start, dims)
         lines = ["{"]
-        for q in range(copies):
-            lines.append(f"__shared__ int kl_rows{q}[{by}]; __shared__ int kl_cols{q}[{bx}];")
-            lines.append(f"if (threadIdx.x == 0) kl_rows{q}[threadIdx.y] = 0; if (threadIdx.y == 0) kl_cols{q}[threadIdx.x] = 0;")
-        lines.append("__syncthreads();")
-        for q in range(copies):
-            lines.append(f"if ({preds[q]}) {{ kl_rows{q}[threadIdx.y] = 1; kl_cols{q}[threadIdx.x] = 1; }}")
-        anys = " || ".join(preds)
-        lines.append(f"const int kl_any = __syncthreads_or({anys});")
-        lines += [f"const int kl_any{q} = __syncthreads_or({preds[q]});" for q in range(copies)
-                  if any(t.dim is None for t in plan.tiles)]
+        if within:
+            # One flag per original row and column of the block, set by the copy that is that thread.
+            lines.append(f"__shared__ int kl_rows[{by}]; __shared__ int kl_cols[{bx}];")
+            lines.append(f"for (int kl_i = {flat}; kl_i < {max(bx, by)}; kl_i += {threads}) {{ "
+                         f"if (kl_i < {by}) kl_rows[kl_i] = 0; if (kl_i < {bx}) kl_cols[kl_i] = 0; }}")
+            lines.append("__syncthreads();")
+            for c, (qy, qx) in enumerate(copies):
+                lines.append(f"if ({preds[c]}) {{ kl_rows[{self.thread_index('y', qy)}] = 1; "
+                             f"kl_cols[{self.thread_index('x', qx)}] = 1; }}")
+        else:
+            for c in range(len(copies)):
+                lines.append(f"__shared__ int kl_rows{c}[{by}]; __shared__ int kl_cols{c}[{bx}];")
+                lines.append(f"if (threadIdx.x == 0) kl_rows{c}[threadIdx.y] = 0; if (threadIdx.y == 0) kl_cols{c}[threadIdx.x] = 0;")
+            lines.append("__syncthreads();")
+            for c in range(len(copies)):
+                lines.append(f"if ({preds[c]}) {{ kl_rows{c}[threadIdx.y] = 1; kl_cols{c}[threadIdx.x] = 1; }}")
+        lines.append(f"const int kl_all = __syncthreads_and({' && '.join(preds)});")
+        if any(t.dim is None for t in plan.tiles):
+            if within:
+                lines.append(f"const int kl_any = __syncthreads_or({' || '.join(preds)});")
+            else:
+                lines += [f"const int kl_any{c} = __syncthreads_or({preds[c]});" for c in range(len(copies))]
         lines.append(f"const {e.int_type} kl_trips = {trips};")
         for n, t in enumerate(plan.tiles):
-            for q in ([None] if self.shared_tile[n] else range(copies)):
-                lines.append(f"__shared__ {t.elem_type} {self.tile_name(n, q)}{self.shape(t)};")
+            for key in _tile_keys(t, self.micro, opaque):
+                lines.append(f"__shared__ {t.elem_type} {self.tile_name(n, key)}{self.shape(t)};")
         lines.append(f"for ({e.int_type} kl_t0 = 0; kl_t0 < kl_trips; kl_t0 += {tk}) {{")
-        flat = "(int)(threadIdx.y * blockDim.x + threadIdx.x)"
+        loads: list[_Load] = []
         for n, t in enumerate(plan.tiles):
             rows = {"tid.x": bx, "tid.y": by, None: 1}[t.dim]
             r, kk = (f"kl_e / {tk}", f"kl_e % {tk}") if t.k_fastest else (f"kl_e % {rows}", f"kl_e / {rows}")
-            for q in ([None] if self.shared_tile[n] else range(copies)):
-                subs = {loop.trip_symbol: "kl_t0 + kl_k"}
-                if q is not None:
-                    subs["bid.y"] = f"blockIdx.y * {copies} + {q}"
+            for key in _tile_keys(t, self.micro, opaque):
+                subs = {loop.trip_symbol: "kl_t0 + kl_k", **(dims if within else {})}
+                if key[0] is not None:
+                    subs["bid.y"] = f"blockIdx.y * {self.micro.ry} + {key[0]}"
+                if key[1] is not None:
+                    subs["bid.x"] = f"blockIdx.x * {self.micro.rx} + {key[1]}"
                 if t.dim:
                     subs[t.dim] = "kl_r"
                 element = f"{t.array}[{e.poly(t.index, subs)}]" + (f".{t.field}" if t.field else "")
-                if t.dim is None:
-                    flag = "kl_any" if q is None else f"kl_any{q}"
+                users = [c for c, (qy, qx) in enumerate(copies) if _key_of(t, self.micro, opaque, qy, qx) == key]
+                kind = "rows" if t.dim == "tid.y" else "cols"
+                if within:
+                    flag = "kl_any" if t.dim is None else f"kl_{kind}[kl_r]"
+                elif t.dim is None:
+                    flag = "(" + " || ".join(f"kl_any{c}" for c in users) + ")"
                 else:
-                    kind = "rows" if t.dim == "tid.y" else "cols"
-                    qs = range(copies) if q is None else [q]
-                    flag = "(" + " || ".join(f"kl_{kind}{c}[kl_r]" for c in qs) + ")"
-                ref = self.ref(n, t, "kl_r", "kl_k").replace(f"kl_s{n}", self.tile_name(n, q), 1)
-                lines.append(f"for (int kl_e = {flat}; kl_e < {rows * tk}; kl_e += {bx * by}) {{ "
-                             f"const int kl_r = {r}; const int kl_k = {kk}; {ref} = "
-                             f"(kl_t0 + kl_k < kl_trips && {flag}) ? ({t.elem_type})({element}) : ({t.elem_type})0; }}")
+                    flag = "(" + " || ".join(f"kl_{kind}{c}[kl_r]" for c in users) + ")"
+                ref = self.ref(n, t, "kl_r", "kl_k").replace(f"kl_s{n}", self.tile_name(n, key), 1)
+                loads.append(_Load(ref, rows * tk, f"const int kl_r = {r}; const int kl_k = {kk};",
+                                   f"kl_t0 + kl_k < kl_trips && {flag}", element, t.elem_type))
+        lines += _staged(loads, flat, threads)
         lines.append("__syncthreads();")
-        bodies = []
-        for q in range(copies):
-            self.q = q
+        guarded, bare = [], []
+        for c, (qy, qx) in enumerate(copies):
+            self.select(c)
             self.tile_subs = []
             for n, t in enumerate(plan.tiles):
                 thread = {"tid.x": "threadIdx.x", "tid.y": "threadIdx.y", None: ""}[t.dim]
-                name = self.tile_name(n, None if self.shared_tile[n] else q)
+                if within and t.dim is not None:
+                    thread = self.thread_index(t.dim[-1], qy if t.dim == "tid.y" else qx)
+                name = self.tile_name(n, _key_of(t, self.micro, opaque, qy, qx))
                 for lo, hi in t.spans:
                     self.tile_subs.append((lo, hi, self.ref(n, t, thread, "kl_kk").replace(f"kl_s{n}", name, 1)))
             init = node.child_by_field_name("initializer")
-            var = f"{loop.var}_kl{q}"
+            var = f"{loop.var}_kl{c}"
             if init.type == "declaration":
                 d = init.children_by_field_name("declarator")[0]
                 set_var = f"{self.span_text(init.start_byte, d.start_byte).strip()} {var} = kl_kb + kl_kk;"
             else:
                 set_var = f"{var} = kl_kb + kl_kk;"
-            body = node.child_by_field_name("body")
-            bodies.append(f"if ({preds[q]}) {{ {set_var} {self.t(body)} }}")
+            body = self.t(node.child_by_field_name("body"))
+            guarded.append(f"if ({preds[c]}) {{ {set_var} {body} }}")
+            bare.append(f"{{ {set_var} {body} }}")
             self.tile_subs = []
-        step = "\n".join(bodies)
         pragma = self.loop_pragma or "\n#pragma unroll\n"
+        every = "\n".join(bare)
+        some = "\n".join(guarded)
         lines.append(f"const {e.int_type} kl_kb = {start} + kl_t0;")
-        lines.append(f"if (kl_t0 + {tk} <= kl_trips) {{ {pragma} for (int kl_kk = 0; kl_kk < {tk}; kl_kk++) {{\n{step}\n}} }}")
-        lines.append(f"else {{ for (int kl_kk = 0; kl_kk < kl_trips - kl_t0; kl_kk++) {{\n{step}\n}} }}")
+        # Where every copy is active the predicates are all true: the same loop without them.
+        lines.append(f"if (kl_t0 + {tk} <= kl_trips && kl_all) {{ {pragma} for (int kl_kk = 0; kl_kk < {tk}; kl_kk++) {{\n{every}\n}} }}")
+        lines.append(f"else if (kl_t0 + {tk} <= kl_trips) {{ {pragma} for (int kl_kk = 0; kl_kk < {tk}; kl_kk++) {{\n{some}\n}} }}")
+        lines.append(f"else {{ for (int kl_kk = 0; kl_kk < kl_trips - kl_t0; kl_kk++) {{\n{some}\n}} }}")
         lines.append("__syncthreads();")
         lines.append("}")
         lines.append("}")
         return "\n".join(lines)
 
     @staticmethod
-    def tile_name(n: int, q: int | None) -> str:
-        return f"kl_s{n}" if q is None else f"kl_s{n}_{q}"
+    def tile_name(n: int, key: tuple[int | None, int | None]) -> str:
+        qy, qx = key
+        return f"kl_s{n}" + (f"_y{qy}" if qy is not None else "") + (f"_x{qx}" if qx is not None else "")
