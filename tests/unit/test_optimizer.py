@@ -153,6 +153,17 @@ def test_dry_run_lists_unverified_candidates_without_calling_the_verifier() -> N
     assert result.results[0].candidate.technique == "warp-shuffle-reduction"
 
 
+def test_dry_run_lists_a_sequence_after_its_listed_first_step() -> None:
+    """Without verification a sequence's later step is listed once its first step was (a benchmark's
+    generation saves it, and its verification tries it only once that step is accepted)."""
+    source, spec = _example("matmul")
+    result = optimize(source, "m.cu", "matmul", spec, verify=False, budget=Budget(max_candidates=20))
+    names = [r.candidate.generator for r in result.results]
+    step = names.index("rule:index-swap")
+    assert names[step + 1] == "rule:index-swap+tile-contraction"
+    assert result.results[step + 1].candidate.after == "rule:index-swap"
+
+
 def test_progress_reports_each_candidate() -> None:
     source, spec = _example("streaming")
     seen: list[tuple[str, int | None]] = []

@@ -3,6 +3,7 @@ fact, the emitted code compiled by nvcc, sequences, and the host launch edit."""
 
 from __future__ import annotations
 
+import json
 import shutil
 
 import pytest
@@ -187,6 +188,29 @@ def test_a_sequence_follows_its_first_step_and_waits_for_it():
     composed = candidates[first + 1]
     assert composed.after == "rule:register-accumulate" and composed.grid_scale == (32, 1, 1)
     assert "kl_warp_sum(kl_acc0)" in composed.source
+
+
+def test_a_sequence_after_a_relaunching_step_sees_its_launch():
+    """The matmul example's threads walk C's rows; index-swap swaps them (a launch of its own, grid and
+    block swapped), and tile-contraction then tiles the swapped kernel as launched that way: a step with
+    no launch of its own keeps index-swap's, one with its own (the coarsened block) replaces it."""
+    from pathlib import Path
+
+    root = Path(__file__).resolve().parents[2] / "examples" / "matmul"
+    source = (root / "original.cu").read_text()
+    spec = json.loads((root / "spec.json").read_text())
+    request = OptimizeRequest(source=source, path=str(root / "original.cu"), kernel="matmul", spec=spec)
+    candidates = {c.generator: c for c in RuleGenerator().generate(request)}
+    swap = candidates["rule:index-swap"]
+    tiled = candidates["rule:index-swap+tile-contraction"]
+    assert tiled.after == "rule:index-swap" and tiled.launch_override == swap.launch_override
+    # The swapped kernel's rows come from threadIdx.y: A's tile now moves with y, B's with x.
+    assert "kl_s0[threadIdx.y][" in tiled.source and "][threadIdx.x]" in tiled.source
+    coarse = candidates["rule:index-swap+tile-contraction[2x2-in-block]"]
+    assert coarse.launch_override["grid"] == swap.launch_override["grid"]
+    assert list(coarse.launch_override["block"]) == [16, 16, 1]
+    # A rewrite that scales the host's launch cannot follow a launch of its own.
+    assert not any(c.after == "rule:index-swap" and (c.grid_scale or c.block or c.grid_divide) for c in candidates.values())
 
 
 def test_launch_sites_are_rescaled_however_the_grid_is_written():
