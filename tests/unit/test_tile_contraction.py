@@ -286,29 +286,21 @@ struct kl_dim3 { unsigned x, y, z; };
 thread_local kl_dim3 threadIdx;
 kl_dim3 blockIdx, blockDim, gridDim;
 static std::barrier<>* kl_barrier;
-static std::atomic<int> kl_or{0};
-static std::atomic<int> kl_and{1};
+static std::atomic<int> kl_vote{0};
 static void __syncthreads() { kl_barrier->arrive_and_wait(); }
-static int __syncthreads_or(int v) {
+// A block-wide vote: whether any thread's v is `want` (or: want 1; and: want 0, answer negated).
+static int kl_block_vote(int v, int want) {
   kl_barrier->arrive_and_wait();
-  if (v) kl_or.store(1);
+  if ((v != 0) == (want != 0)) kl_vote.store(1);
   kl_barrier->arrive_and_wait();
-  int r = kl_or.load();
+  int r = kl_vote.load();
   kl_barrier->arrive_and_wait();
-  if (threadIdx.x == 0 && threadIdx.y == 0) kl_or.store(0);
-  kl_barrier->arrive_and_wait();
-  return r;
-}
-static int __syncthreads_and(int v) {
-  kl_barrier->arrive_and_wait();
-  if (!v) kl_and.store(0);
-  kl_barrier->arrive_and_wait();
-  int r = kl_and.load();
-  kl_barrier->arrive_and_wait();
-  if (threadIdx.x == 0 && threadIdx.y == 0) kl_and.store(1);
+  if (threadIdx.x == 0 && threadIdx.y == 0) kl_vote.store(0);
   kl_barrier->arrive_and_wait();
   return r;
 }
+static int __syncthreads_or(int v) { return kl_block_vote(v, 1); }
+static int __syncthreads_and(int v) { return !kl_block_vote(v, 0); }
 static float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 #define __global__
 #define __shared__ static

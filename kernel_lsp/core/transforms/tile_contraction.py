@@ -31,7 +31,15 @@ once (the kernel may read ``gridDim``, which a smaller grid would change). It ne
 above: a 2-D block of at most 256 threads, at least four blocks along each blocked axis, a tile
 shared along each, no shared memory of the kernel's own, no name declared twice, no call other
 than math functions (a helper would see the physical block), no ``return`` after the loop, and
-``blockIdx``/``gridDim`` used only through their fields.
+``blockIdx``/``gridDim`` used only through their fields. A block of more than 256 threads (too
+few registers per thread to block across blocks: at 1024 threads a 4x1 micro-tile did not launch)
+is coarsened within itself instead (``WITHIN_BLOCK_SHAPES``): launched 4x4 or 2x2 times smaller
+with the same grid, each thread runs the original threads ``(ty + qy*by', tx + qx*bx')`` of its
+block, reading ``blockDim`` as the original block and the plain tiles; ``threadIdx``/``blockDim``
+used only through their fields, and at least 64 threads left.
+
+Every step's tile elements are read into registers before any is stored to shared memory, so a
+thread's global reads of all the tiles are in flight together.
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
 - a launch spec with one block shape at every size (2-D at most), distinct arrays, a complete
