@@ -217,8 +217,6 @@ class RuleGenerator:
         view = self.reprocess(base.source) if self.reprocess is not None else None
         later = [r for r in self.rules if r.name in COMPOSABLE and r.name not in done]
         spec = request.spec if launch is None else _relaunched(request.spec, launch)
-        if spec is None:
-            return
         for outcome in evaluate(base.source, request.kernel, spec, later, preprocessed=view):
             for rw in outcome.rewrites:
                 if launch is not None and _relative_launch(rw):
