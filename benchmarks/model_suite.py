@@ -24,11 +24,18 @@ the best accepted speedup, 1.0 when none).
         --generation benchmarks/results/model_suite.json --out benchmarks/results/model_suite.json
 
 ``--endpoint URL`` adds a model behind an OpenAI-compatible server (``--endpoint-model`` its name).
+
+``--refine-from benchmarks/results/corpus_suite.json`` runs only the editor's refinement: for each
+kernel, the rules' fastest accepted candidate in that (GPU-verified) file is rebuilt here and the editor
+asked to make it faster (``--refine-samples`` samples, repaired as usual); verification then judges
+each candidate against that candidate (same results, faster by the harness's interval), so a win is
+a verified speedup over the rules' best.
 """
 
 from __future__ import annotations
 
 import argparse
+import dataclasses
 import datetime as dt
 import json
 import math
@@ -47,7 +54,8 @@ sys.path.insert(0, str(ROOT / "benchmarks"))
 from corpus_baseline import entries, gpu_name, load_spec  # noqa: E402
 
 from kernel_lsp.config import Settings  # noqa: E402
-from kernel_lsp.core.candidates import Candidate  # noqa: E402
+from kernel_lsp.core.candidates import Candidate, OptimizeRequest  # noqa: E402
+from kernel_lsp.core.spec import parse_spec  # noqa: E402
 from kernel_lsp.core.rules import RuleGenerator  # noqa: E402
 from kernel_lsp.services import optimizer  # noqa: E402
 from kernel_lsp.services.llm import EndpointModel, LlamaModel, LoadOptions  # noqa: E402
@@ -75,29 +83,56 @@ def _job_of(candidate: Candidate) -> str:
 # --------------------------------------------------------------------------- generation (CPU)
 
 
-def generate_kernel(session: Session, model: Any, name: str, budgets: JobBudgets, folder: Path) -> dict[str, Any]:
+def rules_best(session: Session, name: str, corpus_results: dict[str, Any]) -> tuple[Candidate, float] | None:
+    """The rules' fastest accepted candidate of corpus entry ``name`` in ``corpus_results`` (a
+    ``corpus_suite.py`` JSON, verified on the GPU machine) and its speedup, rebuilt here: the rules are
+    deterministic, so the generator's name gives the same source."""
+    row = next((k for k in corpus_results["kernels"] if k["name"] == name), None)
+    accepted = [t for t in (row or {}).get("tried", []) if t.get("reason") == "ok" and t.get("speedup")]
+    if not accepted:
+        return None
+    best = max(accepted, key=lambda t: t["speedup"])
     spec = load_spec(name)
     path = str(CORPUS / name / "kernel.cu")
     source = Path(path).read_text(encoding="utf-8")
     rules = RuleGenerator(preprocessed=session.preprocessed(path, source), reprocess=lambda t: session.preprocessed(path, t))
+    request = OptimizeRequest(source=source, path=path, kernel=spec.kernel, spec=spec.to_json())
+    found = next((c for c in rules.generate(request) if c.generator == best["generator"]), None)
+    return (found, best["speedup"]) if found is not None else None
+
+
+def generate_kernel(session: Session, model: Any, name: str, budgets: JobBudgets, folder: Path,
+                    refine: tuple[Candidate, float] | None = None) -> dict[str, Any]:
+    """The model's jobs on one corpus kernel, or with ``refine`` (the rules' best, verified) only the
+    editor's refinement of that candidate."""
+    spec = load_spec(name)
+    path = str(CORPUS / name / "kernel.cu")
+    source = Path(path).read_text(encoding="utf-8")
+    if refine is None:
+        rules = RuleGenerator(preprocessed=session.preprocessed(path, source), reprocess=lambda t: session.preprocessed(path, t))
+    else:
+        rules = RuleGenerator(rules=())
+        budgets = dataclasses.replace(budgets, planner_samples=0, editor_samples=0)
     budget = optimizer.Budget(max_candidates=1000, max_seconds=budgets.max_seconds + 600, max_tokens=budgets.max_total_tokens)
     start = time.monotonic()
     with session.stores(traces=True) as stores:
         # Every model conversation goes to the folder's trace store (``traces export`` reads it).
         jobs = session.model_generator(model, spec, source, path, verifier=None, budget=budget, cancel=None,
-                                       traces=stores.traces, rules=rules, job_budgets=budgets)
+                                       traces=stores.traces, rules=rules, job_budgets=budgets, verified=refine)
         result = optimizer.optimize(source, path, spec.kernel, spec, generators=[jobs], kb=stores.kb, verify=False,
                                     budget=budget)
     wall = time.monotonic() - start
     folder.mkdir(parents=True, exist_ok=True)
     saved = []
-    for i, r in enumerate(result.results):
-        c = r.candidate
+    # A refinement extends a candidate verified elsewhere, which this unverified search never lists: the
+    # editor's and repairer's candidates are taken as the jobs produced them.
+    listed = [r.candidate for r in result.results] if refine is None else [c for _, c in jobs.produced]
+    for i, c in enumerate(listed):
         file = f"cand_{i:02d}.cu"
         (folder / file).write_text(c.source, encoding="utf-8")
         saved.append({"file": file, "generator": c.generator, "job": _job_of(c), "technique": c.technique,
                       "description": c.description, "launch_override": dict(c.launch_override) if c.launch_override else None,
-                      "after": c.after, "candidate_hash": r.candidate_hash})
+                      "after": c.after, "candidate_hash": optimizer.candidate_hash(c)})
     rules_order = [e.id for e in jobs.menu]
     row = {
         "name": name, "kernel": spec.kernel, "techniques": list(result.techniques), "state": result.state,
@@ -107,6 +142,11 @@ def generate_kernel(session: Session, model: Any, name: str, budgets: JobBudgets
         "jobs": {job: jobs.stats[job].to_json() for job in JOBS},
         "candidates": saved,
     }
+    if refine is not None:
+        base, speedup = refine
+        (folder / "base.cu").write_text(base.source, encoding="utf-8")
+        row["refine_base"] = {"file": "base.cu", "generator": base.generator, "speedup": speedup,
+                              "launch_override": dict(base.launch_override) if base.launch_override else None}
     (folder / "candidates.json").write_text(json.dumps(row, indent=2), encoding="utf-8")
     return row
 
@@ -155,7 +195,8 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
                          editor_techniques=args.editor_techniques, editor_samples=args.editor_samples,
                          repair_rounds=2, planner_max_tokens=args.planner_max_tokens,
                          editor_max_tokens=args.editor_max_tokens, max_total_tokens=args.tokens,
-                         max_seconds=args.seconds, turn_timeout_s=args.seconds)
+                         max_seconds=args.seconds, turn_timeout_s=args.seconds, refine_samples=args.refine_samples)
+    corpus_results = json.loads(Path(args.refine_from).read_text(encoding="utf-8")) if args.refine_from else None
     root = Path(args.generate)
     out: dict[str, Any] = {"models": {}}
     with tempfile.TemporaryDirectory(prefix="model-suite-") as scratch:
@@ -169,7 +210,11 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
             try:
                 for name in names:
                     print(f"{label}: {name} ...", file=sys.stderr, flush=True)
-                    row = generate_kernel(session, model, name, budgets, root / label / name)
+                    refine = rules_best(session, name, corpus_results) if corpus_results is not None else None
+                    if corpus_results is not None and refine is None:
+                        print("  no accepted rule candidate to refine", file=sys.stderr, flush=True)
+                        continue
+                    row = generate_kernel(session, model, name, budgets, root / label / name, refine)
                     rows.append(row)
                     jobs = row["jobs"]
                     print(f"  {row['wall_s']:.0f} s; planner {row['planner_order'][:1]} (rules {row['menu'][:1]}); "
@@ -201,17 +246,27 @@ def verify_kernel(row: dict[str, Any], folder: Path, session: Session, cache: di
     source = path.read_text(encoding="utf-8")
     # The session's verifier: the file's own build flags and the harness's options, as the editor's search.
     verifier = session.verifier(str(path))
+    base = row.get("refine_base")
+    if base is not None:
+        # A refinement is judged against the rules' best, launched as that candidate is: the same results
+        # (the rules' best matched the original on the GPU machine) and faster by the harness's interval.
+        source = (folder / base["file"]).read_text(encoding="utf-8")
+        data = spec.to_json()
+        data.pop("candidate", None)
+        data.update({k: v for k, v in (base["launch_override"] or {}).items() if k in ("grid", "block", "dynamic_smem")})
+        spec = parse_spec(data, spec.base_dir)
     accepted_generators: set[str] = set()
     verdicts = []
     for item in row["candidates"]:
-        if item["after"] is not None and item["after"] not in accepted_generators:
+        if item["after"] is not None and item["after"] not in accepted_generators and base is None:
             verdicts.append({**item, "status": "skipped (its base was not accepted)", "speedup": None, "accepted": False})
             continue
         key = item["candidate_hash"]
         if key not in cache:
             candidate = (folder / item["file"]).read_text(encoding="utf-8")
             try:
-                verdict = verifier(source, candidate, with_candidate_launch(spec, item["launch_override"]), None)
+                launch = None if base is not None else item["launch_override"]
+                verdict = verifier(source, candidate, with_candidate_launch(spec, launch), None)
                 cache[key] = {"accepted": verdict.accepted, "reason": verdict.reason.value, "speedup": verdict.speedup,
                               "speedup_ci_low": verdict.speedup_ci_low, "first_error": (verdict.errors or (None,))[0]}
             except (GpuUnavailable, SpecError) as exc:
@@ -239,6 +294,14 @@ def verification_summary(model_rows: list[dict[str, Any]], verified: dict[str, l
         rule_best = max([v["speedup"] for v in items if v["job"] == "rules" and v["accepted"] and v["speedup"]] or [1.0])
         model_best = max([v["speedup"] for v in items if v["job"] in ("editor", "repairer") and v["accepted"]
                           and v["speedup"]] or [1.0])
+        base = r.get("refine_base")
+        if base is not None:
+            # Accepted against the rules' best: faster than it by the harness's interval.
+            over = max([v["speedup"] for v in items if v["accepted"] and v["speedup"]] or [None], key=lambda x: x or 0)
+            if over is not None:
+                wins.append({"kernel": r["name"], "over_rules_best": over, "rules_speedup": base["speedup"],
+                             "model_speedup": base["speedup"] * over, "refines": base["generator"]})
+            continue
         if model_best > rule_best:
             wins.append({"kernel": r["name"], "model_speedup": model_best, "rules_speedup": rule_best})
 
@@ -319,6 +382,10 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--planner-max-tokens", type=int, default=48)
     parser.add_argument("--editor-max-tokens", type=int, default=400)
     parser.add_argument("--planner-budget", type=int, default=3, help="with --verify: menu entries compared (default 3)")
+    parser.add_argument("--refine-from", metavar="CORPUS_JSON",
+                        help="refinement only: the editor on each kernel's fastest accepted rule candidate in this "
+                             "corpus_suite.py result; verified against that candidate")
+    parser.add_argument("--refine-samples", type=int, default=2, help="editor samples on the candidate refined (default 2)")
     args = parser.parse_args(argv)
     command = " ".join(["python", "benchmarks/model_suite.py", *(argv if argv is not None else sys.argv[1:])])
     if args.generate:

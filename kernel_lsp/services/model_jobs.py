@@ -17,7 +17,10 @@ its output constrained by a JSON schema (a llama.cpp grammar, or the server's
   example the knowledge base has for the technique. Each hunk's search is an
   ``enum`` of the kernel's own lines (a 0.5B model otherwise copies lines from
   the example); hunks that do not apply anyway (a line changed to itself, two
-  hunks on one line) are reported back once.
+  hunks on one line) are reported back once. Once the harness has accepted a
+  candidate, the editor is also asked to make the fastest accepted version faster
+  still (KernelBlaster's refinement of the best so far): its hunks apply to that
+  version, and the result extends it (``Candidate.after``, its launch kept).
 * **repairer** -- when a candidate (the editor's, or a transformation's) fails to
   compile or fails verification, it gets the compiler's message or the mismatch
   report and proposes hunks that fix it; at most ``repair_rounds`` rounds.
@@ -37,7 +40,7 @@ import time
 import uuid
 from collections import Counter, deque
 from collections.abc import Callable, Iterator, Mapping, Sequence
-from dataclasses import asdict, dataclass, field
+from dataclasses import asdict, dataclass, field, replace
 from typing import Any
 
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest, TechniqueHint
@@ -101,6 +104,9 @@ class JobBudgets:
     """Longer compiler messages and mismatch reports are cut to this many characters."""
     kernel_chars: int = 6000
     """Longest kernel text shown to the model; a longer kernel is edited by the rules only."""
+    refine_samples: int = 2
+    """Best-of-N for the editor on the fastest verified candidate, once there is one (KernelBlaster's
+    refinement of the best so far): each sample is a candidate that extends it."""
 
 
 @dataclass
@@ -306,6 +312,13 @@ def editor_prompt(context: str, kernel: str, hint: TechniqueHint) -> str:
     return "\n\n".join(parts)
 
 
+def refine_prompt(context: str, kernel: str, speedup: float) -> str:
+    """The editor's task on the fastest verified version of the kernel: make it faster still."""
+    return (f"{context}\n\nThis version of {kernel} was verified: it computes what the original does and runs "
+            f"{speedup:.2f}x faster. Task: make it faster still with one small change that keeps every result the "
+            f"same. {HUNK_RULES}")
+
+
 def repairer_prompt(kernel: str, failing_text: str, failure: str, original_text: str | None) -> str:
     parts = []
     if original_text is not None:
@@ -378,8 +391,12 @@ class ModelJobs:
 
     def __init__(self, model: ChatModel, rules: RuleGenerator | None = None, tools: AgentTools = AgentTools(),
                  budgets: JobBudgets = JobBudgets(), *, trace_sink: Callable[[AttemptRecord], None] | None = None,
-                 cancel: Any = None, clock: Callable[[], float] = time.monotonic):
+                 cancel: Any = None, clock: Callable[[], float] = time.monotonic,
+                 verified: tuple[Candidate, float] | None = None):
+        """``verified``: a candidate already verified faster (and its speedup) that the editor refines
+        when the search has accepted none faster (a benchmark replaying an earlier verification)."""
         self.model = model
+        self.verified = verified
         self.rules = rules if rules is not None else RuleGenerator()
         self.name = f"model:{model.name}"
         self.tools = tools
@@ -403,6 +420,8 @@ class ModelJobs:
         """Candidate source -> repairs made to reach it."""
         self._ours: set[str] = set()
         """Sources this generator yielded (feedback on others' candidates is ignored)."""
+        self._best: tuple[Candidate, float] | None = None
+        """The fastest candidate the harness accepted in this search, by the low end of its interval."""
 
     # -- the CandidateGenerator interface ------------------------------------------------------
 
@@ -413,6 +432,7 @@ class ModelJobs:
         self._repairs.clear()
         self._rounds.clear()
         self._ours.clear()
+        self._best = None
         spend = _Spend(self.clock() + self.budgets.max_seconds)
         try:
             yield from self._generate(request, spend)
@@ -422,7 +442,12 @@ class ModelJobs:
 
     def feedback(self, candidate: Candidate, verdict: Verdict | None) -> None:
         """The harness's verdict on a candidate this generator yielded: a repairable failure is queued for
-        the repairer (at most ``repair_rounds`` repairs along one line of candidates)."""
+        the repairer (at most ``repair_rounds`` repairs along one line of candidates); an accepted one may
+        become the candidate the editor refines."""
+        if verdict is not None and verdict.accepted and candidate.source in self._ours:
+            low = verdict.speedup_ci_low or verdict.speedup or 0.0
+            if self._best is None or low > self._best[1]:
+                self._best = (candidate, low)
         if verdict is None or verdict.reason not in REPAIRABLE or candidate.source not in self._ours:
             return
         done = self._rounds.get(candidate.source, 0)
@@ -452,6 +477,41 @@ class ModelJobs:
         for ident in rest:
             yield from self._entry(by_id[ident])
             yield from self._drain(request, spend)
+        yield from self._refine(request, spend)
+
+    def _refine(self, request: OptimizeRequest, spend: _Spend) -> Iterator[Candidate]:
+        """The editor on the fastest verified candidate (the search's own, else the one given): hunks
+        against its kernel, each result a candidate that extends it (``Candidate.after``)."""
+        best = self._best or self.verified
+        if best is None or self.budgets.refine_samples <= 0:
+            return
+        base, speedup = best
+        found = find_kernel(base.source, request.kernel)
+        if found is None:
+            return
+        base_text = base.source.encode("utf-8")[found.span.start_byte:found.span.end_byte].decode("utf-8", "replace")
+        if len(base_text) > self.budgets.kernel_chars:
+            return
+        on_base = replace(request, source=base.source)
+        prompt = refine_prompt(context_prompt(on_base, base_text), request.kernel, speedup)
+        seen = {base.source, request.source}
+        for sample in range(self.budgets.refine_samples):
+            if self._stop(spend) is not None:
+                return
+            conversation = self._conversation("editor", base.technique, sample, SYSTEM, prompt, 90)
+            conversation.steps.append({"kind": "refine", "base": base.generator, "base_speedup": speedup})
+            source = self._edit_once(on_base, conversation, base_text, base.source, spend)
+            if source is None or source in seen:
+                self._record(request, conversation, "rejected",
+                             "no usable edit" if source is None else "same file as an earlier candidate", None)
+                continue
+            seen.add(source)
+            candidate = self._checked(request, conversation, source, base.technique, "editor", base, spend, 0,
+                                      extends=True)
+            if candidate is not None:
+                seen.add(candidate.source)
+                yield from self._yield(request, candidate.generator.rsplit("/", 1)[-1], candidate)
+                yield from self._drain(request, spend)
 
     def _entry(self, entry: MenuEntry) -> Iterator[Candidate]:
         self.order.append(entry.id)
@@ -649,8 +709,9 @@ class ModelJobs:
         return feedback
 
     def _checked(self, request: OptimizeRequest, conversation: _Conversation, source: str, technique: str, job: str,
-                 base: Candidate | None, spend: _Spend, rounds: int) -> Candidate | None:
-        """A candidate once it compiles (repaired up to the budget when it does not); None otherwise."""
+                 base: Candidate | None, spend: _Spend, rounds: int, extends: bool = False) -> Candidate | None:
+        """A candidate once it compiles (repaired up to the budget when it does not); None otherwise.
+        ``base``: the candidate whose launch it keeps; ``extends``: it was written on ``base`` (a step after it)."""
         feedback = self._compile(job, source)
         if feedback is not None:
             conversation.steps.append({"kind": "compile", "ok": feedback.ok,
@@ -665,6 +726,7 @@ class ModelJobs:
             grid_scale=base.grid_scale if base is not None else None,
             block=base.block if base is not None else None,
             grid_divide=base.grid_divide if base is not None else None,
+            after=base.generator if extends and base is not None else None,
         )
         self._rounds[source] = rounds
         if feedback is None or feedback.ok:
@@ -717,14 +779,15 @@ class ModelJobs:
                         generator=f"{self.name}/repairer", description=f"{current.description}; repaired",
                         launch_override=current.launch_override,
                         trace=({"kind": "attempt", "attempt_id": conversation.attempt_id}, *conversation.steps),
-                        grid_scale=current.grid_scale, block=current.block, grid_divide=current.grid_divide)
+                        grid_scale=current.grid_scale, block=current.block, grid_divide=current.grid_divide,
+                        after=current.after)
                 next_source = source
                 next_reason = "The compiler rejected it:\n" + compile_errors(feedback.text, self.budgets.error_chars)
             if next_source is None or next_reason is None:
                 return None
             current = Candidate(request.kernel, next_source, current.technique, current.generator, current.description,
                                 current.launch_override, grid_scale=current.grid_scale, block=current.block,
-                                grid_divide=current.grid_divide)
+                                grid_divide=current.grid_divide, after=current.after)
             reason = next_reason
         return None
 

@@ -462,10 +462,11 @@ def model_generator(model: Any, spec: Spec, source: str, *, verifier: Verifier |
                     cancel: threading.Event | None = None, traces: Any = None, workspace_root: str | None = None,
                     flags: BuildFlags | None = None, techniques: int = 3, samples: int = 2,
                     seconds: float | None = None, mode: str = "agent", rules: RuleGenerator | None = None,
-                    job_budgets: JobBudgets | None = None) -> Any:
+                    job_budgets: JobBudgets | None = None, verified: tuple[Candidate, float] | None = None) -> Any:
     """The model's generator wired to our tools: ``mode="jobs"`` the planner, editor and repairer
     (:class:`~kernel_lsp.services.model_jobs.ModelJobs`, which orders ``rules``' candidates and so replaces
     them), ``"agent"`` the free tool-calling loop (:class:`~kernel_lsp.services.agent.ModelGenerator`).
+    ``verified``: a candidate verified earlier and its speedup, for the editor to refine (jobs mode).
 
     ``flags``: the file's build flags (the session's), so the model's compile tool sees what the verifier will."""
     build = flags or BuildFlags()
@@ -489,7 +490,8 @@ def model_generator(model: Any, spec: Spec, source: str, *, verifier: Verifier |
     seconds = seconds if seconds is not None else budget.max_seconds
     if mode == "jobs":
         jobs = job_budgets or JobBudgets(max_total_tokens=budget.max_tokens, max_seconds=seconds)
-        return ModelJobs(model, rules, AgentTools(compile=compile_tool), jobs, trace_sink=sink, cancel=cancel)
+        return ModelJobs(model, rules, AgentTools(compile=compile_tool), jobs, trace_sink=sink, cancel=cancel,
+                         verified=verified)
     # kb_search is left to the agent's default: the request's techniques, which the driver got from the KB.
     tools = AgentTools(compile=compile_tool, benchmark=benchmark_tool, workspace_root=workspace_root)
     budgets = AgentBudgets(max_techniques=techniques, samples_per_technique=samples, max_total_tokens=budget.max_tokens,

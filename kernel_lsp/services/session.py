@@ -296,14 +296,16 @@ class Session:
 
     def model_generator(self, model: Any, spec: Spec, source: str, path: str, *, verifier: optimizer.Verifier | None,
                         budget: optimizer.Budget, cancel: threading.Event | None, traces: Any,
-                        rules: RuleGenerator | None = None, job_budgets: Any = None) -> Any:
+                        rules: RuleGenerator | None = None, job_budgets: Any = None, verified: Any = None) -> Any:
         """The model's generator (``modelMode``: the three jobs, which order ``rules``' candidates, or the agent
-        loop), its compile tool building with the file's flags."""
+        loop), its compile tool building with the file's flags; ``verified``: a verified candidate and its
+        speedup for the editor to refine."""
         flags = self.build_flags(path)
         mode = "agent" if self.settings.model_mode == "agent" else "jobs"
         return optimizer.model_generator(model, spec, source, verifier=verifier, budget=budget, cancel=cancel,
                                          traces=traces, workspace_root=self.workspace_root or os.path.dirname(os.path.abspath(path)),
-                                         flags=flags, mode=mode, rules=rules, job_budgets=job_budgets)
+                                         flags=flags, mode=mode, rules=rules, job_budgets=job_budgets,
+                                         verified=verified)
 
     def optimize(
         self,

@@ -335,3 +335,45 @@ def test_the_session_puts_the_jobs_in_the_rules_place_and_compiles_their_edits_w
     # left, offers nothing).
     assert generators.count("model:scripted/editor") == 1 and len(model.calls) == 6
     assert "error" in model.calls[5].messages[1]["content"] and "a * in[i] +;" in model.calls[5].messages[1]["content"]
+
+
+def test_the_editor_refines_the_fastest_accepted_candidate():
+    """Once the harness accepted a candidate, the editor is asked to make that version faster still: its
+    hunks apply to the accepted kernel, the result extends it (tried after it, with its launch), and the
+    prompt says how much faster the accepted version was."""
+    ids = menu_ids()
+    model = ScriptedModel([
+        choice(ids[0]), choice(ids[0]), choice(ids[0]),
+        edit(("if (i < n) out[i] = a * in[i];", "if (i < n) out[i] = in[i] * a;")),
+        edit(("    if (i < n) out[i] = a * in[i];", "    if (i < n) out[i] = a * __ldg(&in[i]);")),
+    ])
+    jobs = ModelJobs(model, tools=AgentTools(compile=compiles_unless("nothing")), budgets=budgets(refine_samples=1))
+    first = "rule:" + ids[0]
+
+    def verifier(original, candidate, spec, cancel):
+        if "__restrict__" in candidate:
+            return Verdict(True, Reason.OK, speedup=1.3, speedup_ci_low=1.25, speedup_ci_high=1.35)
+        return Verdict(False, Reason.NOT_FASTER, speedup=1.0)
+
+    result = optimize(SOURCE, "scale.cu", "scale", parse_spec(SPEC), generators=[jobs], verifier=verifier,
+                      budget=Budget(max_candidates=20))
+    accepted = [r.candidate for r in result.results if r.verdict is not None and r.verdict.accepted]
+    assert accepted[0].generator == first and "__restrict__" in accepted[0].source
+    refined = result.results[-1].candidate
+    assert refined.generator.endswith("/editor") and refined.after == first
+    assert "__ldg(&in[i])" in refined.source and "__restrict__" in refined.source
+    prompt = model.calls[-1].messages[1]["content"]
+    assert "runs 1.25x faster" in prompt and "__restrict__" in prompt.split("Task:")[0]
+
+
+def test_a_refinement_extends_its_base_and_keeps_its_launch():
+    base_source = SOURCE.replace("float *out, const float *in", "float *__restrict__ out, const float *__restrict__ in")
+    base = Candidate("scale", base_source, "restrict-const", "rule:restrict-const", "restrict",
+                     {"grid": ["(n+127)/128", 1, 1], "block": [128, 1, 1]})
+    model = ScriptedModel([edit(("    if (i < n) out[i] = a * in[i];", "    if (i < n) out[i] = in[i] * a;"))])
+    jobs = ModelJobs(model, rules=RuleGenerator(rules=()), tools=AgentTools(compile=compiles_unless("nothing")),
+                     budgets=budgets(planner_samples=0, editor_samples=0, refine_samples=1), verified=(base, 1.4))
+    out = list(jobs.generate(request()))
+    assert len(out) == 1 and out[0].after == "rule:restrict-const" and out[0].launch_override == base.launch_override
+    assert "in[i] * a" in out[0].source and "__restrict__ out" in out[0].source
+    assert "runs 1.40x faster" in model.calls[0].messages[1]["content"]
