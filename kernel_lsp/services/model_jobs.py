@@ -36,6 +36,7 @@ from __future__ import annotations
 
 import json
 import logging
+import re
 import time
 import uuid
 from collections import Counter, deque
@@ -342,6 +343,15 @@ def failure_text(verdict: Verdict, limit: int) -> str:
 
 def _cut(text: str, limit: int) -> str:
     return text if len(text) <= limit else text[:limit] + f"\n... ({len(text) - limit} more characters)"
+
+
+_COMMENT = re.compile(r"//[^\n]*|/\*.*?\*/", re.S)
+
+
+def code_of(kernel_text: str) -> str:
+    """The kernel's text without comments and with each run of whitespace one space: two texts that differ
+    only in comments and layout compile to the same kernel."""
+    return " ".join(_COMMENT.sub(" ", kernel_text).split())
 
 
 def compile_errors(text: str, limit: int) -> str:
@@ -680,7 +690,8 @@ class ModelJobs:
                 stats.invalid += 1
                 conversation.steps.append({"kind": "splice_error", "why": spliced.error})
                 return None
-            if spliced.source == file_source:
+            if code_of(result.text) == code_of(kernel_text):
+                # Only whitespace or comments changed: the same kernel, not worth a GPU run.
                 stats.invalid += 1
                 conversation.steps.append({"kind": "unchanged"})
                 return None

@@ -377,3 +377,12 @@ def test_a_refinement_extends_its_base_and_keeps_its_launch():
     assert len(out) == 1 and out[0].after == "rule:restrict-const" and out[0].launch_override == base.launch_override
     assert "in[i] * a" in out[0].source and "__restrict__ out" in out[0].source
     assert "runs 1.40x faster" in model.calls[0].messages[1]["content"]
+
+
+def test_an_edit_that_changes_only_comments_or_layout_is_not_a_candidate():
+    model = ScriptedModel([edit(("    if (i < n) out[i] = a * in[i];", "    if (i < n) out[i] = a * in[i]; // store it")),
+                           edit(("    if (i < n) out[i] = a * in[i];", "\n    if (i < n)   out[i] = a * in[i];"))])
+    jobs = ModelJobs(model, rules=RuleGenerator(rules=()), tools=AgentTools(compile=compiles_unless("nothing")),
+                     budgets=budgets(planner_samples=0, editor_samples=2))
+    assert list(jobs.generate(request())) == []
+    assert jobs.stats["editor"].invalid == 2 and jobs.stats["editor"].compile_checked == 0
