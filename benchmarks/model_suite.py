@@ -355,8 +355,10 @@ def print_table(record: dict[str, Any]) -> None:
             v = model["verification"]
             print("  accepted: " + ", ".join(f"{job} {d['accepted']}/{d['candidates']}" for job, d in v["per_job"].items()))
             p = v["planner_vs_rule_order"]
-            print(f"  planner geomean {p['planner_geomean']:.3f}x vs rule order {p['rule_order_geomean']:.3f}x "
-                  f"({p['budget_menu_entries']} menu entries); wins the rules did not find: {len(v['wins_rules_did_not_find'])}")
+            if p["planner_geomean"] is not None:
+                print(f"  planner geomean {p['planner_geomean']:.3f}x vs rule order {p['rule_order_geomean']:.3f}x "
+                      f"({p['budget_menu_entries']} menu entries)")
+            print(f"  wins the rules did not find: {len(v['wins_rules_did_not_find'])}")
 
 
 def main(argv: list[str] | None = None) -> int:
