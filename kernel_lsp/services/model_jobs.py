@@ -502,26 +502,14 @@ class ModelJobs:
         base_text = base.source.encode("utf-8")[found.span.start_byte:found.span.end_byte].decode("utf-8", "replace")
         if len(base_text) > self.budgets.kernel_chars:
             return
-        on_base = replace(request, source=base.source)
-        prompt = refine_prompt(context_prompt(on_base, base_text), request.kernel, speedup)
+        prompt = refine_prompt(context_prompt(replace(request, source=base.source), base_text), request.kernel, speedup)
         seen = {base.source, request.source}
         for sample in range(self.budgets.refine_samples):
             if self._stop(spend) is not None:
                 return
             conversation = self._conversation("editor", base.technique, sample, SYSTEM, prompt, 90)
             conversation.steps.append({"kind": "refine", "base": base.generator, "base_speedup": speedup})
-            source = self._edit_once(on_base, conversation, base_text, base.source, spend)
-            if source is None or source in seen:
-                self._record(request, conversation, "rejected",
-                             "no usable edit" if source is None else "same file as an earlier candidate", None)
-                continue
-            seen.add(source)
-            candidate = self._checked(request, conversation, source, base.technique, "editor", base, spend, 0,
-                                      extends=True)
-            if candidate is not None:
-                seen.add(candidate.source)
-                yield from self._yield(request, candidate.generator.rsplit("/", 1)[-1], candidate)
-                yield from self._drain(request, spend)
+            yield from self._editor_sample(request, conversation, base_text, seen, base.technique, spend, base)
 
     def _entry(self, entry: MenuEntry) -> Iterator[Candidate]:
         self.order.append(entry.id)
@@ -646,18 +634,27 @@ class ModelJobs:
                     return
                 conversation = self._conversation("editor", hint.name, sample, SYSTEM,
                                                   editor_prompt(context, request.kernel, hint), t)
-                source = self._edit_once(request, conversation, kernel_text, request.source, spend)
-                if source is None or source in seen:
-                    self._record(request, conversation, "rejected",
-                                 "no usable edit" if source is None else "same file as an earlier candidate", None)
-                    continue
-                seen.add(source)
-                candidate = self._checked(request, conversation, source, hint.name, "editor", None, spend, 0)
-                if candidate is not None:
-                    seen.add(candidate.source)
-                    # A candidate that needed repairs before it compiled is the repairer's.
-                    yield from self._yield(request, candidate.generator.rsplit("/", 1)[-1], candidate)
-                    yield from self._drain(request, spend)
+                yield from self._editor_sample(request, conversation, kernel_text, seen, hint.name, spend)
+
+    def _editor_sample(self, request: OptimizeRequest, conversation: _Conversation, kernel_text: str, seen: set[str],
+                       technique: str, spend: _Spend, base: Candidate | None = None) -> Iterator[Candidate]:
+        """One editor sample: its hunks on ``kernel_text`` (the original's kernel, or ``base``'s, which the result
+        then extends), the file compiled and repaired, yielded unless ``seen`` has it, then pending repairs."""
+        file_source = base.source if base is not None else request.source
+        on = replace(request, source=file_source)
+        source = self._edit_once(on, conversation, kernel_text, file_source, spend)
+        if source is None or source in seen:
+            self._record(request, conversation, "rejected",
+                         "no usable edit" if source is None else "same file as an earlier candidate", None)
+            return
+        seen.add(source)
+        candidate = self._checked(request, conversation, source, technique, "editor", base, spend, 0,
+                                  extends=base is not None)
+        if candidate is not None:
+            seen.add(candidate.source)
+            # A candidate that needed repairs before it compiled is the repairer's.
+            yield from self._yield(request, candidate.generator.rsplit("/", 1)[-1], candidate)
+            yield from self._drain(request, spend)
 
     def _edit_once(self, request: OptimizeRequest, conversation: _Conversation, kernel_text: str, file_source: str,
                    spend: _Spend) -> str | None:

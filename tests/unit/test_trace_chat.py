@@ -20,7 +20,8 @@ from test_model_jobs import SOURCE, SPEC, compiles_unless, edit
 
 
 def _search(tmp_path: Path) -> Path:
-    """One search whose editor candidate needs one repair and is accepted; its traces in a store."""
+    """One search whose editor candidate needs one repair and is accepted; its traces in a store (no
+    refinement of the accepted repair: the export of that one conversation is what is tested)."""
     model = ScriptedModel([
         edit(("out[i] = a * in[j];", "x")),  # does not apply: reported back once
         edit(("if (i < n) out[i] = a * in[i];", "if (i < n) out[i] = a * __ldg(&in[i]) + oops;")),
@@ -29,7 +30,7 @@ def _search(tmp_path: Path) -> Path:
     db = tmp_path / "traces.sqlite3"
     store = TraceStore(db)
     jobs = ModelJobs(model, rules=RuleGenerator(rules=()), tools=AgentTools(compile=compiles_unless("oops")),
-                     budgets=JobBudgets(planner_samples=0, editor_techniques=1, editor_samples=1),
+                     budgets=JobBudgets(planner_samples=0, editor_techniques=1, editor_samples=1, refine_samples=0),
                      trace_sink=store.record_attempt)
 
     def verifier(original, candidate, spec, cancel):
