@@ -648,8 +648,7 @@ class ModelJobs:
                          "no usable edit" if source is None else "same file as an earlier candidate", None)
             return
         seen.add(source)
-        candidate = self._checked(request, conversation, source, technique, "editor", base, spend, 0,
-                                  extends=base is not None)
+        candidate = self._checked(request, conversation, source, technique, "editor", base, spend, 0)
         if candidate is not None:
             seen.add(candidate.source)
             # A candidate that needed repairs before it compiled is the repairer's.
@@ -717,9 +716,9 @@ class ModelJobs:
         return feedback
 
     def _checked(self, request: OptimizeRequest, conversation: _Conversation, source: str, technique: str, job: str,
-                 base: Candidate | None, spend: _Spend, rounds: int, extends: bool = False) -> Candidate | None:
+                 base: Candidate | None, spend: _Spend, rounds: int) -> Candidate | None:
         """A candidate once it compiles (repaired up to the budget when it does not); None otherwise.
-        ``base``: the candidate whose launch it keeps; ``extends``: it was written on ``base`` (a step after it)."""
+        ``base``: the candidate it was written on, whose launch it keeps and which it extends (a step after it)."""
         feedback = self._compile(job, source)
         if feedback is not None:
             conversation.steps.append({"kind": "compile", "ok": feedback.ok,
@@ -734,7 +733,7 @@ class ModelJobs:
             grid_scale=base.grid_scale if base is not None else None,
             block=base.block if base is not None else None,
             grid_divide=base.grid_divide if base is not None else None,
-            after=base.generator if extends and base is not None else None,
+            after=base.generator if base is not None else None,
         )
         self._rounds[source] = rounds
         if feedback is None or feedback.ok:
