@@ -55,7 +55,7 @@ from corpus_baseline import entries, gpu_name, load_spec  # noqa: E402
 
 from kernel_lsp.config import Settings  # noqa: E402
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest  # noqa: E402
-from kernel_lsp.core.spec import parse_spec  # noqa: E402
+from kernel_lsp.core.spec import parse_spec, relaunched  # noqa: E402
 from kernel_lsp.core.rules import RuleGenerator  # noqa: E402
 from kernel_lsp.services import optimizer  # noqa: E402
 from kernel_lsp.services.llm import EndpointModel, LlamaModel, LoadOptions  # noqa: E402
@@ -251,10 +251,7 @@ def verify_kernel(row: dict[str, Any], folder: Path, session: Session, cache: di
         # A refinement is judged against the rules' best, launched as that candidate is: the same results
         # (the rules' best matched the original on the GPU machine) and faster by the harness's interval.
         source = (folder / base["file"]).read_text(encoding="utf-8")
-        data = spec.to_json()
-        data.pop("candidate", None)
-        data.update({k: v for k, v in (base["launch_override"] or {}).items() if k in ("grid", "block", "dynamic_smem")})
-        spec = parse_spec(data, spec.base_dir)
+        spec = parse_spec(relaunched(spec.to_json(), base["launch_override"] or {}), spec.base_dir)
     accepted_generators: set[str] = set()
     verdicts = []
     for item in row["candidates"]:

@@ -698,6 +698,14 @@ def memory_problem(spec: Spec, limit_bytes: int, what: str = "the GPU's memory",
     return None
 
 
+def relaunched(data: Mapping[str, Any], launch: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec's JSON form with ``launch`` (a ``candidate`` field: grid, block, dynamic_smem) as its own
+    launch and no candidate launch: the kernel as a rewrite that needs that launch runs it."""
+    out = {k: v for k, v in dict(data).items() if k != "candidate"}
+    out.update({k: v for k, v in launch.items() if k in ("grid", "block", "dynamic_smem")})
+    return out
+
+
 def with_candidate_launch(spec: Spec, candidate: Mapping[str, Any] | None) -> Spec:
     """``spec`` with its ``candidate`` field replaced (a rewrite's own launch settings). Raises :class:`SpecError`."""
     data = spec.to_json()

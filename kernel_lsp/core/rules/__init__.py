@@ -29,7 +29,7 @@ from kernel_lsp.core.rules.structural import (
     VectorizeElementwise,
 )
 from kernel_lsp.core.source import Preprocessed
-from kernel_lsp.core.spec import Spec, SpecError, parse_spec
+from kernel_lsp.core.spec import Spec, SpecError, parse_spec, relaunched
 from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToShuffle
 from kernel_lsp.core.transforms.columns_per_warp import ColumnsPerWarp
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
@@ -144,18 +144,6 @@ def _relative_launch(rw: Rewrite) -> bool:
     return rw.grid_scale is not None or rw.block is not None or rw.grid_divide is not None
 
 
-def _relaunched(spec: Mapping[str, Any] | None, launch: Mapping[str, Any]) -> dict[str, Any] | None:
-    """``spec`` (its JSON form) with ``launch``, a ``candidate`` field, as its launch: what a later step
-    of a sequence sees after a step that needs that launch."""
-    if spec is None:
-        return None
-    data = {k: v for k, v in dict(spec).items() if k != "candidate"}
-    for field in ("grid", "block", "dynamic_smem"):
-        if field in launch:
-            data[field] = launch[field]
-    return data
-
-
 class RuleGenerator:
     """Candidates from the applicable rules, in the knowledge base's technique order.
 
@@ -216,7 +204,7 @@ class RuleGenerator:
             return
         view = self.reprocess(base.source) if self.reprocess is not None else None
         later = [r for r in self.rules if r.name in COMPOSABLE and r.name not in done]
-        spec = request.spec if launch is None else _relaunched(request.spec, launch)
+        spec = request.spec if launch is None or request.spec is None else relaunched(request.spec, launch)
         for outcome in evaluate(base.source, request.kernel, spec, later, preprocessed=view):
             for rw in outcome.rewrites:
                 if launch is not None and _relative_launch(rw):
