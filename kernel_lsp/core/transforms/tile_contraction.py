@@ -69,7 +69,8 @@ from kernel_lsp.core.analysis import (
 )
 from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
-from kernel_lsp.core.spec import SpecError, with_candidate_launch
+from kernel_lsp.core.rules.simple import _launch_ok
+from kernel_lsp.core.spec import SpecError
 from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, expands_to, node_at, parse
 
 #: Static ``__shared__`` memory one block may declare (CUDA's limit without opt-in).
@@ -578,9 +579,7 @@ class TileContraction(Rule):
                 launch = ctx.spec.launch
                 override = {"grid": list(launch.grid), "block": list(shape.block(plan.block)),
                             "dynamic_smem": launch.dynamic_smem}
-                try:
-                    with_candidate_launch(ctx.spec, override)
-                except (SpecError, ValueError, ZeroDivisionError):
+                if not _launch_ok(ctx, override):
                     continue
             emitter = _Emitter(facts, src, kernel, plan.narrow)
             try:
@@ -1142,14 +1141,12 @@ class _BlockedWriter(_Writer):
         tk = plan.tk
         copies = self.micro.copies()
         opaque = self.facts.opaque
-        start, trips = e.poly(loop.start, {}), e.poly(loop.bound - loop.start, {})
         within = self.micro.within
         threads = self.launched[0] * self.launched[1]
         flat = "(int)(threadIdx.y * blockDim.x + threadIdx.x)"
-        if within:
-            # The block's size along each axis is the original one, a constant (blockDim is the smaller one).
-            dims = {"bdim.x": str(bx), "bdim.y": str(by)}
-            start, trips = e.poly(loop.start, dims), e.poly(loop.bound - loop.start, dims)
+        # Within a block, its size along each axis is the original one, a constant (blockDim is the smaller one).
+        dims = {"bdim.x": str(bx), "bdim.y": str(by)} if within else {}
+        start, trips = e.poly(loop.start, dims), e.poly(loop.bound - loop.start, dims)
         lines = ["{"]
         if within:
             # One flag per original row and column of the block, set by the copy that is that thread.
@@ -1183,7 +1180,7 @@ class _BlockedWriter(_Writer):
             rows = {"tid.x": bx, "tid.y": by, None: 1}[t.dim]
             r, kk = (f"kl_e / {tk}", f"kl_e % {tk}") if t.k_fastest else (f"kl_e % {rows}", f"kl_e / {rows}")
             for key in _tile_keys(t, self.micro, opaque):
-                subs = {loop.trip_symbol: "kl_t0 + kl_k", **(dims if within else {})}
+                subs = {loop.trip_symbol: "kl_t0 + kl_k", **dims}
                 if key[0] is not None:
                     subs["bid.y"] = f"blockIdx.y * {self.micro.ry} + {key[0]}"
                 if key[1] is not None:
