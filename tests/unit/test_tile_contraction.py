@@ -466,7 +466,7 @@ def test_all_pairs_rewrite_computes_what_the_original_does(tmp_path):
 ])
 def test_register_blocking_refusals_keep_the_plain_tiles(change, why):
     from kernel_lsp.core.transforms.emit import node_at, parse
-    from kernel_lsp.core.transforms.tile_contraction import TileContraction, blocking_refusal
+    from kernel_lsp.core.transforms.tile_contraction import BlockShape, TileContraction, blocking_refusal
     from kernel_lsp.core.rules.base import RuleContext
     from kernel_lsp.core.index import build_index
 
@@ -477,7 +477,7 @@ def test_register_blocking_refusals_keep_the_plain_tiles(change, why):
     plan, reason = TileContraction().plan(ctx)
     assert plan is not None, reason
     src, root = parse(ctx.preprocessed)
-    refusal = blocking_refusal(plan, ctx.facts, src, node_at(src, root, ctx.facts.span), 64)
+    refusal = blocking_refusal(plan, ctx.facts, src, node_at(src, root, ctx.facts.span), (64, 64), BlockShape(4, 1))
     assert refusal is not None and why in refusal
     assert [rw.variant for rw in outcome(source, GEMM_SPEC).rewrites] == [""]
 

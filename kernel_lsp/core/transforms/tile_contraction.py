@@ -958,12 +958,12 @@ def _key_of(t: _Tile, shape: BlockShape, opaque, qy: int, qx: int) -> tuple[int 
     return (qy if my else None, qx if mx else None)
 
 
-def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, grid: tuple[int, int] | int,
-                     shape: BlockShape = BlockShape(4, 1)) -> str | None:
+def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, grid: tuple[int, int],
+                     shape: BlockShape) -> str | None:
     """Why the tiles cannot also be register-blocked as ``shape`` (None: they can). ``grid``: the
-    launch's blocks along (x, y), or along y alone."""
+    launch's blocks along (x, y)."""
     bx, by, _ = plan.block
-    grid_x, grid_y = grid if isinstance(grid, tuple) else (shape.rx, grid)
+    grid_x, grid_y = grid
     copies = shape.rx * shape.ry
     if by == 1:
         return "register blocking needs a 2-D block"
