@@ -11,12 +11,18 @@ the harness's interval, so this counts controls whose best verified speedup is b
 
     PYTHONPATH=. python3 benchmarks/corpus_suite.py --out $OUT/corpus_suite.json \\
         [--baseline corpus_baseline.json] [--budget 8] [--max-seconds 120] [--shard 1/2] [--only A,B]
+        [--heldout | --no-heldout] [--dry-run]
     python3 benchmarks/corpus_suite.py --merge a.json b.json [rerun.json] --out benchmarks/results/corpus_suite.json
 
 ``--baseline`` takes ``benchmarks/corpus_baseline.py``'s results for the kernels where no
 candidate was timed (their baseline is then that program's median). ``--shard K/N`` runs every
 N-th kernel from the K-th, so a run can be split over several calls; ``--merge`` joins shards
-(a kernel in a later file replaces its row from an earlier one).
+(a kernel in a later file replaces its row from an earlier one). ``--heldout`` runs only the
+entries whose spec notes say ``"heldout": true`` (kernels added after the transformations were
+written, so that none was designed against them), ``--no-heldout`` only the others; both combine
+with ``--only`` and ``--shard``. ``--dry-run`` needs no GPU: the search lists its candidates
+without verifying any (no speedup is measured; the file says ``"dry_run": true``), which checks
+that every selected kernel goes through the optimizer.
 """
 
 from __future__ import annotations
@@ -48,7 +54,23 @@ CORPUS = ROOT / "benchmarks" / "corpus"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "corpus_suite.json"
 
 
-def run_kernel(name: str, budget: Budget, baseline: dict[str, Any], scratch: str) -> dict[str, Any]:
+def suite_of(name: str) -> str:
+    """The source suite of a corpus entry: its folder is named ``suite_kernel``."""
+    return name.split("_", 1)[0]
+
+
+def is_heldout(notes: dict[str, Any] | None) -> bool:
+    return bool((notes or {}).get("heldout"))
+
+
+def select(names: list[str], heldout: bool | None) -> list[str]:
+    """``names`` whose notes say held out (``heldout`` True), or not (False), or all (None)."""
+    if heldout is None:
+        return names
+    return [n for n in names if is_heldout(load_spec(n).notes) == heldout]
+
+
+def run_kernel(name: str, budget: Budget, baseline: dict[str, Any], scratch: str, verify: bool = True) -> dict[str, Any]:
     spec = load_spec(name)
     path = str(CORPUS / name / "kernel.cu")
     source = Path(path).read_text(encoding="utf-8")
@@ -56,7 +78,7 @@ def run_kernel(name: str, budget: Budget, baseline: dict[str, Any], scratch: str
     floor, _bound, _bytes, _flops = floor_us(spec)
     session = Session(Settings(kb_path=os.path.join(scratch, "kb.sqlite")), workspace_root=str(ROOT), use_kb=False)
     start = time.monotonic()
-    result = session.optimize(source, path, spec.kernel, spec, budget=budget)
+    result = session.optimize(source, path, spec.kernel, spec, budget=budget, verify=verify)
     wall = time.monotonic() - start
     candidates = [r.to_json() for r in result.results]
     best = result.best
@@ -69,9 +91,11 @@ def run_kernel(name: str, budget: Budget, baseline: dict[str, Any], scratch: str
     sequence = re.sub(r"\[[^\]]*\]", "", best.candidate.generator.split(":", 1)[1]).split("+") if best is not None else []
     return {
         "name": name,
+        "suite": suite_of(name),
         "kernel": spec.kernel,
         "category": notes.get("category"),
         "control": bool(notes.get("control")),
+        "heldout": is_heldout(notes),
         "baseline_us": baseline_us,
         "baseline_from": "harness" if timed else ("corpus_baseline" if base else None),
         "floor_us": floor,
@@ -123,14 +147,25 @@ def print_table(rows: list[dict[str, Any]], total: dict[str, Any]) -> None:
 
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
-    parser.add_argument("--out", default=str(DEFAULT_OUT))
+    parser.add_argument("--out", default=None, help=f"results file (default {DEFAULT_OUT.relative_to(ROOT)}; a dry run must name one)")
     parser.add_argument("--only", default="", help="comma-separated corpus entries (default: all)")
     parser.add_argument("--budget", type=int, default=8, help="candidates verified per kernel (at most)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="wall time per kernel (at most)")
     parser.add_argument("--baseline", default=None, help="corpus_baseline.py results for kernels without a timed candidate")
     parser.add_argument("--shard", default="1/1", help="K/N: every N-th kernel from the K-th")
     parser.add_argument("--merge", nargs="+", default=None, help="join shard results into --out")
+    which = parser.add_mutually_exclusive_group()
+    which.add_argument("--heldout", dest="heldout", action="store_const", const=True, default=None,
+                       help="only the entries whose notes say heldout (added after the transformations were written)")
+    which.add_argument("--no-heldout", dest="heldout", action="store_const", const=False,
+                       help="only the entries that are not held out")
+    parser.add_argument("--dry-run", action="store_true",
+                        help="no GPU: list every kernel's candidates without verifying them (nothing is measured)")
     args = parser.parse_args(argv)
+    if args.out is None:
+        if args.dry_run:
+            parser.error("--dry-run needs --out: the default is the committed results file, which a dry run must not replace")
+        args.out = str(DEFAULT_OUT)
     if args.merge:
         parts = [json.loads(Path(p).read_text()) for p in args.merge]
         # A kernel in a later file replaces the same kernel in an earlier one (a re-run after a fix).
@@ -146,7 +181,7 @@ def main(argv: list[str] | None = None) -> int:
         print_table(rows, total)
         return 0
     k, n = (int(x) for x in args.shard.split("/"))
-    names = entries({x.strip() for x in args.only.split(",") if x.strip()} or None)[k - 1 :: n]
+    names = select(entries({x.strip() for x in args.only.split(",") if x.strip()} or None), args.heldout)[k - 1 :: n]
     baseline = {r["name"]: r for r in json.loads(Path(args.baseline).read_text())["kernels"]} if args.baseline else {}
     budget = Budget(max_candidates=args.budget, max_seconds=args.max_seconds)
     rows: list[dict[str, Any]] = []
@@ -155,11 +190,12 @@ def main(argv: list[str] | None = None) -> int:
     with tempfile.TemporaryDirectory(prefix="corpus-suite-") as scratch:
         for name in names:
             try:
-                row = run_kernel(name, budget, baseline, scratch)
+                row = run_kernel(name, budget, baseline, scratch, verify=not args.dry_run)
             except Exception as exc:  # one kernel's failure is a row, not the end of the run
-                row = {"name": name, "control": bool((load_spec(name).notes or {}).get("control")), "baseline_us": None,
-                       "floor_us": None, "best_speedup": 1.0, "sequence": [], "candidates": 0, "wall_s": 0.0,
-                       "error": f"{type(exc).__name__}: {exc}"}
+                notes = load_spec(name).notes
+                row = {"name": name, "suite": suite_of(name), "control": bool((notes or {}).get("control")),
+                       "heldout": is_heldout(notes), "baseline_us": None, "floor_us": None, "best_speedup": 1.0,
+                       "sequence": [], "candidates": 0, "wall_s": 0.0, "error": f"{type(exc).__name__}: {exc}"}
             rows.append(row)
             print(f"{name:38s} {row['best_speedup']:6.2f}x {'+'.join(row['sequence']) or '-':40s} "
                   f"{row['candidates']} candidates, {row['wall_s']:.1f} s" + (f"  ERROR {row['error']}" if "error" in row else ""),
@@ -169,6 +205,7 @@ def main(argv: list[str] | None = None) -> int:
                 "date": dt.datetime.now(dt.timezone.utc).isoformat(timespec="seconds"),
                 "command": " ".join([os.path.basename(sys.executable), *sys.argv]),
                 "budget": {"max_candidates": args.budget, "max_seconds": args.max_seconds},
+                "dry_run": args.dry_run,
                 "units": "baseline_us and floor_us in microseconds; wall_s in seconds",
                 "kernels": rows,
                 "summary": summary(rows),

@@ -1,0 +1,64 @@
+"""``benchmarks/corpus_suite.py`` without a GPU: the held-out selection, its rows and the dry path.
+
+The dry run goes through the same search as a measured run (``Session.optimize``) with
+verification off, so it shows that a selected kernel reaches the optimizer and what its row
+carries; it measures nothing.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import json
+from pathlib import Path
+
+import pytest
+
+ROOT = Path(__file__).resolve().parents[2]
+
+
+@pytest.fixture(scope="module")
+def suite():
+    module_spec = importlib.util.spec_from_file_location("corpus_suite", ROOT / "benchmarks" / "corpus_suite.py")
+    module = importlib.util.module_from_spec(module_spec)
+    module_spec.loader.exec_module(module)
+    return module
+
+
+def test_heldout_and_the_rest_split_the_corpus(suite):
+    names = suite.entries(None)
+    heldout, rest = suite.select(names, True), suite.select(names, False)
+    assert len(heldout) >= 30 and rest
+    assert sorted(heldout + rest) == names
+    assert all(suite.is_heldout(suite.load_spec(n).notes) for n in heldout)
+    assert not any(suite.is_heldout(suite.load_spec(n).notes) for n in rest)
+    assert suite.select(names, None) == names
+
+
+def test_a_dry_run_must_name_its_output(suite):
+    # The default output is the committed results file; a run that measures nothing must not replace it.
+    with pytest.raises(SystemExit):
+        suite.main(["--dry-run", "--heldout"])
+
+
+def test_heldout_and_no_heldout_exclude_each_other(suite):
+    with pytest.raises(SystemExit):
+        suite.main(["--heldout", "--no-heldout", "--dry-run", "--out", "unused.json"])
+
+
+def test_dry_run_rows_carry_the_fields_of_a_measured_run(suite, tmp_path: Path):
+    names = suite.entries(None)
+    heldout = suite.select(names, True)[0]
+    kept = suite.select(names, False)[0]
+    out = tmp_path / "dry.json"
+    # --only names one held-out and one other entry: --heldout keeps the first alone.
+    assert suite.main(["--heldout", "--dry-run", "--only", f"{heldout},{kept}", "--budget", "2", "--out", str(out)]) == 0
+    result = json.loads(out.read_text())
+    assert result["dry_run"] is True
+    (row,) = result["kernels"]
+    assert row["name"] == heldout and row["heldout"] is True
+    assert row["suite"] == heldout.split("_", 1)[0]
+    for key in ("name", "suite", "control", "heldout", "baseline_us", "floor_us", "best_speedup", "sequence", "candidates", "wall_s"):
+        assert key in row, key
+    assert row["baseline_us"] is None and row["best_speedup"] == 1.0 and row["sequence"] == []
+    assert "error" not in row
+    assert all(c["status"] != "accepted" for c in row["tried"])
