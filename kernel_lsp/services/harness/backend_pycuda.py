@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 import pycuda.driver as cuda
 
-from kernel_lsp.core.compare import GUARD_BYTES, POISON_BITS
+from kernel_lsp.core.compare import GUARD_BYTES, POISON_BITS, ToleranceSummary
 from kernel_lsp.core.inputs import NUMPY_DTYPES, DevicePlan
-from kernel_lsp.core.spec import Launch
+from kernel_lsp.core.spec import Launch, Tolerance
+from kernel_lsp.services.harness.device_kernels import CLOSE_KERNELS
 from kernel_lsp.services.harness.protocol import LaunchFailed, LaunchTimeout
 
 #: Above this, dynamic shared memory must be opted into per function (CUDA's default limit).
@@ -130,6 +131,7 @@ class PycudaBackend:
         with _device_errors():
             self.start, self.end = cuda.Event(), cuda.Event()
             self.result = cuda.mem_alloc(16)
+            self.summary = cuda.mem_alloc(48)
 
     def info(self) -> dict:
         attr = cuda.device_attribute
@@ -190,6 +192,12 @@ class PycudaBackend:
         with _device_errors():
             self._memset(handle.base, handle.guard_bytes, width, value)
             self._memset(handle.ptr + handle.nbytes, handle.guard_bytes, width, value)
+
+    def fill_tail(self, handle: DeviceArray, first: int, guard_fill: tuple[int, int]) -> None:
+        width, value = guard_fill
+        start = first * handle.itemsize
+        with _device_errors():
+            self._memset(handle.ptr + start, handle.nbytes - start, width, value)
 
     def poison(self, handle: DeviceArray, array_type: str) -> None:
         with _device_errors():
@@ -252,6 +260,20 @@ class PycudaBackend:
             self._helper("klsp_diff", a.nbytes // 4, np.uintp(a.ptr), np.uintp(b.ptr), np.uint64(a.nbytes), np.uintp(int(self.result)))
             cuda.memcpy_dtoh(found, self.result)
         return int(found[0]), int(found[1]) if found[0] else 0
+
+    def tolerance_summary(self, reference: DeviceArray, candidate: DeviceArray, array_type: str, tolerance: Tolerance, poisoned: bool) -> ToleranceSummary:
+        work = np.float64 if array_type == "float64" else np.float32
+        n = reference.nbytes // reference.itemsize
+        words = np.zeros(6, dtype=np.uint64)
+        with _device_errors():
+            cuda.memcpy_htod(self.summary, words)
+            self._helper(CLOSE_KERNELS[array_type], n, np.uintp(reference.ptr), np.uintp(candidate.ptr), np.uint64(n), work(tolerance.rtol),
+                         work(tolerance.atol), np.uint64(POISON_BITS[array_type]), np.int32(poisoned), np.uintp(int(self.summary)))
+            cuda.memcpy_dtoh(words, self.summary)
+        sums = words[2:4].view(np.float64)
+        maxes = words[4:6].astype(np.uint64 if array_type == "float64" else np.uint32)
+        maxes = maxes.view(np.float64) if array_type == "float64" else maxes.view(np.float32)
+        return ToleranceSummary(int(words[0]), int(words[1]), float(sums[0]), float(sums[1]), float(maxes[0]), float(maxes[1]))
 
     def globals(self, which: str) -> dict[str, bytes]:
         values = {}
