@@ -106,12 +106,12 @@ def test_a_bad_fixed_list_is_a_spec_error_naming_the_entry(fixed, message):
 # --- the probes on the numpy device ---------------------------------------------------------------
 
 
-def _probed(candidate, spec=MAIN_ONLY, original=axpy):
+def _probed(candidate, spec=MAIN_ONLY, original=axpy, **probe_options):
     backend = NumpyBackend(original, candidate)
     verification = Verification(backend, spec)
     outcome = verification.check([1, 2, 3])
     assert outcome.reason is None, outcome.errors
-    return verification.probe(1), backend
+    return verification.probe(1, **probe_options), backend
 
 
 def float4_no_tail(args, launch, backend):
@@ -323,3 +323,28 @@ def test_the_apply_title_says_which_sizes_were_the_only_ones_verified():
     assert title(fixed_sizes={"rows": 64, "cols": 96}) == "Apply tile-transpose: 2.50x faster (verified at rows = 64, cols = 96 only)"
     round_trip = Verdict(accepted=True, reason=Reason.OK, sizes_tried=("cols = 8191",), fixed_sizes={"rows": 8192})
     assert Verdict.from_json(json.loads(json.dumps(round_trip.to_json()))) == round_trip
+
+
+def test_sizes_past_the_time_for_them_are_left_untried_with_a_warning():
+    def slow_original(args, launch, backend):
+        axpy(args, launch)
+        return 1500.0
+
+    def candidate(args, launch, backend):
+        axpy(args, launch)
+        return 1.0
+
+    outcome, _ = _probed(candidate, original=slow_original, budget_s=3.5)
+    # 1.5 s of the original per size: 4.5 s are spent once three sizes were tried, past the 3.5 s.
+    assert outcome.reason is None and outcome.sizes_tried == ["n = 4095", "n = 4093", "n = 2049"]
+    assert any("sizes not tried (the original's launches at other sizes took their 3.5 s): n = 5" in w for w in outcome.warnings)
+
+
+def test_a_slow_candidate_cannot_choose_which_sizes_are_tried():
+    def slow_candidate(args, launch, backend):
+        axpy(args, launch)
+        return 40.0
+
+    outcome, _ = _probed(slow_candidate, budget_s=0.01)
+    # The original's 1 ms launches spend the 10 ms only after every size; the candidate's 40 ms count for nothing.
+    assert outcome.reason is None and len(outcome.sizes_tried) == 4

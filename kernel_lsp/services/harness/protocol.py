@@ -82,6 +82,10 @@ REPEAT = "repeat"
 LAUNCH_RUNS = ((1, 1), (2, 0), (3, 2), (5, 1), (8, 0), (13, 1))
 #: Seeds of the inputs redrawn between timed pairs start here (far from any correctness seed).
 REDRAW_SEEDS_FROM = 1 << 40
+#: Seconds of the original's launches at sizes the spec does not name, nearest sizes first.
+PROBE_BUDGET_S = 2.0
+#: The random stream, beside the timing seed, that picks which timed pairs are checked.
+_CHECKED_PAIRS_STREAM = 1
 #: Generator kinds whose draws change with the seed (a fill or an arange is the same every time).
 _RANDOM_KINDS = frozenset((KIND_UNIFORM, KIND_NORMAL, KIND_RANDINT))
 
@@ -289,6 +293,7 @@ class Verification:
         self._original_ms: dict[tuple[int | None, int], float] = {}
         self._drawn: dict[tuple[int, int | None], dict] = {}
         self._original_modifies_inputs = False
+        self._probe_original_ms = 0.0
 
     # --- buffers -----------------------------------------------------------------------------
 
@@ -619,7 +624,7 @@ class Verification:
                        "the speedup was timed on unchanged inputs only")
         budget_s = options.budget_s / 2 if redrawable else options.budget_s
         # Which timed pairs are checked is drawn from the timing seed: the same every run, unknown to the candidate.
-        rng = np.random.default_rng([seed, 24])
+        rng = np.random.default_rng([seed, _CHECKED_PAIRS_STREAM])
         samples = self.outcome.samples_ms
         timer = self.backend.timer(args, restores, {ORIGINAL: resolved.original, CANDIDATE: resolved.candidate}, limits_s)
         try:
@@ -692,23 +697,33 @@ class Verification:
 
     # --- sizes the spec does not name -------------------------------------------------------------
 
-    def probe(self, seed: int) -> Outcome:
-        """Candidate and original at sizes the spec does not name (:mod:`.sizes`); ``outcome.sizes_tried``."""
+    def probe(self, seed: int, budget_s: float = PROBE_BUDGET_S) -> Outcome:
+        """Candidate and original at sizes the spec does not name (:mod:`.sizes`); ``outcome.sizes_tried``.
+
+        Sizes come nearest first (every scalar at -1, then at -3, ...); once the original's launches at them
+        have taken ``budget_s``, the rest are left untried with a warning (a kernel whose original takes a
+        second per launch would otherwise spend half a minute here). The original's time, not the wall
+        time: which sizes are tried must not be the candidate's to choose by being slow."""
         plan = plan_probes(self.spec)
         for name, values in plan.untried.items():
             self._warn(f"{name}: {', '.join(map(str, values))} not tried (the arrays would outgrow the spec's buffers or the launch "
                        "would be invalid)")
         if plan.dropped:
             self._warn(f"sizes not tried (at most {len(plan.probes)} per verification): {', '.join(plan.dropped)}")
-        return self._guarded(lambda: self._probe_all(plan.probes, seed), "while trying other sizes: ")
+        return self._guarded(lambda: self._probe_all(plan.probes, seed, budget_s), "while trying other sizes: ")
 
-    def _probe_all(self, probes: Sequence[Probe], seed: int) -> None:
+    def _probe_all(self, probes: Sequence[Probe], seed: int, budget_s: float) -> None:
         main = self.main if self.main is not None else self._buffers(None)
         self.main = main
         self._fill_inputs(main, seed)
         # A probed size is no larger than the spec's: the original gets the candidate's allowance at the spec's size.
         original_limit_s = candidate_limit_s(self._original_ms.get((None, seed)), self.limits)
-        for probe in probes:
+        self._probe_original_ms = 0.0
+        for k, probe in enumerate(probes):
+            if self._probe_original_ms > budget_s * 1000:
+                self._warn(f"sizes not tried (the original's launches at other sizes took their {budget_s:g} s): "
+                           f"{', '.join(p.label for p in probes[k:])}")
+                return
             where = f"{probe.label} (a size the spec does not name; its {probe.name} = {probe.spec_value})"
             self._set_tails(main, probe)
             tried = self._probe_one(main, probe, where, original_limit_s)
@@ -734,7 +749,9 @@ class Verification:
     def _original_at(self, main: _Buffers, slot: str, probe: Probe, where: str, limit_s: float) -> float | None:
         """The original's launch at a probe; None (with a warning) when it faulted or hung there."""
         try:
-            return self._probe_launch(main, ORIGINAL, slot, probe, limit_s)
+            ms = self._probe_launch(main, ORIGINAL, slot, probe, limit_s)
+            self._probe_original_ms += ms
+            return ms
         except LaunchTimeout:
             self.outcome.abandoned = True
             self._warn(f"{where}: the original did not finish within {limit_s:.3g} s; no further sizes were tried (not held against the candidate)")
