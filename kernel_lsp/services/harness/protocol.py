@@ -6,8 +6,9 @@ fills, compares and launches; the real one is
 process), the CPU tests use numpy. This module decides what to run and what the
 results mean. Arrays stay on the device: inputs are drawn there
 (:func:`kernel_lsp.core.inputs.draw_arrays`), outputs are compared there bit for
-bit, and only outputs that differ in some bit come back to the host for the
-tolerance rules of :mod:`kernel_lsp.core.compare`.
+bit and then within the tolerance (:class:`kernel_lsp.core.compare.ToleranceSummary`),
+and only outputs the device cannot prove within it come back to the host, where
+the rules of :mod:`kernel_lsp.core.compare` name what is wrong.
 
 Correctness, in this order (each check says beside it what it catches):
 
