@@ -208,3 +208,12 @@ def test_a_fixed_size_is_not_varied_and_the_verdict_says_so(fake_gpu):
     verdict = verify(SOURCE, SOURCE, fixed, OPTIONS)
     assert verdict.accepted and verdict.sizes_tried == () and verdict.fixed_sizes == {"n": 4096}
     assert verdict.verified_at() == "verified at n = 4096 only" and "(verified at n = 4096 only)" in verdict.summary()
+
+
+def test_a_device_comparison_that_fails_its_self_test_is_not_trusted(fake_gpu, monkeypatch):
+    fake_gpu(candidate="off")
+    monkeypatch.setenv("FAKE_PYCUDA_BROKEN_CLOSE", "1")
+    verdict = verify(SOURCE, SOURCE, SPEC, OPTIONS)
+    # The broken kernel would call every value within tolerance; the host compares instead and finds them wrong.
+    assert verdict.reason is Reason.MISMATCH and "outside atol" in verdict.errors[0]
+    assert any("float32 comparison disagrees with its numpy twin" in w for w in verdict.warnings)

@@ -85,6 +85,7 @@ def execute(job: dict, result_path: str | None = None) -> dict:
         # verdict keeps everything measured before.
         if outcome.reason is None and not outcome.abandoned:
             verification.probe(seed)
+        outcome.warnings += backend.compare_problems
         if outcome.abandoned:
             _abandon({"status": "done", "outcome": dataclasses.asdict(outcome), "gpu": gpu}, result_path)
     finally:
