@@ -424,7 +424,9 @@ class Verification:
         if problems:
             raise _Rejected(reason or "out_of_bounds", f"{where}: {problems[0]}")
         modified = self._modified_inputs(buffers)
-        if modified and not self._original_modifies_inputs:
+        # Timed launches of both kernels share the inputs: an original that writes into them (a warning about the
+        # spec's role) would be taken for the candidate there.
+        if modified and not (reason == "timed_mismatch" and self._original_modifies_inputs):
             raise _Rejected(reason or "input_modified", f"{where}: {modified[0]}")
 
     def _warn(self, message: str) -> None:
