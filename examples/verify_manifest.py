@@ -6,7 +6,8 @@ GPU machine only. Usage (from the repository root):
 
 Each entry runs `kernel-lsp verify ORIGINAL CANDIDATE --spec SPEC --json`, plus
 `--candidate-launch JSON` when the entry has one and `--sanitize` when it needs it. Prints
-one row per entry (expected reasons, verdict, speedup with its interval, wall seconds) and
+one row per entry (expected reasons, verdict, speedup with its interval, how many sizes the
+spec does not name were tried, wall seconds) and
 writes every verdict in full to --out. Exit status 0 when every verdict is one its entry
 allows, 1 otherwise.
 """
@@ -67,7 +68,7 @@ def main(argv: list[str] | None = None) -> int:
     entries = [e for e in json.loads((EXAMPLES / "manifest.json").read_text()) if args.only in (None, e["example"])]
     results = []
     started = time.time()
-    print(f"{'example':10s} {'candidate':28s} {'expected':40s} {'verdict':18s} {'speedup [CI]':22s} wall")
+    print(f"{'example':10s} {'candidate':28s} {'expected':40s} {'verdict':18s} {'speedup [CI]':22s} sizes wall")
     for entry in entries:
         r = run_entry(entry, kernel_lsp, args.extra, args.timeout)
         results.append(r)
@@ -75,7 +76,7 @@ def main(argv: list[str] | None = None) -> int:
         expected = ("accept" if entry["expect"]["accepted"] else "reject ") + "/".join(entry["expect"]["reason"])
         mark = "" if r["agrees"] else "  <-- UNEXPECTED"
         print(f"{entry['example']:10s} {Path(entry['candidate']).name:28s} {expected[:40]:40s} "
-              f"{str(v.get('reason'))[:18]:18s} {_speedup(v):22s} {r['wall_s']:.1f}s{mark}", flush=True)
+              f"{str(v.get('reason'))[:18]:18s} {_speedup(v):22s} {len(v.get('sizes_tried') or ()):5d} {r['wall_s']:.1f}s{mark}", flush=True)
         # Written after every entry: a run stopped by a time limit still leaves what it measured.
         Path(args.out).write_text(json.dumps({"started": started, "results": results}, indent=2))
     Path(args.out).write_text(json.dumps({"started": started, "results": results}, indent=2))

@@ -6,7 +6,8 @@ Rules, in the order they are applied to one output array:
    a quiet NaN with a payload no arithmetic produces, or a byte sentinel for
    integers. An element the reference wrote but the candidate left as poison is a
    mismatch ("never written"), so a kernel that skips work cannot hide behind NaN
-   rules.
+   rules; so is an element the candidate wrote where the reference left poison
+   (whatever the value, a NaN included).
 2. **NaN/Inf** in the candidate where the reference has a finite value → ``nan_or_inf``.
    Where the reference itself is NaN/Inf the candidate must match it in kind.
 3. **Element-wise tolerance** (the spec's rule): ``|c - r| <= atol + rtol * |r|``.
@@ -97,6 +98,13 @@ def compare(name: str, array_type: str, reference: np.ndarray, candidate: np.nda
         if unwritten.any():
             count = int(unwritten.sum())
             return CompareResult(False, "mismatch", f"{name}: {count} of {n} elements never written (first at index {_first(unwritten)})", None, None, None, count)
+        # The other way round, bit for bit: a NaN stored where the original stores nothing would pass the NaN rule.
+        reference_poison = poison_mask(reference, array_type)
+        extra = reference_poison & ~still_poison if reference_poison.any() else reference_poison
+        if extra.any():
+            count = int(extra.sum())
+            return CompareResult(False, "mismatch", f"{name}: {count} of {n} elements written where the original writes none "
+                                 f"(first at index {_first(extra)})", None, None, None, count)
     if array_type not in FLOAT_TYPES:
         diff_mask = reference != candidate
         r = reference.astype(np.float64)
@@ -238,6 +246,75 @@ def arrays_equal(a: np.ndarray, b: np.ndarray) -> bool:
         return False
     width = _UINT_OF_WIDTH[a.dtype.itemsize]
     return bool(np.array_equal(np.ascontiguousarray(a).view(width), np.ascontiguousarray(b).view(width)))
+
+
+# --- the device's summary of a float comparison ---------------------------------------------------
+
+#: How far inside the norm bound a device summary must be to stand for the host's comparison: the
+#: device sums the squares in another order, which moves the norm in its last bits only.
+_NORM_SLACK = 1e-9
+
+
+@dataclass(frozen=True)
+class ToleranceSummary:
+    """What the harness's comparison kernel reports for two float arrays (its twin: :func:`tolerance_summary`).
+
+    Only elements whose reference is finite are measured, as in :func:`compare`; elements where both
+    are NaN, or both the same infinity, are skipped (the rules accept them).
+    """
+
+    bad: int
+    """Elements outside ``atol + rtol * |r|`` (both finite)."""
+    special: int
+    """Elements the tolerance cannot judge: one side non-finite and the other not (or different
+    infinities), or poison on one side only. Any of them sends the comparison to the host, which
+    names the rule."""
+    err_sq: float
+    """Sum of ``(c - r)**2`` in float64 over measured elements."""
+    ref_sq: float
+    max_abs_error: float
+    max_rel_error: float
+
+    def proves_match(self, array_type: str, tolerance: Tolerance) -> bool:
+        """Whether :func:`compare` on the same arrays would pass: no special or bad element and the
+        relative norm inside its bound (by more than the device's rounding of the sums)."""
+        if self.special or self.bad or not (np.isfinite(self.err_sq) and np.isfinite(self.ref_sq)):
+            return False
+        if array_type == "float64" and 0 < self.ref_sq < 1e-280:
+            # The squares of tiny float64 values underflow on the device; the host scales them.
+            return False
+        if self.ref_sq == 0:
+            # compare() skips the norm guard here: the elementwise rule already bounds |c| <= atol.
+            return True
+        bound = max(tolerance.rtol, 4 * _EPS[array_type])
+        return float(np.sqrt(self.err_sq) / np.sqrt(self.ref_sq)) <= bound * (1 - _NORM_SLACK)
+
+
+def tolerance_summary(reference: np.ndarray, candidate: np.ndarray, array_type: str, tolerance: Tolerance, poisoned: bool) -> ToleranceSummary:
+    """The numpy twin of the device's comparison kernel (``klsp_close_*``): the same element rules in the
+    same working precision as :func:`compare`, so the CPU tests and the fake device agree with the GPU."""
+    work = np.float64 if array_type == "float64" else np.float32
+    r = _as_work(reference, array_type, work)
+    c = _as_work(candidate, array_type, work)
+    r_finite, c_finite = np.isfinite(r), np.isfinite(c)
+    both_skip = ~r_finite & ~c_finite & ((np.isnan(r) & np.isnan(c)) | (r == c))
+    special = (r_finite != c_finite) | (~r_finite & ~c_finite & ~both_skip)
+    if poisoned:
+        special |= poison_mask(candidate, array_type) != poison_mask(reference, array_type)
+    measured = r_finite & c_finite
+    rm, cm = r[measured], c[measured]
+    abs_err = np.abs(cm - rm)
+    abs_ref = np.abs(rm)
+    limit = abs_ref * work(tolerance.rtol) + work(tolerance.atol)
+    rel = np.divide(abs_err, abs_ref, out=np.zeros_like(abs_err), where=abs_ref != 0)
+    return ToleranceSummary(
+        bad=int(np.count_nonzero(abs_err > limit)),
+        special=int(np.count_nonzero(special)),
+        err_sq=float(np.square(abs_err, dtype=np.float64).sum()),
+        ref_sq=float(np.square(abs_ref, dtype=np.float64).sum()),
+        max_abs_error=float(abs_err.max()) if abs_err.size else 0.0,
+        max_rel_error=float(rel.max()) if rel.size else 0.0,
+    )
 
 
 # --- red zones ---------------------------------------------------------------------------------

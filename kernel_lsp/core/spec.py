@@ -77,7 +77,7 @@ INITIALIZERS: dict[str, tuple[int, int | None]] = {
 _INT_ARG_INITS = frozenset(("randint", "perm", "csr_rowptr", "csr_colidx"))
 
 _IDENT = re.compile(r"^[A-Za-z_]\w*$")
-_TOP_KEYS = frozenset(("kernel", "params", "grid", "block", "dynamic_smem", "tolerance", "variants", "candidate", "notes"))
+_TOP_KEYS = frozenset(("kernel", "params", "grid", "block", "dynamic_smem", "tolerance", "variants", "candidate", "notes", "fixed"))
 #: Keys tolerated for documentation; they carry no meaning.
 _DOC_KEYS = frozenset(("version", "description", "comment", "$schema"))
 _MAX_THREADS_PER_BLOCK = 1024
@@ -178,6 +178,9 @@ class Spec:
     """Folder ``file(NAME.npy)`` paths are relative to (the spec file's folder)."""
     notes: Mapping[str, Any] | None = field(default=None, compare=False)
     """The free-form ``notes`` object (category, bytes moved, measured times); the harness ignores it."""
+    fixed: tuple[str, ...] = ()
+    """Integer scalars the harness does not vary when it tries sizes the spec does not name (``"fixed": ["width"]``):
+    a rewrite is verified at their spec values only, and says so."""
 
     @property
     def scalars(self) -> tuple[ScalarParam, ...]:
@@ -232,6 +235,8 @@ class Spec:
             out["candidate"] = launch(self.candidate_launch)
         if self.notes is not None:
             out["notes"] = dict(self.notes)
+        if self.fixed:
+            out["fixed"] = list(self.fixed)
         return out
 
 
@@ -627,12 +632,14 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
             items.append((key, float(value) if scalar_types[key] in FLOAT_TYPES else value))
         variants.append(tuple(items))
 
+    fixed = _fixed_names(data.get("fixed", []), int_names, errors)
+
     if errors.items or not isinstance(kernel, str) or launch is None or candidate_launch is None:
         if not errors.items:
             errors.add("", "incomplete spec")
         raise SpecError(errors.items)
 
-    spec = Spec(kernel, tuple(params), launch, candidate_launch, tolerance, tuple(variants), base_dir, dict(notes) if notes is not None else None)
+    spec = Spec(kernel, tuple(params), launch, candidate_launch, tolerance, tuple(variants), base_dir, dict(notes) if notes is not None else None, fixed)
     steps = _evaluation_steps(spec)
     if steps > MAX_EVALUATION_STEPS:
         raise SpecError([f"checking this spec takes {steps} evaluation steps (limit {MAX_EVALUATION_STEPS}): "
@@ -641,6 +648,22 @@ def parse_spec(data: Mapping[str, Any] | str, base_dir: str | None = None) -> Sp
     if errors.items:
         raise SpecError(errors.items)
     return spec
+
+
+def _fixed_names(value: Any, int_names: frozenset[str], errors: _Errors) -> tuple[str, ...]:
+    """The ``fixed`` list: names of integer scalar parameters, each once."""
+    if not isinstance(value, list):
+        errors.add("fixed", f"expected a list of integer scalar names such as [\"width\"], got {_show(value)}")
+        return ()
+    names: list[str] = []
+    for i, name in enumerate(value):
+        if not isinstance(name, str) or name not in int_names:
+            errors.add(f"fixed[{i}]", f"{_show(name)} is not an integer scalar parameter")
+        elif name in names:
+            errors.add(f"fixed[{i}]", f"'{name}' is listed twice")
+        else:
+            names.append(name)
+    return tuple(names)
 
 
 def _evaluation_steps(spec: Spec) -> int:

@@ -66,3 +66,28 @@ def ratio_of_medians_ci(numerator: Sequence[float], denominator: Sequence[float]
     tail = (1 - level) / 2
     low, high = np.quantile(ratios, [tail, 1 - tail])
     return RatioCI(float(np.median(num) / np.median(den)), float(low), float(high), level, resamples)
+
+
+#: How far apart the two series' intervals must be before a speedup counts as collapsed (a ratio).
+COLLAPSE_MARGIN = 1.25
+
+
+def collapsed(unchanged: RatioCI, redrawn: RatioCI, margin: float = COLLAPSE_MARGIN) -> bool:
+    """Whether the speedup on inputs redrawn between trials collapsed against the one on unchanged inputs.
+
+    The rule: the redrawn series' interval lies wholly below the unchanged series' interval, with a
+    gap of ``margin`` as a ratio: ``redrawn.high * margin < unchanged.low``.
+
+    Why the margin is safe for a genuine kernel: its time does not depend on the values it reads, or
+    (atomics contention in a histogram, row lengths of a CSR matrix, early exits) depends on them only
+    through their distribution, and every redraw comes from the same distribution as the unchanged
+    input, so both series sample the same time distribution. What separates them is the timing
+    noise (inside the intervals already), clock drift between the two series (both kernels of a pair
+    share it, so the ratio moves only by the difference in their sensitivity to the clock: a few per
+    cent), and how far one input's time lies from the distribution's median (for inputs large enough
+    to time, far under 10 %: contention and row lengths average over thousands of elements). A gap
+    beyond the intervals of 25 % is none of these. A candidate that skips or replays work when it is
+    launched again on what it saw before gains the whole kernel's work (12x in issue 24), so it
+    shows a gap far beyond the margin.
+    """
+    return redrawn.high * margin < unchanged.low

@@ -72,7 +72,7 @@ def apply_title(result: CandidateResult) -> str:
     v = result.verdict
     assert v is not None and v.speedup is not None
     err = f", max rel err {v.max_rel_error:.0e}" if v.max_rel_error is not None else ""
-    title = f"Apply {result.candidate.technique}: {v.speedup:.2f}x faster (verified{err})"
+    title = f"Apply {result.candidate.technique}: {v.speedup:.2f}x faster ({v.verified_at()}{err})"
     if result.candidate.launch_override and result.candidate.grid_scale is None and result.candidate.block is None \
             and result.candidate.grid_divide is None:
         launch = result.candidate.launch_override

@@ -140,6 +140,57 @@ def test_a_store_past_the_end_shows_in_the_red_zone_and_module_state_is_seen(bac
         backend.free(y)
 
 
+@pytest.mark.parametrize("array_type", ["float32", "float16", "bfloat16", "float64"])
+def test_the_tolerance_kernel_matches_its_numpy_twin(backend, array_type):
+    from kernel_lsp.core.compare import tolerance_summary
+    from kernel_lsp.core.inputs import NUMPY_DTYPES, float32_to_bf16
+    from kernel_lsp.core.spec import Tolerance
+
+    rng = np.random.default_rng(11)
+    n = 300_007
+    r64 = rng.uniform(-2, 2, n)
+    c64 = r64 * (1 + rng.uniform(-1e-3, 1e-3, n))
+    c64[rng.integers(0, n, 50)] += 1.0
+
+    def typed(values):
+        return float32_to_bf16(values.astype(np.float32)) if array_type == "bfloat16" else values.astype(NUMPY_DTYPES[array_type])
+
+    r, c = typed(r64), typed(c64)
+    special = typed(np.array([np.nan, np.inf, -np.inf, 1.0]))
+    r[:4], c[:4] = special, special  # skipped: the same non-finite values on both sides
+    c[10], c[11] = special[0], special[1]  # NaN and Inf where the reference is finite
+    r[20:23], c[20:23] = poison(array_type, 3), poison(array_type, 3)
+    c[30] = poison(array_type, 1)[0]
+    a, b = backend.alloc(array_type, n, None), backend.alloc(array_type, n, None)
+    try:
+        backend.upload(a, r)
+        backend.upload(b, c)
+        for tolerance in (Tolerance(1e-2, 1e-3), Tolerance(1e-5, 1e-6)):
+            got = backend.tolerance_summary(a, b, array_type, tolerance, True)
+            want = tolerance_summary(r, c, array_type, tolerance, True)
+            assert (got.bad, got.special, got.max_abs_error, got.max_rel_error) == (want.bad, want.special, want.max_abs_error, want.max_rel_error)
+            assert got.err_sq == pytest.approx(want.err_sq, rel=1e-9) and got.ref_sq == pytest.approx(want.ref_sq, rel=1e-9)
+            assert got.special == 3 and got.bad > 0
+    finally:
+        backend.free(a)
+        backend.free(b)
+
+
+def test_fill_tail_sets_the_elements_past_a_size_only(backend):
+    from kernel_lsp.core.compare import INPUT_FLOAT_GUARD
+
+    handle = backend.alloc("float32", 1000, guard_fill("float32", "in"))
+    try:
+        backend.upload(handle, np.arange(1000, dtype=np.float32))
+        backend.fill_tail(handle, 997, INPUT_FLOAT_GUARD)
+        values = backend.download(handle)
+        assert np.array_equal(values[:997], np.arange(997, dtype=np.float32)) and np.isnan(values[997:]).all()
+        front, back = backend.guards(handle)
+        assert check_guards("x", "float32", "in", 1000, front, back) is None
+    finally:
+        backend.free(handle)
+
+
 HANG_SPEC = parse_spec({"kernel": "scale", "params": [
     {"name": "n", "scalar": "int32", "value": 1 << 20},
     {"name": "x", "array": "float32", "size": "n", "init": "uniform(-1,1)", "role": "in"},

@@ -164,6 +164,81 @@ def test_unwritten_elements_are_found_when_the_reference_itself_holds_poison():
     assert not result.ok and result.bad_elements == 9 and "first at index 0" in result.message
 
 
+def test_a_value_written_where_the_reference_left_poison_is_a_mismatch_even_a_nan():
+    r = np.arange(10, dtype=np.float32)
+    r[7:] = poison("float32", 3)
+    for written in (0.0, np.nan):
+        c = r.copy()
+        c[8] = written
+        result = compare("y", "float32", r, c, TOL, poisoned=True)
+        assert not result.ok and "1 of 10 elements written where the original writes none (first at index 8)" in result.message
+
+
+# --- the device's summary ---------------------------------------------------------------------------
+
+from kernel_lsp.core.compare import tolerance_summary  # noqa: E402
+
+
+def _case(rng, array_type, n=257):
+    """A reference and a candidate of ``array_type``: rounding noise, with some cases of every rule broken."""
+    scale = rng.choice([1e-6, 1.0, 1e3])
+    r64 = rng.uniform(-1, 1, n) * scale
+    c64 = r64 * (1 + rng.uniform(-1, 1, n) * rng.choice([1e-8, 1e-6, 1e-4, 1e-2]))
+    if rng.random() < 0.3:
+        c64[rng.integers(n)] += rng.choice([1e-3, 1.0])
+    if array_type == "bfloat16":
+        r, c = float32_to_bf16(r64.astype(np.float32)), float32_to_bf16(c64.astype(np.float32))
+    else:
+        r, c = r64.astype(NUMPY_DTYPES[array_type]), c64.astype(NUMPY_DTYPES[array_type])
+    for _ in range(rng.integers(0, 3)):
+        kind, i = rng.integers(4), rng.integers(n)
+        if kind == 0:
+            r[i:i + 3], c[i:i + 3] = poison(array_type, r[i:i + 3].size), poison(array_type, c[i:i + 3].size)
+        elif kind == 1:
+            c[i] = poison(array_type, 1)[0]
+        elif kind == 2:
+            bad = np.array([rng.choice([np.nan, np.inf, -np.inf])])
+            c[i] = float32_to_bf16(bad.astype(np.float32))[0] if array_type == "bfloat16" else bad.astype(NUMPY_DTYPES[array_type])[0]
+        else:
+            r[i] = c[i] = (float32_to_bf16(np.array([np.inf], np.float32)) if array_type == "bfloat16" else np.array([np.inf]).astype(NUMPY_DTYPES[array_type]))[0]
+    return r, c
+
+
+@pytest.mark.parametrize("array_type", ["float32", "float16", "bfloat16", "float64"])
+def test_a_summary_that_proves_a_match_agrees_with_the_host_rules(array_type):
+    rng = np.random.default_rng(7)
+    proved = 0
+    for _ in range(300):
+        r, c = _case(rng, array_type)
+        tolerance = Tolerance(*[(1e-5, 1e-6), (1e-2, 1e-3), (1e-10, 1e-12)][rng.integers(3)])
+        result = compare("y", array_type, r, c, tolerance, poisoned=True)
+        summary = tolerance_summary(r, c, array_type, tolerance, poisoned=True)
+        if summary.proves_match(array_type, tolerance):
+            proved += 1
+            assert result.ok
+            assert summary.max_abs_error == result.max_abs_error and summary.max_rel_error == result.max_rel_error
+        elif summary.special == 0 and summary.bad == 0 and result.rel_norm_error is not None:
+            # Not proved although no element broke a rule: only the norm guard can have failed.
+            bound = max(tolerance.rtol, 4 * {"float16": 2.0**-10, "bfloat16": 2.0**-7, "float32": 2.0**-23, "float64": 2.0**-52}[array_type])
+            assert result.rel_norm_error > bound * (1 - 1e-6)
+        if not result.ok:
+            assert not summary.proves_match(array_type, tolerance)
+    assert 30 < proved < 300
+
+
+def test_a_summary_sends_every_unjudgeable_element_to_the_host():
+    r = np.array([1, 2, np.nan, np.inf, 5], dtype=np.float32)
+    assert tolerance_summary(r, r.copy(), "float32", TOL, True).special == 0
+    c = r.copy()
+    c[2], c[3] = 0, -np.inf
+    assert tolerance_summary(r, c, "float32", TOL, True).special == 2
+    c = r.copy()
+    c[0] = poison("float32", 1)[0]
+    assert tolerance_summary(r, c, "float32", TOL, True).special == 1 and tolerance_summary(r, c, "float32", TOL, False).special == 1
+    summary = tolerance_summary(np.ones(4, np.float32), np.full(4, 1.5, np.float32), "float32", TOL, False)
+    assert summary.bad == 4 and summary.max_abs_error == 0.5 and summary.max_rel_error == 0.5 and summary.err_sq == 1.0
+
+
 # --- red zones ---------------------------------------------------------------------------------
 
 from kernel_lsp.core.compare import GUARD_BYTES, check_guards, guard_expected  # noqa: E402

@@ -24,10 +24,11 @@ from kernel_lsp.services.toolchain import BuildFlags
 EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 MANIFEST = EXAMPLES / "manifest.json"
 
-# The harness's verdict reasons (issue 3, item 1).
+# The harness's verdict reasons (issue 3, item 1; issue 24 added timed_mismatch, speedup_collapse, size_dependent).
 REASONS = {
     "ok", "compile_error", "signature_changed", "launch_error", "timeout", "mismatch", "nan_or_inf",
     "input_modified", "nondeterministic", "out_of_bounds", "history_dependent", "sanitizer", "static_check", "not_faster",
+    "timed_mismatch", "speedup_collapse", "size_dependent",
 }
 ENTRY_KEYS = {"example", "original", "candidate", "spec", "expect", "candidate_launch", "needs_sanitize", "why"}
 SCALAR_TYPES = {"int32", "uint32", "int64", "uint64", "float32", "float64"}

@@ -156,3 +156,64 @@ def test_clean_sanitizer_run_still_accepts(fake_gpu):
     options = VerifyOptions(arch="sm_90", timeout_s=60, sanitize=True, sanitizer=os.path.abspath(os.path.join(FAKE, "compute-sanitizer")), timing=OPTIONS.timing)
     verdict = verify(SOURCE, SOURCE, SPEC, options)
     assert verdict.accepted and verdict.sanitizer is None
+
+
+#: The child's spec without variants: only the sizes the harness tries itself differ from the spec's.
+MAIN_ONLY = parse_spec({**SPEC.to_json(), "variants": []})
+
+
+def test_a_candidate_that_returns_at_once_when_launched_again_on_the_same_inputs_is_history_dependent(fake_gpu):
+    fake_gpu(candidate="remember_last")
+    verdict = verify(SOURCE, SOURCE, SPEC, OPTIONS)
+    assert verdict.reason is Reason.HISTORY_DEPENDENT and "2 candidate launches in a row" in verdict.errors[0]
+    assert "never written" in verdict.errors[0]
+
+
+def test_a_candidate_that_skips_its_work_after_the_checks_is_caught_in_its_timed_launches(fake_gpu):
+    fake_gpu(candidate="skip_late")
+    verdict = verify(SOURCE, SOURCE, SPEC, OPTIONS)
+    assert verdict.reason is Reason.TIMED_MISMATCH and "timed pair" in verdict.errors[0] and "never written" in verdict.errors[0]
+    assert verdict.timed_checks and verdict.timed_checks >= 1
+
+
+def test_a_candidate_fast_only_on_inputs_it_saw_before_collapses_on_redrawn_inputs(fake_gpu):
+    fake_gpu(candidate="replay_last")
+    verdict = verify(SOURCE, SOURCE, SPEC, OPTIONS)
+    assert verdict.reason is Reason.SPEEDUP_COLLAPSE and "collapses when the inputs change" in verdict.errors[0]
+    assert verdict.unchanged_speedup[0] == pytest.approx(30.0) and verdict.redrawn_speedup[0] == pytest.approx(3.0)
+    # The title a user would see claims no more than the harder series showed.
+    assert verdict.speedup == pytest.approx(3.0)
+
+
+def test_the_accepted_verdict_carries_both_series_the_checked_launches_and_the_sizes_tried(fake_gpu):
+    fake_gpu(candidate="fast")
+    verdict = verify(SOURCE, SOURCE, MAIN_ONLY, OPTIONS)
+    assert verdict.accepted
+    assert verdict.unchanged_speedup[0] == pytest.approx(3.0) and verdict.redrawn_speedup[0] == pytest.approx(3.0)
+    assert set(verdict.timings) == {"original", "candidate", "original_redrawn", "candidate_redrawn"}
+    assert verdict.timed_checks >= 4
+    assert verdict.sizes_tried == ("n = 4095", "n = 4093", "n = 2049", "n = 5") and verdict.fixed_sizes == {}
+
+
+def test_a_size_assumption_the_spec_hides_is_size_dependent(fake_gpu):
+    fake_gpu(candidate="no_tail")
+    verdict = verify(SOURCE, SOURCE, MAIN_ONLY, OPTIONS)
+    assert verdict.reason is Reason.SIZE_DEPENDENT and verdict.errors[0].startswith("n = 4095 (a size the spec does not name")
+    assert "3 of 4096 elements never written" in verdict.errors[0]
+
+
+def test_a_fixed_size_is_not_varied_and_the_verdict_says_so(fake_gpu):
+    fake_gpu(candidate="no_tail")
+    fixed = parse_spec({**MAIN_ONLY.to_json(), "fixed": ["n"]})
+    verdict = verify(SOURCE, SOURCE, fixed, OPTIONS)
+    assert verdict.accepted and verdict.sizes_tried == () and verdict.fixed_sizes == {"n": 4096}
+    assert verdict.verified_at() == "verified at n = 4096 only" and "(verified at n = 4096 only)" in verdict.summary()
+
+
+def test_a_device_comparison_that_fails_its_self_test_is_not_trusted(fake_gpu, monkeypatch):
+    fake_gpu(candidate="off")
+    monkeypatch.setenv("FAKE_PYCUDA_BROKEN_CLOSE", "1")
+    verdict = verify(SOURCE, SOURCE, SPEC, OPTIONS)
+    # The broken kernel would call every value within tolerance; the host compares instead and finds them wrong.
+    assert verdict.reason is Reason.MISMATCH and "outside atol" in verdict.errors[0]
+    assert any("float32 comparison disagrees with its numpy twin" in w for w in verdict.warnings)

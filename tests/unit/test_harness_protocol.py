@@ -12,11 +12,11 @@ import itertools
 import numpy as np
 import pytest
 
-from kernel_lsp.core.compare import GUARD_BYTES, POISON_BITS, guard_expected, poison
+from kernel_lsp.core.compare import GUARD_BYTES, POISON_BITS, guard_expected, poison, tolerance_summary
 from kernel_lsp.core.inputs import NUMPY_DTYPES, counter_values
 from kernel_lsp.core.spec import parse_spec
 from kernel_lsp.services.harness.protocol import (
-    CANDIDATE, ORIGINAL, LaunchFailed, LaunchTimeout, Limits, TimingOptions, Verification, candidate_limit_s,
+    CANDIDATE, LAUNCH_RUNS, ORIGINAL, LaunchFailed, LaunchTimeout, Limits, TimingOptions, Verification, candidate_limit_s,
 )
 
 SPEC = parse_spec({
@@ -55,13 +55,24 @@ class Arr:
 
 
 class FakeTimer:
-    def __init__(self, backend, restores):
-        self.backend, self.restores = backend, restores
+    """Timed launches as the real timer makes them: outputs restored, the kernel run in the verification's buffers."""
+
+    def __init__(self, backend, args, restores, launches):
+        self.backend, self.args, self.restores, self.launches = backend, args, restores, launches
         self.closed = False
 
     def time_ms(self, which):
-        self.backend.order.append(which)
-        return self.backend.times_ms[which] * (1 + 0.01 * self.backend.rng.standard_normal())
+        backend = self.backend
+        backend.order.append(which)
+        for action, target, source in self.restores[which]:
+            if action == "poison":
+                backend.poison(target, source)
+            else:
+                backend.copy(target, source)
+        backend.timed[which] = backend.timed.get(which, 0) + 1
+        ms = backend.run(which, self.args[which], self.launches[which])
+        scale = backend.timed_scale(which) if backend.timed_scale else 1.0
+        return backend.times_ms[which] * scale * (1 + 0.01 * backend.rng.standard_normal()) if ms is None else ms
 
     def close(self):
         self.closed = True
@@ -76,6 +87,10 @@ class NumpyBackend:
         self.rng = np.random.default_rng(0)
         self.timers = []
         self.state = {ORIGINAL: {}, CANDIDATE: {}}
+        self.timed = {}
+        #: which -> factor on its time in the next timed launch (a kernel whose speed depends on its history).
+        self.timed_scale = None
+        self.summaries = 0
 
     def alloc(self, array_type, size, guard_fill):
         arr = Arr(array_type, size, guard_fill)
@@ -115,14 +130,28 @@ class NumpyBackend:
         diff = np.flatnonzero(a.data.view(np.uint8) != b.data.view(np.uint8))
         return (len(set(diff // 4)), int(diff[0]) // 4 * 4) if diff.size else (0, 0)
 
-    def launch(self, which, args, launch, limit_s):
-        self.launches.append((which, launch, [a.address for a in args if isinstance(a, Arr)], limit_s))
+    def fill_tail(self, h, first, guard_fill):
+        width, value = guard_fill
+        units = np.full(-(-(h.nbytes - first * h.dtype.itemsize) // width), value, dtype={1: np.uint8, 2: np.uint16}[width])
+        h.raw[h.guard + first * h.dtype.itemsize : h.guard + h.nbytes] = units.view(np.uint8)[: h.nbytes - first * h.dtype.itemsize]
+
+    def tolerance_summary(self, a, b, array_type, tolerance, poisoned):
+        self.summaries += 1
+        return tolerance_summary(a.data, b.data, array_type, tolerance, poisoned)
+
+    def run(self, which, args, launch):
+        """One kernel run; its duration when the kernel says (else None)."""
         views = [a.data if isinstance(a, Arr) else a for a in args]
         self._arrs = [a for a in args if isinstance(a, Arr)]
         ms = self.kernels[which](views, launch, self)
-        if isinstance(ms, float) and ms > limit_s * 1000:
+        return ms if isinstance(ms, float) else None
+
+    def launch(self, which, args, launch, limit_s):
+        self.launches.append((which, launch, [a.address for a in args if isinstance(a, Arr)], limit_s))
+        ms = self.run(which, args, launch)
+        if ms is not None and ms > limit_s * 1000:
             raise LaunchTimeout(limit_s)
-        return ms if isinstance(ms, float) else 1.0
+        return 1.0 if ms is None else ms
 
     def arr(self, view):
         """The device array behind a kernel argument (for kernels that reach past its ends)."""
@@ -138,7 +167,7 @@ class NumpyBackend:
     def timer(self, args, restores, launches, limits_s):
         self.restores = restores
         self.limits_s = limits_s
-        timer = FakeTimer(self, restores)
+        timer = FakeTimer(self, args, restores, launches)
         self.timers.append(timer)
         return timer
 
@@ -156,15 +185,19 @@ def test_identical_kernel_passes_every_check_in_the_planned_order():
     backend = NumpyBackend(axpy, axpy)
     outcome = Verification(backend, SPEC).check([1, 2, 3])
     assert outcome.reason is None and outcome.max_abs_error == 0 and outcome.warnings == []
-    # 3 seeds x (original + candidate twice), one run at other addresses, 2 variants
+    # 3 seeds x (original + candidate twice), one run at other addresses, 2 variants, then the runs of launch counts
     candidate_runs = [a for w, _, a, _ in backend.launches if w == CANDIDATE]
-    assert len(candidate_runs) == 3 * 2 + 1 + 2
+    assert len(candidate_runs) == 3 * 2 + 1 + 2 + sum(run for run, _ in LAUNCH_RUNS)
+    # The runs of launch counts go into the candidate's first output buffer, back to back.
+    assert all(run == candidate_runs[0] for run in candidate_runs[9:])
+    assert [w for w, _, _, _ in backend.launches[-14:]] == [ORIGINAL] + [CANDIDATE] * 13
     # Same buffers, new contents: every seed's first candidate run reads x at the same address.
     assert candidate_runs[0][0] == candidate_runs[2][0] == candidate_runs[4][0]
     # The run at other addresses shares no pointer with the main buffers.
     assert not set(candidate_runs[6]) & set(candidate_runs[0] + candidate_runs[1])
     assert {launch.grid for _, launch, _, _ in backend.launches} == {(16, 1, 1), (4, 1, 1), (1, 1, 1)}
-    assert set(outcome.original_ms) == {"seed 1", "seed 2", "seed 3", "seed 1 at other addresses", "seed 1, variants[0] {'n': 1000}", "seed 1, variants[1] {'n': 3}"}
+    assert set(outcome.original_ms) == {"seed 1", "seed 2", "seed 3", "seed 1 at other addresses", "seed 1, variants[0] {'n': 1000}",
+                                        "seed 1, variants[1] {'n': 3}", "seed 1, launch counts"}
 
 
 def test_seeds_write_new_contents_into_the_same_inputs():
@@ -370,10 +403,12 @@ def test_timing_interleaves_restores_outputs_and_stops_at_the_budget():
     backend = NumpyBackend(axpy, axpy)
     verification = Verification(backend, SPEC, clock=iter(itertools.count()).__next__)
     assert verification.check([1]).reason is None
-    samples = verification.measure(1, TimingOptions(budget_s=30, min_trials=5, max_trials=100, warmup=2))
-    # The fake clock advances 1 s per look and is looked at from the 5th pair (min_trials) on:
-    # the 30 s budget is spent at the 30th look, after 4 + 30 pairs.
-    assert len(samples[ORIGINAL]) == len(samples[CANDIDATE]) == 34
+    outcome = verification.measure(1, TimingOptions(budget_s=30, min_trials=5, max_trials=100, warmup=2))
+    samples = outcome.samples_ms
+    # Two series with half the budget each. The fake clock advances 1 s per look and is looked at from the
+    # 5th pair (min_trials) on: a series' 15 s are spent at its 15th look, after 4 + 15 pairs.
+    assert outcome.reason is None
+    assert len(samples[ORIGINAL]) == len(samples[CANDIDATE]) == len(samples["original_redrawn"]) == len(samples["candidate_redrawn"]) == 19
     timed = backend.order[4:]
     assert timed[:4] == [ORIGINAL, CANDIDATE, CANDIDATE, ORIGINAL]
     assert np.median(samples[ORIGINAL]) == pytest.approx(2.0, rel=0.02)
@@ -382,14 +417,48 @@ def test_timing_interleaves_restores_outputs_and_stops_at_the_budget():
     assert [(action, kind) for action, _, kind in backend.restores[CANDIDATE]] == [("poison", "float32")]
     assert backend.restores[ORIGINAL][0][1] is not backend.restores[CANDIDATE][0][1]
     assert backend.limits_s[CANDIDATE] == 1.0
+    # Each series' first and last pair are checked, and a seeded sample of the others.
+    assert 4 <= outcome.timed_checks < 2 * 19
 
 
 def test_timing_runs_at_least_min_trials():
     backend = NumpyBackend(axpy, axpy)
     verification = Verification(backend, SPEC, clock=lambda: 0.0)
     verification.check([1])
-    samples = verification.measure(1, TimingOptions(budget_s=0, min_trials=7, max_trials=100, warmup=0))
-    assert len(samples[CANDIDATE]) == 7
+    samples = verification.measure(1, TimingOptions(budget_s=0, min_trials=7, max_trials=100, warmup=0)).samples_ms
+    assert len(samples[CANDIDATE]) == len(samples["candidate_redrawn"]) == 7
+
+
+def test_the_second_series_redraws_the_inputs_between_pairs_in_the_same_buffers():
+    seen = []
+
+    def recording(args, launch, backend):
+        seen.append((backend.arr(args[2]).address, args[2].copy()))
+        axpy(args, launch)
+
+    backend = NumpyBackend(axpy, recording)
+    verification = Verification(backend, SPEC, clock=lambda: 0.0)
+    assert verification.check([1]).reason is None
+    before = len(seen)
+    outcome = verification.measure(1, TimingOptions(budget_s=0, min_trials=6, max_trials=6, warmup=1))
+    assert outcome.reason is None
+    timed = seen[before + 1:]
+    unchanged, redrawn = timed[:6], timed[6:]
+    assert len(redrawn) == 6 and len({address for address, _ in timed}) == 1
+    assert all(np.array_equal(values, unchanged[0][1]) for _, values in unchanged)
+    # Every pair of the second series reads inputs of its own, from the same distribution.
+    assert all(not np.array_equal(a, b) for (_, a), (_, b) in itertools.combinations([unchanged[0], *redrawn], 2))
+    assert all(-1 <= v.min() and v.max() <= 1 for _, v in redrawn)
+
+
+def test_inputs_that_cannot_be_redrawn_are_timed_once_with_a_warning():
+    spec = parse_spec({**SPEC.to_json(), "params": [*SPEC.to_json()["params"][:2], {"name": "x", "array": "float32", "size": "n", "init": "list(1,2,3)", "role": "in"}, SPEC.to_json()["params"][3]]})
+    backend = NumpyBackend(axpy, axpy)
+    verification = Verification(backend, spec, clock=lambda: 0.0)
+    verification.check([1])
+    outcome = verification.measure(1, TimingOptions(budget_s=0, min_trials=5, max_trials=5, warmup=0))
+    assert set(outcome.samples_ms) == {ORIGINAL, CANDIDATE}
+    assert any("unchanged inputs only" in w for w in outcome.warnings)
 
 
 def test_inout_arrays_start_from_the_pristine_input_in_every_run():

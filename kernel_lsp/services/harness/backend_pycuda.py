@@ -24,9 +24,10 @@ from typing import Any
 import numpy as np
 import pycuda.driver as cuda
 
-from kernel_lsp.core.compare import GUARD_BYTES, POISON_BITS
-from kernel_lsp.core.inputs import NUMPY_DTYPES, DevicePlan
-from kernel_lsp.core.spec import Launch
+from kernel_lsp.core.compare import GUARD_BYTES, POISON_BITS, ToleranceSummary, poison, tolerance_summary
+from kernel_lsp.core.inputs import NUMPY_DTYPES, DevicePlan, float32_to_bf16
+from kernel_lsp.core.spec import Launch, Tolerance
+from kernel_lsp.services.harness.device_kernels import CLOSE_KERNELS
 from kernel_lsp.services.harness.protocol import LaunchFailed, LaunchTimeout
 
 #: Above this, dynamic shared memory must be opted into per function (CUDA's default limit).
@@ -130,6 +131,10 @@ class PycudaBackend:
         with _device_errors():
             self.start, self.end = cuda.Event(), cuda.Event()
             self.result = cuda.mem_alloc(16)
+            self.summary = cuda.mem_alloc(48)
+        #: array type -> why its device comparison failed its self-test (None: it passed); tested on first use.
+        self.summary_checked: dict[str, str | None] = {}
+        self.compare_problems: list[str] = []
 
     def info(self) -> dict:
         attr = cuda.device_attribute
@@ -190,6 +195,12 @@ class PycudaBackend:
         with _device_errors():
             self._memset(handle.base, handle.guard_bytes, width, value)
             self._memset(handle.ptr + handle.nbytes, handle.guard_bytes, width, value)
+
+    def fill_tail(self, handle: DeviceArray, first: int, guard_fill: tuple[int, int]) -> None:
+        width, value = guard_fill
+        start = first * handle.itemsize
+        with _device_errors():
+            self._memset(handle.ptr + start, handle.nbytes - start, width, value)
 
     def poison(self, handle: DeviceArray, array_type: str) -> None:
         with _device_errors():
@@ -252,6 +263,66 @@ class PycudaBackend:
             self._helper("klsp_diff", a.nbytes // 4, np.uintp(a.ptr), np.uintp(b.ptr), np.uint64(a.nbytes), np.uintp(int(self.result)))
             cuda.memcpy_dtoh(found, self.result)
         return int(found[0]), int(found[1]) if found[0] else 0
+
+    def tolerance_summary(self, reference: DeviceArray, candidate: DeviceArray, array_type: str, tolerance: Tolerance, poisoned: bool) -> ToleranceSummary | None:
+        """The device's comparison, or None (the host compares) when its self-test for this type failed."""
+        if array_type not in self.summary_checked:
+            self.summary_checked[array_type] = self._summary_self_test(array_type)
+            if self.summary_checked[array_type]:
+                self.compare_problems.append(self.summary_checked[array_type])
+        if self.summary_checked[array_type]:
+            return None
+        return self._summary(reference, candidate, array_type, tolerance, poisoned)
+
+    def _summary(self, reference: DeviceArray, candidate: DeviceArray, array_type: str, tolerance: Tolerance, poisoned: bool) -> ToleranceSummary:
+        work = np.float64 if array_type == "float64" else np.float32
+        n = reference.nbytes // reference.itemsize
+        words = np.zeros(6, dtype=np.uint64)
+        with _device_errors():
+            cuda.memcpy_htod(self.summary, words)
+            self._helper(CLOSE_KERNELS[array_type], n, np.uintp(reference.ptr), np.uintp(candidate.ptr), np.uint64(n), work(tolerance.rtol),
+                         work(tolerance.atol), np.uint64(POISON_BITS[array_type]), np.int32(poisoned), np.uintp(int(self.summary)))
+            cuda.memcpy_dtoh(words, self.summary)
+        sums = words[2:4].view(np.float64)
+        maxes = words[4:6].astype(np.uint64 if array_type == "float64" else np.uint32)
+        maxes = maxes.view(np.float64) if array_type == "float64" else maxes.view(np.float32)
+        return ToleranceSummary(int(words[0]), int(words[1]), float(sums[0]), float(sums[1]), float(maxes[0]), float(maxes[1]))
+
+    def _summary_self_test(self, array_type: str) -> str | None:
+        """Why the device's comparison of ``array_type`` cannot be trusted here, or None.
+
+        A comparison that says "within tolerance" wrongly would let a wrong candidate through, so before
+        its first use in a process it must agree with its numpy twin on arrays with every kind of element
+        (within and outside the tolerance, NaN and infinity on one side and on both, poison).
+        """
+        rng = np.random.default_rng(0)
+        reference = rng.uniform(-2, 2, 4099)
+        candidate = reference * (1 + rng.uniform(-1e-3, 1e-3, reference.size))
+        candidate[::97] += 0.5
+        reference[7] = candidate[7] = np.inf
+        candidate[8], candidate[9] = np.nan, -np.inf
+        if array_type == "bfloat16":
+            r, c = float32_to_bf16(reference.astype(np.float32)), float32_to_bf16(candidate.astype(np.float32))
+        else:
+            r, c = reference.astype(NUMPY_DTYPES[array_type]), candidate.astype(NUMPY_DTYPES[array_type])
+        r[:3], c[:3] = poison(array_type, 3), poison(array_type, 3)
+        c[5], c[6] = poison(array_type, 2)
+        tolerance = Tolerance(1e-3, 1e-4)
+        want = tolerance_summary(r, c, array_type, tolerance, True)
+        handles = [self.alloc(array_type, r.size, None), self.alloc(array_type, c.size, None)]
+        try:
+            self.upload(handles[0], r)
+            self.upload(handles[1], c)
+            got = self._summary(handles[0], handles[1], array_type, tolerance, True)
+        finally:
+            for handle in handles:
+                self.free(handle)
+        exact = (got.bad, got.special, got.max_abs_error, got.max_rel_error) == (want.bad, want.special, want.max_abs_error, want.max_rel_error)
+        close = all(abs(a - b) <= 1e-9 * abs(b) for a, b in ((got.err_sq, want.err_sq), (got.ref_sq, want.ref_sq)))
+        if exact and close:
+            return None
+        return (f"the device's {array_type} comparison disagrees with its numpy twin ({got} vs {want}): "
+                f"{array_type} outputs were compared on the host")
 
     def globals(self, which: str) -> dict[str, bytes]:
         values = {}

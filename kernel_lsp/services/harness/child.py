@@ -12,9 +12,12 @@ JOB.json: ``{"spec": <v1 JSON>, "base_dir": str|null, "kernels": {"original":
 
 RESULT.json: ``{"status": "done"|"no_gpu"|"error", "message": str, "outcome":
 {reason, errors, warnings, max_abs_error, max_rel_error, samples_ms, original_ms,
-abandoned}, "gpu": {...}}``. Timing runs only when correctness passed. When a
-launch hangs, the result is written and the process exits at once
-(``abandoned``): the parent sees a finished child with a ``timeout`` outcome.
+abandoned, timed_checks, sizes_tried}, "gpu": {...}}``. Timing runs only when
+correctness passed, then the sizes the spec does not name (after timing: an
+original that faults at one of them ends the CUDA context). When
+a launch hangs, the result is written and the process exits at once
+(``abandoned``): the parent sees a finished child with a ``timeout`` outcome (or,
+when the original hung at a probed size, the outcome so far and a warning).
 """
 
 from __future__ import annotations
@@ -29,7 +32,7 @@ import numpy as np
 
 from kernel_lsp.core.inputs import file_names
 from kernel_lsp.core.spec import Spec, parse_spec
-from kernel_lsp.services.harness.protocol import Limits, LaunchFailed, LaunchTimeout, Outcome, TimingOptions, Verification
+from kernel_lsp.services.harness.protocol import Limits, LaunchFailed, Outcome, TimingOptions, Verification
 from kernel_lsp.services.proc import ToolMissing, run
 
 
@@ -72,20 +75,19 @@ def execute(job: dict, result_path: str | None = None) -> dict:
         return {"status": "done", "outcome": dataclasses.asdict(Outcome().fail("launch_error", str(exc)))}
     gpu = backend.info()
     verification = Verification(backend, spec, files, Limits(**job.get("limits", {})))
+    seed = job["seeds"][0]
     outcome = verification.check(list(job["seeds"]))
-    if outcome.abandoned:
-        _abandon({"status": "done", "outcome": dataclasses.asdict(outcome), "gpu": gpu}, result_path)
     try:
-        if outcome.reason is None and not job.get("skip_timing"):
-            try:
-                outcome.samples_ms = verification.measure(job["seeds"][0], TimingOptions(**job.get("timing", {})))
-            except LaunchTimeout as exc:
-                outcome.abandoned = True
-                outcome.fail("timeout", f"while timing: {exc}: a hang; it was killed")
-                _abandon({"status": "done", "outcome": dataclasses.asdict(outcome), "gpu": gpu}, result_path)
-            except LaunchFailed as exc:
-                outcome.fail("launch_error", f"while timing: {exc}")
+        if outcome.reason is None and not outcome.abandoned and not job.get("skip_timing"):
+            verification.measure(seed, TimingOptions(**job.get("timing", {})))
             gpu.update({k: v for k, v in smi_clocks().items() if v is not None})
+        # Sizes the spec does not name come last: an original that faults there ends the context, and the
+        # verdict keeps everything measured before.
+        if outcome.reason is None and not outcome.abandoned:
+            verification.probe(seed)
+        outcome.warnings += backend.compare_problems
+        if outcome.abandoned:
+            _abandon({"status": "done", "outcome": dataclasses.asdict(outcome), "gpu": gpu}, result_path)
     finally:
         try:
             verification.close()

@@ -5,15 +5,19 @@ Order (cheapest first, GPU last):
   2. kernel name and parameter list vs the original and spec   -> ``signature_changed``
   3. static pre-check (:mod:`kernel_lsp.core.static_check`)     -> ``static_check``
   4. child process: correctness over seeds (same buffers, new contents), other
-     addresses, variants and launch history, red zones after every candidate
-     launch, then interleaved timing (:mod:`.protocol`, :mod:`.child`)
-                                                                -> ``launch_error``, ``timeout``,
+     addresses, variants, launch history and launch counts, red zones after every
+     candidate launch; then interleaved timing on unchanged and on redrawn inputs,
+     timed launches checked; then sizes the spec does not name (:mod:`.protocol`,
+     :mod:`.child`, :mod:`.sizes`)                             -> ``launch_error``, ``timeout``,
                                                                   ``mismatch``, ``nan_or_inf``,
                                                                   ``input_modified``, ``nondeterministic``,
-                                                                  ``out_of_bounds``, ``history_dependent``
+                                                                  ``out_of_bounds``, ``history_dependent``,
+                                                                  ``timed_mismatch``, ``size_dependent``
   5. optional compute-sanitizer on the candidate at the smallest size -> ``sanitizer``
-  6. bootstrap CI on median(original)/median(candidate); accepted iff its lower
-     bound >= ``min_speedup``                                    -> ``ok`` / ``not_faster``
+  6. bootstrap CI on median(original)/median(candidate) for each series; rejected
+     when the redrawn series' speedup collapsed (:func:`kernel_lsp.core.stats.collapsed`),
+     accepted iff both lower bounds >= ``min_speedup``          -> ``speedup_collapse``,
+                                                                  ``ok`` / ``not_faster``
 
 The original's cubin is compiled once per process for the same source and
 flags (a search verifies many candidates against one original), the harness's
@@ -212,7 +216,9 @@ def _verify_in(workdir, original_source, candidate_source, spec, options, cancel
     }
     outcome, gpu = _run_child(workdir, job, options, cancel, context)
     warnings += outcome["warnings"]
-    common = dict(warnings=tuple(warnings), static_findings=findings, gpu=gpu, max_abs_error=outcome["max_abs_error"], max_rel_error=outcome["max_rel_error"])
+    common = dict(warnings=tuple(warnings), static_findings=findings, gpu=gpu, max_abs_error=outcome["max_abs_error"], max_rel_error=outcome["max_rel_error"],
+                  timed_checks=outcome.get("timed_checks") or None, sizes_tried=tuple(outcome.get("sizes_tried", ())),
+                  fixed_sizes={name: int(spec.values()[name]) for name in spec.fixed})
     if outcome["reason"] is not None:
         raise _Rejected(Reason(outcome["reason"]), outcome["errors"], **common)
     if options.sanitize:
@@ -365,15 +371,35 @@ def _watch(path: str, stop: threading.Event, kill: threading.Event, cancel: thre
 
 
 def _speed_verdict(samples: dict, options: VerifyOptions, verdict, common: dict) -> Verdict:
-    """Accept iff the bootstrap interval on median(original)/median(candidate) starts at or above min_speedup."""
+    """Bootstrap intervals on median(original)/median(candidate) for unchanged and for redrawn inputs.
+
+    Rejected when the redrawn series collapsed against the unchanged one (``speedup_collapse``); else accepted
+    iff the lower bound of every series that ran is at least ``min_speedup``. The verdict's speedup is the
+    series with the lower lower bound: the title a user trusts claims no more than the harder series showed.
+    """
     if not samples or not samples.get(ORIGINAL) or not samples.get(CANDIDATE):
         return verdict(Reason.NOT_FASTER, ["timing was skipped; correctness passed"], **common)
-    timings = {which: KernelTiming(**vars(stats.distribution(samples[which]))) for which in (ORIGINAL, CANDIDATE)}
-    ci = stats.ratio_of_medians_ci(samples[ORIGINAL], samples[CANDIDATE], seed=options.bootstrap_seed, level=options.ci_level)
-    timing = dict(timings=timings, speedup=ci.ratio, speedup_ci_low=ci.low, speedup_ci_high=ci.high, ci_level=ci.level)
-    if ci.low >= options.min_speedup:
+    series = {"unchanged": (ORIGINAL, CANDIDATE), "redrawn": (f"{ORIGINAL}_redrawn", f"{CANDIDATE}_redrawn")}
+    timings, cis = {}, {}
+    for name, (original, candidate) in series.items():
+        if not samples.get(original) or not samples.get(candidate):
+            continue
+        for which in (original, candidate):
+            timings[which] = KernelTiming(**vars(stats.distribution(samples[which])))
+        cis[name] = stats.ratio_of_medians_ci(samples[original], samples[candidate], seed=options.bootstrap_seed, level=options.ci_level)
+    shown = min(cis.values(), key=lambda ci: ci.low)
+    timing = dict(timings=timings, speedup=shown.ratio, speedup_ci_low=shown.low, speedup_ci_high=shown.high, ci_level=shown.level,
+                  **{f"{name}_speedup": (ci.ratio, ci.low, ci.high) for name, ci in cis.items()})
+    unchanged, redrawn = cis["unchanged"], cis.get("redrawn")
+    if redrawn is not None and unchanged.low >= options.min_speedup and stats.collapsed(unchanged, redrawn):
+        message = (f"the speedup collapses when the inputs change: {unchanged.ratio:.3f}x [{unchanged.low:.3f}, {unchanged.high:.3f}] on unchanged "
+                   f"inputs, {redrawn.ratio:.3f}x [{redrawn.low:.3f}, {redrawn.high:.3f}] on inputs redrawn between trials (more than "
+                   f"{stats.COLLAPSE_MARGIN:g}x apart): the candidate is fast only when launched again on what it saw before")
+        return verdict(Reason.SPEEDUP_COLLAPSE, [message], **timing, **common)
+    if shown.low >= options.min_speedup:
         return verdict(Reason.OK, **timing, **common)
-    message = f"speedup {ci.ratio:.3f}x, {ci.level:.0%} interval [{ci.low:.3f}, {ci.high:.3f}]: the lower bound is below {options.min_speedup}"
+    which = "" if len(cis) == 1 else (" on unchanged inputs" if shown is unchanged else " on redrawn inputs")
+    message = f"speedup{which} {shown.ratio:.3f}x, {shown.level:.0%} interval [{shown.low:.3f}, {shown.high:.3f}]: the lower bound is below {options.min_speedup}"
     return verdict(Reason.NOT_FASTER, [message], **timing, **common)
 
 
