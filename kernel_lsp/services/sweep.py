@@ -17,7 +17,8 @@
    (:class:`VerdictCache`), so a task that Ray retries after its worker was lost verifies only the
    candidates its first attempt did not;
 4. **reports** (:func:`write_report`): ``sweep.json`` and ``sweep.html`` (a table and a chart of the
-   verified speedups, drawn like ``kernel-lsp report``'s), and a patch per accepted rewrite in
+   verified speedups, drawn with ``kernel-lsp report``'s helpers: this module imports
+   :mod:`kernel_lsp.services.report`, never the other way), and a patch per accepted rewrite in
    ``<out>/patches/``; :func:`apply_patches` applies them to a clean git working tree only, and
    never one whose file changed since it was verified.
 
@@ -31,6 +32,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import html
 import json
 import logging
 import os
@@ -48,6 +50,7 @@ from kernel_lsp.core.transforms.launch_edit import applied_source
 from kernel_lsp.core.verdict import Verdict
 from kernel_lsp.services import optimizer
 from kernel_lsp.services.proc import ToolMissing, run
+from kernel_lsp.services.report import figure, html_page, svg
 from kernel_lsp.services.session import Session
 
 log = logging.getLogger(__name__)
@@ -568,8 +571,6 @@ def patch_name(outcome: KernelOutcome) -> str:
 
 def write_report(report: SweepReport, out_dir: str) -> tuple[Path, Path]:
     """``sweep.json``, ``sweep.html`` and one patch per accepted rewrite (stale patches removed)."""
-    from kernel_lsp.services.report import sweep_page
-
     out = Path(out_dir)
     patches = out / PATCHES
     patches.mkdir(parents=True, exist_ok=True)
@@ -674,3 +675,51 @@ def speedups(outcomes: Iterable[KernelOutcome]) -> list[tuple[str, float, float 
     return [(f"{o.rel}:{o.kernel}", o.speedup, o.speedup_ci_low, o.speedup_ci_high)
             for o in outcomes if o.status == "accepted" and o.speedup is not None]
 
+def speedups_svg(rows: Sequence[tuple[str, float, float | None, float | None]]) -> str:
+    """Horizontal bars: each accepted kernel's verified speedup with its interval, 1x marked."""
+    # Margins from the drawing itself (``tight``): kernel labels are paths of any length, and the chart is one per sweep.
+    fig, ax = figure(7.0, 0.4 * len(rows) + 1.3, left_in=0.5, bottom_in=0.6)
+    labels = [label for label, *_ in rows][::-1]
+    values = [speedup for _, speedup, _, _ in rows][::-1]
+    low = [speedup - (lo if lo is not None else speedup) for _, speedup, lo, _ in rows][::-1]
+    high = [(hi if hi is not None else speedup) - speedup for _, speedup, _, hi in rows][::-1]
+    bars = ax.barh(labels, values, xerr=[low, high], color="#27ae60", ecolor="#555555", capsize=3)
+    ax.bar_label(bars, labels=[f"{v:.2f}x" for v in values], padding=6, fontsize=8)
+    ax.axvline(1.0, color="#555555", ls="--", lw=1)
+    ax.set_xlabel("verified speedup (baseline / rewrite), with its interval")
+    ax.set_xlim(0, max([1.2, *(v + h for v, h in zip(values, high))]) * 1.2)
+    ax.set_title("Verified speedups per kernel", fontsize=10)
+    return svg(fig, tight=True)
+
+
+def sweep_page(report: SweepReport) -> str:
+    """The sweep's page: the chart of verified speedups and a table of every kernel, then the drafted specs
+    and the problems."""
+    esc = html.escape
+    accepted = speedups(report.outcomes)
+    kept = len(report.outcomes) - report.ran
+    parts = [f"<h1>kernel-lsp sweep: {len(report.outcomes)} kernels, {len(accepted)} faster</h1>",
+             f"<p class=\"note\">engine {esc(report.engine)}; {report.ran} optimized in this run, "
+             f"{kept} kept from before; {report.wall_s:.1f} s.</p>"]
+    if accepted:
+        parts.append(f"<figure id=\"speedups\">{speedups_svg(accepted)}</figure>")
+    else:
+        parts.append("<p class=\"note\">No verified speedup yet.</p>")
+    by_key = {f"{o.rel}:{o.kernel}": o for o in report.outcomes}
+    body = ""
+    for kernel, status, technique, speed, tried in outcome_rows(report.outcomes):
+        outcome = by_key[kernel]
+        patch = (f"<a href=\"patches/{esc(patch_name(outcome))}\">patch</a>"
+                 if status == "accepted" and outcome.patch else "")
+        body += (f"<tr><td><code>{esc(kernel)}</code></td><td class=\"{'accepted' if status == 'accepted' else ''}\">"
+                 f"{esc(status)}</td><td>{esc(technique)}</td><td>{esc(speed)}</td><td>{esc(tried)}</td>"
+                 f"<td>{esc(outcome.gpu or '')}</td><td>{outcome.wall_s:.1f} s</td><td>{patch}</td></tr>")
+    parts.append("<h2>Kernels</h2><table><tr><th>kernel</th><th>outcome</th><th>technique</th><th>speedup</th>"
+                 f"<th>verified / candidates</th><th>GPU</th><th>wall</th><th></th></tr>{body}</table>")
+    if report.drafts:
+        items = "".join(f"<li><code>{esc(d.path)}:{esc(d.kernel)}</code>: {esc(' | '.join(d.todo) or 'complete')}"
+                        f"{' (draft: ' + esc(d.draft_path) + ')' if d.draft_path else ''}</li>" for d in report.drafts)
+        parts.append(f"<h2>Kernels without a launch spec (drafted)</h2><ul>{items}</ul>")
+    if report.problems:
+        parts.append("<h2>Problems</h2><ul>" + "".join(f"<li>{esc(p)}</li>" for p in report.problems) + "</ul>")
+    return html_page("kernel-lsp sweep", "\n".join(parts))
