@@ -59,8 +59,8 @@ def figure(width_in: float, height_in: float, *, left_in: float, right_in: float
 def svg(fig: Any, *, tight: bool = False) -> str:
     """The figure as SVG to inline in HTML (the XML prologue and DOCTYPE are not allowed there).
 
-    ``tight``: crop to what is drawn (a second drawing pass), for a chart drawn once per page whose
-    labels' lengths no margin can foresee."""
+    ``tight``: crop to what is drawn (a second drawing pass), for a chart whose labels' lengths no margin
+    can foresee."""
     import matplotlib
 
     buffer = io.StringIO()
@@ -154,9 +154,7 @@ def history_svg(report: KernelReport) -> str:
     """One bar per verified attempt: its speedup (failed ones at 0), accepted ones in green; 1x marked."""
     entries = report.history
     labels = [f"{i}. {h.technique}" for i, h in enumerate(entries, 1)]
-    # The labels hang below the bars at 30 degrees: the longest sets the bottom margin (8-point text).
-    longest_in = max(len(label) for label in labels) * 0.062
-    fig, ax = figure(7.0, 2.6 + 0.5 * longest_in, left_in=0.7, bottom_in=0.25 + 0.5 * longest_in, top_in=0.4)
+    fig, ax = figure(7.0, 3.2, left_in=0.7, bottom_in=0.5, top_in=0.4)
     values = [h.speedup or 0.0 for h in entries]
     colours = ["#27ae60" if h.accepted else ("#bbbbbb" if h.speedup else "#e74c3c") for h in entries]
     bars = ax.bar(range(len(entries)), values, color=colours)
@@ -166,7 +164,9 @@ def history_svg(report: KernelReport) -> str:
     ax.set_ylabel("speedup (baseline / candidate)")
     ax.set_ylim(0, max([1.2, *values]) * 1.2)
     ax.set_title("Optimization history (green: accepted, grey: correct but not faster, red: failed)", fontsize=10)
-    return svg(fig)
+    # Cropped to what is drawn: the technique names hang below the bars at 30 degrees, any length, the first
+    # one left of the axes as far as it is long; no fixed margin fits them all.
+    return svg(fig, tight=True)
 
 
 _CSS = """

@@ -1,6 +1,7 @@
 """The report's charts on every recorded H200 full profile (``tests/fixtures/ncu/dataset``): what the legend
-names is drawn, each chart is drawn once and without mathtext (what made a page cost about a second), and the
-report module knows nothing of sweeps (the sweep's page is drawn with its helpers, one import direction)."""
+names is drawn; the charts are drawn once (the history twice, cropped to its labels) and without mathtext,
+what made a page cost about a second; and the report module knows nothing of sweeps (the sweep's page is
+drawn with its helpers, one import direction)."""
 
 from __future__ import annotations
 
@@ -63,7 +64,7 @@ def test_every_legend_entry_of_a_roofline_is_drawn_inside_the_axes(kernel):
         assert any("does no FP32 work: no point on this roofline" in t.get_text() for t in ax.texts)
 
 
-def test_a_page_draws_each_chart_once_without_mathtext(monkeypatch):
+def test_a_page_draws_its_charts_once_without_mathtext(monkeypatch):
     from matplotlib import mathtext
     from matplotlib.figure import Figure
 
@@ -80,7 +81,9 @@ def test_a_page_draws_each_chart_once_without_mathtext(monkeypatch):
                         lambda self, s, *a, **k: parses.append(s) or real_parse(self, s, *a, **k))
     page = report.kernel_page(page_report)
     assert page.count("<svg") == 3
-    assert len(draws) == 3 and len(set(map(id, draws))) == 3  # three charts, one drawing pass each
+    # Three charts, one drawing pass each; the history's second pass crops it to its labels (technique names).
+    assert len(draws) == 4 and len(set(map(id, draws))) == 3
+    assert [draws.count(fig) for fig in dict.fromkeys(draws)] == [1, 1, 2]
     assert parses == []
     assert "10⁻¹" in page or "10⁰" in page  # the log axes' decades, as plain text
 
