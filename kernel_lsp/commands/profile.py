@@ -3,7 +3,8 @@
 The profiling tree picks what to collect (``--full``: ``ncu --set full``).
 Without ``--spec``, the kernel's sidecar spec (``FILE.cu.<kernel>.spec.json``)
 or in-source spec is used; ``--program`` profiles the user's own binary instead.
-Exit status: 0 profiled, 1 profiling failed (message on stderr), 2 bad usage.
+Exit status: 0 profiled, 1 profiling failed (message on stderr), 2 bad usage, 3 no GPU (nothing
+measured), as ``verify`` and ``optimize``.
 """
 
 from __future__ import annotations
@@ -15,7 +16,7 @@ import sys
 
 import platformdirs
 
-from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from kernel_lsp.cli import EXIT_NO_GPU, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from kernel_lsp.core.profiling_tree import TreeError
 
 
@@ -41,6 +42,17 @@ def _cache_dir(args: argparse.Namespace) -> str:
     if args.cache_dir:
         return args.cache_dir
     return os.path.join(platformdirs.user_cache_dir("kernel-lsp"), "profiles")
+
+
+def gpu_missing() -> str | None:
+    """Why this machine has no GPU to profile on (nvidia-smi's answer), or None when it has one.
+
+    Asked after a profile failed: a failure on a machine without a GPU is "no GPU" (exit 3), whatever
+    failed first (ncu missing, the launch refused)."""
+    from kernel_lsp.services.machine import detect_machine
+
+    machine = detect_machine()
+    return None if machine.gpu is not None else machine.gpu_problem or "no GPU"
 
 
 def run(args: argparse.Namespace) -> int:
@@ -101,5 +113,9 @@ def run(args: argparse.Namespace) -> int:
     if result.message:
         if not args.json:
             print(f"profile: {result.message}", file=sys.stderr)
+        missing = gpu_missing()
+        if missing is not None:
+            print(f"profile: nothing profiled, no GPU here ({missing})", file=sys.stderr)
+            return EXIT_NO_GPU
         return EXIT_REJECTED
     return EXIT_OK

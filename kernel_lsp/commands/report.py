@@ -7,7 +7,8 @@ or ``--ncu-csv`` from ``ncu --csv --page raw``), else the profile store's last g
 ``--spec`` and none stored, the kernel is profiled now (full set, needs a GPU and ncu).
 Pages go to ``DIR`` (default ``FILE.cu.report/``), with an ``index.html``.
 
-Exit status: 0 written, 2 bad usage (unreadable file, spec or profile).
+Exit status: 0 written, 2 bad usage (unreadable file, spec or profile), 3 no GPU: ``--spec`` asked for a
+profile that could not be made here (the pages are written without it).
 """
 
 from __future__ import annotations
@@ -19,7 +20,7 @@ import os
 import sys
 from typing import Any
 
-from kernel_lsp.cli import EXIT_OK, EXIT_USAGE
+from kernel_lsp.cli import EXIT_NO_GPU, EXIT_OK, EXIT_USAGE
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -119,10 +120,15 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernel-lsp report: {exc}", file=sys.stderr)
         return EXIT_USAGE
     store = ProfileStore(args.cache_dir or os.path.join(platformdirs.user_cache_dir("kernel-lsp"), "profiles"))
+    no_gpu = None
     if args.spec and spec_kernel not in profiles and store.last_good(os.path.abspath(args.file), spec_kernel) is None:
         profile = _profile_now(args, source, spec_kernel, store)
         if profile is not None:
             profiles[spec_kernel] = profile
+        else:
+            from kernel_lsp.commands.profile import gpu_missing
+
+            no_gpu = gpu_missing()
     given = "--ncu-csv " + args.ncu_csv if args.ncu_csv else ("--profile " + args.profile if args.profile else "profiled now")
     result = write_reports(args.file, source, args.out, kernels=kernels, profiles=profiles, store=store,
                            attempts=_attempts(args), profile_source=given)
@@ -138,4 +144,7 @@ def run(args: argparse.Namespace) -> int:
             line = f"  ({intensity_text(point)})" if point is not None else "  (no roofline metrics)"
         print(f"{kernel}: {page}{line}")
     print(f"index: {result.index_path}")
+    if no_gpu is not None:
+        print(f"kernel-lsp report: {spec_kernel} not profiled, no GPU here ({no_gpu})", file=sys.stderr)
+        return EXIT_NO_GPU
     return EXIT_OK

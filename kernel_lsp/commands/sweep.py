@@ -26,7 +26,7 @@ from typing import TYPE_CHECKING
 from kernel_lsp.cli import EXIT_NO_GPU, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 
 if TYPE_CHECKING:  # the sweep service (and Ray, lazily) is imported only when the command runs
-    from kernel_lsp.services.sweep import SweepOptions
+    from kernel_lsp.services.sweep import DraftNote, SweepOptions
 
 DEFAULT_OUT = "kernel-lsp-sweep"
 
@@ -65,6 +65,18 @@ def options_from(args: argparse.Namespace) -> SweepOptions:
         verify=not args.dry_run, arch=args.arch, time_budget_s=args.time_budget)
 
 
+def draft_line(draft: DraftNote) -> str:
+    """One short line per drafted spec: the kernel, where its draft is and how many values it lacks (the list
+    of what to fill in is in the draft's ``comment`` and on the sweep's page)."""
+    if draft.draft_path is None:
+        return f"no launch spec for {draft.path}:{draft.kernel}; {draft.todo[-1] if draft.todo else 'no draft'}"
+    shown = os.path.relpath(draft.draft_path)
+    shown = draft.draft_path if shown.startswith(".." + os.sep) else shown
+    missing = f"{draft.placeholders} value{'s' if draft.placeholders != 1 else ''} to fill in" if draft.placeholders \
+        else "complete"
+    return f"no launch spec for {draft.path}:{draft.kernel}; draft {shown} ({missing})"
+
+
 def run(args: argparse.Namespace) -> int:
     from kernel_lsp.services.sweep import SweepError, apply_patches, discover, outcome_rows, report_json, run_sweep
 
@@ -81,10 +93,14 @@ def run(args: argparse.Namespace) -> int:
     found = discover(args.paths, options)
     for problem in found.problems:
         print(f"kernel-lsp sweep: {problem}", file=sys.stderr)
+    for note in found.left_out:
+        print(f"kernel-lsp sweep: {note}", file=sys.stderr)
     for draft in found.drafts:
-        where = f" drafted in {draft.draft_path}" if draft.draft_path else ""
-        todo = f"; to fill in: {' | '.join(draft.todo)}" if draft.todo else ""
-        print(f"kernel-lsp sweep: {draft.path}:{draft.kernel} has no launch spec;{where}{todo}", file=sys.stderr)
+        print(f"kernel-lsp sweep: {draft_line(draft)}", file=sys.stderr)
+    if any(d.draft_path for d in found.drafts):
+        print(f"kernel-lsp sweep: {len(found.drafts)} kernel{'s' if len(found.drafts) > 1 else ''} without a launch spec; "
+              "each draft's \"comment\" says what to fill in; save it beside its file as FILE.cu.KERNEL.spec.json",
+              file=sys.stderr)
     if not found.jobs:
         print("kernel-lsp sweep: no kernel with a launch spec under the given paths", file=sys.stderr)
         return EXIT_USAGE
@@ -100,10 +116,18 @@ def run(args: argparse.Namespace) -> int:
             data["apply"] = {"applied": list(applied.applied), "skipped": list(applied.skipped), "refused": applied.refused}
         print(json.dumps(data, indent=2))
     else:
-        for kernel, status, technique, speed, tried in outcome_rows(report.outcomes):
-            print(f"{kernel:50s} {status:12s} {technique:28s} {speed:22s} {tried} verified")
-        print(f"{len(report.accepted)} of {len(report.outcomes)} kernels faster; {report.ran} optimized now, "
-              f"{len(report.outcomes) - report.ran} kept from before; report {os.path.join(options.out_dir, 'sweep.html')}")
+        page = os.path.join(options.out_dir, "sweep.html")
+        kept = len(report.outcomes) - report.ran
+        if report.dry_run:
+            for outcome in report.outcomes:
+                print(f"{outcome.rel + ':' + outcome.kernel:50s} {outcome.candidates} candidates listed")
+            print(f"dry run: {sum(o.candidates for o in report.outcomes)} candidates listed for {len(report.outcomes)} "
+                  f"kernels, nothing verified; {report.ran} listed now, {kept} kept from before; report {page}")
+        else:
+            for kernel, status, technique, speed, tried in outcome_rows(report.outcomes):
+                print(f"{kernel:50s} {status:12s} {technique:28s} {speed:22s} {tried} verified")
+            print(f"{len(report.accepted)} of {len(report.outcomes)} kernels faster; {report.ran} optimized now, "
+                  f"{kept} kept from before; report {page}")
         if applied is not None:
             for name in applied.applied:
                 print(f"applied {name}")

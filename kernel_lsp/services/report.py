@@ -5,7 +5,8 @@ lens "Open profile report") can call: it finds each kernel's profile (given, or 
 store's last good one), its attempts in the knowledge base, builds the pure model
 (:mod:`kernel_lsp.core.report_model`) and writes ``<out>/<kernel>.html`` plus ``index.html``.
 Pages are self-contained (inline SVG and CSS, no scripts, nothing fetched), so they open from
-disk in any browser.
+disk in any browser. The sweep's page (:mod:`kernel_lsp.services.sweep`) is drawn with this module's
+:func:`figure`, :func:`svg` and :func:`html_page`; nothing here knows of sweeps.
 """
 
 from __future__ import annotations
@@ -13,6 +14,7 @@ from __future__ import annotations
 import html
 import io
 import logging
+import math
 import os
 import re
 from collections.abc import Iterable, Mapping, Sequence
@@ -36,65 +38,108 @@ class ReportResult:
     messages: tuple[str, ...] = ()
 
 
-def _pyplot() -> Any:
-    # Agg: no display; imported on first use, matplotlib costs about a second to import.
+# Charts are drawn once each, on fixed margins: ``bbox_inches="tight"`` draws a figure twice (once to
+# measure it), and matplotlib's default log-axis labels are mathtext (``$10^{3}$``, parsed by pyparsing per
+# label) with eight minor ticks per decade; together they made a kernel's page cost about 1.2 s.
+_SUPERSCRIPT = str.maketrans("-0123456789", "\u207b\u2070\u00b9\u00b2\u00b3\u2074\u2075\u2076\u2077\u2078\u2079")
+
+
+def figure(width_in: float, height_in: float, *, left_in: float, right_in: float = 0.25, bottom_in: float,
+           top_in: float = 0.45) -> tuple[Any, Any]:
+    """A figure with one axes and fixed margins in inches (no pyplot: nothing global is kept per figure)."""
+    # Imported on first use: matplotlib costs about a second to import.
+    from matplotlib.figure import Figure
+
+    fig = Figure(figsize=(width_in, height_in))
+    fig.subplots_adjust(left=left_in / width_in, right=1 - right_in / width_in,
+                        bottom=bottom_in / height_in, top=1 - top_in / height_in)
+    return fig, fig.add_subplot()
+
+
+def svg(fig: Any, *, tight: bool = False) -> str:
+    """The figure as SVG to inline in HTML (the XML prologue and DOCTYPE are not allowed there).
+
+    ``tight``: crop to what is drawn (a second drawing pass), for a chart whose labels' lengths no margin
+    can foresee."""
     import matplotlib
 
-    matplotlib.use("Agg")
-    import matplotlib.pyplot as plt
-
-    return plt
-
-
-def _svg(fig: Any) -> str:
     buffer = io.StringIO()
-    fig.savefig(buffer, format="svg", bbox_inches="tight")
-    _pyplot().close(fig)
+    # Text as SVG text, not as glyph outlines: a third of the size and of the drawing time, and selectable.
+    with matplotlib.rc_context({"svg.fonttype": "none"}):
+        fig.savefig(buffer, format="svg", bbox_inches="tight" if tight else None)
     text = buffer.getvalue()
-    # Inline SVG inside HTML: the XML prologue and DOCTYPE are not allowed there.
     return text[text.index("<svg"):]
 
 
-def roofline_svg(kernel: str, roof: Roofline) -> str:
-    """Log-log roofline: the DRAM and FP32 ceilings and the kernel's point, labelled."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.0, 4.2))
+def decade_label(value: float, _position: Any = None) -> str:
+    """``10⁶`` for a power of ten (plain text with Unicode superscripts, no mathtext)."""
+    exponent = math.log10(value) if value > 0 else math.nan
+    return "10" + str(round(exponent)).translate(_SUPERSCRIPT) if abs(exponent - round(exponent)) < 1e-9 else ""
+
+
+def _log_axes(ax: Any) -> None:
+    from matplotlib.ticker import FuncFormatter, NullLocator
+
+    ax.set_xscale("log")
+    ax.set_yscale("log")
+    for axis in (ax.xaxis, ax.yaxis):
+        axis.set_major_formatter(FuncFormatter(decade_label))
+        axis.set_minor_locator(NullLocator())
+
+
+def roofline_figure(kernel: str, roof: Roofline) -> Any:
+    """Log-log roofline: the DRAM and FP32 ceilings and, where the kernel has a place on it, its point, labelled.
+
+    A kernel that does no FP32 work has no point (its FP32 rate is zero, off a log axis): the chart says so
+    in words, and the legend names only what is drawn."""
+    fig, ax = figure(7.0, 4.2, left_in=0.85, bottom_in=0.6)
     ridge = roof.ridge_flop_per_byte
     intensity = roof.intensity_flop_per_byte
-    low = min(ridge / 1000.0, (intensity or ridge) / 10.0)
-    high = max(ridge * 1000.0, (intensity or ridge) * 10.0)
+    placed = roof.achieved_flop_per_s > 0
+    centre = intensity if placed and intensity is not None else ridge
+    low, high = min(ridge / 1000.0, centre / 10.0), max(ridge * 1000.0, centre * 10.0)
     xs = [low * (high / low) ** (i / 200) for i in range(201)]
     ax.plot(xs, [min(roof.peak_dram_bytes_per_s * x, roof.peak_flop_per_s) for x in xs], color="#1f4e79", lw=2,
             label=f"roofline: DRAM {roof.peak_dram_bytes_per_s / 1e12:.2f} TB/s, FP32 {roof.peak_flop_per_s / 1e12:.1f} TFLOP/s")
     ax.axvline(ridge, color="#999999", ls=":", lw=1)
     floor = roof.peak_flop_per_s * 1e-6
-    if intensity is None:
-        # No DRAM traffic: the data stayed in cache; the point sits at the right edge.
-        x, note = high, "no DRAM traffic"
+    if placed:
+        if intensity is None:
+            # No DRAM traffic: the data stayed in cache; the point sits at the right edge.
+            x, note = high, "no DRAM traffic"
+        else:
+            x, note = intensity, f"{intensity:.3g} FLOP/B"
+        y = max(roof.achieved_flop_per_s, floor)
+        # Unclipped: a point on the edge (no DRAM traffic, or below the floor) is drawn whole.
+        ax.scatter([x], [y], s=90, color="#c0392b", zorder=5, clip_on=False,
+                   label=f"{kernel}: {roof.achieved_flop_per_s / 1e12:.3g} TFLOP/s")
+        ax.annotate(note, (x, y), textcoords="offset points", xytext=(8, 8), fontsize=9)
     else:
-        x, note = intensity, f"{intensity:.3g} FLOP/B"
-    y = max(roof.achieved_flop_per_s, floor)
-    if roof.achieved_flop_per_s <= 0:
-        note = f"no FP32 work; DRAM at {roof.dram_pct:.0f}% of peak"
-    ax.scatter([x], [y], s=90, color="#c0392b", zorder=5, label=f"{kernel}: {roof.achieved_flop_per_s / 1e12:.3g} TFLOP/s")
-    ax.annotate(note, (x, y), textcoords="offset points", xytext=(8, 8), fontsize=9)
-    ax.set_xscale("log")
-    ax.set_yscale("log")
+        ax.text(0.03, 0.92, f"{kernel} does no FP32 work: no point on this roofline\n(DRAM at {roof.dram_pct:.0f}% of peak)",
+                transform=ax.transAxes, fontsize=9, va="top")
+    _log_axes(ax)
     ax.set_xlim(low, high)
     ax.set_ylim(floor, roof.peak_flop_per_s * 3)
     ax.set_xlabel("arithmetic intensity (FLOP per DRAM byte)")
     ax.set_ylabel("FP32 FLOP/s")
     where = f"{kernel} is {roof.bound}-bound here" if roof.bound else f"{kernel} does no FP32 work"
     ax.set_title(f"Roofline: {where} (FP32 {roof.compute_pct:.1f}% of peak, DRAM {roof.dram_pct:.1f}%)", fontsize=10)
-    ax.grid(True, which="both", alpha=0.25)
+    ax.grid(True, alpha=0.25)
     ax.legend(fontsize=8, loc="lower right")
-    return _svg(fig)
+    return fig
+
+
+def roofline_svg(kernel: str, roof: Roofline) -> str:
+    return svg(roofline_figure(kernel, roof))
+
+
+#: Room for the longest stall reason's label ("long scoreboard", "math pipe throttle") left of the bars.
+_STALL_LABELS_IN = 1.45
 
 
 def stalls_svg(stalls: Sequence[tuple[str, float]]) -> str:
     """Horizontal bars: each stall reason's share of warp stall cycles, largest on top."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.0, 0.35 * len(stalls) + 1.2))
+    fig, ax = figure(7.0, 0.35 * len(stalls) + 1.2, left_in=_STALL_LABELS_IN, bottom_in=0.55, top_in=0.35)
     reasons = [reason.replace("_", " ") for reason, _ in stalls][::-1]
     shares = [pct for _, pct in stalls][::-1]
     bars = ax.barh(reasons, shares, color="#2e86c1")
@@ -102,15 +147,14 @@ def stalls_svg(stalls: Sequence[tuple[str, float]]) -> str:
     ax.set_xlabel("share of warp stall cycles (%)")
     ax.set_xlim(0, max(shares) * 1.18)
     ax.set_title("Warp stall reasons", fontsize=10)
-    return _svg(fig)
+    return svg(fig)
 
 
 def history_svg(report: KernelReport) -> str:
     """One bar per verified attempt: its speedup (failed ones at 0), accepted ones in green; 1x marked."""
-    plt = _pyplot()
     entries = report.history
-    fig, ax = plt.subplots(figsize=(7.0, 3.2))
     labels = [f"{i}. {h.technique}" for i, h in enumerate(entries, 1)]
+    fig, ax = figure(7.0, 3.2, left_in=0.7, bottom_in=0.5, top_in=0.4)
     values = [h.speedup or 0.0 for h in entries]
     colours = ["#27ae60" if h.accepted else ("#bbbbbb" if h.speedup else "#e74c3c") for h in entries]
     bars = ax.bar(range(len(entries)), values, color=colours)
@@ -120,7 +164,9 @@ def history_svg(report: KernelReport) -> str:
     ax.set_ylabel("speedup (baseline / candidate)")
     ax.set_ylim(0, max([1.2, *values]) * 1.2)
     ax.set_title("Optimization history (green: accepted, grey: correct but not faster, red: failed)", fontsize=10)
-    return _svg(fig)
+    # Cropped to what is drawn: the technique names hang below the bars at 30 degrees, any length, the first
+    # one left of the axes as far as it is long; no fixed margin fits them all.
+    return svg(fig, tight=True)
 
 
 _CSS = """
@@ -132,7 +178,8 @@ h1 { font-size: 1.5em; } h2 { font-size: 1.15em; margin-top: 1.6em; border-botto
 """
 
 
-def _page(title: str, body: str) -> str:
+def html_page(title: str, body: str) -> str:
+    """A self-contained page: the report's style inline, no scripts, nothing fetched."""
     return (f"<!DOCTYPE html>\n<html lang=\"en\"><head><meta charset=\"utf-8\"><title>{html.escape(title)}</title>"
             f"<style>{_CSS}</style></head><body>\n{body}\n</body></html>\n")
 
@@ -176,7 +223,7 @@ def kernel_page(report: KernelReport) -> str:
                      f"{rows}</table>")
     else:
         parts.append("<p class=\"note\">No verified attempts yet (\"Optimize\" in the editor, or <code>kernel-lsp optimize</code>).</p>")
-    return _page(f"kernel-lsp: {report.kernel}", "\n".join(parts))
+    return html_page(f"kernel-lsp: {report.kernel}", "\n".join(parts))
 
 
 def index_page(source_path: str, reports: Sequence[KernelReport], pages: Mapping[str, Path]) -> str:
@@ -189,58 +236,7 @@ def index_page(source_path: str, reports: Sequence[KernelReport], pages: Mapping
     body = (f"<h1>kernel-lsp report: <code>{esc(os.path.basename(source_path))}</code></h1>"
             "<table><tr><th>kernel</th><th>duration</th><th>bottleneck</th><th>best verified speedup</th></tr>"
             f"{rows}</table>")
-    return _page(f"kernel-lsp: {os.path.basename(source_path)}", body)
-
-
-def sweep_speedups_svg(rows: Sequence[tuple[str, float, float | None, float | None]]) -> str:
-    """Horizontal bars: each accepted kernel's verified speedup with its interval, 1x marked."""
-    plt = _pyplot()
-    fig, ax = plt.subplots(figsize=(7.0, 0.4 * len(rows) + 1.3))
-    labels = [label for label, *_ in rows][::-1]
-    values = [speedup for _, speedup, _, _ in rows][::-1]
-    low = [speedup - (lo if lo is not None else speedup) for _, speedup, lo, _ in rows][::-1]
-    high = [(hi if hi is not None else speedup) - speedup for _, speedup, _, hi in rows][::-1]
-    bars = ax.barh(labels, values, xerr=[low, high], color="#27ae60", ecolor="#555555", capsize=3)
-    ax.bar_label(bars, labels=[f"{v:.2f}x" for v in values], padding=6, fontsize=8)
-    ax.axvline(1.0, color="#555555", ls="--", lw=1)
-    ax.set_xlabel("verified speedup (baseline / rewrite), with its interval")
-    ax.set_xlim(0, max([1.2, *(v + h for v, h in zip(values, high))]) * 1.2)
-    ax.set_title("Verified speedups per kernel", fontsize=10)
-    return _svg(fig)
-
-
-def sweep_page(report: Any) -> str:
-    """The page of a sweep (:class:`kernel_lsp.services.sweep.SweepReport`): the chart of verified speedups
-    and a table of every kernel, then the drafted specs and the problems."""
-    from kernel_lsp.services.sweep import outcome_rows, patch_name, speedups
-
-    esc = html.escape
-    accepted = speedups(report.outcomes)
-    parts = [f"<h1>kernel-lsp sweep: {len(report.outcomes)} kernels, {len(accepted)} faster</h1>",
-             f"<p class=\"note\">engine {esc(report.engine)}; {report.ran} optimized in this run, "
-             f"{len(report.outcomes) - report.ran} kept from before; {report.wall_s:.1f} s.</p>"]
-    if accepted:
-        parts.append(f"<figure id=\"speedups\">{sweep_speedups_svg(accepted)}</figure>")
-    else:
-        parts.append("<p class=\"note\">No verified speedup yet.</p>")
-    by_key = {f"{o.rel}:{o.kernel}": o for o in report.outcomes}
-    body = ""
-    for kernel, status, technique, speed, tried in outcome_rows(report.outcomes):
-        outcome = by_key[kernel]
-        patch = (f"<a href=\"patches/{esc(patch_name(outcome))}\">patch</a>"
-                 if status == "accepted" and outcome.patch else "")
-        body += (f"<tr><td><code>{esc(kernel)}</code></td><td class=\"{'accepted' if status == 'accepted' else ''}\">"
-                 f"{esc(status)}</td><td>{esc(technique)}</td><td>{esc(speed)}</td><td>{esc(tried)}</td>"
-                 f"<td>{esc(outcome.gpu or '')}</td><td>{outcome.wall_s:.1f} s</td><td>{patch}</td></tr>")
-    parts.append("<h2>Kernels</h2><table><tr><th>kernel</th><th>outcome</th><th>technique</th><th>speedup</th>"
-                 f"<th>verified / candidates</th><th>GPU</th><th>wall</th><th></th></tr>{body}</table>")
-    if report.drafts:
-        items = "".join(f"<li><code>{esc(d.path)}:{esc(d.kernel)}</code>: {esc(' | '.join(d.todo) or 'complete')}"
-                        f"{' (draft: ' + esc(d.draft_path) + ')' if d.draft_path else ''}</li>" for d in report.drafts)
-        parts.append(f"<h2>Kernels without a launch spec (drafted)</h2><ul>{items}</ul>")
-    if report.problems:
-        parts.append("<h2>Problems</h2><ul>" + "".join(f"<li>{esc(p)}</li>" for p in report.problems) + "</ul>")
-    return _page("kernel-lsp sweep", "\n".join(parts))
+    return html_page(f"kernel-lsp: {os.path.basename(source_path)}", body)
 
 
 def page_name(kernel: str) -> str:

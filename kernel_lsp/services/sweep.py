@@ -4,8 +4,10 @@
 
 1. **finds** the kernels (:func:`discover`): every ``.cu`` file under the paths (or the files of a
    ``compile_commands.json``), each ``__global__`` function of it, its launch spec looked up as the
-   editor does (:meth:`Session.resolve_spec`); a kernel without one gets a drafted spec written to
-   ``<out>/drafts/`` with what still needs filling (the user's tree is never written);
+   editor does (:meth:`Session.resolve_spec`: sidecar, then in-source), else the folder's ``spec.json``
+   for the kernel it names (:func:`folder_spec`, the layout of ``examples/`` and ``benchmarks/corpus/``);
+   a kernel without one gets a drafted spec written under ``<out>/drafts/`` with what still needs
+   filling (the user's tree is never written);
 2. **optimizes** each one through :meth:`Session.optimize` (:func:`run_job`), on this machine
    (``local``: one kernel at a time, one GPU job at a time as in the editor) or as one Ray task per
    kernel with ``num_gpus=1`` (``ray``): Ray places, runs and retries the tasks (a lost worker's
@@ -17,7 +19,8 @@
    (:class:`VerdictCache`), so a task that Ray retries after its worker was lost verifies only the
    candidates its first attempt did not;
 4. **reports** (:func:`write_report`): ``sweep.json`` and ``sweep.html`` (a table and a chart of the
-   verified speedups, drawn like ``kernel-lsp report``'s), and a patch per accepted rewrite in
+   verified speedups, drawn with ``kernel-lsp report``'s helpers: this module imports
+   :mod:`kernel_lsp.services.report`, never the other way), and a patch per accepted rewrite in
    ``<out>/patches/``; :func:`apply_patches` applies them to a clean git working tree only, and
    never one whose file changed since it was verified.
 
@@ -31,6 +34,7 @@ from __future__ import annotations
 import dataclasses
 import difflib
 import hashlib
+import html
 import json
 import logging
 import os
@@ -42,12 +46,14 @@ from pathlib import Path
 from typing import Any, TextIO
 
 from kernel_lsp.core.index import build_index
-from kernel_lsp.core.spec import Spec
+from kernel_lsp.core.spec import Spec, SpecError
 from kernel_lsp.core.spec_draft import draft_spec, placeholder_count
 from kernel_lsp.core.transforms.launch_edit import applied_source
 from kernel_lsp.core.verdict import Verdict
 from kernel_lsp.services import optimizer
+from kernel_lsp.services.harness import load_spec_file
 from kernel_lsp.services.proc import ToolMissing, run
+from kernel_lsp.services.report import figure, html_page, svg
 from kernel_lsp.services.session import Session
 
 log = logging.getLogger(__name__)
@@ -62,6 +68,12 @@ SKIPPED_DIRS = frozenset((".git", ".hg", ".svn", "node_modules", "__pycache__", 
 GIT_TIMEOUT_S = 60.0
 
 ENGINES = ("local", "ray")
+FOLDER_SPEC = "spec.json"
+"""A folder's launch spec for the kernel it names, as ``examples/*/`` and ``benchmarks/corpus/*/`` hold them."""
+FOLDER_SPEC_FILES = ("kernel.cu", "original.cu")
+"""The file a folder's ``spec.json`` describes, by the project's own names (the corpus' ``kernel.cu``, the
+examples' ``original.cu``); in a folder without either, its only ``.cu`` file. The examples keep rewrites and
+cheats of the same kernel beside ``original.cu``: candidates to verify against it, not kernels to optimize."""
 
 
 class SweepError(RuntimeError):
@@ -131,6 +143,8 @@ class DraftNote:
     draft_path: str | None
     """Where the drafted spec was written; None when it could not be."""
     todo: tuple[str, ...]
+    placeholders: int = 0
+    """Values of the draft still to fill in (``FILL_ME``)."""
 
 
 @dataclass(frozen=True)
@@ -139,6 +153,8 @@ class Discovery:
     drafts: tuple[DraftNote, ...]
     problems: tuple[str, ...]
     """Files that could not be read, invalid specs."""
+    left_out: tuple[str, ...] = ()
+    """One line per folder whose ``spec.json`` describes one file and other files define its kernel too."""
 
 
 @dataclass(frozen=True)
@@ -192,6 +208,8 @@ class SweepReport:
     """Kernels optimized in this run (the others' outcomes were kept from before)."""
     wall_s: float
     engine: str
+    dry_run: bool = False
+    """Candidates were listed, none verified."""
 
     @property
     def accepted(self) -> tuple[KernelOutcome, ...]:
@@ -199,7 +217,8 @@ class SweepReport:
 
     def to_json(self) -> dict[str, Any]:
         return {
-            "engine": self.engine, "wall_s": self.wall_s, "ran": self.ran, "kept": len(self.outcomes) - self.ran,
+            "engine": self.engine, "dry_run": self.dry_run, "wall_s": self.wall_s, "ran": self.ran,
+            "kept": len(self.outcomes) - self.ran,
             "kernels": len(self.outcomes), "accepted": len(self.accepted),
             "outcomes": [{k: v for k, v in o.to_json().items() if k != "result"} for o in self.outcomes],
             "drafts": [dataclasses.asdict(d) for d in self.drafts], "problems": list(self.problems),
@@ -339,14 +358,56 @@ def _cu_files(paths: Sequence[str], out_dir: str) -> tuple[list[str], list[str]]
 
 
 def _rel(path: str, root: str) -> str:
+    """``path`` relative to ``root``, or as it is when it lies outside (an absolute path stays one)."""
     rel = os.path.relpath(path, root)
-    return rel if not rel.startswith("..") else path.lstrip(os.sep)
+    return path if rel == ".." or rel.startswith(".." + os.sep) else rel
+
+
+@dataclass(frozen=True)
+class FolderSpec:
+    """A folder's ``spec.json``: the kernel it names, its spec, and the file of the folder it describes."""
+
+    path: str
+    kernel: str
+    spec: Spec | None
+    problem: str | None
+    """Why the spec cannot be used (it names a kernel but does not parse); None when it can."""
+    file: str | None
+    """The ``.cu`` file it describes (:data:`FOLDER_SPEC_FILES`); None when the folder does not say which."""
+
+
+def folder_spec(folder: str) -> FolderSpec | None:
+    """The launch spec ``folder/spec.json`` holds, or None when there is none (or the file is no launch spec:
+    JSON without a ``kernel`` name is another tool's)."""
+    path = os.path.join(folder, FOLDER_SPEC)
+    if not os.path.isfile(path):
+        return None
+    try:
+        spec, problem = load_spec_file(path), None
+        kernel = spec.kernel
+    except SpecError as exc:
+        try:
+            data = json.loads(Path(path).read_text(encoding="utf-8"))
+        except (OSError, UnicodeDecodeError, ValueError, RecursionError):
+            data = None
+        kernel = data.get("kernel") if isinstance(data, dict) else None
+        if not isinstance(kernel, str):
+            return None
+        spec, problem = None, f"the launch spec {path} is invalid: {exc}"
+    sources = sorted(f for f in os.listdir(folder) if f.endswith(".cu") and os.path.isfile(os.path.join(folder, f)))
+    named = [f for f in FOLDER_SPEC_FILES if f in sources]
+    file = named[0] if named else (sources[0] if len(sources) == 1 else None)
+    return FolderSpec(path, kernel, spec, problem, os.path.join(folder, file) if file else None)
 
 
 def discover(paths: Sequence[str], options: SweepOptions) -> Discovery:
     """The kernels under ``paths`` that have a launch spec, and drafts for those that have none."""
     session = options.session()
     files, problems = _cu_files(paths, options.out_dir)
+    # Drafts are laid out below the folder all the files share, so their paths stay short and relative.
+    drafts_base = os.path.commonpath([os.path.dirname(f) for f in files]) if files else ""
+    folders: dict[str, FolderSpec | None] = {}
+    left_out: dict[str, list[str]] = {}
     jobs: list[KernelJob] = []
     drafts: list[DraftNote] = []
     for path in files:
@@ -361,6 +422,10 @@ def discover(paths: Sequence[str], options: SweepOptions) -> Discovery:
             continue
         context = verify_context(options, session, path)
         rel = _rel(path, options.workspace_root)
+        folder = os.path.dirname(path)
+        if folder not in folders:
+            folders[folder] = folder_spec(folder)
+        shared = folders[folder]
         analysis = None
         for kernel in names:
             found = session.resolve_spec(path, source, kernel)
@@ -371,23 +436,47 @@ def discover(paths: Sequence[str], options: SweepOptions) -> Discovery:
             if found.origin is not None:  # a spec exists but is invalid: say so, draft nothing over it
                 problems.append(f"{rel}: {found.problem}")
                 continue
+            if shared is not None and shared.kernel == kernel:
+                if shared.file != path:
+                    left_out.setdefault(shared.path, []).append(os.path.basename(path))
+                elif shared.spec is not None:
+                    jobs.append(KernelJob(path, rel, kernel, source, shared.spec, FOLDER_SPEC,
+                                          job_key(source, kernel, shared.spec, context), context))
+                continue
             if analysis is None:
                 analysis = session.analysis(path, source)
-            drafts.append(_draft(options, rel, index, source, kernel, analysis))
-    return Discovery(tuple(jobs), tuple(drafts), tuple(problems))
+            drafts.append(_draft(options, rel, os.path.relpath(path, drafts_base), index, source, kernel, analysis))
+    for shared in folders.values():
+        if shared is not None and shared.problem and shared.file is not None:
+            problems.append(shared.problem)
+    notes = []
+    for spec_path, others in left_out.items():
+        shared = folders[os.path.dirname(spec_path)]
+        where = _rel(os.path.dirname(spec_path), options.workspace_root)
+        if shared is not None and shared.file is not None:
+            notes.append(f"{where}: {FOLDER_SPEC} is {os.path.basename(shared.file)}'s; {len(others)} other file"
+                         f"{'s' if len(others) > 1 else ''} defining {shared.kernel} left out as its candidates")
+        else:
+            problems.append(f"{where}: {FOLDER_SPEC} names {shared.kernel if shared else '?'}, which "
+                            f"{', '.join(others)} define; none is named {' or '.join(FOLDER_SPEC_FILES)}: write the "
+                            f"spec beside the one to sweep as FILE.cu.KERNEL.spec.json")
+    return Discovery(tuple(jobs), tuple(drafts), tuple(problems), tuple(notes))
 
 
-def _draft(options: SweepOptions, rel: str, index: Any, source: str, kernel: str, analysis: Any) -> DraftNote:
-    """A drafted spec in ``<out>/drafts/`` (never beside the user's file), with what still needs filling."""
+def _draft(options: SweepOptions, rel: str, draft_rel: str, index: Any, source: str, kernel: str,
+           analysis: Any) -> DraftNote:
+    """A drafted spec at ``<out>/drafts/<draft_rel>.<kernel>.spec.json`` (never beside the user's file), with
+    what still needs filling."""
     try:
         draft = draft_spec(index, source, kernel, analysis.preprocessed, analysis.kernels.get(kernel))
     except Exception as exc:  # a draft is a help only; the sweep goes on
         log.exception("drafting the spec of %s failed", kernel)
         return DraftNote(rel, kernel, None, (f"no draft: {exc}",))
     todo = list(draft.todo)
-    if placeholder_count(draft.spec) and not todo:
+    missing = placeholder_count(draft.spec)
+    if missing and not todo:
         todo.append("fill in the values marked as placeholders")
-    target = Path(options.out_dir) / DRAFTS / f"{rel}.{kernel}.spec.json"
+    target = Path(options.out_dir) / DRAFTS / f"{draft_rel}.{kernel}.spec.json"
     data = dict(draft.spec)
     if todo:
         data["comment"] = "Fill in: " + " | ".join(todo)
@@ -395,8 +484,8 @@ def _draft(options: SweepOptions, rel: str, index: Any, source: str, kernel: str
         target.parent.mkdir(parents=True, exist_ok=True)
         target.write_text(json.dumps(data, indent=2) + "\n", encoding="utf-8")
     except OSError as exc:
-        return DraftNote(rel, kernel, None, tuple(todo) + (f"cannot write the draft: {exc}",))
-    return DraftNote(rel, kernel, str(target), tuple(todo))
+        return DraftNote(rel, kernel, None, tuple(todo) + (f"cannot write the draft: {exc}",), missing)
+    return DraftNote(rel, kernel, str(target), tuple(todo), missing)
 
 
 # --------------------------------------------------------------------------- one kernel
@@ -500,10 +589,13 @@ def _ray(jobs: Sequence[KernelJob], options: SweepOptions, verifier: optimizer.V
 class Progress:
     """The sweep's progress on stderr: a bar redrawn in place on a terminal, a line per kernel otherwise."""
 
-    def __init__(self, total: int, kept: int, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic):
+    def __init__(self, total: int, kept: int, stream: TextIO | None = None, clock: Callable[[], float] = time.monotonic,
+                 *, dry_run: bool = False):
         self.total = total
         self.done = kept
         self.accepted = 0
+        self.listed = 0
+        self.dry_run = dry_run
         self.stream = stream if stream is not None else sys.stderr
         self.clock = clock
         self.start = clock()
@@ -514,12 +606,13 @@ class Progress:
         filled = int(width * self.done / self.total) if self.total else width
         bar = "#" * filled + "." * (width - filled)
         tail = f"  {last.rel}:{last.kernel} {last.status}" if last is not None else ""
-        return (f"sweep [{bar}] {self.done}/{self.total} kernels, {self.accepted} accepted, "
-                f"{self.clock() - self.start:.0f} s{tail}")
+        counted = f"{self.listed} candidates listed" if self.dry_run else f"{self.accepted} accepted"
+        return f"sweep [{bar}] {self.done}/{self.total} kernels, {counted}, {self.clock() - self.start:.0f} s{tail}"
 
     def update(self, outcome: KernelOutcome) -> None:
         self.done += 1
         self.accepted += outcome.status == "accepted"
+        self.listed += outcome.candidates
         self._show(self.line(outcome))
 
     def _show(self, text: str) -> None:
@@ -543,7 +636,7 @@ def run_sweep(discovery: Discovery, options: SweepOptions, *, engine: str = "loc
     store = ResultStore(options.out_dir)
     kept = {job.key: store.get(job.key) for job in discovery.jobs}
     pending = [job for job in discovery.jobs if kept[job.key] is None]
-    bar = progress or Progress(len(discovery.jobs), len(discovery.jobs) - len(pending), stream)
+    bar = progress or Progress(len(discovery.jobs), len(discovery.jobs) - len(pending), stream, dry_run=not options.verify)
     outcomes = {key: o for key, o in kept.items() if o is not None}
     runs = _local(pending, options, verifier) if engine == "local" else _ray(pending, options, verifier, address)
     for outcome in runs:
@@ -553,7 +646,7 @@ def run_sweep(discovery: Discovery, options: SweepOptions, *, engine: str = "loc
         outcomes[outcome.key] = outcome
         bar.update(outcome)
     report = SweepReport(tuple(outcomes[j.key] for j in discovery.jobs if j.key in outcomes), discovery.drafts,
-                         discovery.problems, len(pending), time.monotonic() - start, engine)
+                         discovery.problems, len(pending), time.monotonic() - start, engine, dry_run=not options.verify)
     write_report(report, options.out_dir)
     return report
 
@@ -568,8 +661,6 @@ def patch_name(outcome: KernelOutcome) -> str:
 
 def write_report(report: SweepReport, out_dir: str) -> tuple[Path, Path]:
     """``sweep.json``, ``sweep.html`` and one patch per accepted rewrite (stale patches removed)."""
-    from kernel_lsp.services.report import sweep_page
-
     out = Path(out_dir)
     patches = out / PATCHES
     patches.mkdir(parents=True, exist_ok=True)
@@ -674,3 +765,58 @@ def speedups(outcomes: Iterable[KernelOutcome]) -> list[tuple[str, float, float 
     return [(f"{o.rel}:{o.kernel}", o.speedup, o.speedup_ci_low, o.speedup_ci_high)
             for o in outcomes if o.status == "accepted" and o.speedup is not None]
 
+
+def speedups_svg(rows: Sequence[tuple[str, float, float | None, float | None]]) -> str:
+    """Horizontal bars: each accepted kernel's verified speedup with its interval, 1x marked."""
+    # Margins from the drawing itself (``tight``): kernel labels are paths of any length, and the chart is one per sweep.
+    fig, ax = figure(7.0, 0.4 * len(rows) + 1.3, left_in=0.5, bottom_in=0.6)
+    labels = [label for label, *_ in rows][::-1]
+    values = [speedup for _, speedup, _, _ in rows][::-1]
+    low = [speedup - (lo if lo is not None else speedup) for _, speedup, lo, _ in rows][::-1]
+    high = [(hi if hi is not None else speedup) - speedup for _, speedup, _, hi in rows][::-1]
+    bars = ax.barh(labels, values, xerr=[low, high], color="#27ae60", ecolor="#555555", capsize=3)
+    ax.bar_label(bars, labels=[f"{v:.2f}x" for v in values], padding=6, fontsize=8)
+    ax.axvline(1.0, color="#555555", ls="--", lw=1)
+    ax.set_xlabel("verified speedup (baseline / rewrite), with its interval")
+    ax.set_xlim(0, max([1.2, *(v + h for v, h in zip(values, high))]) * 1.2)
+    ax.set_title("Verified speedups per kernel", fontsize=10)
+    return svg(fig, tight=True)
+
+
+def sweep_page(report: SweepReport) -> str:
+    """The sweep's page: the chart of verified speedups and a table of every kernel, then the drafted specs
+    and the problems."""
+    esc = html.escape
+    accepted = speedups(report.outcomes)
+    kept = len(report.outcomes) - report.ran
+    if report.dry_run:
+        listed = sum(o.candidates for o in report.outcomes)
+        parts = [f"<h1>kernel-lsp sweep (dry run): {len(report.outcomes)} kernels, {listed} candidates listed</h1>",
+                 f"<p class=\"note\">engine {esc(report.engine)}; nothing verified; {report.ran} listed in this run, "
+                 f"{kept} kept from before; {report.wall_s:.1f} s.</p>"]
+    else:
+        parts = [f"<h1>kernel-lsp sweep: {len(report.outcomes)} kernels, {len(accepted)} faster</h1>",
+                 f"<p class=\"note\">engine {esc(report.engine)}; {report.ran} optimized in this run, "
+                 f"{kept} kept from before; {report.wall_s:.1f} s.</p>"]
+        if accepted:
+            parts.append(f"<figure id=\"speedups\">{speedups_svg(accepted)}</figure>")
+        else:
+            parts.append("<p class=\"note\">No verified speedup yet.</p>")
+    by_key = {f"{o.rel}:{o.kernel}": o for o in report.outcomes}
+    body = ""
+    for kernel, status, technique, speed, tried in outcome_rows(report.outcomes):
+        outcome = by_key[kernel]
+        patch = (f"<a href=\"patches/{esc(patch_name(outcome))}\">patch</a>"
+                 if status == "accepted" and outcome.patch else "")
+        body += (f"<tr><td><code>{esc(kernel)}</code></td><td class=\"{'accepted' if status == 'accepted' else ''}\">"
+                 f"{esc(status)}</td><td>{esc(technique)}</td><td>{esc(speed)}</td><td>{esc(tried)}</td>"
+                 f"<td>{esc(outcome.gpu or '')}</td><td>{outcome.wall_s:.1f} s</td><td>{patch}</td></tr>")
+    parts.append("<h2>Kernels</h2><table><tr><th>kernel</th><th>outcome</th><th>technique</th><th>speedup</th>"
+                 f"<th>verified / candidates</th><th>GPU</th><th>wall</th><th></th></tr>{body}</table>")
+    if report.drafts:
+        items = "".join(f"<li><code>{esc(d.path)}:{esc(d.kernel)}</code>: {esc(' | '.join(d.todo) or 'complete')}"
+                        f"{' (draft: ' + esc(d.draft_path) + ')' if d.draft_path else ''}</li>" for d in report.drafts)
+        parts.append(f"<h2>Kernels without a launch spec (drafted)</h2><ul>{items}</ul>")
+    if report.problems:
+        parts.append("<h2>Problems</h2><ul>" + "".join(f"<li>{esc(p)}</li>" for p in report.problems) + "</ul>")
+    return html_page("kernel-lsp sweep", "\n".join(parts))

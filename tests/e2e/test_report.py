@@ -5,6 +5,7 @@ by headless Chromium (Debian's ``chromium``) and its screenshot must not be blan
 
 from __future__ import annotations
 
+import os
 import re
 import shutil
 import subprocess
@@ -81,6 +82,24 @@ def test_a_kernel_without_a_profile_says_how_to_get_one(tmp_path: Path, capsys) 
     page = (out / "lonely.html").read_text(encoding="utf-8")
     assert "No profile yet" in page and "<svg" not in page
     assert "lonely: no profile" in capsys.readouterr().err
+
+
+def test_a_spec_that_cannot_be_profiled_without_a_gpu_exits_3_with_the_pages_written(tmp_path: Path, monkeypatch,
+                                                                                      capsys) -> None:
+    # nvidia-smi that finds no device, as on a machine without a GPU; ncu absent.
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir()
+    (bin_dir / "nvidia-smi").write_text("#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    (bin_dir / "nvidia-smi").chmod(0o755)
+    source = tmp_path / "gemv.cu"
+    shutil.copy(REPO / "examples" / "gemv" / "original.cu", source)
+    out = tmp_path / "r"
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+    code = cli.main(["report", str(source), "--spec", str(REPO / "examples" / "gemv" / "spec.json"), "--no-kb",
+                     "--ncu", str(tmp_path / "no-ncu"), "--out", str(out), "--cache-dir", str(tmp_path / "p")])
+    assert code == cli.EXIT_NO_GPU == 3
+    assert "No profile yet" in (out / "gemv.html").read_text(encoding="utf-8")
+    assert "gemv not profiled, no GPU here" in capsys.readouterr().err
 
 
 def _screenshot(page: Path, png: Path, profile_dir: Path) -> np.ndarray:

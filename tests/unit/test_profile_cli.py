@@ -53,7 +53,18 @@ def test_profile_usage_errors(tmp_path, capsys):
     assert main(["profile", str(tmp_path / "missing.cu"), "--kernel", "k"]) == 2
 
 
-def test_profile_without_ncu_fails_with_a_message(tmp_path, capsys):
+def fake_nvidia_smi(tmp_path, monkeypatch, *, gpu: bool) -> None:
+    """An ``nvidia-smi`` first on PATH that reports an H200, or (``gpu=False``) no device, as the real one does."""
+    bin_dir = tmp_path / "bin"
+    bin_dir.mkdir(exist_ok=True)
+    script = bin_dir / "nvidia-smi"
+    script.write_text("#!/bin/sh\necho 'NVIDIA H200, 9.0'\n" if gpu else "#!/bin/sh\necho 'No devices were found'\nexit 6\n")
+    script.chmod(0o755)
+    monkeypatch.setenv("PATH", f"{bin_dir}{os.pathsep}{os.environ['PATH']}")
+
+
+def test_profile_without_ncu_fails_with_a_message(tmp_path, monkeypatch, capsys):
+    fake_nvidia_smi(tmp_path, monkeypatch, gpu=True)
     source = tmp_path / "k.cu"
     source.write_text("__global__ void k(float *p) { p[0] = 1; }\n")
     code = main(["profile", str(source), "--kernel", "k", "--program", "/bin/true", "--ncu", "/nonexistent/ncu",
@@ -61,3 +72,14 @@ def test_profile_without_ncu_fails_with_a_message(tmp_path, capsys):
     assert code == 1
     data = json.loads(capsys.readouterr().out)
     assert data["ok"] is False and "was not found" in data["message"]
+
+
+def test_profile_without_a_gpu_exits_3_as_verify_and_optimize_do(tmp_path, monkeypatch, capsys):
+    fake_nvidia_smi(tmp_path, monkeypatch, gpu=False)
+    source = tmp_path / "k.cu"
+    source.write_text("__global__ void k(float *p) { p[0] = 1; }\n")
+    for extra in (["--program", "/bin/true"], ["--spec", os.path.join(FIX, "..", "..", "..", "examples", "gemv", "spec.json")]):
+        code = main(["profile", str(source), "--kernel", "k", "--ncu", "/nonexistent/ncu",
+                     "--cache-dir", str(tmp_path / "c"), *extra])
+        assert code == 3, extra
+        assert "nothing profiled, no GPU here (nvidia-smi found no GPU (No devices were found))" in capsys.readouterr().err

@@ -67,6 +67,78 @@ def test_discovery_finds_spec_kernels_and_drafts_the_others(src, tmp_path):
     assert [j.kernel for j in only.jobs] == ["transpose"] and only.drafts == ()
 
 
+def test_the_projects_own_specs_are_found_beside_their_kernel_files(tmp_path):
+    """``examples/*/spec.json`` beside ``original.cu`` (its rewrites and cheats beside it are left out) and
+    ``benchmarks/corpus/*/spec.json`` beside ``kernel.cu``: every one a kernel to sweep, nothing drafted."""
+    opts = options(ROOT, tmp_path)
+    found = discover([str(EXAMPLES)], opts)
+    examples = sorted(p.parent.name for p in EXAMPLES.glob("*/spec.json"))
+    assert sorted(j.rel for j in found.jobs) == [f"examples/{name}/original.cu" for name in examples]
+    for job in found.jobs:
+        assert job.spec_origin == "spec.json"
+        assert job.kernel == json.loads((EXAMPLES / Path(job.rel).parent.name / "spec.json").read_text())["kernel"]
+    assert found.drafts == () and found.problems == ()
+    assert len(found.left_out) == len(examples) and all("left out as its candidates" in n for n in found.left_out)
+    assert not (tmp_path / "out" / "drafts").exists()
+
+    corpus = ROOT / "benchmarks" / "corpus"
+    entries = sorted(p.parent.name for p in corpus.glob("*/spec.json"))
+    found = discover([str(corpus)], opts)
+    assert sorted(j.rel for j in found.jobs) == [f"benchmarks/corpus/{name}/kernel.cu" for name in entries]
+    assert found.drafts == () and found.problems == () and found.left_out == ()
+
+
+def test_a_folder_spec_yields_to_a_sidecar_and_says_when_it_cannot_tell_its_file(src, tmp_path):
+    folder = src / "two"
+    folder.mkdir()
+    for name in ("a.cu", "b.cu"):
+        shutil.copy(EXAMPLES / "transpose" / "original.cu", folder / name)
+    shutil.copy(EXAMPLES / "transpose" / "spec.json", folder / "spec.json")
+    found = discover([str(folder)], options(src, tmp_path))
+    assert found.jobs == () and found.drafts == ()
+    [problem] = found.problems
+    assert "two: spec.json names transpose, which a.cu, b.cu define" in problem and "FILE.cu.KERNEL.spec.json" in problem
+    # A sidecar names its file: it wins for that file; the other is still not drafted over the folder's spec.
+    shutil.copy(folder / "spec.json", folder / "b.cu.transpose.spec.json")
+    found = discover([str(folder)], options(src, tmp_path))
+    assert [(j.rel, j.spec_origin) for j in found.jobs] == [("two/b.cu", "sidecar")] and found.drafts == ()
+    # JSON without a kernel name is another tool's spec.json, not a launch spec: ignored.
+    (folder / "spec.json").write_text('{"name": "a build tool\'s file"}')
+    found = discover([str(folder)], options(src, tmp_path))
+    assert [d.path for d in found.drafts] == ["two/a.cu"] and found.problems == ()
+
+
+def test_drafts_are_short_relative_paths_in_the_sweep_folder_one_line_each(src, tmp_path, monkeypatch, capsys):
+    # The files lie outside the workspace root: their drafts still go below the sweep's folder, relative to
+    # the folder the swept files share (an absolute path used to become drafts/tmp/.../nospec.cu...).
+    elsewhere = tmp_path / "elsewhere"
+    elsewhere.mkdir()
+    found = discover([str(src)], options(src, tmp_path, workspace_root=str(elsewhere)))
+    [draft] = found.drafts
+    assert draft.draft_path == str(tmp_path / "out" / "drafts" / "nospec.cu.gemv.spec.json")
+    assert draft.path == str(src / "nospec.cu") and draft.placeholders > 0
+    monkeypatch.chdir(elsewhere)
+    assert cli.main(["sweep", str(src / "nospec.cu"), "--dry-run", "--no-kb", "--out", str(tmp_path / "o2")]) == 2
+    lines = [line for line in capsys.readouterr().err.splitlines() if "nospec.cu" in line]
+    assert lines == [f"kernel-lsp sweep: no launch spec for {src / 'nospec.cu'}:gemv; draft "
+                     f"{tmp_path / 'o2' / 'drafts' / 'nospec.cu.gemv.spec.json'} ({draft.placeholders} values to fill in)"]
+    assert (tmp_path / "o2" / "drafts" / "nospec.cu.gemv.spec.json").is_file()
+
+
+def test_a_dry_run_says_listed_never_optimized(src, tmp_path, monkeypatch, capsys):
+    monkeypatch.chdir(src)
+    out = tmp_path / "dry"
+    assert cli.main(["sweep", ".", "--dry-run", "--no-kb", "--out", str(out)]) == 0
+    printed = capsys.readouterr()
+    assert "optimized" not in printed.out and "faster" not in printed.out
+    summary = printed.out.strip().splitlines()[-1]
+    assert summary.startswith("dry run: ") and "candidates listed for 2 kernels, nothing verified" in summary
+    assert "candidates listed" in printed.err and "accepted" not in printed.err
+    page = (out / "sweep.html").read_text()
+    assert "(dry run)" in page and "candidates listed" in page and "optimized" not in page
+    assert json.loads((out / "sweep.json").read_text())["dry_run"] is True
+
+
 def test_keys_change_with_the_kernel_the_spec_and_the_settings(src, tmp_path):
     base = {j.kernel: j.key for j in discover([str(src)], options(src, tmp_path)).jobs}
     assert base == {j.kernel: j.key for j in discover([str(src)], options(src, tmp_path)).jobs}
@@ -218,7 +290,7 @@ def test_ray_dry_run_through_the_cli_matches_the_local_one(ray_cluster, src, tmp
     assert cli.main(["sweep", ".", "--dry-run", "--no-kb", "--engine", "ray", "--out", str(ray_out), "--json"]) == 0
     captured = capsys.readouterr()
     remote = json.loads(captured.out)
-    assert "sweep [" in captured.err and "nospec.cu:gemv has no launch spec" in captured.err
+    assert "sweep [" in captured.err and "no launch spec for nospec.cu:gemv; draft " in captured.err
     assert remote["engine"] == "ray" and remote["ran"] == 2
     summary = lambda d: sorted((o["kernel"], o["status"], o["candidates"]) for o in d["outcomes"])
     assert summary(remote) == summary(local)

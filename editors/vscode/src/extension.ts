@@ -4,6 +4,8 @@
 // same section also holds this client's `server.command` and `trace.server`,
 // which are stripped (src/settings.ts) before anything reaches the server.
 
+import * as fs from 'node:fs';
+import * as os from 'node:os';
 import * as vscode from 'vscode';
 import {
   DidChangeConfigurationNotification,
@@ -12,7 +14,7 @@ import {
   ServerOptions,
   State,
 } from 'vscode-languageclient/node';
-import { DEFAULT_COMMAND, SECTION, explicitSettings, parseCommand, serverKeys } from './settings';
+import { DEFAULT_COMMAND, SECTION, explicitSettings, parseCommand, resolveExecutable, serverKeys } from './settings';
 
 let client: LanguageClient | undefined;
 let keys: string[] = [];
@@ -25,13 +27,23 @@ function configuredCommand(): unknown {
   return vscode.workspace.getConfiguration(SECTION).get<unknown>('server.command', DEFAULT_COMMAND);
 }
 
+function isExecutable(file: string): boolean {
+  try {
+    fs.accessSync(file, fs.constants.X_OK);
+    return fs.statSync(file).isFile();
+  } catch {
+    return false;
+  }
+}
+
 function createClient(): LanguageClient | undefined {
   const argv = parseCommand(configuredCommand());
   if (typeof argv === 'string') {
     void vscode.window.showErrorMessage(`kernel-lsp: ${argv}`);
     return undefined;
   }
-  const serverOptions: ServerOptions = { command: argv.command, args: argv.args };
+  const command = resolveExecutable(argv.command, process.env.PATH, os.homedir(), isExecutable);
+  const serverOptions: ServerOptions = { command, args: argv.args };
   // One client, hence one server, for the whole window: every workspace folder is sent to it
   // (workspace/didChangeWorkspaceFolders keeps it current) and files outside the folders use it too.
   // A client per folder would start a server per folder (about 74 MB each).
@@ -82,7 +94,7 @@ async function start(): Promise<void> {
   } catch (error) {
     void vscode.window.showErrorMessage(
       `kernel-lsp: could not start the server (${JSON.stringify(configuredCommand())}): ${String(error)}. ` +
-        'Install it (pip install kernel-lsp) or set kernelLsp.server.command.',
+        'Install it (`make install` in a kernel-lsp checkout links ~/.local/bin/kernel-lsp) or set kernelLsp.server.command.',
     );
   }
 }

@@ -1,6 +1,8 @@
 // Settings logic of the extension, kept free of the `vscode` module so that it
 // can be unit-tested under plain Node (src/test/settings.test.ts).
 
+import * as path from 'node:path';
+
 export const SECTION = 'kernelLsp';
 export const DEFAULT_COMMAND = ['kernel-lsp', 'serve'];
 
@@ -63,4 +65,30 @@ export function parseCommand(argv: unknown): { command: string; args: string[] }
     return `kernelLsp.server.command must be a non-empty array of strings, got ${JSON.stringify(argv)}`;
   }
   return { command: argv[0], args: argv.slice(1) };
+}
+
+/** Where `make install` (in a kernel-lsp checkout) and `pipx install` put the `kernel-lsp` command. */
+export const USER_BIN = path.join('.local', 'bin');
+
+/**
+ * The executable to start for `command`: a bare name found on `pathEnv` as it is; one that is not there
+ * but sits in ~/.local/bin (`make install`, pipx) as that file. The login profile adds ~/.local/bin to
+ * PATH only once it exists, so a VS Code started before the install does not see it until the next
+ * login. Paths, and names found nowhere, are left for the language client (and its error) as given.
+ */
+export function resolveExecutable(
+  command: string,
+  pathEnv: string | undefined,
+  home: string,
+  isExecutable: (file: string) => boolean,
+): string {
+  if (command.includes('/') || command.includes(path.sep)) {
+    return command;
+  }
+  const onPath = (pathEnv ?? '').split(path.delimiter).filter((folder) => folder !== '');
+  if (onPath.some((folder) => isExecutable(path.join(folder, command)))) {
+    return command;
+  }
+  const installed = path.join(home, USER_BIN, command);
+  return home !== '' && isExecutable(installed) ? installed : command;
 }

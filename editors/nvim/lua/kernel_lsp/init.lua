@@ -210,7 +210,7 @@ function M.attach(bufnr)
     return nil
   end
   if vim.fn.executable(config.cmd[1]) ~= 1 then
-    notify("server command not found: " .. config.cmd[1] .. " (pip install kernel-lsp, or set cmd in setup())", vim.log.levels.ERROR)
+    notify("server command not found: " .. config.cmd[1] .. " (make install in the kernel-lsp checkout links ~/.local/bin/kernel-lsp, or set cmd in setup())", vim.log.levels.ERROR)
     return nil
   end
   local root = M.root_dir(vim.api.nvim_buf_get_name(bufnr))

@@ -5,10 +5,16 @@
 // it restarts, without a VS Code install.
 
 import { strict as assert } from 'node:assert';
-import { readFileSync } from 'node:fs';
+import { chmodSync, mkdirSync, mkdtempSync, readFileSync, rmSync, writeFileSync } from 'node:fs';
 import Module = require('node:module');
+import { tmpdir } from 'node:os';
 import { join } from 'node:path';
-import { afterEach, test } from 'node:test';
+import { after, afterEach, test } from 'node:test';
+
+// A home of its own, so a `make install` on this machine does not change what the default command resolves to.
+const home = mkdtempSync(join(tmpdir(), 'kernel-lsp-home-'));
+process.env.HOME = home;
+after(() => rmSync(home, { recursive: true, force: true }));
 
 type Settings = Record<string, unknown>;
 
@@ -159,4 +165,24 @@ test('a malformed server command is reported, not started', async () => {
   assert.equal(clients.length, 0);
   assert.equal(errors.length, 1);
   assert.match(errors[0], /kernelLsp\.server\.command/);
+});
+
+test('the default command finds kernel-lsp in ~/.local/bin when PATH does not have it yet', async () => {
+  const savedPath = process.env.PATH;
+  const bin = join(home, '.local', 'bin');
+  mkdirSync(bin, { recursive: true });
+  writeFileSync(join(bin, 'kernel-lsp'), '#!/bin/sh\n');
+  chmodSync(join(bin, 'kernel-lsp'), 0o755);
+  process.env.PATH = '/nonexistent';
+  try {
+    await activate({});
+    assert.deepEqual(clients[0].serverOptions, { command: join(bin, 'kernel-lsp'), args: ['serve'] });
+    // On PATH it is started by name, as the user's PATH finds it.
+    process.env.PATH = bin;
+    await commands.get('kernelLsp.restartServer')!();
+    assert.deepEqual(clients[1].serverOptions, { command: 'kernel-lsp', args: ['serve'] });
+  } finally {
+    process.env.PATH = savedPath;
+    rmSync(bin, { recursive: true, force: true });
+  }
 });

@@ -2,7 +2,7 @@
 
 import { strict as assert } from 'node:assert';
 import { test } from 'node:test';
-import { ConfigReader, explicitSettings, parseCommand, serverKeys } from '../settings';
+import { ConfigReader, explicitSettings, parseCommand, resolveExecutable, serverKeys } from '../settings';
 
 // A stand-in for vscode.WorkspaceConfiguration: defaults plus the values set per level.
 function reader(defaults: Record<string, unknown>, user: Record<string, unknown>, folder: Record<string, unknown> = {}): ConfigReader {
@@ -49,4 +49,17 @@ test('parseCommand splits executable and arguments and rejects bad values', () =
   for (const bad of [[], 'kernel-lsp serve', ['kernel-lsp', 3], [''], null]) {
     assert.equal(typeof parseCommand(bad), 'string', JSON.stringify(bad));
   }
+});
+
+test('resolveExecutable finds kernel-lsp on PATH, else in ~/.local/bin, else leaves it as given', () => {
+  const files = new Set(['/usr/bin/kernel-lsp', '/home/u/.local/bin/kernel-lsp', '/home/u/.local/bin/other']);
+  const exists = (file: string) => files.has(file);
+  assert.equal(resolveExecutable('kernel-lsp', '/bin:/usr/bin', '/home/u', exists), 'kernel-lsp');
+  assert.equal(resolveExecutable('kernel-lsp', '/bin', '/home/u', exists), '/home/u/.local/bin/kernel-lsp');
+  assert.equal(resolveExecutable('kernel-lsp', undefined, '/home/u', exists), '/home/u/.local/bin/kernel-lsp');
+  assert.equal(resolveExecutable('kernel-lsp', '/bin', '/home/v', exists), 'kernel-lsp');
+  assert.equal(resolveExecutable('kernel-lsp', '/bin', '', exists), 'kernel-lsp');
+  // A path is the user's choice, found or not.
+  assert.equal(resolveExecutable('/opt/kernel-lsp', '/bin', '/home/u', exists), '/opt/kernel-lsp');
+  assert.equal(resolveExecutable('./kernel-lsp', '/bin', '/home/u', exists), './kernel-lsp');
 });
