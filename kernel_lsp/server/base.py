@@ -347,6 +347,21 @@ class KernelLspProtocol(LanguageServerProtocol):
 
         super()._execute_handler(msg_id, handler, done, args, kwargs)
 
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        # A reply to one of our requests (showDocument, configuration, progress) that does not have the
+        # result's shape raised here and was dropped by pygls: the request's future never completed and
+        # the handler awaiting it (an executeCommand) never answered. It becomes an error response to
+        # that request, so the awaiting code gets an exception it handles.
+        try:
+            return super().structure_message(data)
+        except Exception as exc:
+            if not (isinstance(data, dict) and "id" in data and "method" not in data and "error" not in data):
+                raise
+            log.warning("the client's reply to request %r is malformed (%s): %.200r", data.get("id"),
+                        type(exc.__cause__ or exc).__name__, data.get("result"))
+            return types.ResponseErrorMessage(id=data["id"], error=types.ResponseError(
+                code=types.ErrorCodes.InvalidParams, message="malformed reply: the result does not have the expected shape"))
+
     def _handle_cancel_notification(self, msg_id: Any) -> None:
         # A cancel for a request already answered is normal (the client sent it before it read the
         # answer); pygls logs each as a warning. A running request's future is cancelled by pygls:

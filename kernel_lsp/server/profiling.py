@@ -336,6 +336,8 @@ def spec_actions(ctx) -> list[types.Command]:
 
 
 CREATE_SPEC_COMMAND = "kernelLsp.createLaunchSpec"
+#: How long the command waits for the client to open the written sidecar, in seconds.
+SHOW_DOCUMENT_TIMEOUT_S = 10.0
 #: Glob of the sidecars the client is asked to watch.
 SPEC_GLOB = "**/*.spec.json"
 
@@ -391,11 +393,12 @@ async def create_spec(state: ServerState, uri: str, kernel: str) -> str | None:
     shown = False
     if state.supports_show_document:
         try:
-            result = await state.server.window_show_document_async(
-                types.ShowDocumentParams(uri=spec_uri, take_focus=True))
-            shown = bool(result and result.success)
-        except Exception as exc:  # a client that fails the request still gets the message below
-            log.info("window/showDocument failed: %s", exc)
+            # Bounded: the command answers even if the client never replies.
+            result = await asyncio.wait_for(state.server.window_show_document_async(
+                types.ShowDocumentParams(uri=spec_uri, take_focus=True)), SHOW_DOCUMENT_TIMEOUT_S)
+            shown = bool(isinstance(result, types.ShowDocumentResult) and result.success)
+        except Exception as exc:  # a failed, malformed or missing reply: the message below still says where it is
+            log.warning("window/showDocument for %s failed: %s", spec_uri, type(exc).__name__ if not str(exc) else exc)
     state.show(f"kernel-lsp: wrote {os.path.basename(sidecar)}{todo}" + ("" if shown else f" ({sidecar})"),
                types.MessageType.Info)
     return spec_uri
