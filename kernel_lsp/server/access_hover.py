@@ -180,11 +180,20 @@ def kernel_section(ctx) -> str | None:
 
 
 def access_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Diagnostic]:
-    """A hint per uncoalesced global access, for kernels whose spec gives the launch."""
+    """A hint per uncoalesced global access, for kernels whose spec gives the launch; and where the
+    preprocessor's budget ran out, that the analysis reads the file unexpanded."""
     analysis = current(doc)
     if analysis is None:
         return []
     out: list[types.Diagnostic] = []
+    pre = analysis.preprocessed
+    if pre.over_budget is not None:
+        at = pre.over_budget_at
+        line = at[1] if at is not None and at[0] == pre.path else 0
+        out.append(types.Diagnostic(
+            range=line_range(doc.parsed, line), source=SOURCE, severity=types.DiagnosticSeverity.Information,
+            code="macro-budget", message=f"{pre.over_budget.split(': ', 1)[-1]}: the access analysis reads this "
+                                         "file unexpanded (its accesses through macros are not seen)"))
     for name, facts in analysis.kernels.items():
         binding = binding_for(doc, name)
         if binding is None:

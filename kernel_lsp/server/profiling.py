@@ -202,7 +202,19 @@ def can_profile(state: ServerState) -> bool:
 def on_save(state: ServerState, doc: DocumentState) -> None:
     if not state.settings.profile_on_save or doc.path is None or not can_profile(state):
         return
-    schedule_profiles(state, doc.uri, doc.path, doc.text(), doc.index(), doc.version)
+    path, text, version = doc.path, doc.text(), doc.version
+    index = doc.index()
+    completion = doc.complete_soon() if index.pending else None
+    if completion is None:
+        schedule_profiles(state, doc.uri, path, text, index, version)
+        return
+
+    # The kernels that macros define are known once the index is complete (on a worker thread).
+    def completed(_future) -> None:
+        if state.documents.get(doc.uri) is doc and doc.version == version:
+            schedule_profiles(state, doc.uri, path, text, doc.index(), version)
+
+    completion.add_done_callback(completed)
 
 
 def on_file_changed(state: ServerState, path: str) -> None:
