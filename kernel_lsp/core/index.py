@@ -1323,6 +1323,8 @@ _ITEM_TYPES = frozenset({
     "expression_statement", "type_definition", "ERROR",
 })
 _IDENTIFIERS_QUERY = Query(CUDA_LANGUAGE, "(identifier) @id (type_identifier) @id")
+#: Lines whose "names a macro" answer is kept, at most (per document).
+_NAMED_LINES_KEPT = 4096
 _USE_QUERIES: dict[frozenset[str], Query] = {}
 _USE_QUERIES_KEPT = 16
 
@@ -1504,10 +1506,17 @@ class _MacroPass:
         self._give_way = give_way
         self._view: Preprocessed | None = None
         self._cache: dict[tuple[bytes, int, _Context], _Expanded] = {}
+        self._code: frozenset[str] = frozenset()
+        """The view's code macros that can be queried (identifiers)."""
+        self._named_lines: dict[bytes, bool] = {}
+        """Whether a line's text names a macro of the view: an unclosed brace keeps the same lines in error
+        over many keystrokes."""
 
     def clear(self) -> None:
         self._view = None
         self._cache = {}
+        self._code = frozenset()
+        self._named_lines = {}
 
     def run(self, units: list[_Unit], results: list[Any], root: Node, src: bytes,
             errors: tuple[SyntaxError_, ...], constants: Mapping[str, str], view: Preprocessed, may_expand: bool,
@@ -1516,6 +1525,7 @@ class _MacroPass:
             # Another macro table: every expansion may differ.
             self.clear()
             self._view = view
+            self._code = frozenset(name for name in view.code_macros if name.replace("$", "_").isidentifier())
         items = self._items(root, src, errors, view)
         if not items:
             self._cache = {}
@@ -1572,8 +1582,7 @@ class _MacroPass:
             return []
         return [(r, r.function, r.part, r.host) for r in expanded.results]
 
-    @staticmethod
-    def _items(root: Node, src: bytes, errors: tuple[SyntaxError_, ...], view: Preprocessed) -> list[tuple[Node, _Context]]:
+    def _items(self, root: Node, src: bytes, errors: tuple[SyntaxError_, ...], view: Preprocessed) -> list[tuple[Node, _Context]]:
         """The items to read from their expansion, in document order, none inside another."""
         found: dict[int, tuple[Node, _Context]] = {}
 
@@ -1582,21 +1591,32 @@ class _MacroPass:
             if held is not None and held[0].end_byte - held[0].start_byte <= _MAX_MACRO_ITEM_BYTES:
                 found.setdefault(held[0].start_byte, held)
 
-        code = frozenset(name for name in view.code_macros if name.replace("$", "_").isidentifier())
-        if code:
-            for nodes in QueryCursor(_uses_query(code)).captures(root).values():
+        if self._code:
+            for nodes in QueryCursor(_uses_query(self._code)).captures(root).values():
                 for node in nodes:
                     add(node)
         names = view.macros
         if errors and names:
             # A syntax error on a line that names a macro (``float * RESTRICT x``): what nvcc reads there
-            # is the expansion.
+            # is the expansion. Each line is read once (errors cluster), and its answer kept by its text.
+            cursor = QueryCursor(_IDENTIFIERS_QUERY)
+            seen: set[int] = set()
+            known = self._named_lines
+            if len(known) > _NAMED_LINES_KEPT:
+                known.clear()
             for error in errors:
                 start = src.rfind(b"\n", 0, error.span.start_byte) + 1
+                if start in seen:
+                    continue
+                seen.add(start)
                 stop = src.find(b"\n", error.span.start_byte)
-                cursor = QueryCursor(_IDENTIFIERS_QUERY)
-                cursor.set_byte_range(start, len(src) if stop < 0 else stop)
+                stop = len(src) if stop < 0 else stop
+                line = src[start:stop]
+                if known.get(line) is False:
+                    continue
+                cursor.set_byte_range(start, stop)
                 named = [n for nodes in cursor.captures(root).values() for n in nodes if _text(src, n) in names]
+                known[line] = bool(named)
                 if named:
                     add(named[0])
         items = sorted(found.values(), key=lambda held: held[0].start_byte)
