@@ -587,7 +587,7 @@ class Profiler:
             raise _Fallback(f"CUPTI could not give {', '.join(reply.missing)}")
         profile = KernelProfile(
             kernel=target.kernel, mangled=launch.entry, metrics=dict(reply.metrics), sections=tuple(items) or ("cupti",),
-            duration_samples_us=reply.timings_us,
+            duration_samples_us=reply.timings_us, collector=P.COLLECTOR_CUPTI,
         )
         return _RunOutput(profile, reply.passes)
 
