@@ -466,7 +466,7 @@ class Profiler:
         report(f"{tool} first pass: {', '.join(tree.first_pass)}")
         cheap = collect(target, launch, workdir, "first", tree.first_pass, (), False, cancel)
         facts = {**facts, **T.facts_from_metrics(cheap.profile.metrics)}
-        plan = T.plan_from_walk(tree, T.walk(tree, facts), first_pass_ran=True, costs=self.costs)
+        plan = T.plan_from_walk(tree, T.walk(tree, facts), first_pass_ran=True, costs=self.costs, facts=facts)
         if not plan.sections and not plan.metrics:
             return cheap.profile, plan, cheap.passes
         report(f"{tool}: {', '.join(plan.sections + plan.metrics)}")
