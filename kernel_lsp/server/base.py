@@ -17,6 +17,7 @@ process do not share them); a module appends to them in ``register``:
   thread that built it, before requests read it: per-index look-up tables.
 * ``state.on_settings`` — ``fn(state)`` after the settings changed.
 * ``state.on_initialized`` — ``fn(state)`` once, after ``initialized`` fetched the settings.
+* ``state.on_machine`` — ``fn(state)`` once the machine (GPU, pycuda, ncu, nvcc) is known.
 * ``state.hover_sections`` — ``fn(ctx: hover.HoverContext) -> str | None``: extra
   Markdown sections appended to a kernel or launch hover.
 * ``state.lens_parts`` — ``fn(state, doc, function) -> str | None``: extra text
@@ -110,6 +111,8 @@ class ServerState:
         (tables, the macro view) is built there, off the event loop. Reads only; thread-safe."""
         self.on_settings: list[Callable[[ServerState], None]] = []
         self.on_initialized: list[Callable[[ServerState], None]] = []
+        self.on_machine: list[Callable[[ServerState], None]] = []
+        """``fn(state)`` on the event loop once :attr:`machine` is known (start what it can run)."""
         self.machine: Any = None
         """The :class:`~kernel_lsp.services.machine.Machine` detected at start; None until known."""
         self.hover_sections: list[Callable[[Any], str | None]] = []

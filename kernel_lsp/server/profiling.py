@@ -76,7 +76,8 @@ class ProfilingState:
     watcher: object = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     worker: gpu_worker.GpuWorker | None = None
-    """The server's GPU worker (CUPTI profiles), started on the first profile; None when disabled."""
+    """The server's GPU worker (CUPTI profiles), started once the machine is known to have a GPU and pycuda
+    (:func:`start_worker`), else on the first profile; None when disabled."""
 
 
 _STATES: "weakref.WeakKeyDictionary[ServerState, ProfilingState]" = weakref.WeakKeyDictionary()
@@ -101,12 +102,79 @@ def profiler_for(state: ServerState) -> prof.Profiler:
     """The profiler for the current settings (rebuilt when they change). Raises TreeError/OSError."""
     ps = pstate(state)
     with ps.lock:
-        if ps.worker is None and os.environ.get("KERNEL_LSP_GPU_WORKER", "1") != "0":
-            ps.worker = gpu_worker.GpuWorker()
+        _make_worker(ps)
         if ps.profiler is None or ps.profiler_settings != state.settings:
             ps.profiler = prof.Profiler(state.settings, ps.store, flags=state.session().build_flags, worker=ps.worker)
             ps.profiler_settings = state.settings
         return ps.profiler
+
+
+def _make_worker(ps: ProfilingState) -> gpu_worker.GpuWorker | None:
+    """The state's GPU worker handle, made once (``KERNEL_LSP_GPU_WORKER=0``: none, every profile by ncu)."""
+    if ps.worker is None and os.environ.get("KERNEL_LSP_GPU_WORKER", "1") != "0":
+        ps.worker = gpu_worker.GpuWorker()
+    return ps.worker
+
+
+def worker_may_start(state: ServerState) -> bool:
+    """The machine has what the GPU worker needs (a GPU and pycuda) and saves profile."""
+    machine = state.machine
+    return (machine is not None and machine.gpu is not None and machine.pycuda and state.settings.profile_on_save
+            and os.environ.get("KERNEL_LSP_GPU_WORKER", "1") != "0")
+
+
+def start_worker(state: ServerState) -> None:
+    """Start the GPU worker now, off the event loop, where it may run (``state.on_machine``): its start
+    (Python, pycuda, a CUDA context, CUPTI: about 2 s) must not fall on the first save, whose profile
+    should show within 1.5 s. Then the inputs of every open file's specs are made ahead of their profiles."""
+    if not worker_may_start(state) or state.loop is None:
+        return
+    ps = pstate(state)
+    with ps.lock:
+        worker = _make_worker(ps)
+    if worker is None:
+        return
+
+    def start() -> None:
+        try:
+            info = worker.ensure()
+            log.info("GPU worker ready on %s in %.2f s (CUPTI %s)", info.device, info.startup_s,
+                     "usable" if info.cupti_ok else f"unusable: {info.cupti_error}")
+        except gpu_worker.WorkerError as exc:
+            log.info("GPU worker not started: %s (profiles use ncu)", exc)
+
+    state.loop.run_in_executor(None, start)
+    for doc in state.documents.all():
+        prepare_inputs(state, doc)
+
+
+def prepare_inputs(state: ServerState, doc: DocumentState) -> None:
+    """Have the GPU worker make the inputs of every kernel of ``doc`` that has a spec, in one job off the event
+    loop (the index of a big document is built there too); a newer open or save of the file replaces it."""
+    if doc.path is None or not worker_may_start(state):
+        return
+    path, text = doc.path, doc.text()
+
+    def work(ctx) -> list[str]:
+        problems = []
+        for function in doc.index().kernels:
+            if ctx.cancelled:
+                break
+            spec_path, spec_data, problem = prof.find_spec(path, text, function.name)
+            if problem or (spec_path is None and spec_data is None) or (spec_path and PLACEHOLDER in _read(spec_path)):
+                continue
+            target = prof.Target(source_path=path, source_text=text, kernel=function.name, spec_path=spec_path,
+                                 spec_data=spec_data)
+            problem = profiler_for(state).prepare_inputs(target)
+            if problem:
+                problems.append(f"{function.name}: {problem}")
+        return problems
+
+    def done(problems: list[str]) -> None:
+        for problem in problems:
+            log.info("inputs not prepared for %s", problem)
+
+    state.jobs.submit(JobKey(doc.uri, "prepare"), work, publish=done)
 
 
 def result_for(state: ServerState, path: str, kernel: str) -> prof.ProfileResult | None:
@@ -460,6 +528,8 @@ def register(server: KernelLspServer) -> None:
     state.hover_sections.append(kernel_hover)
     state.line_hovers.append(line_hover)
     state.on_initialized.append(_on_initialized)
+    state.on_machine.append(start_worker)
+    state.on_open.append(prepare_inputs)
     code_actions.providers(state).append(spec_actions)
 
     @server.command(CREATE_SPEC_COMMAND)
