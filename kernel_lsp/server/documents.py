@@ -325,6 +325,11 @@ class DocumentState:
         True when it became the revision's index."""
         if (self.revision, self.epoch) != key:
             return False
+        last = self.last_indexed
+        if last is not None and self.macro_views is not None:
+            # The macro view first, outside the index lock: a build the loop needs meanwhile (the next
+            # keystroke's) does not wait for this preprocessor run.
+            self.macro_views(self, last.directives(), True)
         index = self._build_index()
         with self._memo_lock:
             if (self.revision, self.epoch) != key:
@@ -387,9 +392,11 @@ class DocumentState:
     async def indexed_async(self) -> IndexedText:
         """:meth:`indexed`, built on a worker thread when the document is big, and complete: a pending
         index is awaited while a worker thread completes it."""
-        if self.cached("index") is not None or not self.big:
+        if self.cached("index") is not None or not (self.big or self._index_lock.locked()):
             text = self.indexed()
         else:
+            # A big document's build, or a small one's while a worker thread holds the build (a completion
+            # expanding macros): the loop does not wait on the lock.
             text = await asyncio.get_running_loop().run_in_executor(None, self.indexed)
         if text.pending:
             completion = self.complete_soon()
