@@ -23,9 +23,13 @@ GPU worker through CUPTI (:mod:`kernel_lsp.services.gpu_worker`):
 * ``cupti_cold``: a first profile by a worker started for it (its start-up, spawn to ready,
   added to the collection's wall time);
 * ``cupti_first`` / ``cupti_again``: a first profile and the next save's, by a warm worker
-  (started before, as the server's is after its first profile).
+  (started before, as the server's is once it knows the machine);
+* ``cupti_prepared``: a first profile by another warm worker that made the spec's inputs before
+  (``Profiler.prepare_inputs``, as the server asks when the file is opened): the first save's profile
+  in the editor. Its ``prepare_s`` is the preparation's own time (not in the profile's).
 
 Each row then carries ``cupti_ratio`` (``cupti_again`` ÷ ``full``, collection wall seconds),
+``cupti_prepared_ratio`` (``cupti_prepared`` ÷ ``full``: target <= 10 %),
 ``cupti_agrees`` (its class equals full's), the cold and first ratios, ``cupti_save_s``
 (the whole ``profile()`` call of ``cupti_again``: compile plus collection, what a save
 waits for before the hover has its result, without the debounce) and the reason whenever
@@ -163,9 +167,12 @@ def main() -> int:
                         help="for corpus kernels, only full and the CUPTI profiles (no ncu tree profiles)")
     args = parser.parse_args()
     warm = gpu_worker.GpuWorker() if args.cupti else None
-    if warm is not None:
+    prepared = gpu_worker.GpuWorker() if args.cupti else None
+    for worker in (warm, prepared):
+        if worker is None:
+            continue
         try:
-            info = warm.ensure()
+            info = worker.ensure()
             print(f"GPU worker: {info.device}, started in {info.startup_s:.2f} s; CUPTI "
                   f"{'usable on ' + str(info.chip) if info.cupti_ok else 'unusable: ' + str(info.cupti_error)}", flush=True)
         except gpu_worker.WorkerError as exc:
@@ -199,7 +206,7 @@ def main() -> int:
             break
         kernel = target.kernel
         per_mode: dict[str, list[dict]] = {"full": [], "first": [], "again": [], "floor": [],
-                                           "cupti_cold": [], "cupti_first": [], "cupti_again": []}
+                                           "cupti_cold": [], "cupti_prepared": [], "cupti_first": [], "cupti_again": []}
         spec_mode = target.spec_path is not None
         for _ in range(args.repeat):
             with tempfile.TemporaryDirectory() as store:
@@ -218,9 +225,17 @@ def main() -> int:
                     cold_worker = gpu_worker.GpuWorker()
                     cold = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "cold")), worker=cold_worker)
                     warm_profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "warm")), worker=warm)
-                    runs += [("cupti_cold", cold), ("cupti_first", warm_profiler), ("cupti_again", warm_profiler)]
+                    prepared_profiler = prof.Profiler(settings, prof.ProfileStore(os.path.join(store, "prepared")),
+                                                      worker=prepared)
+                    runs += [("cupti_cold", cold), ("cupti_prepared", prepared_profiler), ("cupti_first", warm_profiler),
+                             ("cupti_again", warm_profiler)]
                 for mode, who in runs:
+                    preparation: dict = {}
+                    if mode == "cupti_prepared":
+                        begun = time.monotonic()
+                        preparation = {"prepare_problem": who.prepare_inputs(target), "prepare_s": time.monotonic() - begun}
                     s = sample(who, target, mode)
+                    s.update(preparation)
                     s["example"] = name
                     per_mode[mode].append(s)
                     samples.append(s)
@@ -242,13 +257,20 @@ def main() -> int:
         cupti: dict = {}
         if per_mode["cupti_again"]:
             c_again, c_first, c_cold = med("cupti_again"), med("cupti_first"), med("cupti_cold")
-            final = {mode: per_mode[mode][-1] for mode in ("cupti_cold", "cupti_first", "cupti_again")}
+            c_prepared = med("cupti_prepared")
+            final = {mode: per_mode[mode][-1] for mode in ("cupti_cold", "cupti_prepared", "cupti_first", "cupti_again")}
             saves = [s["total_s"] for s in per_mode["cupti_again"] if s["ok"]]
             cupti = {
                 "cupti_again_s": c_again, "cupti_first_s": c_first, "cupti_cold_s": c_cold,
                 "cupti_ratio": c_again / full if c_again and full else None,
                 "cupti_first_ratio": c_first / full if c_first and full else None,
                 "cupti_cold_ratio": c_cold / full if c_cold and full else None,
+                "cupti_prepared_s": c_prepared,
+                "cupti_prepared_ratio": c_prepared / full if c_prepared and full else None,
+                "label_cupti_prepared": final["cupti_prepared"]["label"],
+                "cupti_agrees_prepared": final["cupti_prepared"]["label"] is not None
+                and final["cupti_prepared"]["label"] == label_full,
+                "prepare_s": final["cupti_prepared"].get("prepare_s"),
                 "cupti_agrees": final["cupti_again"]["label"] is not None and final["cupti_again"]["label"] == label_full,
                 "cupti_agrees_first": final["cupti_first"]["label"] is not None and final["cupti_first"]["label"] == label_full,
                 "label_cupti_again": final["cupti_again"]["label"], "label_cupti_first": final["cupti_first"]["label"],
@@ -274,8 +296,9 @@ def main() -> int:
         # Written after every kernel so that a run stopped by a time limit still leaves its rows.
         write_report(args, rows, samples, skipped=[n for n, _ in targets[position + 1:]])
     shutil.rmtree(build_dir, ignore_errors=True)
-    if warm is not None:
-        warm.close()
+    for worker in (warm, prepared):
+        if worker is not None:
+            worker.close()
     valid = write_report(args, rows, samples, skipped=[n for n, _ in targets[len(rows):]], final=True)
     return 0 if valid else 1
 
@@ -287,7 +310,8 @@ def write_report(args: argparse.Namespace, rows: list[dict], samples: list[dict]
         print(f"{r['example']}: full {r['full_s']} s, first {r['first_s']} s, again {r['again_s']} s; "
               f"{r['label_full']} / {r['label_first']} / {r['label_again']}", flush=True)
         if "cupti_ratio" in r:
-            print(f"    cupti: again {r['cupti_again_s']} s ({r['cupti_ratio']}), first {r['cupti_first_s']} s, cold "
+            print(f"    cupti: again {r['cupti_again_s']} s ({r['cupti_ratio']}), prepared first {r['cupti_prepared_s']} s "
+                  f"({r['cupti_prepared_ratio']}), first {r['cupti_first_s']} s, cold "
                   f"{r['cupti_cold_s']} s, save {r['cupti_save_s']} s; {r['label_cupti_again']}; "
                   f"fallbacks {r['cupti_fallbacks']}", flush=True)
     else:
@@ -319,6 +343,9 @@ def write_report(args: argparse.Namespace, rows: list[dict], samples: list[dict]
             "median_cupti_ratio": statistics.median(r["cupti_ratio"] for r in with_cupti),
             "median_cupti_first_ratio": statistics.median(r["cupti_first_ratio"] for r in with_cupti if r["cupti_first_ratio"]),
             "median_cupti_cold_ratio": statistics.median([r["cupti_cold_ratio"] for r in with_cupti if r["cupti_cold_ratio"]] or [0]),
+            "median_cupti_prepared_ratio": statistics.median(
+                [r["cupti_prepared_ratio"] for r in with_cupti if r.get("cupti_prepared_ratio")] or [0]),
+            "cupti_agreement_prepared": sum(bool(r.get("cupti_agrees_prepared")) for r in with_cupti) / len(with_cupti),
             "cupti_agreement": sum(bool(r["cupti_agrees"]) for r in with_cupti) / len(with_cupti),
             "cupti_agreement_first": sum(bool(r["cupti_agrees_first"]) for r in with_cupti) / len(with_cupti),
             "median_cupti_save_s": statistics.median(quick) if quick else None,
@@ -346,7 +373,9 @@ def write_report(args: argparse.Namespace, rows: list[dict], samples: list[dict]
         summary.update(summary_cupti)
         if final and summary_cupti:
             print(f"\nCUPTI (warm worker) vs full: median {summary_cupti['median_cupti_ratio']:.1%} (target <= "
-                  f"{TARGET_CUPTI_RATIO:.0%}, required <= {TARGET_RATIO:.0%}); first {summary_cupti['median_cupti_first_ratio']:.1%}, "
+                  f"{TARGET_CUPTI_RATIO:.0%}, required <= {TARGET_RATIO:.0%}); first with prepared inputs "
+                  f"{summary_cupti['median_cupti_prepared_ratio']:.1%} (target <= {TARGET_CUPTI_RATIO:.0%}, class agreement "
+                  f"{summary_cupti['cupti_agreement_prepared']:.0%}), first {summary_cupti['median_cupti_first_ratio']:.1%}, "
                   f"cold {summary_cupti['median_cupti_cold_ratio']:.1%}; class agreement {summary_cupti['cupti_agreement']:.0%}; "
                   f"save to result (<= 10 ms kernels) median {summary_cupti['median_cupti_save_s']} s, max "
                   f"{summary_cupti['max_cupti_save_s']} s")

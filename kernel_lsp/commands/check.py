@@ -162,16 +162,19 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, SpecError, ValueError) as exc:
             print(f"kernel-lsp check: --spec {args.spec}: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    # From any folder, a compile database beside the file is the file's project's: its forced
+    # includes are trusted only inside that project (the current folder may be the home folder).
+    session = Session(settings, workspace_root=str(Path.cwd()), compile_db=CompileDb(trust_workspace=False))
     if len(data) > REDUCED_BYTES:
         # Indexing grows with the file (a 6.7 MB file: 7.6 s, 730 MB); nvcc runs within its timeout.
         print(f"kernel-lsp check: {path} is {len(data) / 2**20:.1f} MB (over {REDUCED_BYTES >> 20} MB): reduced "
               "mode, compiler diagnostics only (no kernel index or occupancy)", file=sys.stderr)
         index = build_index(b"")
     else:
-        index = build_index(data)
-    # From any folder, a compile database beside the file is the file's project's: its forced
-    # includes are trusted only inside that project (the current folder may be the home folder).
-    session = Session(settings, workspace_root=str(Path.cwd()), compile_db=CompileDb(trust_workspace=False))
+        # Kernels that macros define or fill are read from their expansion, as the editor reads them.
+        index = session.index(str(path.resolve()), data)
+        for note in index.notes:
+            print(f"kernel-lsp check: {path}:{note.span.start.line + 1}: {note.message}", file=sys.stderr)
     compile = None
     if not args.no_compile:
         compile = session.compile(data, str(path.resolve()))
@@ -181,6 +184,8 @@ def run(args: argparse.Namespace) -> int:
             print(f"kernel-lsp check: {problem}", file=sys.stderr)
     # The analysis and the launch sizes see the macros and headers the compile saw (the session's flags).
     analysis = session.analysis(str(path.resolve()), data.decode("utf-8", errors="replace"))
+    if analysis.preprocessed.over_budget is not None:
+        print(f"kernel-lsp check: {analysis.preprocessed.over_budget}", file=sys.stderr)
     kernels = report(index, data, compile, settings.arch, pre=analysis.preprocessed)
     if args.json:
         print(json.dumps({

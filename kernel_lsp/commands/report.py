@@ -106,6 +106,11 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernel-lsp report: {exc}", file=sys.stderr)
         return EXIT_USAGE
     kernels = args.kernel
+    if not kernels:
+        from kernel_lsp.services.session import Session
+
+        # The kernels the editor and `check` list: those that macros define included.
+        kernels = list(dict.fromkeys(f.name for f in Session().index(os.path.abspath(args.file), source).kernels))
     if args.spec:
         try:
             with open(args.spec, encoding="utf-8") as f:

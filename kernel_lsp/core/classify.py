@@ -6,7 +6,11 @@ of the two; below that it is waiting, either because too few warps fit on an SM
 (occupancy-limited) or because the warps it has are stalled (latency-bound).
 The finer class then names the cause where the collected metrics show it
 (uncoalesced accesses, bank conflicts, a saturated pipe, the resource limiting
-occupancy, the dominant stall reason). A metric that was not collected never
+occupancy, the dominant stall reason). Barriers are read from the stall counters
+before any pipe or cache: a kernel whose warps wait at ``__syncthreads`` for most
+of their stalls is barrier-bound even where its throughput reads as busy (a
+shared-memory reduction's levels keep the LSU pipe and L1 busy between barriers,
+and how busy differs between collections; the stall shares do not). A metric that was not collected never
 decides anything: the finer class is None when its evidence is missing, which is
 exactly what the profiling tree must avoid for the kernels where it matters.
 
@@ -74,6 +78,9 @@ class Thresholds:
     """Share of stall cycles a reason needs to name a latency-bound kernel's cause."""
     waves_insufficient: float = 0.5
     """Waves per SM below which the grid cannot fill the GPU."""
+    barrier_share_pct: float = 50.0
+    """Share of stall cycles at barriers (``barrier`` and ``membar``), when no other reason has more, at which a
+    busy kernel's finer class is barrier-stalls (a latency-bound kernel needs only :attr:`stall_share_pct`)."""
 
 
 DEFAULT_THRESHOLDS = Thresholds()
@@ -194,6 +201,18 @@ def _bank_conflicts(probe: _Probe, view: P.KernelProfile, t: Thresholds) -> bool
     return None if by_wavefronts is None and by_requests is None else False
 
 
+def _barrier_bound(probe: _Probe, t: Thresholds) -> bool:
+    """The stall counters show the warps waiting at barriers for most of their stalls."""
+    shares = P.stall_shares(probe.metrics)
+    shares.pop("selected", None)
+    barrier = shares.get("barrier", 0.0) + shares.get("membar", 0.0)
+    others = max((v for r, v in shares.items() if r not in ("barrier", "membar")), default=0.0)
+    if not shares or barrier < others:
+        return False
+    return bool(probe.test("stall share: barrier + membar", barrier, ">=", t.barrier_share_pct,
+                           "most stalls wait at barriers"))
+
+
 def _memory_detail(probe: _Probe, t: Thresholds) -> str | None:
     view = P.KernelProfile(kernel="", metrics=probe.metrics)
     uncoalesced = probe.test(
@@ -204,6 +223,8 @@ def _memory_detail(probe: _Probe, t: Thresholds) -> str | None:
     conflicts = _bank_conflicts(probe, view, t)
     if conflicts:
         return "shared-bank-conflicts"
+    if _barrier_bound(probe, t):
+        return "barrier-stalls"
     if uncoalesced is None or conflicts is None:
         # Without the source counters, a busy DRAM cannot rule out the two causes above.
         return None
@@ -219,6 +240,8 @@ def _compute_detail(probe: _Probe, t: Thresholds) -> str | None:
     view = P.KernelProfile(kernel="", metrics=metrics)
     if probe.test("branch_divergence_pct", view.branch_divergence_pct, ">=", t.divergence_pct, "branches diverge"):
         return "divergence"
+    if _barrier_bound(probe, t):
+        return "barrier-stalls"
     pipes = {name: metrics[m] for name, m in PIPE_METRICS.items() if m in metrics}
     if not pipes:
         return None

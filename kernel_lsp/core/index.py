@@ -23,6 +23,7 @@ position only (:class:`HostFunction`): outlines list them, nothing analyses them
 from __future__ import annotations
 
 import bisect
+import dataclasses
 import functools
 import itertools
 from dataclasses import FrozenInstanceError, dataclass
@@ -277,7 +278,7 @@ class KernelIndex:
     """
 
     __slots__ = ("functions", "syntax_errors", "constants", "host_functions", "_launches", "_launch_parts",
-                 "_launch_starts", "_parts_by_name", "__weakref__")
+                 "_launch_starts", "_parts_by_name", "pending", "notes", "__weakref__")
     functions: tuple[Function, ...]
     syntax_errors: tuple[SyntaxError_, ...]
     constants: tuple[tuple[str, str], ...]
@@ -285,6 +286,13 @@ class KernelIndex:
     ``constexpr int N = 256;``. Evaluate them with :func:`kernel_lsp.core.consteval.evaluate_int`."""
     host_functions: tuple[HostFunction, ...]
     """Host function definitions, in document order."""
+    pending: bool
+    """Units that use code macros were left as tree-sitter reads the raw text, their syntax errors held
+    back, because their expansion was not allowed where this index was built (the server's event loop)
+    or the macro table was not known yet: build again where it is. Not compared."""
+    notes: tuple[SyntaxError_, ...]
+    """What the macro pass could not do, where (a unit's expansion over its budget: that unit is read as
+    written). Not compared."""
 
     def __init__(
         self,
@@ -327,6 +335,8 @@ class KernelIndex:
         put(self, "_launch_parts", launch_parts)
         put(self, "_launch_starts", [part.start_byte for part in launch_parts])
         put(self, "_parts_by_name", None)
+        put(self, "pending", False)
+        put(self, "notes", ())
 
     def __setattr__(self, name: str, value: object) -> None:
         raise FrozenInstanceError(f"cannot assign to field {name!r}")
@@ -477,7 +487,8 @@ from collections.abc import Callable, Iterator, Mapping
 from tree_sitter import Node, Query, QueryCursor
 
 from kernel_lsp.core.consteval import TYPE_SIZES_BYTES, evaluate_int
-from kernel_lsp.core.parse import CUDA_LANGUAGE, ParsedDocument, to_source_bytes
+from kernel_lsp.core.parse import CUDA_LANGUAGE, ParsedDocument, common_prefix, common_suffix, to_source_bytes
+from kernel_lsp.core.source import Budget, Preprocessed, expand_snippet
 
 _INNER_QUERY = Query(
     CUDA_LANGUAGE,
@@ -576,9 +587,10 @@ def _unit_result(span: Span, function: Function | None, launches: list[LaunchSit
 _new_unit = tuple.__new__
 
 
-def _iter_units(root: Node, src: bytes, constants: dict[str, str]) -> Iterator[_Unit]:
-    """Top-level function units in document order; collects file-scope constants on the way."""
-    stack: list[tuple[Iterator[Node], _Context]] = [(iter(root.children), _Context((), False))]
+def _iter_units(root: Node, src: bytes, constants: dict[str, str], base: _Context = _Context((), False)) -> Iterator[_Unit]:
+    """Top-level function units in document order; collects file-scope constants on the way.
+    ``base``: the context of ``root`` (a macro's expansion is read in the context of its use)."""
+    stack: list[tuple[Iterator[Node], _Context]] = [(iter(root.children), base)]
     while stack:
         children, ctx = stack[-1]
         node = next(children, None)
@@ -1152,8 +1164,19 @@ class IncrementalIndexer:
         # The result is the unit as analysed (never a moved copy), so shifts do not compound.
         self._cache: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
         self._spare: dict[bytes, tuple[tuple[object, ...], _UnitResult]] = {}
+        self._macros = _MacroPass(self._give_way)
 
-    def index(self, doc: ParsedDocument) -> KernelIndex:
+    def index(self, doc: ParsedDocument, macros: Preprocessed | None = None, *, may_expand: bool = True,
+              budget: Budget | None = None, macros_pending: bool = False) -> KernelIndex:
+        """The index of ``doc``'s current text.
+
+        ``macros``: the file's macro view (its macro table at the end of the file); units that use a
+        macro holding code, and units with a syntax error next to a macro, are read from their expansion
+        (see :class:`_MacroPass`). ``may_expand``: whether pcpp may run now; when it may not and an
+        expansion is not known from an earlier build, the index is :attr:`~KernelIndex.pending`.
+        ``budget``: what each expansion may spend. ``macros_pending``: the file has directives whose
+        macro table is not known yet: every syntax error is held back and the index is pending.
+        """
         src, tree = doc.snapshot()
         root = tree.root_node
         constants: dict[str, str] = {}
@@ -1208,7 +1231,19 @@ class IncrementalIndexer:
         if doc.is_binary:
             end = (src.count(b"\n"), len(src) - src.rfind(b"\n") - 1)
             errors = (SyntaxError_("binary data, not CUDA source: not analysed", Span(Point(0, 0), Point(*end), 0, len(src))),)
-        return _assemble(results, errors, constants)
+            return _assemble(results, errors, constants)
+        if macros_pending:
+            index = _assemble(results, (), constants)
+            object.__setattr__(index, "pending", True)
+            return index
+        if macros is None:
+            self._macros.clear()
+            return _assemble(results, errors, constants)
+        done = self._macros.run(units, results, root, src, errors, constants, macros, may_expand, budget)
+        index = _assemble(done.results, done.errors, constants)
+        object.__setattr__(index, "pending", done.pending)
+        object.__setattr__(index, "notes", done.notes)
+        return index
 
     def _retire(self, old: dict[bytes, Any], new: dict[bytes, Any]) -> None:
         """Keep the units of ``old`` that ``new`` lacks as spares, at most ``len(new)`` of them."""
@@ -1259,6 +1294,374 @@ class IncrementalIndexer:
             results.append(_analyze_unit(units[i], buckets[pos], src, ev, give_way))
         return results
 
+# ---------------------------------------------------------------------------
+# The macro pass: units that macros define or fill, read from their expansion.
+#
+# tree-sitter reads the raw text. Where a macro holds code (``STRIDED(z_stride2, 2)`` defining a
+# kernel at file scope, ``if (i < n) { BODY }`` with ``BODY`` a statement, ``KERNEL void k()`` with
+# ``KERNEL`` standing for ``__global__``), the raw text is not what nvcc compiles: kernels go missing
+# and tree-sitter's errors there are false. Such a top-level *item* (the unit a macro use sits in, or
+# a file-scope invocation that is no unit at all) is expanded with the file's macro table (pcpp,
+# :func:`~kernel_lsp.core.source.expand_snippet`), the expansion parsed and analysed like any unit,
+# and every position mapped back onto the user's text: lines through the expansion's line map, and
+# within a line, a point inside the expanded part onto the macro use it came from (so a kernel that a
+# macro invocation defines is at the invocation, its name where the invocation names it). Its syntax
+# errors are those of the expansion: an error on raw text stays only where the expanded text is
+# wrong too. Items are found from the tree (identifiers that name a code macro; a syntax error on a
+# line that names any macro), expansions cached by the item's text, and reused moved like units.
+# ---------------------------------------------------------------------------
+
+#: Items larger than this are left as tree-sitter reads them (an unclosed brace while typing can
+#: make half a file one item; pcpp would take seconds over it).
+_MAX_MACRO_ITEM_BYTES = 64 * 1024
+_NESTING_TYPES = frozenset({
+    "namespace_definition", "declaration_list", "field_declaration_list", "preproc_if", "preproc_ifdef",
+    "preproc_else", "preproc_elif", "preproc_elifdef", *_CLASS_TYPES,
+})
+_ITEM_TYPES = frozenset({
+    "function_definition", "template_declaration", "declaration", "linkage_specification", "field_declaration",
+    "expression_statement", "type_definition", "ERROR",
+})
+_IDENTIFIERS_QUERY = Query(CUDA_LANGUAGE, "(identifier) @id (type_identifier) @id")
+#: Lines whose "names a macro" answer is kept, at most (per document).
+_NAMED_LINES_KEPT = 4096
+_USE_QUERIES: dict[frozenset[str], Query] = {}
+_USE_QUERIES_KEPT = 16
+
+
+def _uses_query(names: frozenset[str]) -> Query:
+    """A query for the identifiers that are one of ``names`` (compiled once per set of names)."""
+    query = _USE_QUERIES.get(names)
+    if query is None:
+        quoted = " ".join(f'"{name}"' for name in sorted(names))
+        query = Query(CUDA_LANGUAGE, f"((identifier) @m (#any-of? @m {quoted})) "
+                                     f"((type_identifier) @m (#any-of? @m {quoted}))")
+        if len(_USE_QUERIES) >= _USE_QUERIES_KEPT:
+            _USE_QUERIES.clear()
+        _USE_QUERIES[names] = query
+    return query
+
+
+def _item_of(node: Node, root: Node, src: bytes) -> tuple[Node, _Context] | None:
+    """The top-level item holding ``node`` (what :func:`_iter_units` would take as a unit, or a file-scope
+    statement) and its context; None inside a directive or outside any item."""
+    chain: list[Node] = []
+    current: Node | None = node
+    while current is not None and current.parent is not None:
+        chain.append(current)
+        current = current.parent
+    chain.reverse()
+    ctx = _Context((), False)
+    for i, item in enumerate(chain):
+        kind = item.type
+        nested = chain[i + 1] if i + 1 < len(chain) else None
+        if nested is not None:
+            if kind == "namespace_definition":
+                name = item.child_by_field_name("name")
+                scope = tuple(_text(src, name).split("::")) if name is not None else ()
+                ctx = _Context(ctx.scope + scope, ctx.is_extern_c, ctx.in_template)
+                continue
+            if kind in _CLASS_TYPES:
+                name = item.child_by_field_name("name")
+                scope = (_strip_template_args(_text(src, name)),) if name is not None else ()
+                ctx = _Context(ctx.scope + scope, ctx.is_extern_c, ctx.in_template)
+                continue
+            if kind in _NESTING_TYPES:
+                continue
+            body = item.child_by_field_name("body") if kind == "linkage_specification" else None
+            if body is not None and body.type == "declaration_list":
+                value = item.child_by_field_name("value")
+                ctx = _Context(ctx.scope, value is not None and b'"C"' in src[value.start_byte : value.end_byte],
+                               ctx.in_template)
+                continue
+            if kind == "template_declaration" and nested.type in _CLASS_TYPES:
+                ctx = _Context(ctx.scope, ctx.is_extern_c, True)
+                continue
+            if kind == "ERROR" and nested.type in _ITEM_TYPES:
+                continue
+        return (item, ctx) if kind in _ITEM_TYPES else None
+    return None
+
+
+class _Mapper:
+    """Positions in an item's expansion -> positions in the user's text (see the section comment)."""
+
+    def __init__(self, raw_lines: list[bytes], expanded_lines: list[bytes], origins: tuple[Any, ...],
+                 first: tuple[int, int, int]) -> None:
+        self._raw = raw_lines
+        self._expanded = expanded_lines
+        self._origins = origins
+        self._line0 = first[1]
+        self._column0 = first[2]
+        starts = [first[0] - first[2]]
+        for line in raw_lines[:-1]:
+            starts.append(starts[-1] + len(line) + 1)
+        self._starts = starts
+        self._edges: dict[int, tuple[int, int]] = {}
+
+    def _raw_line(self, line: int) -> int:
+        """The item's line (0-based) that expanded ``line`` came from (a marker line: the next line's)."""
+        origins = self._origins
+        for candidate in range(line, len(origins)):
+            if origins[candidate] is not None:
+                return min(origins[candidate][1], len(self._raw) - 1)
+        return len(self._raw) - 1
+
+    def point(self, line: int, column: int, end: bool) -> tuple[int, int, int]:
+        """(user line, byte column, byte offset) of the expansion's (line, byte column)."""
+        own = self._raw_line(line)
+        raw = self._raw[own]
+        expanded = self._expanded[line] if line < len(self._expanded) else b""
+        if raw != expanded:
+            edges = self._edges.get(line)
+            if edges is None:
+                prefix = common_prefix(raw, expanded)
+                edges = self._edges[line] = (prefix, common_suffix(raw, expanded, min(len(raw), len(expanded)) - prefix))
+            prefix, suffix = edges
+            if column <= prefix:
+                pass
+            elif column >= len(expanded) - suffix:
+                column += len(raw) - len(expanded)
+            else:
+                # Inside what a macro use became: the use itself.
+                column = len(raw) - suffix if end else prefix
+        column = min(max(column, self._column0 if own == 0 else 0), len(raw))
+        return self._line0 + own, column, self._starts[own] + column
+
+    def span(self, span: Span) -> Span:
+        sl, sc, sb = self.point(span.start.line, span.start.column_byte, False)
+        el, ec, eb = self.point(span.end.line, span.end.column_byte, True)
+        if eb < sb:
+            el, ec, eb = sl, sc, sb
+        return Span(Point(sl, sc), Point(el, ec), sb, eb)
+
+
+def _mapped_result(result: _UnitResult, m: _Mapper, name_span: Callable[[str, Span], Span]) -> _UnitResult:
+    """``result`` (of a unit in an expansion) with every position on the user's text."""
+    span = m.span(result.span)
+    function = result.function
+    if function is not None:
+        found = function._layout.found
+        mapped = _Found(
+            name_span(function.name, m.span(found.name_span)),
+            m.span(found.body_span) if found.body_span is not None else None,
+            tuple(dataclasses.replace(p, span=m.span(p.span)) for p in found.params),
+            tuple(dataclasses.replace(d, span=m.span(d.span)) for d in found.shared),
+            tuple(dataclasses.replace(lp, span=m.span(lp.span)) for lp in found.loops),
+            tuple(dataclasses.replace(c, span=m.span(c.span)) for c in found.syncs),
+            tuple(dataclasses.replace(c, span=m.span(c.span)) for c in found.atomics),
+            tuple(dataclasses.replace(c, span=m.span(c.span)) for c in found.calls),
+        )
+        function = dataclasses.replace(function, span=span, _layout=_Layout(mapped, (span.start_byte, *span.start), None))
+    launches = [launch._replace(span=m.span(launch.span), kernel_span=m.span(launch.kernel_span), enclosing_span=span)
+                for launch in result.launches]
+    host = result.host
+    if host is not None:
+        host = host._replace(span=span, name_span=name_span(host.name, m.span(host.name_span)))
+    return _unit_result(span, function, launches, result.is_definition, host)
+
+
+def _shifted_result(result: _UnitResult, shift: _Shift | None) -> _UnitResult:
+    if shift is None:
+        return result
+    span = shift.span(result.span)
+    function = result.function
+    if function is not None:
+        layout = function._layout
+        function = shift.function(function, span, _Layout(layout.found, layout.origin, shift))
+    host = result.host
+    if host is not None:
+        host = host._replace(span=span, name_span=shift.span(host.name_span))
+    return _unit_result(span, function, list(shift.launches(result.launches, span)), result.is_definition, host)
+
+
+def _within(span: Span, start: int, end: int) -> bool:
+    """``span`` starts in [start, end), or is empty at ``end`` (a ``MISSING ';'`` closing the item)."""
+    return start <= span.start_byte < end or span.start_byte == span.end_byte == end
+
+
+class _Expanded(NamedTuple):
+    """One item's expansion, analysed, in the user's coordinates where the item was."""
+
+    origin: tuple[int, int, int]
+    """(byte, line, byte column) of the item's start then."""
+    results: tuple[_UnitResult, ...] | None
+    """None: not expanded (over its budget); the item is read raw."""
+    errors: tuple[SyntaxError_, ...]
+    note: SyntaxError_ | None
+    """Why it was not expanded, on the item."""
+
+
+class _MacroDone(NamedTuple):
+    results: list[tuple[_UnitResult, Function | None, _LaunchPart | None, HostFunction | None]]
+    errors: tuple[SyntaxError_, ...]
+    pending: bool
+    notes: tuple[SyntaxError_, ...]
+
+
+class _MacroPass:
+    """The macro pass of one document's :class:`IncrementalIndexer` (its cache of expansions)."""
+
+    def __init__(self, give_way: Callable[[], None]) -> None:
+        self._give_way = give_way
+        self._view: Preprocessed | None = None
+        self._cache: dict[tuple[bytes, int, _Context], _Expanded] = {}
+        self._code: frozenset[str] = frozenset()
+        """The view's code macros that can be queried (identifiers)."""
+        self._named_lines: dict[bytes, bool] = {}
+        """Whether a line's text names a macro of the view: an unclosed brace keeps the same lines in error
+        over many keystrokes."""
+
+    def clear(self) -> None:
+        self._view = None
+        self._cache = {}
+        self._code = frozenset()
+        self._named_lines = {}
+
+    def run(self, units: list[_Unit], results: list[Any], root: Node, src: bytes,
+            errors: tuple[SyntaxError_, ...], constants: Mapping[str, str], view: Preprocessed, may_expand: bool,
+            budget: Budget | None) -> _MacroDone:
+        if view is not self._view:
+            # Another macro table: every expansion may differ.
+            self.clear()
+            self._view = view
+            self._code = frozenset(name for name in view.code_macros if name.replace("$", "_").isidentifier())
+        items = self._items(root, src, errors, view)
+        if not items:
+            self._cache = {}
+            return _MacroDone(results, errors, False, ())
+        cache, new_cache = self._cache, {}
+        pending = False
+        notes: list[SyntaxError_] = []
+        done: dict[int, _Expanded] = {}
+        for item, ctx in items:
+            start = (item.start_byte, *item.start_point)
+            key = (src[item.start_byte : item.end_byte], item.start_point[1], ctx)
+            hit = cache.get(key)
+            if hit is None:
+                if not may_expand:
+                    pending = True
+                    continue
+                self._give_way()
+                hit = self._expand(item, ctx, root, src, constants, view, budget)
+            new_cache[key] = hit
+            shift = _Shift.between(hit.origin, start)
+            if hit.results is None:
+                if hit.note is not None:
+                    notes.append(SyntaxError_(hit.note.message, shift.span(hit.note.span)) if shift else hit.note)
+                continue
+            done[item.start_byte] = _Expanded(start, tuple(_shifted_result(r, shift) for r in hit.results),
+                                              tuple(SyntaxError_(e.message, shift.span(e.span)) if shift else e
+                                                    for e in hit.errors), hit.note)
+        self._cache = new_cache
+        # Expanded items replace the units within them; errors within them are the expansion's, and
+        # within items still to expand, held back.
+        ranges = [(item.start_byte, item.end_byte, done.get(item.start_byte)) for item, _ in items
+                  if item.start_byte in done or pending]
+        merged: list[Any] = []
+        kept_errors = [e for e in errors if not any(_within(e.span, a, b) for a, b, _ in ranges)]
+        r = 0
+        for unit, entry in zip(units, results):
+            start_byte = unit.node.start_byte
+            while r < len(ranges) and ranges[r][1] <= start_byte:
+                merged += self._entries(ranges[r][2])
+                r += 1
+            if r < len(ranges) and ranges[r][0] <= start_byte < ranges[r][1] and ranges[r][2] is not None:
+                continue
+            merged.append(entry)
+        for _, _, expanded in ranges[r:]:
+            merged += self._entries(expanded)
+        for expanded in done.values():
+            kept_errors += expanded.errors
+        kept_errors.sort(key=lambda e: e.span.start_byte)
+        return _MacroDone(merged, tuple(kept_errors[:_MAX_SYNTAX_ERRORS]), pending, tuple(notes))
+
+    @staticmethod
+    def _entries(expanded: _Expanded | None) -> list[Any]:
+        if expanded is None or expanded.results is None:
+            return []
+        return [(r, r.function, r.part, r.host) for r in expanded.results]
+
+    def _items(self, root: Node, src: bytes, errors: tuple[SyntaxError_, ...], view: Preprocessed) -> list[tuple[Node, _Context]]:
+        """The items to read from their expansion, in document order, none inside another."""
+        found: dict[int, tuple[Node, _Context]] = {}
+
+        def add(node: Node) -> None:
+            held = _item_of(node, root, src)
+            if held is not None and held[0].end_byte - held[0].start_byte <= _MAX_MACRO_ITEM_BYTES:
+                found.setdefault(held[0].start_byte, held)
+
+        if self._code:
+            for nodes in QueryCursor(_uses_query(self._code)).captures(root).values():
+                for node in nodes:
+                    add(node)
+        names = view.macros
+        if errors and names:
+            # A syntax error on a line that names a macro (``float * RESTRICT x``): what nvcc reads there
+            # is the expansion. Each line is read once (errors cluster), and its answer kept by its text.
+            cursor = QueryCursor(_IDENTIFIERS_QUERY)
+            seen: set[int] = set()
+            known = self._named_lines
+            if len(known) > _NAMED_LINES_KEPT:
+                known.clear()
+            for error in errors:
+                start = src.rfind(b"\n", 0, error.span.start_byte) + 1
+                if start in seen:
+                    continue
+                seen.add(start)
+                stop = src.find(b"\n", error.span.start_byte)
+                stop = len(src) if stop < 0 else stop
+                line = src[start:stop]
+                if known.get(line) is False:
+                    continue
+                cursor.set_byte_range(start, stop)
+                named = [n for nodes in cursor.captures(root).values() for n in nodes if _text(src, n) in names]
+                known[line] = bool(named)
+                if named:
+                    add(named[0])
+        items = sorted(found.values(), key=lambda held: held[0].start_byte)
+        # An item inside another (an ERROR holding a unit) gives way to the outer one.
+        outer: list[tuple[Node, _Context]] = []
+        for held in items:
+            if outer and held[0].start_byte < outer[-1][0].end_byte:
+                continue
+            outer.append(held)
+        return outer
+
+    def _expand(self, item: Node, ctx: _Context, root: Node, src: bytes, constants: Mapping[str, str],
+                view: Preprocessed, budget: Budget | None) -> _Expanded:
+        line0, column0 = item.start_point
+        origin = (item.start_byte, line0, column0)
+        raw = b" " * column0 + src[item.start_byte : item.end_byte]
+        expansion = expand_snippet(view, raw.decode("utf-8", errors="replace"), budget)
+        if expansion.over_budget is not None:
+            return _Expanded(origin, None, (), SyntaxError_(f"{expansion.over_budget}: this code is read as written",
+                                                            _span(item)))
+        expanded = expansion.text.encode("utf-8")
+        tree = ParsedDocument(expanded).snapshot()[1]
+        inner_root = tree.root_node
+        local = dict(constants)
+        inner_units = list(_iter_units(inner_root, expanded, local, ctx))
+        analysed = (IncrementalIndexer._analyze_dirty(inner_units, list(range(len(inner_units))), inner_root, expanded,
+                                                      local, self._give_way) if inner_units else [])
+        mapper = _Mapper(raw.split(b"\n"), expanded.split(b"\n"), expansion.origins, origin)
+
+        def name_span(name: str, mapped: Span) -> Span:
+            # A name a macro argument gave (``STRIDED(z_stride2, 2)``) is where the invocation writes it.
+            if src[mapped.start_byte : mapped.end_byte] == name.encode():
+                return mapped
+            cursor = QueryCursor(_IDENTIFIERS_QUERY)
+            line_start = src.rfind(b"\n", 0, mapped.start_byte) + 1
+            cursor.set_byte_range(max(line_start, item.start_byte), max(mapped.end_byte, mapped.start_byte + 1))
+            for node in sorted((n for ns in cursor.captures(root).values() for n in ns), key=_start_byte):
+                if _text(src, node) == name and item.start_byte <= node.start_byte:
+                    return _span(node)
+            return mapped
+
+        mapped = tuple(_mapped_result(result, mapper, name_span) for result in analysed)
+        inner_errors = tuple(SyntaxError_(e.message, mapper.span(e.span)) for e in _syntax_errors(inner_root, expanded))
+        return _Expanded(origin, mapped, inner_errors, None)
+
 
 def _assemble(
     results: list[tuple[_UnitResult, Function | None, _LaunchPart | None, HostFunction | None]],
@@ -1281,10 +1684,13 @@ def _assemble(
     return KernelIndex._lazy(functions, parts, errors, tuple(sorted(constants.items())), hosts)
 
 
-def build_index(doc_or_text: ParsedDocument | str | bytes) -> KernelIndex:
+def build_index(doc_or_text: ParsedDocument | str | bytes, macros: Preprocessed | None = None,
+                budget: Budget | None = None) -> KernelIndex:
     """The kernel index of a document or of source text. Never raises on any input.
 
-    For repeated indexing of an edited document use :class:`IncrementalIndexer`.
+    ``macros``: the file's macro view, so kernels that macros define or fill are read from their
+    expansion (see :meth:`IncrementalIndexer.index`). For repeated indexing of an edited document use
+    :class:`IncrementalIndexer`.
     """
     doc = doc_or_text if isinstance(doc_or_text, ParsedDocument) else ParsedDocument(to_source_bytes(doc_or_text))
-    return IncrementalIndexer().index(doc)
+    return IncrementalIndexer().index(doc, macros, budget=budget)

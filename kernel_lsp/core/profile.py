@@ -89,6 +89,11 @@ STALL_REASONS: tuple[str, ...] = (
 )
 
 
+#: :attr:`KernelProfile.collector` values.
+COLLECTOR_NCU = "ncu"
+COLLECTOR_CUPTI = "cupti"
+
+
 def stall_metric(reason: str) -> str:
     return f"smsp__average_warps_issue_stalled_{reason}_per_issue_active.ratio"
 
@@ -179,6 +184,9 @@ class KernelProfile:
     stale: bool = False
     """True when a newer profiling attempt failed and this is the last good profile."""
     stale_reason: str | None = None
+    collector: str | None = None
+    """What collected the counters: :data:`COLLECTOR_NCU` (Nsight Compute) or :data:`COLLECTOR_CUPTI` (the GPU
+    worker's CUPTI); None for a profile stored before this was recorded."""
 
     def metric(self, name: str) -> float | None:
         return self.metrics.get(name)
@@ -451,6 +459,7 @@ def profile_to_json(profile: KernelProfile) -> dict[str, Any]:
         "duration_samples_us": list(profile.duration_samples_us),
         "stale": profile.stale,
         "stale_reason": profile.stale_reason,
+        "collector": profile.collector,
     }
 
 
@@ -477,4 +486,5 @@ def profile_from_json(data: Mapping[str, Any]) -> KernelProfile:
         duration_samples_us=tuple(float(v) for v in data.get("duration_samples_us", [])),
         stale=bool(data.get("stale", False)),
         stale_reason=data.get("stale_reason"),
+        collector=data.get("collector"),
     )

@@ -7,8 +7,12 @@ hover/diagnostic objects; the CLI prints them.
 from __future__ import annotations
 
 from kernel_lsp.core.classify import Bottleneck
-from kernel_lsp.core.profile import KernelProfile, LineCounters, Regression
+from kernel_lsp.core.profile import COLLECTOR_CUPTI, COLLECTOR_NCU, KernelProfile, LineCounters, Regression
 from kernel_lsp.core.profiling_tree import Leaf, Tree
+
+
+#: How the hover names what collected a profile (:attr:`KernelProfile.collector`).
+COLLECTORS = {COLLECTOR_NCU: "Nsight Compute", COLLECTOR_CUPTI: "CUPTI"}
 
 
 def _pct(value: float | None) -> str:
@@ -17,7 +21,8 @@ def _pct(value: float | None) -> str:
 
 def kernel_markdown(profile: KernelProfile, bottleneck: Bottleneck | None, message: str | None = None) -> str:
     """Hover section for a kernel: summary, bottleneck with its evidence, ncu's top advice."""
-    out = ["**Profile** (Nsight Compute)"]
+    tool = COLLECTORS.get(profile.collector or "")
+    out = [f"**Profile** ({tool})" if tool else "**Profile**"]
     if profile.stale:
         out.append(f"*stale: the last profiling attempt failed ({profile.stale_reason or message or 'unknown'})*")
     duration = "n/a" if profile.duration_us is None else f"{profile.duration_us:.1f} µs"

@@ -483,10 +483,38 @@ def within_budget(tree: Tree, leaf: Leaf, costs: CostModel | None) -> tuple[tupl
     return tuple(kept), tuple(dropped)
 
 
-def plan_from_walk(tree: Tree, result: Walk, *, first_pass_ran: bool, costs: CostModel | None = None) -> Plan:
+#: The metric group of the warp-stall counters (:data:`kernel_lsp.core.metric_groups.GROUPS`).
+STALLS_GROUP = "group:stalls"
+
+
+#: The ncu section that holds the same stall counters.
+_STALLS_SECTION = "WarpStateStats"
+
+
+def with_barrier_counters(items: tuple[str, ...], facts: Mapping[str, float],
+                          costs: CostModel | None = None) -> tuple[str, ...]:
+    """``items`` plus the stall counters when the kernel has a barrier (``static.syncs``) and a leaf collects
+    anything: a kernel whose warps mostly wait at ``__syncthreads`` (a shared-memory reduction's levels) is
+    barrier-bound whatever its throughput, and the classifier reads that from the stall counters, as it
+    does in ``--set full``. The leaves for busy kernels collect pipes or memory causes, and a tree profile
+    can read such a kernel as busy where the full profile does not (lsu-pipe or cache-bandwidth against
+    barrier-stalls): a few replay passes more make them agree. Nothing is added where ``items`` hold the
+    counters already (the group, the ncu section, or by ``costs``' table any item that has them)."""
+    if not items or facts.get("static.syncs", 0.0) <= 0 or STALLS_GROUP in items or _STALLS_SECTION in items:
+        return items
+    if costs is not None and {P.stall_metric(r) for r in P.STALL_REASONS} <= costs.metrics_of(items):
+        return items
+    return (*items, STALLS_GROUP)
+
+
+def plan_from_walk(tree: Tree, result: Walk, *, first_pass_ran: bool, costs: CostModel | None = None,
+                   facts: Mapping[str, float] | None = None) -> Plan:
+    """The plan of the leaf ``result`` reached; ``facts`` (static ones at least): the barrier counters of
+    :func:`with_barrier_counters` join a leaf's collection."""
     if result.leaf is None:
         raise ValueError("the walk has not reached a leaf")
     sections, dropped = within_budget(tree, result.leaf, costs)
+    sections = with_barrier_counters(sections, facts or {}, costs)
     if first_pass_ran:
         sections = tuple(s for s in sections if s not in tree.first_pass)
         return Plan(tree.first_pass, sections, result.leaf.metrics, result.path, result.leaf.id, dropped,
@@ -564,8 +592,8 @@ def plan_for(tree: Tree, static: Mapping[str, float], measured: Mapping[str, flo
         stopped = walk(tree, facts, stop_on_pending=MEASURED_PREFIXES)
         if stopped.leaf is None:
             return stopped
-        return plan_from_walk(tree, stopped, first_pass_ran=False, costs=costs)
-    return plan_from_walk(tree, walk(tree, facts), first_pass_ran=False, costs=costs)
+        return plan_from_walk(tree, stopped, first_pass_ran=False, costs=costs, facts=facts)
+    return plan_from_walk(tree, walk(tree, facts), first_pass_ran=False, costs=costs, facts=facts)
 
 
 def emulate(tree: Tree, sample: Sample, costs: CostModel, *, warm: bool = True) -> tuple[Plan, dict[str, float], float]:
@@ -604,7 +632,7 @@ class _Dataset:
         if isinstance(result, Plan):
             return result
         facts = self.first_pass_facts(sample, tree.first_pass)
-        return plan_from_walk(tree, walk(tree, facts), first_pass_ran=True, costs=self.costs)
+        return plan_from_walk(tree, walk(tree, facts), first_pass_ran=True, costs=self.costs, facts=facts)
 
     def collected(self, sample: Sample, plan: Plan) -> dict[str, float]:
         keep = self.costs.metrics_of(plan.first_pass + plan.sections) | set(plan.metrics)

@@ -15,15 +15,23 @@ Pure: files are read only through the ``read_file`` callable passed in (the serv
 gives one that reads the disk or the editor's open buffers). The preprocessor is pcpp
 (pure Python, C99); its ``#line`` markers give the map from every expanded line back to the
 (file, line) the user wrote.
+
+Bounded: macro replacement grows without limit on hostile input (``#define A1 A0 A0`` …
+``#define A40 A39 A39`` is 2^40 tokens from one name, and pcpp spends ~50 µs and ~1 KB per token
+it produces), so every run has a :class:`Budget`: the tokens replacement may produce, and a
+``should_stop`` check the caller's clock answers (the core reads no clock). A run that spends
+its budget is the raw text, unexpanded, with :attr:`Preprocessed.over_budget` saying why and where.
 """
 
 from __future__ import annotations
 
+import functools
 import io
 import posixpath
 import re
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
+from typing import Any
 
 import pcpp
 
@@ -35,6 +43,37 @@ ReadFile = Callable[[str], "str | None"]
 DEVICE_DEFINES: Mapping[str, str] = {"__CUDACC__": "1", "__CUDA_ARCH__": "900", "__NVCC__": "1"}
 _LINE_MARKER = re.compile(r'^#line (\d+)(?: "((?:[^"\\]|\\.)*)")?\s*$')
 _MAX_INCLUDE_DEPTH = 32
+#: Tokens macro replacement may produce in one run (nested replacements counted at every level): at
+#: pcpp's ~1 KB a token, well under 1 GB however they nest. A file using a 15-token statement macro
+#: 5,000 times spends ~75,000.
+MAX_EXPANSION_TOKENS = 200_000
+#: Expansion steps (a line, a directive's expression or a replacement list) between two checks of the
+#: budget's clock and yield point: pcpp spends ~50 µs a token, so a check every few milliseconds.
+_CHECK_EVERY = 32
+
+
+@dataclass(frozen=True)
+class Budget:
+    """What one preprocessing run may spend."""
+
+    tokens: int = MAX_EXPANSION_TOKENS
+    """Tokens that macro replacement may produce (every level of a nested replacement counts)."""
+    should_stop: Callable[[], bool] | None = None
+    """Asked every :data:`_CHECK_EVERY` steps: True once the caller's time budget is spent."""
+    give_way: Callable[[], None] | None = None
+    """Called at the same steps: a yield point where the caller's other work may go first (the server's
+    event loop, see :mod:`kernel_lsp.server.foreground`)."""
+
+
+class OverBudget(Exception):
+    """Raised inside pcpp when a run has spent its :class:`Budget`."""
+
+    def __init__(self, why: str, at: tuple[str, int] | None) -> None:
+        self.why = why
+        self.at = at
+        """(file, 0-based line) of the text being expanded when the budget ran out."""
+        self.where = f"{at[0]}:{at[1] + 1}" if at is not None else "?"
+        super().__init__(f"{self.where}: {why}")
 
 
 @dataclass(frozen=True)
@@ -63,6 +102,12 @@ class Preprocessed:
     """``#include`` targets left unexpanded (system or unreadable headers), as written."""
     errors: tuple[str, ...] = ()
     """Preprocessor messages (``file:line: message``); expansion goes on past them."""
+    over_budget: str | None = None
+    """Set when expansion spent its :class:`Budget` (``file:line: why``): the view is then the raw text."""
+    over_budget_at: tuple[str, int] | None = None
+    """Where the expansion was when it spent its budget: (file, 0-based line of the preprocessed input)."""
+    pcpp_macros: Mapping[str, Any] = field(default_factory=dict, compare=False, repr=False)
+    """The macros as pcpp holds them (read only), for :func:`expand_snippet` to start from."""
 
     def origin(self, line: int) -> tuple[str, int] | None:
         """Where expanded line ``line`` (0-based) came from, or None."""
@@ -77,11 +122,44 @@ class Preprocessed:
         """Object-like macros as name -> replacement text (the form launch sizes and specs read)."""
         return {m.name: m.body for m in self.macros.values() if m.params is None}
 
+    @functools.cached_property
+    def code_macros(self) -> frozenset[str]:
+        """Names of the macros whose replacement holds code, not just a value: a statement, a block, a
+        declaration or definition (``;`` ``{`` ``}``, a CUDA qualifier, a keyword that starts one), a
+        kernel launch, or a use of such a macro. Where one is used, the text tree-sitter reads is not what nvcc compiles."""
+        bodies = {name: [t.value for t in m.value] for name, m in self.pcpp_macros.items() if name in self.macros}
+        # A launch's chevrons are code too (pcpp lexes them as ``<<`` ``<``).
+        code = {name for name, values in bodies.items()
+                if _CODE_TOKENS.intersection(values) or "<<<" in "".join(values)}
+        # A macro that uses one holds code too (``#define KERNEL GLOBAL void``), to a fixed point.
+        grew = True
+        while grew:
+            more = {name for name, values in bodies.items() if name not in code and code.intersection(values)}
+            code |= more
+            grew = bool(more)
+        return frozenset(code)
+
+
+#: Tokens that make a macro's replacement code rather than a value (see :attr:`Preprocessed.code_macros`).
+_CODE_TOKENS = frozenset({
+    ";", "{", "}", "__global__", "__device__", "__host__", "__shared__", "__constant__", "__managed__",
+    "__forceinline__", "__noinline__", "__launch_bounds__", "template", "typedef", "struct", "class", "union",
+    "namespace", "extern", "static", "inline", "for", "while", "do", "if", "else", "switch", "case", "return",
+    "goto", "break", "continue", "asm",
+})
+
 
 class _Expander(pcpp.Preprocessor):
-    def __init__(self, read_file: ReadFile) -> None:
+    def __init__(self, read_file: ReadFile, budget: Budget | None = None) -> None:
         super().__init__()
         self._read_file = read_file
+        self._budget = budget or Budget()
+        self._spent = 0
+        self._steps = 0
+        self._depth = 0
+        """Nesting of :meth:`expand_macros` calls (0: a line of the input, or a directive's expression)."""
+        self._at: Any = None
+        """The first token of the input being expanded at depth 0."""
         self.messages: list[str] = []
         self.expanded: list[str] = []
         self.passed: list[str] = []
@@ -93,6 +171,35 @@ class _Expander(pcpp.Preprocessor):
 
     def add_path(self, path: str) -> None:
         self.path.append(path)
+
+    def expand_macros(self, tokens, expanding_from=[]):  # noqa: ANN001, B006 (pcpp's signature)
+        # pcpp calls itself here for every replacement list (``expanding_from`` names the macros being
+        # replaced), so this sees every token replacement produces, at every level of nesting.
+        if self._depth == 0:
+            self._at = next((t for t in tokens if getattr(t, "source", None)), self._at)
+        elif expanding_from:
+            self._spent += len(tokens)
+            if self._spent > self._budget.tokens:
+                raise OverBudget(f"macro expansion over {self._budget.tokens:,} tokens (expanding {expanding_from[0]})",
+                                 self._where())
+        self._steps += 1
+        if self._steps % _CHECK_EVERY == 0:
+            budget = self._budget
+            if budget.give_way is not None:
+                budget.give_way()
+            if budget.should_stop is not None and budget.should_stop():
+                what = f" (expanding {expanding_from[0]})" if expanding_from else ""
+                raise OverBudget(f"macro expansion over its time budget{what}", self._where())
+        self._depth += 1
+        try:
+            return super().expand_macros(tokens, expanding_from)
+        finally:
+            self._depth -= 1
+
+    def _where(self) -> tuple[str, int] | None:
+        """(file, 0-based line) where the text being expanded was written (the use, not the macro's definition)."""
+        at = self._at
+        return (at.source, at.lineno - 1) if at is not None and at.lineno else None
 
     def on_error(self, file: str, line: int, msg: str) -> None:
         self.messages.append(f"{file}:{line}: {msg}")
@@ -167,8 +274,17 @@ def directive_lines(source: bytes, comments: Sequence[tuple[int, int]]) -> tuple
     table in a fraction of the time, and they are the key under which a macro view is reused while
     only code lines change (typing a new line between two directives included).
     """
+    return tuple(line.decode("utf-8", errors="replace") for _, line in _directive_lines(source, comments))
+
+
+def directive_line_numbers(source: bytes, comments: Sequence[tuple[int, int]]) -> tuple[int, ...]:
+    """The 0-based line of ``source`` of each of :func:`directive_lines`, in the same order."""
+    return tuple(number for number, _ in _directive_lines(source, comments))
+
+
+def _directive_lines(source: bytes, comments: Sequence[tuple[int, int]]) -> list[tuple[int, bytes]]:
     if b"#" not in source:
-        return ()
+        return []
     pieces: list[bytes] = []
     pos = 0
     for start, end in comments:
@@ -176,13 +292,13 @@ def directive_lines(source: bytes, comments: Sequence[tuple[int, int]]) -> tuple
         pieces += [source[pos:start], b"\n".join(b" " * len(part) for part in source[start:end].split(b"\n"))]
         pos = end
     pieces.append(source[pos:])
-    out: list[str] = []
+    out: list[tuple[int, bytes]] = []
     continued = False
-    for line in b"".join(pieces).split(b"\n"):
+    for number, line in enumerate(b"".join(pieces).split(b"\n")):
         if continued or line.lstrip().startswith(b"#"):
-            out.append(line.decode("utf-8", errors="replace"))
+            out.append((number, line))
             continued = line.rstrip().endswith(b"\\")
-    return tuple(out)
+    return out
 
 
 #: What an edit must touch to change which lines are directives or what they say: a ``#``, a
@@ -222,18 +338,20 @@ def preprocess(
     read_file: ReadFile | None = None,
     include_dirs: tuple[str, ...] = (),
     defines: Mapping[str, str] | None = None,
+    budget: Budget | None = None,
 ) -> Preprocessed:
     """Expand ``text`` (the main file, at ``path``) with its own macros and local headers.
 
     ``path`` should be absolute (a relative one is taken from ``/``; None names the text
     ``/<buffer>`` with no folder to search). ``defines`` are command-line macros (``-D``), added
-    to the device-side predefined ones.
-    Never raises on bad input: malformed directives become ``errors`` and expansion goes on.
+    to the device-side predefined ones. ``budget``: what the run may spend (default: :class:`Budget`'s).
+    Never raises on bad input: malformed directives become ``errors`` and expansion goes on; a run
+    over its budget gives the raw text with :attr:`~Preprocessed.over_budget` set.
     """
     # pcpp names the main file by its absolute path in its markers: give it one, so the map can
     # tell the main file's lines from a header's without asking for the working directory.
     main = path if path and posixpath.isabs(path) else posixpath.join("/", path or "<buffer>")
-    expander = _Expander(read_file or (lambda _p: None))
+    expander = _Expander(read_file or (lambda _p: None), budget)
     predefined = {**DEVICE_DEFINES, **(defines or {})}
     for name, value in predefined.items():
         expander.define(f"{name} {value}")
@@ -244,14 +362,12 @@ def preprocess(
     try:
         expander.parse(blank_comments(text), main)
         expander.write(out)
+    except OverBudget as exc:
+        message = f"{exc.where}: {exc.why}: the file is read unexpanded"
+        return _raw_view(text, main, (*expander.messages, message), over_budget=message, at=exc.at)
     except Exception as exc:  # pcpp raises on some malformed input; the view then is the raw text
         expander.messages.append(f"{main}:0: preprocessing stopped: {type(exc).__name__}: {exc}")
-        return Preprocessed(
-            text=text,
-            path=main,
-            origins=tuple((main, i) for i in range(text.count("\n") + 1)),
-            errors=tuple(expander.messages),
-        )
+        return _raw_view(text, main, tuple(expander.messages))
     lines, origins = _strip_markers(out.getvalue(), main)
     skip = _predefined_names(predefined)
     macros = {
@@ -267,7 +383,35 @@ def preprocess(
         includes=tuple(expander.expanded),
         passed_through=tuple(dict.fromkeys(expander.passed)),
         errors=tuple(expander.messages),
+        pcpp_macros=dict(expander.macros),
     )
+
+
+def expand_snippet(view: Preprocessed, text: str, budget: Budget | None = None) -> Preprocessed:
+    """``text``, a piece of ``view``'s main file (its lines from the piece's first), expanded with the
+    macros ``view`` ends with (command-line ones included): what a unit of the file that uses macros
+    stands for. Its ``origins`` are 0-based lines of ``text``. Nothing is read: an ``#include`` in the
+    piece is passed through. Over ``budget``, the piece itself with :attr:`~Preprocessed.over_budget` set.
+    """
+    expander = _Expander(lambda _p: None, budget)
+    expander.macros.update(view.pcpp_macros)
+    out = io.StringIO()
+    try:
+        expander.parse(blank_comments(text), view.path)
+        expander.write(out)
+    except OverBudget as exc:
+        return _raw_view(text, view.path, (*expander.messages, str(exc)), over_budget=exc.why, at=exc.at)
+    except Exception as exc:  # malformed input pcpp cannot take: the piece stays as written
+        return _raw_view(text, view.path, (*expander.messages, f"expansion stopped: {type(exc).__name__}: {exc}"))
+    lines, origins = _strip_markers(out.getvalue(), view.path)
+    return Preprocessed(text="\n".join(lines), path=view.path, origins=tuple(origins), errors=tuple(expander.messages))
+
+
+def _raw_view(text: str, main: str, errors: tuple[str, ...], over_budget: str | None = None,
+              at: tuple[str, int] | None = None) -> Preprocessed:
+    """The view of ``text`` unexpanded: every line its own origin, no macros."""
+    return Preprocessed(text=text, path=main, origins=tuple((main, i) for i in range(text.count("\n") + 1)),
+                        errors=errors, over_budget=over_budget, over_budget_at=at)
 
 
 def _strip_markers(expanded: str, main: str) -> tuple[list[str], list[tuple[str, int] | None]]:

@@ -17,6 +17,7 @@ process do not share them); a module appends to them in ``register``:
   thread that built it, before requests read it: per-index look-up tables.
 * ``state.on_settings`` — ``fn(state)`` after the settings changed.
 * ``state.on_initialized`` — ``fn(state)`` once, after ``initialized`` fetched the settings.
+* ``state.on_machine`` — ``fn(state)`` once the machine (GPU, pycuda, ncu, nvcc) is known.
 * ``state.hover_sections`` — ``fn(ctx: hover.HoverContext) -> str | None``: extra
   Markdown sections appended to a kernel or launch hover.
 * ``state.lens_parts`` — ``fn(state, doc, function) -> str | None``: extra text
@@ -52,7 +53,7 @@ from kernel_lsp.server.foreground import Foreground
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.jobs import JobManager
 from kernel_lsp.services.session import Session
-from kernel_lsp.services.source_view import FileAnalysis
+from kernel_lsp.services.source_view import FileAnalysis, timed_budget
 
 log = logging.getLogger(__name__)
 
@@ -75,7 +76,10 @@ class ServerState:
         """The resolved settings (defaults < user file < workspace < initializationOptions)."""
         self.foreground = Foreground()
         """Busy while the loop handles messages; background work gives way (:mod:`kernel_lsp.server.foreground`)."""
-        self.documents = DocumentStore(prepare=self._prepare_index, give_way=self.foreground.give_way)
+        self.documents = DocumentStore(prepare=self._prepare_index, give_way=self.foreground.give_way,
+                                       macro_views=self._macro_view_for, may_expand=self.foreground.off_loop,
+                                       expansion_budget=lambda: timed_budget(give_way=self.foreground.give_way),
+                                       on_completed=self._index_completed)
         self.compile_db = CompileDb()
         self.jobs = JobManager(post=self.post, on_error=self._job_failed)
         """Background work: see :mod:`kernel_lsp.services.jobs`."""
@@ -107,6 +111,8 @@ class ServerState:
         (tables, the macro view) is built there, off the event loop. Reads only; thread-safe."""
         self.on_settings: list[Callable[[ServerState], None]] = []
         self.on_initialized: list[Callable[[ServerState], None]] = []
+        self.on_machine: list[Callable[[ServerState], None]] = []
+        """``fn(state)`` on the event loop once :attr:`machine` is known (start what it can run)."""
         self.machine: Any = None
         """The :class:`~kernel_lsp.services.machine.Machine` detected at start; None until known."""
         self.hover_sections: list[Callable[[Any], str | None]] = []
@@ -121,22 +127,24 @@ class ServerState:
         """The services wired for the current settings and workspace: build flags, specs, verifier options,
         knowledge base and traces (:mod:`kernel_lsp.services.session`), the same for every feature."""
         buffers = {doc.path: doc.text() for doc in self.documents.all() if doc.path}
-        return Session(self.settings, workspace_root=self.workspace_root, compile_db=self.compile_db, buffers=buffers)
+        return Session(self.settings, workspace_root=self.workspace_root, compile_db=self.compile_db, buffers=buffers,
+                       give_way=self.foreground.give_way)
 
     def macro_view(self, doc: DocumentState, text: IndexedText) -> Preprocessed | None:
-        """The macro view (:meth:`Session.macro_view`) of ``text``, an index's text of ``doc``, once per index
-        and settings; None for a document that is not a file."""
-        if doc.path is None:
-            return None
-        path = doc.path
-        others = self._others_key(doc)
-        views: dict[int, Any] = text.derived("macro-view", dict)
-        hit = views.get(others)
-        if hit is None:
-            hit = self.session().macro_view(path, directives=text.directives())
-            views.clear()
-            views[others] = hit
-        return hit
+        """The macro view ``text``'s index was built with (:meth:`Session.macro_view`); None while unknown."""
+        return text.view
+
+    def _macro_view_for(self, doc: DocumentState, directives: tuple[str, ...], compute: bool) -> Preprocessed | None:
+        """A document's macro view for its ``directives`` (:attr:`DocumentState.macro_views`): from the
+        session's cache, or, where the preprocessor may run (``compute``), made."""
+        return self.session().macro_view(doc.path, directives=directives, cached_only=not compute)
+
+    def _index_completed(self, doc: DocumentState) -> None:
+        # The units macros define or fill are known now: symbols, lenses and syntax errors may differ from
+        # what was answered from the pending index. Before the first compile its publication says it all.
+        if self.documents.get(doc.uri) is doc and doc.compiled.is_set():
+            self.publish_diagnostics(doc)
+            self.refresh_views()
 
     def file_analysis(self, doc: DocumentState) -> FileAnalysis | None:
         """The document's full preprocessed view and access analysis (:meth:`Session.analysis`), once per
@@ -346,6 +354,21 @@ class KernelLspProtocol(LanguageServerProtocol):
             callback(future)
 
         super()._execute_handler(msg_id, handler, done, args, kwargs)
+
+    def structure_message(self, data: dict[str, Any]) -> Any:
+        # A reply to one of our requests (showDocument, configuration, progress) that does not have the
+        # result's shape raised here and was dropped by pygls: the request's future never completed and
+        # the handler awaiting it (an executeCommand) never answered. It becomes an error response to
+        # that request, so the awaiting code gets an exception it handles.
+        try:
+            return super().structure_message(data)
+        except Exception as exc:
+            if not (isinstance(data, dict) and "id" in data and "method" not in data and "error" not in data):
+                raise
+            log.warning("the client's reply to request %r is malformed (%s): %.200r", data.get("id"),
+                        type(exc.__cause__ or exc).__name__, data.get("result"))
+            return types.ResponseErrorMessage(id=data["id"], error=types.ResponseError(
+                code=types.ErrorCodes.InvalidParams, message="malformed reply: the result does not have the expected shape"))
 
     def _handle_cancel_notification(self, msg_id: Any) -> None:
         # A cancel for a request already answered is normal (the client sent it before it read the

@@ -16,6 +16,13 @@ request needs them, once for however many edits came before. Every index built
 is kept with the exact text it was built from (:class:`IndexedText`), so a
 request may answer from an index a few keystrokes old where the edits since
 cannot have changed the answer (:meth:`DocumentState.unchanged_before`).
+
+Macros: every index is built with the text's macro view (:attr:`DocumentState.macro_views`), so
+units that macros define or fill are read from their expansion (:mod:`kernel_lsp.core.index`'s
+macro pass). The preprocessor never runs on the event loop: an index built there whose view or
+expansions are not known yet is *pending* (those units as written, their syntax errors held back),
+and is completed at once on a worker thread; requests that await the index wait for that, and the
+server is told when it is done (:attr:`DocumentState.on_completed`) to publish and refresh again.
 """
 
 from __future__ import annotations
@@ -36,7 +43,7 @@ from tree_sitter import Tree
 
 from kernel_lsp.core.index import IncrementalIndexer, KernelIndex, build_index
 from kernel_lsp.core.parse import ParsedDocument, comment_ranges, common_prefix
-from kernel_lsp.core.source import directive_lines, same_directives
+from kernel_lsp.core.source import Budget, Preprocessed, directive_lines, same_directives
 
 log = logging.getLogger(__name__)
 
@@ -57,17 +64,27 @@ class IndexedText:
     ``line_count``, ``line_start``) so an answer from an older index converts its own positions.
     """
 
-    __slots__ = ("source_bytes", "index", "tree", "_line_starts", "_derived", "_directives", "__weakref__")
+    __slots__ = ("source_bytes", "index", "tree", "view", "epoch", "_line_starts", "_derived", "_directives",
+                 "__weakref__")
 
     def __init__(self, source: bytes, index: KernelIndex, tree: Tree | None = None,
-                 directives: tuple[str, ...] | None = None) -> None:
+                 directives: tuple[str, ...] | None = None, view: Preprocessed | None = None, epoch: int = 0) -> None:
         self.source_bytes = source
         self.index = index
         self.tree = tree
         """The tree ``index`` was built from (for what the index does not record: the token at the cursor)."""
+        self.view = view
+        """The macro view the index was built with (its macro table: launch sizes read it); None: none known."""
+        self.epoch = epoch
+        """The document's :attr:`DocumentState.epoch` when it was built."""
         self._line_starts: list[int] | None = None
         self._derived: dict[str, Any] = {}
         self._directives = directives
+
+    @property
+    def pending(self) -> bool:
+        """The index waits for its macro view or expansions (see the module docstring)."""
+        return self.index.pending
 
     def directives(self) -> tuple[str, ...]:
         """The text's directive lines (:func:`~kernel_lsp.core.source.directive_lines`), found once."""
@@ -114,6 +131,15 @@ class IndexedText:
 
 def _no_pause() -> None:
     pass
+
+
+def _always() -> bool:
+    return True
+
+
+MacroViews = Callable[["DocumentState", tuple[str, ...], bool], "Preprocessed | None"]
+"""``fn(doc, directive lines, may_compute) -> view``: the document's macro view for those directives;
+None when ``may_compute`` is False and it is not known yet (or when there is none)."""
 
 
 class _Snapshot:
@@ -169,6 +195,18 @@ class DocumentState:
     """A yield point for long work on this document off the event loop (the outline's encoding; its
     reparses and index builds have it too): pauses while the loop handles messages
     (:mod:`kernel_lsp.server.foreground`)."""
+    macro_views: MacroViews | None = None
+    """Where index builds get the text's macro view; None: no macros are expanded."""
+    may_expand: Callable[[], bool] = _always
+    """Whether the preprocessor may run on the calling thread (the server: not on the event loop)."""
+    expansion_budget: Callable[[], Budget | None] = lambda: None
+    """The budget of one index build's unit expansions (made when the build starts: it holds a deadline)."""
+    on_completed: Callable[[DocumentState], None] | None = None
+    """Called on the event loop when a pending index of the current revision was completed."""
+    epoch: int = 0
+    """Bumped when what the macro view depends on besides the text changed (settings): indexes rebuild."""
+    _completion: tuple[tuple[int, int], asyncio.Future[Any]] | None = None
+    """The running completion of a pending index: ((revision, epoch), its future)."""
 
     @property
     def source_bytes(self) -> bytes:
@@ -202,8 +240,16 @@ class DocumentState:
         return hit[1] if hit is not None and hit[0] == self.revision else None
 
     def index(self) -> KernelIndex:
-        """The kernel index of the current revision (built at most once per revision)."""
-        return self.memo("index", self._build_index)
+        """The kernel index of the current revision (built at most once per revision). A pending one is
+        completed at once: here off the event loop, on a worker thread from it (:meth:`complete_soon`)."""
+        index = self.memo("index", self._build_index)
+        if index.pending:
+            if not self.may_expand():
+                self.complete_soon()
+            elif self._complete((self.revision, self.epoch)):
+                # Off the event loop: completed here and now.
+                index = self.memo("index", self._build_index)
+        return index
 
     def indexed(self) -> IndexedText:
         """The current revision's index with its text."""
@@ -212,21 +258,38 @@ class DocumentState:
         assert last is not None
         return last
 
+    def refresh(self) -> None:
+        """Build the index again at the next request, the text unchanged (the settings, so the macro view, changed)."""
+        self.epoch += 1
+        with self._memo_lock:
+            self._memo.clear()
+
     def _build_index(self) -> KernelIndex:
         with self._index_lock:
             # One reparse for every edit deferred so far; edits arriving meanwhile wait for the next.
             pair = self.parsed.snapshot()
             last = self.last_indexed
-            if last is not None and last.source_bytes is pair[0]:
+            may_expand = self.may_expand()
+            if (last is not None and last.source_bytes is pair[0] and last.epoch == self.epoch
+                    and not (last.pending and may_expand)):
                 return last.index
-            # Reduced mode (a file over the size limit): compiler diagnostics only, an empty index.
-            index = build_index(b"") if self.reduced else self.indexer.index(_Snapshot(pair, self.parsed.is_binary))
             # Edits that touched no directive keep the last text's directive lines (and so its macro view):
             # no O(file) scan for comments and directives per keystroke.
             known = last.directives_if_known() if last is not None else None
             if known is not None and not same_directives(last.source_bytes, pair[0]):
                 known = None
-            indexed = IndexedText(pair[0], index, pair[1], known)
+            view = None
+            if self.reduced:
+                # Reduced mode (a file over the size limit): compiler diagnostics only, an empty index.
+                index = build_index(b"")
+            else:
+                if known is None:
+                    known = directive_lines(pair[0], comment_ranges(pair[0], pair[1]))
+                view = self.macro_views(self, known, may_expand) if self.macro_views is not None else None
+                index = self.indexer.index(_Snapshot(pair, self.parsed.is_binary), view, may_expand=may_expand,
+                                           budget=self.expansion_budget(),
+                                           macros_pending=view is None and self.macro_views is not None and not may_expand)
+            indexed = IndexedText(pair[0], index, pair[1], known, view, self.epoch)
             # Its line table now, where the build runs (a worker thread for a big document): the first
             # hover or outline of this index converts positions with it.
             indexed.line_starts()
@@ -235,6 +298,45 @@ class DocumentState:
             self.last_indexed = indexed
         freeze_long_lived()
         return index
+
+    def complete_soon(self) -> asyncio.Future[Any] | None:
+        """Complete the current revision's pending index on a worker thread (one run at a time); the future
+        of that work, or None when there is no event loop to run it from."""
+        key = (self.revision, self.epoch)
+        running = self._completion
+        if running is not None and running[0] == key and not running[1].done():
+            return running[1]
+        try:
+            loop = asyncio.get_running_loop()
+        except RuntimeError:  # a worker thread: its own build expands, nothing is pending there
+            return None
+        future = loop.run_in_executor(None, self._complete, key)
+        self._completion = (key, future)
+
+        def done(f: asyncio.Future[Any]) -> None:
+            if not f.cancelled() and f.exception() is None and f.result() and self.on_completed is not None:
+                self.on_completed(self)
+
+        future.add_done_callback(done)
+        return future
+
+    def _complete(self, key: tuple[int, int]) -> bool:
+        """The pending index of ``key`` (revision, epoch) built again with its macro view and expansions;
+        True when it became the revision's index."""
+        if (self.revision, self.epoch) != key:
+            return False
+        last = self.last_indexed
+        if last is not None and self.macro_views is not None:
+            # The macro view first, outside the index lock: a build the loop needs meanwhile (the next
+            # keystroke's) does not wait for this preprocessor run.
+            self.macro_views(self, last.directives(), True)
+        index = self._build_index()
+        with self._memo_lock:
+            if (self.revision, self.epoch) != key:
+                return False
+            # What was derived from the pending index (the outline, tables) is derived again.
+            self._memo = {"index": (key[0], index)}
+        return True
 
     def resources_compile(self) -> tuple[Any, bool]:
         """(the compile whose ptxas report describes the kernels, True when that is the last good one
@@ -284,19 +386,24 @@ class DocumentState:
         return await asyncio.get_running_loop().run_in_executor(None, fn)
 
     async def index_async(self) -> KernelIndex:
-        """The index, built on a worker thread when the document is big."""
-        hit = self.cached("index")
-        if hit is not None:
-            return hit
-        if not self.big:
-            return self.index()
-        return await asyncio.get_running_loop().run_in_executor(None, self.index)
+        """The index, built on a worker thread when the document is big; a pending one is awaited complete."""
+        return (await self.indexed_async()).index
 
     async def indexed_async(self) -> IndexedText:
-        """:meth:`indexed`, built on a worker thread when the document is big."""
-        if self.cached("index") is not None or not self.big:
-            return self.indexed()
-        return await asyncio.get_running_loop().run_in_executor(None, self.indexed)
+        """:meth:`indexed`, built on a worker thread when the document is big, and complete: a pending
+        index is awaited while a worker thread completes it."""
+        if self.cached("index") is not None or not (self.big or self._index_lock.locked()):
+            text = self.indexed()
+        else:
+            # A big document's build, or a small one's while a worker thread holds the build (a completion
+            # expanding macros): the loop does not wait on the lock.
+            text = await asyncio.get_running_loop().run_in_executor(None, self.indexed)
+        if text.pending:
+            completion = self.complete_soon()
+            if completion is not None:
+                await completion
+                text = self.indexed()
+        return text
 
 
 def freeze_long_lived() -> None:
@@ -327,12 +434,14 @@ class DocumentStore:
     """Open documents by URI."""
 
     def __init__(self, prepare: Callable[[DocumentState, IndexedText], None] | None = None,
-                 give_way: Callable[[], None] = _no_pause) -> None:
+                 give_way: Callable[[], None] = _no_pause, **wiring: Any) -> None:
         self._docs: dict[str, DocumentState] = {}
         self._prepare = prepare
         """Every document's :attr:`DocumentState.prepare`."""
         self._give_way = give_way
         """Every document's :attr:`DocumentState.give_way`, for its parses and index builds too."""
+        self._wiring = wiring
+        """Every document's ``macro_views``, ``may_expand``, ``expansion_budget`` and ``on_completed``."""
 
     def get(self, uri: str) -> DocumentState | None:
         return self._docs.get(uri)
@@ -343,7 +452,7 @@ class DocumentStore:
     async def open(self, uri: str, text: str, version: int | None, language_id: str = "cuda") -> DocumentState:
         existing = self._docs.get(uri)
         placeholder = existing or DocumentState(uri, version, ParsedDocument(b""), uri_to_path(uri), language_id,
-                                                prepare=self._prepare, give_way=self._give_way)
+                                                prepare=self._prepare, give_way=self._give_way, **self._wiring)
         self._docs[uri] = placeholder
         placeholder.opening = True
         async with placeholder.lock:

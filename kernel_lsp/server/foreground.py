@@ -60,6 +60,10 @@ class Foreground:
         """The loop handled what arrived: background work goes on."""
         self._idle.set()
 
+    def off_loop(self) -> bool:
+        """True on any thread but the loop's (where the preprocessor may run)."""
+        return threading.get_ident() != self._loop_thread
+
     @property
     def is_busy(self) -> bool:
         return not self._idle.is_set()

@@ -192,13 +192,11 @@ def lookup_of(text: IndexedText) -> Lookup:
 
 
 def prepare_hover(state: ServerState, doc: DocumentState, text: IndexedText) -> None:
-    """What a hover reads of every index, built with it (``state.on_indexed``): the look-up, the
-    kernels' launch units by name and the macro view. A hover on the event loop then reads only what
-    the hovered kernel needs, however many functions the index has."""
+    """What a hover reads of every index, built with it (``state.on_indexed``): the look-up and the
+    kernels' launch units by name (the macro view comes with the index). A hover on the event loop then
+    reads only what the hovered kernel needs, however many functions the index has."""
     lookup_of(text)
     text.index.parts_by_name()
-    if any(fn.is_kernel for fn in text.index.functions):
-        state.macro_view(doc, text)
 
 
 def context_at(state: ServerState, doc: DocumentState, text: IndexedText, point: Point) -> HoverContext | None:
@@ -264,7 +262,7 @@ def _spans_before(ctx: HoverContext, limit: int) -> bool:
 def hover_from_last_index(state: ServerState, doc: DocumentState, position: types.Position) -> types.Hover | None | bool:
     """The hover from the last index built when the edits since cannot change it; False when they can."""
     text = doc.last_indexed
-    if text is None:
+    if text is None or text.pending:
         return False
     return _unmoved_hover(state, doc, text, position, doc.unchanged_before(text), lambda: doc.same_directives_as(text))
 

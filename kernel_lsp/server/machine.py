@@ -45,6 +45,7 @@ def known(state: ServerState, machine: Machine) -> None:
         if doc.compile is not None:
             state.publish_diagnostics(doc)
     state.refresh_views()
+    state.run_hooks(state.on_machine)
 
 
 async def detect(state: ServerState) -> None:

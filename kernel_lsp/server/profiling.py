@@ -76,7 +76,8 @@ class ProfilingState:
     watcher: object = None
     lock: threading.Lock = field(default_factory=threading.Lock)
     worker: gpu_worker.GpuWorker | None = None
-    """The server's GPU worker (CUPTI profiles), started on the first profile; None when disabled."""
+    """The server's GPU worker (CUPTI profiles), started once the machine is known to have a GPU and pycuda
+    (:func:`start_worker`), else on the first profile; None when disabled."""
 
 
 _STATES: "weakref.WeakKeyDictionary[ServerState, ProfilingState]" = weakref.WeakKeyDictionary()
@@ -101,12 +102,79 @@ def profiler_for(state: ServerState) -> prof.Profiler:
     """The profiler for the current settings (rebuilt when they change). Raises TreeError/OSError."""
     ps = pstate(state)
     with ps.lock:
-        if ps.worker is None and os.environ.get("KERNEL_LSP_GPU_WORKER", "1") != "0":
-            ps.worker = gpu_worker.GpuWorker()
+        _make_worker(ps)
         if ps.profiler is None or ps.profiler_settings != state.settings:
             ps.profiler = prof.Profiler(state.settings, ps.store, flags=state.session().build_flags, worker=ps.worker)
             ps.profiler_settings = state.settings
         return ps.profiler
+
+
+def _make_worker(ps: ProfilingState) -> gpu_worker.GpuWorker | None:
+    """The state's GPU worker handle, made once (``KERNEL_LSP_GPU_WORKER=0``: none, every profile by ncu)."""
+    if ps.worker is None and os.environ.get("KERNEL_LSP_GPU_WORKER", "1") != "0":
+        ps.worker = gpu_worker.GpuWorker()
+    return ps.worker
+
+
+def worker_may_start(state: ServerState) -> bool:
+    """The machine has what the GPU worker needs (a GPU and pycuda) and saves profile."""
+    machine = state.machine
+    return (machine is not None and machine.gpu is not None and machine.pycuda and state.settings.profile_on_save
+            and os.environ.get("KERNEL_LSP_GPU_WORKER", "1") != "0")
+
+
+def start_worker(state: ServerState) -> None:
+    """Start the GPU worker now, off the event loop, where it may run (``state.on_machine``): its start
+    (Python, pycuda, a CUDA context, CUPTI: about 2 s) must not fall on the first save, whose profile
+    should show within 1.5 s. Then the inputs of every open file's specs are made ahead of their profiles."""
+    if not worker_may_start(state) or state.loop is None:
+        return
+    ps = pstate(state)
+    with ps.lock:
+        worker = _make_worker(ps)
+    if worker is None:
+        return
+
+    def start() -> None:
+        try:
+            info = worker.ensure()
+            log.info("GPU worker ready on %s in %.2f s (CUPTI %s)", info.device, info.startup_s,
+                     "usable" if info.cupti_ok else f"unusable: {info.cupti_error}")
+        except gpu_worker.WorkerError as exc:
+            log.info("GPU worker not started: %s (profiles use ncu)", exc)
+
+    state.loop.run_in_executor(None, start)
+    for doc in state.documents.all():
+        prepare_inputs(state, doc)
+
+
+def prepare_inputs(state: ServerState, doc: DocumentState) -> None:
+    """Have the GPU worker make the inputs of every kernel of ``doc`` that has a spec, in one job off the event
+    loop (the index of a big document is built there too); a newer open or save of the file replaces it."""
+    if doc.path is None or not worker_may_start(state):
+        return
+    path, text = doc.path, doc.text()
+
+    def work(ctx) -> list[str]:
+        problems = []
+        for function in doc.index().kernels:
+            if ctx.cancelled:
+                break
+            spec_path, spec_data, problem = prof.find_spec(path, text, function.name)
+            if problem or (spec_path is None and spec_data is None) or (spec_path and PLACEHOLDER in _read(spec_path)):
+                continue
+            target = prof.Target(source_path=path, source_text=text, kernel=function.name, spec_path=spec_path,
+                                 spec_data=spec_data)
+            problem = profiler_for(state).prepare_inputs(target)
+            if problem:
+                problems.append(f"{function.name}: {problem}")
+        return problems
+
+    def done(problems: list[str]) -> None:
+        for problem in problems:
+            log.info("inputs not prepared for %s", problem)
+
+    state.jobs.submit(JobKey(doc.uri, "prepare"), work, publish=done)
 
 
 def result_for(state: ServerState, path: str, kernel: str) -> prof.ProfileResult | None:
@@ -202,7 +270,19 @@ def can_profile(state: ServerState) -> bool:
 def on_save(state: ServerState, doc: DocumentState) -> None:
     if not state.settings.profile_on_save or doc.path is None or not can_profile(state):
         return
-    schedule_profiles(state, doc.uri, doc.path, doc.text(), doc.index(), doc.version)
+    path, text, version = doc.path, doc.text(), doc.version
+    index = doc.index()
+    completion = doc.complete_soon() if index.pending else None
+    if completion is None:
+        schedule_profiles(state, doc.uri, path, text, index, version)
+        return
+
+    # The kernels that macros define are known once the index is complete (on a worker thread).
+    def completed(_future) -> None:
+        if state.documents.get(doc.uri) is doc and doc.version == version:
+            schedule_profiles(state, doc.uri, path, text, doc.index(), version)
+
+    completion.add_done_callback(completed)
 
 
 def on_file_changed(state: ServerState, path: str) -> None:
@@ -336,6 +416,8 @@ def spec_actions(ctx) -> list[types.Command]:
 
 
 CREATE_SPEC_COMMAND = "kernelLsp.createLaunchSpec"
+#: How long the command waits for the client to open the written sidecar, in seconds.
+SHOW_DOCUMENT_TIMEOUT_S = 10.0
 #: Glob of the sidecars the client is asked to watch.
 SPEC_GLOB = "**/*.spec.json"
 
@@ -391,11 +473,12 @@ async def create_spec(state: ServerState, uri: str, kernel: str) -> str | None:
     shown = False
     if state.supports_show_document:
         try:
-            result = await state.server.window_show_document_async(
-                types.ShowDocumentParams(uri=spec_uri, take_focus=True))
-            shown = bool(result and result.success)
-        except Exception as exc:  # a client that fails the request still gets the message below
-            log.info("window/showDocument failed: %s", exc)
+            # Bounded: the command answers even if the client never replies.
+            result = await asyncio.wait_for(state.server.window_show_document_async(
+                types.ShowDocumentParams(uri=spec_uri, take_focus=True)), SHOW_DOCUMENT_TIMEOUT_S)
+            shown = bool(isinstance(result, types.ShowDocumentResult) and result.success)
+        except Exception as exc:  # a failed, malformed or missing reply: the message below still says where it is
+            log.warning("window/showDocument for %s failed: %s", spec_uri, type(exc).__name__ if not str(exc) else exc)
     state.show(f"kernel-lsp: wrote {os.path.basename(sidecar)}{todo}" + ("" if shown else f" ({sidecar})"),
                types.MessageType.Info)
     return spec_uri
@@ -445,6 +528,8 @@ def register(server: KernelLspServer) -> None:
     state.hover_sections.append(kernel_hover)
     state.line_hovers.append(line_hover)
     state.on_initialized.append(_on_initialized)
+    state.on_machine.append(start_worker)
+    state.on_open.append(prepare_inputs)
     code_actions.providers(state).append(spec_actions)
 
     @server.command(CREATE_SPEC_COMMAND)

@@ -18,6 +18,7 @@ FEATURES: tuple[str, ...] = (
     "machine",
     "sync",
     "diagnostics",
+    "macros",
     "hover",
     "definition",
     "signature_help",

@@ -306,5 +306,8 @@ def register(server: KernelLspServer) -> None:
             cached = doc.cached(_memo_key(hierarchical))
             if cached is not None:
                 return cached
+            if not doc.big:
+                # Inline for a small document: the index first, completed if its macros were pending.
+                return symbols_answer(doc, await doc.indexed_async(), hierarchical)
             # One trip to the worker thread for both: after an edit neither is cached.
             return await doc.off_loop(lambda: symbols_answer(doc, doc.indexed(), hierarchical))

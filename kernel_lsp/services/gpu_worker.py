@@ -20,7 +20,10 @@ The worker learns which names the range profiler's host refuses and routes them 
 collector. A name none of them gives is ``missing``: the profiler then uses ncu for that profile.
 
 The parent side is :class:`GpuWorker` (thread-safe, one request at a time); the child's
-loop is :func:`_worker_main`. Messages are dicts over a ``multiprocessing`` pipe.
+loop is :func:`_worker_main`. Messages are dicts over a ``multiprocessing`` pipe. Besides
+``profile`` requests the worker takes ``prepare``: a spec's inputs made on the GPU ahead of its
+first profile (the server asks when a file with specs is opened), kept with those of the last
+few specs (:data:`INPUT_SPECS_KEPT`), so a first save costs what any save costs.
 """
 
 from __future__ import annotations
@@ -33,6 +36,7 @@ import multiprocessing
 import os
 import threading
 import time
+from collections import OrderedDict
 from collections.abc import Collection, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -50,6 +54,10 @@ COUNTERS_PHASE = "collecting counters"
 MAX_CUPTI_CRASHES = 2
 #: After a worker could not start (no GPU, no pycuda), seconds before the next attempt: each costs a process.
 RETRY_START_S = 300.0
+#: Specs whose inputs the worker keeps on the GPU, at most, and their device bytes together (the last
+#: spec's are kept whatever their size): a file of several kernels saved again finds every kernel's inputs.
+INPUT_SPECS_KEPT = 8
+INPUT_BYTES_KEPT = 4 << 30
 _POLL_S = 0.05
 
 # --------------------------------------------------------------------------- routing (pure)
@@ -369,6 +377,17 @@ class GpuWorker:
             raise WorkerError(f"the GPU worker died while {what} (exit code {code}); it restarts on the next profile",
                               fault=True, died=True)
 
+    def prepare(self, spec: Mapping[str, Any], base_dir: str | None, *, seed: int = 0, timeout_s: float) -> float:
+        """Make the inputs of ``spec`` on the GPU now (a later :meth:`profile` of it finds them); the worker's
+        seconds. Raises WorkerError (a bad spec, no worker)."""
+        with self._lock:
+            self._ensure()
+            self._conn.send({"op": "prepare", "request": {"spec": dict(spec), "base_dir": base_dir, "seed": seed}})
+            reply = self._receive(timeout_s, "preparing inputs")
+            if "error" in reply:
+                raise WorkerError(reply["error"])
+            return float(reply.get("wall_s", 0.0))
+
     def profile(self, request: Request, *, timeout_s: float) -> Reply:
         """Run one request. Raises WorkerError (``fault``: the kernel faulted or hung; ``cupti``: counters refused)."""
         with self._lock:
@@ -412,6 +431,14 @@ class GpuWorker:
             )
 
 
+def _free(cuda: Any, buffers: Sequence[Any]) -> None:
+    for buf in buffers:
+        try:
+            buf.free()
+        except cuda.Error:
+            pass
+
+
 def _request_dict(r: Request) -> dict[str, Any]:
     return {"cubin_path": r.cubin_path, "entry": r.entry, "spec": dict(r.spec), "base_dir": r.base_dir, "arch": r.arch,
             "timed": r.timed, "collections": [list(c) for c in r.collections], "seed": r.seed}
@@ -445,6 +472,9 @@ def _serve(conn: Any, gpu: _Gpu) -> None:
             return
         if message.get("op") == "quit":
             return
+        if message.get("op") == "prepare":
+            conn.send(gpu.prepare(message["request"]))
+            continue
         if message.get("op") != "profile":
             conn.send({"error": f"unknown request {message.get('op')!r}"})
             continue
@@ -470,8 +500,9 @@ class _Gpu:
         self.sm_count = int(self.device.get_attribute(cuda.device_attribute.MULTIPROCESSOR_COUNT))
         self.modules: dict[str, Any] = {}
         self._sass_session = None
-        self._cached_inputs: tuple | None = None
-        """(key, device args, [(work, pristine, bytes)] restored per request, every buffer) of the last spec."""
+        self._cached_inputs: OrderedDict[tuple, tuple] = OrderedDict()
+        """Spec key -> (device args, [(work, pristine, bytes)] restored per request, every buffer, device bytes)
+        of the last specs, most recent last."""
         self.cupti = None
         self.chip: str | None = None
         self.cupti_error: str | None = None
@@ -540,6 +571,19 @@ class _Gpu:
                 self.modules.pop(next(iter(self.modules)))
             self.modules[key] = module
         return module.get_function(entry)
+
+    def prepare(self, r: Mapping[str, Any]) -> dict[str, Any]:
+        """A ``prepare`` request: the spec's inputs made and kept, nothing launched."""
+        from kernel_lsp.core.spec import SpecError, parse_spec
+
+        t0 = time.perf_counter()
+        try:
+            self._inputs(parse_spec(r["spec"], r["base_dir"]), r)
+        except (OSError, ValueError, SpecError) as exc:
+            return {"error": f"launch spec: {exc}"}
+        except self.cuda.Error as exc:
+            return {"error": f"inputs of the launch spec: {type(exc).__name__}: {exc}"}
+        return {"prepared": True, "wall_s": time.perf_counter() - t0}
 
     def profile(self, r: Mapping[str, Any], progress=lambda message: None) -> dict[str, Any]:
         """One request; ``progress`` gets ``{"progress": phase}`` messages on the way (the parent's reading of a crash)."""
@@ -642,40 +686,52 @@ class _Gpu:
         seed = int(r.get("seed", 0))
         stamps = tuple(os.stat(os.path.join(spec.base_dir or ".", n)).st_mtime_ns for n in file_names(spec))
         key = (json.dumps(r["spec"], sort_keys=True), r["base_dir"], seed, stamps)
-        cached = self._cached_inputs
-        if cached is not None and cached[0] == key:
-            for work, pristine, nbytes in cached[2]:
+        cache = self._cached_inputs
+        cached = cache.get(key)
+        if cached is not None:
+            cache.move_to_end(key)
+            for work, pristine, nbytes in cached[1]:
                 cuda.memcpy_dtod(work, pristine, nbytes)
-            return cached[1]
-        self._free_inputs()
+            return cached[0]
         host_args = build_args(spec, make_inputs(spec, seed, None, load_files(spec)), None)
         args, restores, buffers = [], [], []
-        self._cached_inputs = (key, args, restores, buffers)
-        for p, a in zip(spec.params, host_args):
-            if not isinstance(a, np.ndarray):
-                args.append(a)
-                continue
-            work = cuda.mem_alloc(max(a.nbytes, 1))
-            buffers.append(work)
-            if a.nbytes:
-                cuda.memcpy_htod(work, a)
-            if a.nbytes and isinstance(p, ArrayParam) and p.role != "in":
-                pristine = cuda.mem_alloc(a.nbytes)
-                buffers.append(pristine)
-                cuda.memcpy_dtod(pristine, work, a.nbytes)
-                restores.append((work, pristine, a.nbytes))
-            args.append(work)
+        device_bytes = 0
+        try:
+            for p, a in zip(spec.params, host_args):
+                if not isinstance(a, np.ndarray):
+                    args.append(a)
+                    continue
+                work = cuda.mem_alloc(max(a.nbytes, 1))
+                buffers.append(work)
+                device_bytes += a.nbytes
+                if a.nbytes:
+                    cuda.memcpy_htod(work, a)
+                if a.nbytes and isinstance(p, ArrayParam) and p.role != "in":
+                    pristine = cuda.mem_alloc(a.nbytes)
+                    buffers.append(pristine)
+                    device_bytes += a.nbytes
+                    cuda.memcpy_dtod(pristine, work, a.nbytes)
+                    restores.append((work, pristine, a.nbytes))
+                args.append(work)
+        except Exception:
+            _free(cuda, buffers)
+            raise
+        cache[key] = (args, restores, buffers, device_bytes)
+        self._trim_inputs()
         return args
 
+    def _trim_inputs(self) -> None:
+        """Free the oldest specs' inputs beyond :data:`INPUT_SPECS_KEPT` or :data:`INPUT_BYTES_KEPT` (never the newest)."""
+        cache = self._cached_inputs
+        while len(cache) > 1 and (len(cache) > INPUT_SPECS_KEPT
+                                  or sum(entry[3] for entry in cache.values()) > INPUT_BYTES_KEPT):
+            _, entry = cache.popitem(last=False)
+            _free(self.cuda, entry[2])
+
     def _free_inputs(self) -> None:
-        cached, self._cached_inputs = self._cached_inputs, None
-        if cached is None:
-            return
-        for buf in cached[3]:
-            try:
-                buf.free()
-            except self.cuda.Error:
-                pass
+        cache, self._cached_inputs = self._cached_inputs, OrderedDict()
+        for entry in cache.values():
+            _free(self.cuda, entry[2])
 
     def _find_refused(self, names: Sequence[str]) -> bool:
         """Add to :attr:`range_refused` the names the host refuses (a config image per name only when the set

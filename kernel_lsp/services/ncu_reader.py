@@ -29,7 +29,7 @@ from collections.abc import Callable, Iterable, Mapping
 from concurrent.futures import ThreadPoolExecutor
 from dataclasses import dataclass, field, replace
 
-from kernel_lsp.core.profile import KernelProfile, LineCounters, RuleAdvice
+from kernel_lsp.core.profile import COLLECTOR_NCU, KernelProfile, LineCounters, RuleAdvice
 from kernel_lsp.services import proc
 
 log = logging.getLogger(__name__)
@@ -483,6 +483,7 @@ def to_profiles(records: Iterable[KernelRecord], lines: Mapping[str, Mapping[int
                 source_file=chosen,
                 sections=record.sections,
                 ncu_version=ncu_version_text,
+                collector=COLLECTOR_NCU,
             )
         )
     return profiles

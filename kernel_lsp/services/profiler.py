@@ -378,6 +378,24 @@ class Profiler:
         slower = regression(previous, profile) if previous is not None else None
         return ProfileResult(profile, classify(profile.metrics), plan, regression=slower)
 
+    def prepare_inputs(self, target: Target) -> str | None:
+        """Have the GPU worker make ``target``'s spec inputs now, so its first profile does not (the server
+        asks when a file with specs is opened); None when done, else why not (no worker, no spec, a bad spec)."""
+        if self.worker is None or (target.spec_path is None and target.spec_data is None):
+            return "no GPU worker or no launch spec"
+        try:
+            if target.spec_path is not None:
+                with open(target.spec_path, encoding="utf-8") as f:
+                    spec = json.load(f)
+            else:
+                spec = dict(target.spec_data or {})
+            # The base folder and seed a profile's request carries (see _prepare and _cupti): the same inputs.
+            self.worker.prepare(spec, os.path.dirname(os.path.abspath(target.source_path)),
+                                timeout_s=self.settings.profile_timeout_s)
+        except (OSError, ValueError, gpu_worker.WorkerError) as exc:
+            return str(exc)
+        return None
+
     # -- the work ---------------------------------------------------------------
 
     def _collect(self, target, full, previous, cancel, report) -> tuple[KernelProfile, T.Plan | None]:
@@ -466,7 +484,7 @@ class Profiler:
         report(f"{tool} first pass: {', '.join(tree.first_pass)}")
         cheap = collect(target, launch, workdir, "first", tree.first_pass, (), False, cancel)
         facts = {**facts, **T.facts_from_metrics(cheap.profile.metrics)}
-        plan = T.plan_from_walk(tree, T.walk(tree, facts), first_pass_ran=True, costs=self.costs)
+        plan = T.plan_from_walk(tree, T.walk(tree, facts), first_pass_ran=True, costs=self.costs, facts=facts)
         if not plan.sections and not plan.metrics:
             return cheap.profile, plan, cheap.passes
         report(f"{tool}: {', '.join(plan.sections + plan.metrics)}")
@@ -587,7 +605,7 @@ class Profiler:
             raise _Fallback(f"CUPTI could not give {', '.join(reply.missing)}")
         profile = KernelProfile(
             kernel=target.kernel, mangled=launch.entry, metrics=dict(reply.metrics), sections=tuple(items) or ("cupti",),
-            duration_samples_us=reply.timings_us,
+            duration_samples_us=reply.timings_us, collector=P.COLLECTOR_CUPTI,
         )
         return _RunOutput(profile, reply.passes)
 

@@ -32,11 +32,12 @@ import dataclasses
 import os
 import threading
 from collections import OrderedDict
-from collections.abc import Iterator, Mapping, Sequence
+from collections.abc import Callable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
 from kernel_lsp.config import Settings
+from kernel_lsp.core.index import KernelIndex, build_index
 from kernel_lsp.core.parse import comment_ranges
 from kernel_lsp.core.rules import RuleGenerator
 from kernel_lsp.core.source import Preprocessed, directive_lines, preprocess
@@ -45,7 +46,7 @@ from kernel_lsp.services import optimizer
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.harness import VerifyOptions, load_spec_file
 from kernel_lsp.services.profiler import find_spec, sidecar_path
-from kernel_lsp.services.source_view import FileAnalysis, analyze_source, header_reader
+from kernel_lsp.services.source_view import FileAnalysis, analyze_source, full_view_budget, header_reader, timed_budget
 from kernel_lsp.services.toolchain import BuildFlags, CompileResult, build_flags, compile_source
 
 #: The local model serves one conversation at a time: searches that use it take turns (per process).
@@ -164,6 +165,8 @@ class Session:
     """Record every verdict in the trace store even without a model (the CLI's ``--traces``)."""
     buffers: Mapping[str, str] | None = None
     """Open editor buffers by path: a header being edited is read from its buffer, not the disk."""
+    give_way: Callable[[], None] | None = None
+    """The preprocessor's yield point (the server's: background work pauses while its loop is busy)."""
 
     # --- build flags ---------------------------------------------------------------
 
@@ -178,7 +181,7 @@ class Session:
     # --- the preprocessed view -------------------------------------------------
 
     def macro_view(self, path: str | None, text: str | None = None, *,
-                   directives: Sequence[str] | None = None) -> Preprocessed:
+                   directives: Sequence[str] | None = None, cached_only: bool = False) -> Preprocessed | None:
         """The macro view of the file at ``path`` whose text is ``text``: its directives (own and local
         headers') expanded with the build flags' ``-I`` folders and ``-D`` macros, so
         :meth:`~kernel_lsp.core.source.Preprocessed.object_macros` is the table the compiler ends with.
@@ -187,7 +190,9 @@ class Session:
 
         Only the directive lines are preprocessed, so the view's lines are theirs, not the file's: it is
         read for its macro table. Reused while the directives, the flags and the headers' modification
-        times are unchanged: hover, code lens and inlay hints ask after every edit.
+        times are unchanged: hover, code lens and inlay hints ask after every edit. ``cached_only``: None
+        instead of running the preprocessor (the server's event loop never runs it). The run has
+        :func:`~kernel_lsp.services.source_view.timed_budget`; over it, the view has no macros and says why.
         """
         if directives is None:
             data = (text or "").encode("utf-8", errors="replace")
@@ -195,21 +200,35 @@ class Session:
         flags = self.build_flags(path) if path else BuildFlags(flags=())
         dirs = include_dirs(flags)
         defines = flags.defines
+        absolute = os.path.abspath(path) if path else None
+        if not directives and not defines:
+            # Nothing to expand: no preprocessor run, and nothing to wait for.
+            return Preprocessed(text="", path=absolute or "/<buffer>", origins=())
         key = (path, tuple(directives), dirs, tuple(sorted(defines.items())))
         with _MACRO_VIEWS_LOCK:
             hit = _MACRO_VIEWS.get(key)
             if hit is not None and all(self._stamp(header) == stamp for header, stamp in hit[1]):
                 _MACRO_VIEWS.move_to_end(key)
                 return hit[0]
-        absolute = os.path.abspath(path) if path else None
+        if cached_only:
+            return None
         reader = header_reader(self._header_dirs(absolute, dirs), self.buffers)
-        view = preprocess("".join(line + "\n" for line in directives), absolute, reader, dirs, defines)
+        view = preprocess("".join(line + "\n" for line in directives), absolute, reader, dirs, defines,
+                          timed_budget(give_way=self.give_way))
         stamps = tuple((header, self._stamp(header)) for header in view.includes)
         with _MACRO_VIEWS_LOCK:
             _MACRO_VIEWS[key] = (view, stamps)
             while len(_MACRO_VIEWS) > _MACRO_VIEWS_KEPT:
                 _MACRO_VIEWS.popitem(last=False)
         return view
+
+    def index(self, path: str | None, source: str | bytes) -> KernelIndex:
+        """The kernel index of the file at ``path`` whose text is ``source``, with the units that macros
+        define or fill read from their expansion (the file's macro view): what ``check``, ``report`` and
+        the profiler list, the same kernels the editor shows."""
+        data = source if isinstance(source, bytes) else source.encode("utf-8", errors="replace")
+        return build_index(data, self.macro_view(path, data.decode("utf-8", errors="replace")),
+                           timed_budget(give_way=self.give_way))
 
     def _header_dirs(self, absolute: str | None, dirs: tuple[str, ...]) -> tuple[str, ...]:
         """Where the preprocessor may read headers: the file's folder, its ``-I`` folders, the workspace."""
@@ -227,14 +246,14 @@ class Session:
         dirs = include_dirs(flags)
         absolute = os.path.abspath(path) if path else None
         reader = header_reader(self._header_dirs(absolute, dirs), self.buffers)
-        return preprocess(text, absolute, reader, dirs, flags.defines)
+        return preprocess(text, absolute, reader, dirs, flags.defines, full_view_budget(text, self.give_way))
 
     def analysis(self, path: str | None, text: str) -> FileAnalysis:
         """The full preprocessed view of the file and every kernel's access analysis, with the same
         ``-I`` folders and ``-D`` macros as its compile (:meth:`build_flags`)."""
         flags = self.build_flags(path) if path else BuildFlags(flags=())
         return analyze_source(text, os.path.abspath(path) if path else None, include_dirs(flags), flags.defines,
-                              self.buffers, self.workspace_root)
+                              self.buffers, self.workspace_root, self.give_way)
 
     # --- specs -------------------------------------------------------------------
 

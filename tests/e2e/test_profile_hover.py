@@ -17,7 +17,7 @@ from fake_tools import EXISTS, GPU_H200, fake_tools_env
 from lsp_helpers import SAXPY, hover_text, lsp_session, open_doc, position_of, wait_diagnostics
 from lsprotocol import types
 
-from kernel_lsp.core.profile import KernelProfile
+from kernel_lsp.core.profile import COLLECTOR_NCU, KernelProfile
 from kernel_lsp.services import ncu_reader
 from kernel_lsp.services.profiler import ProfileStore, sidecar_path
 
@@ -33,7 +33,7 @@ def recorded_profile(source_file: Path) -> KernelProfile:
     lines = ncu_reader.parse_source_csv((FIX / "recorded" / "logs" / "bank_conflict_full_export_source.out").read_text())
     (_, per_line), = lines.items()
     return KernelProfile(KERNEL, metrics=record.metrics, rules=rules, lines=per_line, source_file=str(source_file),
-                         sections=("full",), duration_samples_us=(125.5,))
+                         sections=("full",), duration_samples_us=(125.5,), collector=COLLECTOR_NCU)
 
 
 @pytest.fixture

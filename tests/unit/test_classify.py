@@ -34,6 +34,8 @@ EXPECTED = {
     "z_small_grid": ("latency-bound", "insufficient-parallelism"),
     "z_smem_heavy": ("occupancy-limited", "low-occupancy-shared"),
     "z_copy": ("latency-bound", "memory-latency"),
+    # Its SM throughput reads 89 % (the barriers' own issue), but half of its stalls wait at __syncthreads.
+    "z_barrier_heavy": ("compute-bound", "barrier-stalls"),
 }
 
 
@@ -83,3 +85,32 @@ def test_thresholds_are_parameters(kernels):
     assert C.classify(m).primary == "latency-bound"
     lower = C.Thresholds(high_throughput_pct=55.0)
     assert (C.classify(m, lower).primary, C.classify(m, lower).detail) == ("memory-bound", "shared-bank-conflicts")
+
+
+def _stalls(**shares: float) -> dict[str, float]:
+    return {P.stall_metric(reason): value for reason, value in shares.items()}
+
+
+# A shared-memory reduction as a tree profile may read it: busy, its LSU pipe (or L1) the busiest, most
+# stalls at barriers. The full profile of the same kernel read it latency-bound, barrier-stalls.
+BUSY_LSU = {P.M_MEMORY_PCT: 48.0, P.M_SM_PCT: 71.0, C.PIPE_METRICS["lsu-pipe"]: 72.0, C.PIPE_METRICS["alu-pipe"]: 30.0}
+BUSY_L1 = {P.M_MEMORY_PCT: 77.0, P.M_SM_PCT: 40.0, P.M_DRAM_PCT: 18.0, P.M_EXCESSIVE_SECTORS: 0.0,
+           P.M_GLOBAL_SECTORS_THEORETICAL: 1000.0, P.M_GLOBAL_SECTORS_IDEAL: 1000.0,
+           P.M_SHARED_WAVEFRONTS: 100.0, P.M_SHARED_WAVEFRONTS_IDEAL: 100.0}
+
+
+@pytest.mark.parametrize("busy, without", [(BUSY_LSU, "lsu-pipe"), (BUSY_L1, "cache-bandwidth")])
+def test_a_busy_kernel_waiting_at_barriers_is_barrier_bound_by_its_stall_counters(busy, without):
+    assert C.classify(busy).label == without
+    barrier_bound = C.classify({**busy, **_stalls(barrier=3.0, long_scoreboard=1.0, short_scoreboard=1.0)})
+    assert barrier_bound.label == "barrier-stalls"
+    assert any(e.metric == "stall share: barrier + membar" and e.value == pytest.approx(60.0)
+               for e in barrier_bound.evidence)
+    # Barriers that are not most of the stalls, or not the first reason, decide nothing.
+    assert C.classify({**busy, **_stalls(barrier=2.0, long_scoreboard=1.0, wait=1.5)}).label == without
+    assert C.classify({**busy, **_stalls(barrier=4.0, long_scoreboard=5.0)}).label == without
+
+
+def test_an_access_problem_comes_before_barriers():
+    conflicts = {**BUSY_L1, P.M_SHARED_WAVEFRONTS: 400.0, **_stalls(barrier=3.0, long_scoreboard=1.0)}
+    assert C.classify(conflicts).label == "shared-bank-conflicts"

@@ -16,6 +16,7 @@ import pytest
 from kernel_lsp.config import Settings
 from kernel_lsp.core import profile as P
 from kernel_lsp.core.classify import classify
+from kernel_lsp.core.profile_render import kernel_markdown
 from kernel_lsp.services import gpu_worker as W
 from kernel_lsp.services import profiler as prof
 from kernel_lsp.services.tree_dataset import load_dataset
@@ -152,3 +153,55 @@ def test_full_profiles_and_line_counters_stay_with_ncu(setup):
     program = prof.Target(target.source_path, SOURCE, "transpose_smem_conflict", program="/bin/app")
     assert not setup(worker)[0]._worker_may_run(program, full=False)
     assert setup(worker)[0]._worker_may_run(target, full=False)
+
+
+BARRIER_SOURCE = """\
+__global__ void z_barrier_heavy(float *out, int iters) {
+  __shared__ float buf[256];
+  int t = threadIdx.x;
+  buf[t] = t;
+  __syncthreads();
+  float x = 0;
+  for (int k = 0; k < iters; ++k) { x += buf[(t + k) & 255]; __syncthreads(); buf[t] = x; __syncthreads(); }
+  out[blockIdx.x * blockDim.x + t] = x;
+}
+"""
+BARRIER_SPEC = {"kernel": "z_barrier_heavy", "grid": [4, 1, 1], "block": [256, 1, 1],
+                "params": [{"name": "out", "kind": "array", "dtype": "float32", "shape": [1024], "role": "out"},
+                           {"name": "iters", "kind": "scalar", "dtype": "int32", "value": 16}]}
+
+
+def test_a_barrier_bound_kernel_gets_its_full_profiles_class_on_every_save(tmp_path, monkeypatch):
+    real_which = prof.proc.which
+    monkeypatch.setattr(prof.proc, "which", lambda tool: real_which(tool) or "/usr/bin/" + os.path.basename(tool))
+    source = tmp_path / "b.cu"
+    source.write_text(BARRIER_SOURCE)
+    full = _full("zoo_full:z_barrier_heavy")
+    worker = FakeWorker(full)
+    s = Settings(profile_store=str(tmp_path / "store"))
+    profiler = prof.Profiler(s, prof.ProfileStore(s.profile_store), run=FakeNcu(), worker=worker)
+    target = prof.Target(str(source), BARRIER_SOURCE, "z_barrier_heavy", spec_data=BARRIER_SPEC)
+    first = profiler.profile(target)
+    again = profiler.profile(target, use_cache=False)
+    assert first.ok and again.ok, (first.message, again.message)
+    assert classify(full).label == "barrier-stalls"
+    assert first.bottleneck.label == again.bottleneck.label == "barrier-stalls"
+    # The repeat profile's leaf is the busy kernels' (pipes), with the stall counters added for the barriers.
+    assert again.profile.tree_leaf == "compute_pipes"
+    assert P.stall_metric("barrier") in worker.requests[-1].collections[0]
+    assert "group:stalls" in again.profile.sections
+    # Collected by CUPTI, and the hover says so.
+    assert again.profile.collector == P.COLLECTOR_CUPTI
+    assert kernel_markdown(again.profile, again.bottleneck).startswith("**Profile** (CUPTI)")
+
+
+def test_a_specs_inputs_are_prepared_in_the_worker_as_its_profile_will_ask(setup):
+    worker = FakeWorker(_full("bank_conflict_full:transpose_smem_conflict"))
+    prepared = []
+    worker.prepare = lambda spec, base_dir, *, seed=0, timeout_s: prepared.append((spec, base_dir, seed)) or 0.1
+    profiler, target = setup(worker)
+    assert profiler.prepare_inputs(target) is None
+    profiler.profile(target)
+    (request,) = worker.requests
+    assert prepared == [(request.spec, request.base_dir, request.seed)]
+    assert prof.Profiler(profiler.settings, profiler.store).prepare_inputs(target) is not None  # no worker

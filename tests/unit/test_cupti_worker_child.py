@@ -3,7 +3,9 @@ and the scripted CUPTI library of test_cupti_range: no GPU, but the real spec, i
 
 from __future__ import annotations
 
+import json
 import types
+from collections import OrderedDict
 
 import pytest
 
@@ -68,7 +70,7 @@ def _gpu(function: FakeFunction, lib: ScriptedCupti, allocated: list) -> W._Gpu:
     gpu = W._Gpu.__new__(W._Gpu)
     gpu.cuda = _fake_cuda(allocated)
     gpu.modules = {}
-    gpu._cached_inputs = None
+    gpu._cached_inputs = OrderedDict()
     gpu._sass_session = None
     gpu.cr = C
     gpu.cupti = C.Cupti(lib, "/fake")
@@ -172,3 +174,35 @@ def test_sass_metrics_that_fail_are_missing_once_and_not_offered_again():
     calls = lib.calls.count("cuptiSassMetricsEnable")
     again = gpu.profile(_request([(P.M_SM_PCT, P.M_GLOBAL_SECTORS_IDEAL)]))
     assert again["missing"] == [P.M_GLOBAL_SECTORS_IDEAL] and lib.calls.count("cuptiSassMetricsEnable") == calls
+
+
+def _spec(n: int) -> dict:
+    return {**SPEC, "params": [{**SPEC["params"][0], "value": n}, *SPEC["params"][1:]]}
+
+
+def test_prepared_inputs_are_found_by_the_first_profile_of_their_spec():
+    function, allocated = FakeFunction(), []
+    gpu = _gpu(function, ScriptedCupti(values={P.M_SM_PCT: 9.0}), allocated)
+    prepared = gpu.prepare({"spec": SPEC, "base_dir": ".", "seed": 0})
+    assert prepared["prepared"] and not function.launches
+    made = list(allocated)
+    assert made == [4096 * 4, 4096 * 4, 4096 * 4, ("restore", 4096 * 4)]
+    reply = gpu.profile(_request([(P.M_SM_PCT,)]))
+    assert "error" not in reply, reply
+    # Nothing allocated again: the profile restored z from its pristine copy and launched.
+    assert [a for a in allocated[len(made):] if not isinstance(a, tuple)] == []
+    assert gpu.prepare({"spec": {"kernel": "k", "params": [{"name": "x"}]}, "base_dir": ".", "seed": 0})["error"]
+
+
+def test_the_inputs_of_several_specs_are_kept_within_the_bounds(monkeypatch):
+    allocated: list = []
+    gpu = _gpu(FakeFunction(), ScriptedCupti(), allocated)
+    monkeypatch.setattr(W, "INPUT_SPECS_KEPT", 2)
+    for n in (256, 512, 1024):
+        gpu.prepare({"spec": _spec(n), "base_dir": ".", "seed": 0})
+    kept = [json.loads(key[0])["params"][0]["value"] for key in gpu._cached_inputs]
+    assert kept == [512, 1024]
+    # Over the byte bound only the newest stays.
+    monkeypatch.setattr(W, "INPUT_BYTES_KEPT", 3 * 1024 * 4)
+    gpu.prepare({"spec": _spec(2048), "base_dir": ".", "seed": 0})
+    assert [json.loads(key[0])["params"][0]["value"] for key in gpu._cached_inputs] == [2048]

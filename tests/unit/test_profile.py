@@ -4,10 +4,12 @@ from __future__ import annotations
 
 import gzip
 import os
+from dataclasses import replace
 
 import pytest
 
 from kernel_lsp.core import profile as P
+from kernel_lsp.core.profile_render import kernel_markdown
 from kernel_lsp.core.signature import SIGNATURE_KEYS
 from kernel_lsp.services.ncu_reader import parse_raw_csv
 
@@ -75,3 +77,15 @@ def test_hottest_lines_and_marked_stale():
     assert [c.line for c in p.hottest_lines(2)] == [4, 6]
     stale = p.marked_stale("no GPU")
     assert stale.stale and stale.stale_reason == "no GPU" and not p.stale
+
+
+def test_the_hover_names_what_collected_the_profile():
+    base = P.KernelProfile("k", metrics={"gpu__time_duration.sum": 1000.0})
+    heads = {collector: kernel_markdown(replace(base, collector=collector), None).split("\n")[0]
+             for collector in (P.COLLECTOR_NCU, P.COLLECTOR_CUPTI, None)}
+    assert heads == {P.COLLECTOR_NCU: "**Profile** (Nsight Compute)", P.COLLECTOR_CUPTI: "**Profile** (CUPTI)",
+                     None: "**Profile**"}
+    cupti = replace(base, collector=P.COLLECTOR_CUPTI)
+    assert P.profile_from_json(P.profile_to_json(cupti)) == cupti
+    # A profile stored before the collector was recorded reads as unknown.
+    assert P.profile_from_json({k: v for k, v in P.profile_to_json(cupti).items() if k != "collector"}).collector is None

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from kernel_lsp.core.source import blank_comments, preprocess
+from kernel_lsp.core.source import Budget, blank_comments, expand_snippet, preprocess
 
 
 def lines_of(pre):
@@ -63,3 +63,56 @@ def test_comment_blanking_leaves_strings_alone():
     out = blank_comments(text)
     assert out.count("\n") == text.count("\n") and len(out) == len(text)
     assert '"// not /* a comment"' in out and "'/'" in out and "gone" not in out and "c;" in out
+
+
+# --- budget ---------------------------------------------------------------------------------------
+
+def _doubling(levels: int, first: str = "x") -> str:
+    """``#define A0 x`` ... ``#define A<levels> A<levels-1> A<levels-1>``: 2^levels tokens from one name."""
+    return f"#define A0 {first}\n" + "".join(f"#define A{i} A{i - 1} A{i - 1}\n" for i in range(1, levels + 1))
+
+
+def test_a_doubling_macro_in_a_directive_stops_at_the_token_budget_and_says_where():
+    src = _doubling(40) + "#if A40\nint y;\n#endif\nint z;\n"
+    pre = preprocess(src, "/w/k.cu", budget=Budget(tokens=20_000))
+    assert pre.text == src and pre.macros == {}
+    assert pre.over_budget is not None and "over 20,000 tokens (expanding A40)" in pre.over_budget
+    # Where the use is (the #if, 0-based line 41), not where the macro was defined.
+    assert pre.over_budget_at == ("/w/k.cu", 41)
+    assert pre.over_budget in pre.errors
+
+
+def test_the_time_budget_is_the_callers_clock():
+    calls = []
+
+    def stop() -> bool:
+        calls.append(1)
+        return len(calls) > 3
+
+    pre = preprocess(_doubling(40) + "int v = A40;\n", "/w/k.cu", budget=Budget(should_stop=stop))
+    assert pre.over_budget is not None and "time budget" in pre.over_budget
+    assert len(calls) == 4
+
+
+def test_an_ordinary_file_is_well_within_the_default_budget():
+    src = "#define BODY(i) out[i] = a[i] + s * b[i];\n" + "".join(f"BODY({i})\n" for i in range(500))
+    pre = preprocess(src, "/w/k.cu")
+    assert pre.over_budget is None and "out[499] = a[499] + s * b[499];" in pre.text
+
+
+def test_code_macros_are_those_whose_replacement_holds_code_also_through_another_macro():
+    src = ("#define N 256\n#define IDX(i, j) ((i) * N + (j))\n#define BODY out[i] = a[i];\n"
+           "#define GLOBAL __global__\n#define KERNEL GLOBAL void\n#define DEF(name) void name() {}\n"
+           "#define GO(k) k<<<1, 32>>>(x)\n")
+    assert preprocess(src, "/w/k.cu").code_macros == {"BODY", "GLOBAL", "KERNEL", "DEF", "GO"}
+
+
+def test_a_snippet_expands_with_the_views_macros_and_keeps_its_lines():
+    view = preprocess("#define BODY out[i] = a[i];\n#define K __global__ void\n", "/w/k.cu", defines={"S": "2"})
+    snippet = expand_snippet(view, "K f(float *out) {\n  if (i < S) { BODY }\n}\n")
+    lines = snippet.text.split("\n")
+    found = {snippet.origins[i][1]: line for i, line in enumerate(lines) if snippet.origins[i] is not None and line}
+    assert found == {0: "__global__ void f(float *out) {", 1: "  if (i < 2) { out[i] = a[i]; }", 2: "}"}
+    bomb = preprocess(_doubling(30), "/w/k.cu")
+    over = expand_snippet(bomb, "int v = A30;\n", Budget(tokens=1_000))
+    assert over.text == "int v = A30;\n" and over.over_budget is not None

@@ -309,3 +309,21 @@ def test_unmeasured_policy_first_pass_runs_twice_on_a_first_profile():
     assert T.emulate(missing, strided, COSTS, warm=False)[0].runs == (tree.first_pass + ("WarpStateStats",),)
     with pytest.raises(T.TreeError, match="unmeasured"):
         T.parse_tree({**data, "unmeasured": "sometimes"})
+
+
+def test_a_kernel_with_barriers_has_the_stall_counters_in_every_tree_profile():
+    samples, costs = _recorded()
+    with open(default_tree_path(), encoding="utf-8") as f:
+        tree = T.parse_tree(f.read())
+    heavy = next(s for s in samples if ":z_barrier_heavy:" in s.name)
+    assert heavy.static_facts["static.syncs"] >= 1
+    truth = C.classify(heavy.metrics).label
+    assert truth == "barrier-stalls"
+    for warm in (True, False):
+        plan, collected, _ = T.emulate(tree, heavy, costs, warm=warm)
+        assert "group:stalls" in plan.sections or "group:stalls" in plan.first_pass
+        assert C.classify(collected).label == truth
+    # The same busy leaf without barriers in the source collects no stall counters.
+    bare = T.Sample(heavy.name, heavy.metrics, {**heavy.static_facts, "static.syncs": 0.0})
+    plan, collected, _ = T.emulate(tree, bare, costs, warm=True)
+    assert "group:stalls" not in plan.sections and C.classify(collected).label != truth
