@@ -30,10 +30,20 @@ $(PY):
 	@$(PYTHON) -m venv $(VENV) >&2
 	@$(PIP) install -q --disable-pip-version-check --upgrade pip >&2
 
-## What the server needs, nothing more (no llama-cpp-python): seconds from a fresh clone.
+## What the server needs, nothing more (no llama-cpp-python): seconds from a fresh clone. On a machine
+## with an NVIDIA GPU (`nvidia-smi -L` lists one) the GPU extra too (pycuda, CUPTI), so the server's GPU
+## worker can start with the server; pycuda compiles against the CUDA toolkit, and where that build fails
+## the server is installed without it and says so (profiling then needs `pip install pycuda` by hand).
 $(SERVE_STAMP): pyproject.toml | $(PY)
 	@echo "kernel-lsp: installing the server into $(VENV) ..." >&2
-	@$(PIP_INSTALL) -q -e . >&2
+	@if nvidia-smi -L >/dev/null 2>&1; then \
+	  echo "kernel-lsp: a GPU is present: installing the GPU extra (pycuda, CUPTI) as well ..." >&2; \
+	  $(PIP_INSTALL) -q -e '.[gpu]' >&2 || { \
+	    echo "kernel-lsp: the GPU extra did not install (see above): the server runs without profiling or verification" >&2; \
+	    $(PIP_INSTALL) -q -e . >&2; }; \
+	else \
+	  $(PIP_INSTALL) -q -e . >&2; \
+	fi
 	@touch $@
 
 ## The local-model runtime: pip builds llama-cpp-python from source, with its progress on stderr, and

@@ -127,3 +127,31 @@ def test_make_install_links_the_command_into_bindir(tmp_path):
     refused = _make(tmp_path, folder, "install", VENV=str(venv), BINDIR=str(bindir))
     assert refused.returncode != 0 and "exists and is not a link" in refused.stderr
     assert link.read_text() == "someone else's\n"
+
+
+def _fake_venv(tmp_path: Path, *, gpu_extra_fails: bool) -> Path:
+    """A venv whose python records each pip install it is asked for (and fails the GPU extra if told to)."""
+    venv = tmp_path / "venv"
+    (venv / "bin").mkdir(parents=True)
+    fail = "case \"$*\" in *'[gpu]'*) exit 1;; esac\n" if gpu_extra_fails else ""
+    _script(venv / "bin", "python", f'echo "python $*" >> {tmp_path / "log"}\n{fail}')
+    return venv
+
+
+@pytest.mark.parametrize(("gpu", "extra_fails", "installs"), [
+    (False, False, ["-e ."]),
+    (True, False, ["-e .[gpu]"]),
+    (True, True, ["-e .[gpu]", "-e ."]),
+])
+def test_the_server_install_takes_the_gpu_extra_where_nvidia_smi_lists_a_gpu(tmp_path, gpu, extra_fails, installs):
+    venv = _fake_venv(tmp_path, gpu_extra_fails=extra_fails)
+    folder = _bin(tmp_path, uid=1000, sudo=None)
+    os.symlink(shutil.which("touch"), folder / "touch")
+    if gpu:
+        _script(folder, "nvidia-smi", '[ "$1" = -L ] && echo "GPU 0: NVIDIA H200"\n')
+    result = _make(tmp_path, folder, f"{venv}/.installed-serve", VENV=str(venv))
+    assert result.returncode == 0, result.stderr
+    asked = [line.split("install --disable-pip-version-check -q ", 1)[1] for line in _log(tmp_path) if " install " in line]
+    assert asked == installs
+    assert (venv / ".installed-serve").exists()
+    assert ("the GPU extra did not install" in result.stderr) == extra_fails
