@@ -1,0 +1,172 @@
+"""The analysis' results: accesses, loops, reductions and the facts of a kernel."""
+
+from __future__ import annotations
+
+from collections.abc import Mapping
+from dataclasses import dataclass, field
+from typing import NamedTuple
+
+from kernel_lsp.core.poly import Poly, is_opaque
+
+
+# --------------------------------------------------------------------------------------------
+# Results
+# --------------------------------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Access:
+    array: str
+    """The base array: a pointer parameter, a ``__shared__`` array or a local array."""
+    space: str
+    """``global``, ``shared`` or ``local``."""
+    kind: str
+    """``read``, ``write``, ``update`` (read-modify-write: ``+=``, ``++``) or ``atomic``."""
+    op: str | None
+    """The atomic function or the compound operator; None for plain reads and writes."""
+    index: Poly
+    """Element index into the base array (a struct element for arrays of structs)."""
+    elem_type: str
+    elem_bytes: int | None
+    field: str | None
+    """The struct member read or written (``ps[i].x`` → ``x``); None for whole elements."""
+    line: int
+    """0-based line in the preprocessed text."""
+    user_line: int | None
+    """0-based line in the user's file; None when the access sits in a local header."""
+    text: str
+    """The access as written (after expansion)."""
+    loops: tuple[int, ...]
+    """Ids of the enclosing loops, outermost first (:attr:`KernelFacts.loops`)."""
+    via: tuple[str, ...] = ()
+    """Helper functions inlined on the way to it, outermost first."""
+    wide: bool = False
+    """The index was computed in 64 bits (``long``, ``size_t`` or a cast to one)."""
+    field_offset_bytes: int | None = None
+    field_bytes: int | None = None
+    """Where the member sits in the struct and its size, when the struct's layout is known."""
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the access in the preprocessed text (for transformations)."""
+
+    @property
+    def writes(self) -> bool:
+        return self.kind in ("write", "update", "atomic")
+
+    @property
+    def reads(self) -> bool:
+        return self.kind in ("read", "update", "atomic")
+
+
+@dataclass(frozen=True)
+class LoopFact:
+    id: int
+    line: int
+    user_line: int | None
+    kind: str
+    """``for``, ``while`` or ``do``."""
+    var: str | None
+    """The induction variable, when there is one."""
+    start: Poly | None
+    step: Poly | None
+    """Added per iteration; None for a geometric or unknown update."""
+    bound: Poly | None
+    """Exclusive bound of the variable (``i < n`` → ``n``; ``i <= n`` → ``n + 1``); None when unknown."""
+    geometric: str | None
+    """``halving`` or ``doubling`` for ``s >>= 1`` / ``s *= 2`` style updates (reduction trees)."""
+    parent: int | None
+    trip_symbol: str
+    """The iteration counter symbol: the variable's value is ``start + step * trip_symbol``."""
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the whole loop statement in the preprocessed text."""
+    calls_unknown: bool = False
+    """The body calls code the analysis does not see."""
+
+
+@dataclass(frozen=True)
+class Reduction:
+    kind: str
+    """``accumulator`` (a scalar carried by a loop), ``shared_tree`` (a halving/doubling tree in
+    shared memory, looped or unrolled), ``atomic`` (atomics onto addresses that do not depend on
+    the thread), ``atomic_scatter`` (atomics at data-dependent addresses: a histogram) or
+    ``warp_shuffle``."""
+    target: str
+    op: str
+    line: int
+    user_line: int | None
+    loop: int | None = None
+
+
+@dataclass(frozen=True)
+class KernelFacts:
+    kernel: str
+    params: tuple[tuple[str, str, bool], ...]
+    """(name, element or scalar type, is pointer) in order."""
+    accesses: tuple[Access, ...]
+    loops: tuple[LoopFact, ...]
+    reductions: tuple[Reduction, ...]
+    thread_dims: tuple[str, ...]
+    """Builtins used (``tid.x``, ``bid.y``, ``bdim.x`` …)."""
+    syncs: int
+    shuffles: int
+    unknowns: tuple[str, ...]
+    """What the analysis could not model, each with why."""
+    opaque: Mapping[str, Opaque] = field(default_factory=dict)
+    """Opaque symbol -> what it stands for."""
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the kernel's definition in the preprocessed text."""
+    body_span: tuple[int, int] = (0, 0)
+    """Byte range of its body (the braces included)."""
+    escaped: tuple[str, ...] = ()
+    """Arrays whose address reaches code the analysis does not see (an unknown call, a store of
+    the pointer itself): they may be written there."""
+    complete: bool = True
+    """False when the analysis stopped early (budget, nesting): then nothing is proven read-only."""
+    line: int = 0
+    user_line: int | None = None
+
+    @property
+    def read_only(self) -> tuple[str, ...]:
+        """Pointer parameters provably never written: not written, not escaped, analysis complete."""
+        if not self.complete:
+            return ()
+        written = set(self.written) | set(self.escaped)
+        return tuple(name for name, _, is_pointer in self.params if is_pointer and name not in written)
+
+    @property
+    def written(self) -> tuple[str, ...]:
+        """Pointer parameters the kernel writes (directly, through aliases, macros or helpers)."""
+        pointers = {name for name, _, is_pointer in self.params if is_pointer}
+        return tuple(dict.fromkeys(a.array for a in self.accesses if a.writes and a.array in pointers))
+
+    @property
+    def read(self) -> tuple[str, ...]:
+        pointers = {name for name, _, is_pointer in self.params if is_pointer}
+        return tuple(dict.fromkeys(a.array for a in self.accesses if a.reads and a.array in pointers))
+
+
+class Opaque(NamedTuple):
+    """What an opaque symbol stands for."""
+
+    text: str
+    """The expression as written."""
+    deps: frozenset[str]
+    """Thread-index symbols it depends on (``tid.x`` …), directly or through other terms."""
+    recipe: tuple | None = None
+    """How to compute it once the launch binds its operands: ``(op, a, b)`` for ``/ % & | ^ >> <<
+    min max`` on polynomials, ``("select", l, cmp, r, a, b)`` for ``l cmp r ? a : b``; None for
+    values the analysis cannot compute (a load from memory, an unknown call): a gather."""
+    created_in: tuple[int, ...] = ()
+    """Loops (ids, outermost first) the term was made in: it may change from one iteration to the next."""
+
+
+def thread_dependence(poly: Poly, opaque: Mapping[str, Opaque]) -> frozenset[str]:
+    """Thread-index symbols ``poly`` depends on, through opaque terms too."""
+    found: set[str] = set()
+    for s in poly.symbols:
+        if s.startswith("tid."):
+            found.add(s)
+        elif is_opaque(s):
+            entry = opaque.get(s)
+            if entry is not None:
+                found |= entry.deps
+    return frozenset(found)
