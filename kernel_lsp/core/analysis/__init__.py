@@ -29,8 +29,10 @@ from __future__ import annotations
 from kernel_lsp.core.analysis.binding import (
     Binding, Pattern, _data_dependent, _data_term, bind, describe, evaluate, trip_count,
 )
-from kernel_lsp.core.analysis.facts import Access, KernelFacts, LoopFact, Opaque, Reduction, thread_dependence
-from kernel_lsp.core.analysis.program import Functor, call_operators, explicit_instantiations, type_aliases
+from kernel_lsp.core.analysis.facts import (
+    Access, Barrier, Comparison, Condition, KernelFacts, LoopFact, Opaque, Reduction, implied, thread_dependence,
+)
+from kernel_lsp.core.analysis.program import Alias, Functor, alias_table, call_operators, explicit_instantiations
 from kernel_lsp.core.analysis.summaries import (
     block_strided_loops, helper_reading_thread_index, per_block_outputs, shared_combine_loops, split_block_base,
     stencil_offsets, summary, thread_mapping, threads_cooperate, value_range,
@@ -42,10 +44,11 @@ from kernel_lsp.core.analysis.syntax import (
 from kernel_lsp.core.analysis.walk import analyze
 
 __all__ = [
-    "Access", "Binding", "Functor", "KernelFacts", "LoopFact", "Opaque", "Pattern", "Reduction", "analyze",
-    "assigned_names", "bind", "block_strided_loops", "call_operators", "conditional_update", "declared_anywhere",
-    "describe", "evaluate", "explicit_instantiations", "function_definitions", "has_node", "helper_reading_thread_index",
-    "identifiers_in", "is_pure_math", "node_text", "parse_text", "per_block_outputs", "shared_combine_loops",
-    "split_block_base", "stencil_offsets", "summary", "thread_dependence", "thread_mapping", "threads_cooperate",
-    "trip_count", "type_aliases", "value_range", "_data_dependent", "_data_term",
+    "Access", "Alias", "Barrier", "Binding", "Comparison", "Condition", "Functor", "KernelFacts", "LoopFact",
+    "Opaque", "Pattern", "Reduction", "alias_table", "analyze", "assigned_names", "bind", "block_strided_loops",
+    "call_operators", "conditional_update", "declared_anywhere", "describe", "evaluate", "explicit_instantiations",
+    "function_definitions", "has_node", "helper_reading_thread_index", "identifiers_in", "implied", "is_pure_math",
+    "node_text", "parse_text", "per_block_outputs", "shared_combine_loops", "split_block_base", "stencil_offsets",
+    "summary", "thread_dependence", "thread_mapping", "threads_cooperate", "trip_count", "value_range",
+    "_data_dependent", "_data_term",
 ]

@@ -47,6 +47,10 @@ class Access:
     """Where the member sits in the struct and its size, when the struct's layout is known."""
     span: tuple[int, int] = (0, 0)
     """Byte range of the access in the preprocessed text (for transformations)."""
+    guards: tuple[tuple[int, bool], ...] = ()
+    """The conditions (:attr:`KernelFacts.conditions` ids) that decide whether it runs, outermost
+    first, each with the value it must have: ``if (i < n) a[i] = 0;`` runs under ``(id, True)``,
+    whatever follows ``if (i >= n) return;`` under ``(id, False)``."""
 
     @property
     def writes(self) -> bool:
@@ -97,6 +101,96 @@ class Reduction:
 
 
 @dataclass(frozen=True)
+class Comparison:
+    """``left op right`` on polynomials (``op``: ``< <= > >= == !=``)."""
+
+    left: Poly
+    op: str
+    right: Poly
+
+    _NEGATED = {"<": ">=", "<=": ">", ">": "<=", ">=": "<", "==": "!=", "!=": "=="}
+
+    def negated(self) -> Comparison:
+        return Comparison(self.left, self._NEGATED[self.op], self.right)
+
+    def upper_bound(self, poly: Poly) -> Poly | None:
+        """The exclusive bound this comparison puts on ``poly`` (``poly < b`` → ``b``, ``poly <= b`` → ``b + 1``,
+        ``b > poly`` likewise), or None when it bounds something else."""
+        if self.left == poly and self.op in ("<", "<="):
+            return self.right + (Poly.const(1) if self.op == "<=" else Poly())
+        if self.right == poly and self.op in (">", ">="):
+            return self.left + (Poly.const(1) if self.op == ">=" else Poly())
+        return None
+
+    def __str__(self) -> str:
+        return f"{self.left} {self.op} {self.right}"
+
+
+Test = tuple
+"""A condition as the analysis reads it: ``("cmp", Comparison)``, ``("and", (Test, ...))``,
+``("or", (Test, ...))``, ``("not", Test)``, or ``("opaque",)`` for anything it does not model."""
+
+
+def implied(test: Test, value: bool) -> tuple[Comparison, ...]:
+    """The comparisons that hold whenever ``test`` has ``value``: a conjunction taken true, a
+    disjunction taken false (each term negated), a negation flipped; nothing from the other cases."""
+    kind = test[0]
+    if kind == "cmp":
+        return (test[1],) if value else (test[1].negated(),)
+    if kind == "not":
+        return implied(test[1], not value)
+    if kind == ("and" if value else "or"):
+        return tuple(c for t in test[1] for c in implied(t, value))
+    return ()
+
+
+@dataclass(frozen=True)
+class Condition:
+    """A condition deciding which threads run some code: an ``if``, an early exit, ``?:``, the
+    right operand of ``&&`` / ``||``, a ``while``/``do``/``switch`` test."""
+
+    id: int
+    kind: str
+    """``if``, ``exit`` (``if (c) return;`` / ``continue;`` / ``break;``: what follows in its block runs
+    where ``c`` is false), ``select`` (``?:``), ``and``/``or`` (the left operand, deciding the right),
+    ``while``, ``do`` or ``switch``."""
+    test: Test
+    text: str
+    """The condition as written (after expansion)."""
+    thread_dependent: bool
+    """It depends on the thread index (directly, through locals, loaded data or helpers)."""
+    splits_warp: bool
+    """A thread-dependent test that part of a warp can pass: a comparison of a thread-dependent value
+    with a constant for (in)equality or not a multiple of 32, or a test of its bits (``tid % K``,
+    ``tid & K``)."""
+    line: int
+    user_line: int | None
+    loops: tuple[int, ...] = ()
+    via: tuple[str, ...] = ()
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the condition's expression in the preprocessed text."""
+    statement_span: tuple[int, int] = (0, 0)
+    """Byte range of the statement (or expression) it controls, the condition included."""
+
+
+@dataclass(frozen=True)
+class Barrier:
+    """A barrier: ``__syncthreads()`` and its counting forms, ``__syncwarp()``, a cooperative group's
+    ``g.sync()`` or ``cg::sync(g)``."""
+
+    scope: str
+    """``block``, ``warp`` (a warp or a tile of one) or ``grid``."""
+    text: str
+    line: int
+    user_line: int | None
+    loops: tuple[int, ...] = ()
+    via: tuple[str, ...] = ()
+    guards: tuple[tuple[int, bool], ...] = ()
+    span: tuple[int, int] = (0, 0)
+    """Byte range of the call in the preprocessed text."""
+
+
+@dataclass(frozen=True)
 class KernelFacts:
     kernel: str
     params: tuple[tuple[str, str, bool], ...]
@@ -107,7 +201,9 @@ class KernelFacts:
     thread_dims: tuple[str, ...]
     """Builtins used (``tid.x``, ``bid.y``, ``bdim.x`` …)."""
     syncs: int
+    """Barrier calls (:attr:`barriers`: ``__syncthreads``, ``__syncwarp``, cooperative groups' ``sync``)."""
     shuffles: int
+    """Warp-level operations: shuffles, votes and warp reductions (intrinsics or cooperative groups)."""
     unknowns: tuple[str, ...]
     """What the analysis could not model, each with why."""
     opaque: Mapping[str, Opaque] = field(default_factory=dict)
@@ -123,6 +219,22 @@ class KernelFacts:
     """False when the analysis stopped early (budget, nesting): then nothing is proven read-only."""
     line: int = 0
     user_line: int | None = None
+    conditions: tuple[Condition, ...] = ()
+    """Every condition deciding what runs (:class:`Condition`), by id."""
+    barriers: tuple[Barrier, ...] = ()
+    nonconst_copies: tuple[str, ...] = ()
+    """Pointer parameters the kernel copies into a pointer or reference to non-const data (``float *p =
+    in + base;``, a helper's ``float*`` parameter): ``const`` on them would not compile."""
+    value_types: tuple[str, ...] = ()
+    """The types of the kernel's parameters and locals (qualifiers dropped, aliases and template
+    parameters resolved)."""
+    implicit_indices: tuple[str, ...] = ()
+    """Calls that read the thread or block index through a cooperative group (``cta.thread_rank()``,
+    ``block.group_index().x``): a rewrite that renames ``threadIdx``/``blockIdx`` does not reach them."""
+
+    def constraints(self, access: Access | Barrier) -> tuple[Comparison, ...]:
+        """The comparisons known to hold whenever ``access`` runs, from its guards."""
+        return tuple(c for cid, value in access.guards for c in implied(self.conditions[cid].test, value))
 
     @property
     def read_only(self) -> tuple[str, ...]:

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
@@ -16,6 +16,8 @@ class _Struct:
     size_bytes: int
     fields: Mapping[str, tuple[int, int]]
     """Member name -> (byte offset, byte size)."""
+    types: Mapping[str, str] = field(default_factory=dict)
+    """Member name -> its type (qualifiers dropped): a member's own members are found through it."""
 
 
 def _struct_layouts(root: Node, src: bytes) -> dict[str, _Struct]:
@@ -50,6 +52,7 @@ def _layout(node: Node, src: bytes, known: Mapping[str, _Struct]) -> _Struct | N
         return None
     offset, align = 0, 1
     fields: dict[str, tuple[int, int]] = {}
+    types: dict[str, str] = {}
     for f in body.named_children:
         if f.type != "field_declaration":
             continue
@@ -76,9 +79,10 @@ def _layout(node: Node, src: bytes, known: Mapping[str, _Struct]) -> _Struct | N
             offset = (offset + a - 1) // a * a
             if target is not None:
                 fields[node_text(src, target)] = (offset, size)
+                types[node_text(src, target)] = type_name
             offset += size * count
         align = max(align, a)
-    return _Struct((offset + align - 1) // align * align, fields)
+    return _Struct((offset + align - 1) // align * align, fields, types)
 
 
 @dataclass(frozen=True)
@@ -117,25 +121,86 @@ def call_operators(root: Node, src: bytes) -> dict[str, Functor]:
     return found
 
 
-def type_aliases(root: Node, src: bytes) -> frozenset[str]:
-    """Names the file's ``typedef`` and ``using X = …;`` declarations give to types, at any scope."""
-    found: set[str] = set()
+@dataclass(frozen=True)
+class Alias:
+    """What a ``typedef`` or ``using`` name stands for, resolved through the aliases before it."""
+
+    base: str
+    """The element or scalar type, qualifiers dropped (``float`` for ``typedef const float* CP;``)."""
+    pointer_depth: int
+    """Pointer levels (``typedef float* P;``: 1; an alias of ``P*``: 2)."""
+    const: bool
+    """The base type is const (``typedef const float* CP;``, ``using C = const float;``)."""
+
+
+def alias_table(root: Node, src: bytes) -> dict[str, Alias]:
+    """Every name the file's ``typedef`` and ``using X = …;`` declarations give to a type, at any
+    scope, resolved through the aliases declared before it; array typedefs are left out (neither a
+    pointer nor a scalar)."""
+    order: list[Node] = []
     stack = [root]
     while stack:
         node = stack.pop()
-        if node.type == "type_definition":
-            for d in node.children_by_field_name("declarator"):
-                while d is not None and d.type != "type_identifier":
-                    d = d.child_by_field_name("declarator")
-                if d is not None:
-                    found.add(node_text(src, d))
-        elif node.type == "alias_declaration":
-            name = node.child_by_field_name("name")
-            if name is not None:
-                found.add(node_text(src, name))
+        if node.type in ("type_definition", "alias_declaration"):
+            order.append(node)
         elif node.type != "function_definition":
-            stack.extend(node.children)
-    return frozenset(found)
+            stack.extend(reversed(node.children))
+    found: dict[str, Alias] = {}
+    for node in order:
+        if node.type == "alias_declaration":
+            name, descriptor = node.child_by_field_name("name"), node.child_by_field_name("type")
+            type_node = descriptor.child_by_field_name("type") if descriptor is not None else None
+            if name is None or type_node is None:
+                continue
+            targets = [(node_text(src, name), descriptor.child_by_field_name("declarator"))]
+            qualified = descriptor
+        else:
+            type_node = node.child_by_field_name("type")
+            if type_node is None:
+                continue
+            targets = []
+            for d in node.children_by_field_name("declarator"):
+                inner = d
+                while inner is not None and inner.type != "type_identifier":
+                    inner = inner.child_by_field_name("declarator")
+                if inner is not None:
+                    targets.append((node_text(src, inner), d))
+            qualified = node
+        const = any(c.type == "type_qualifier" and node_text(src, c) == "const" for c in qualified.children)
+        if type_node.type in ("struct_specifier", "class_specifier", "union_specifier"):
+            tag = type_node.child_by_field_name("name")
+            base = node_text(src, tag) if tag is not None else None
+        else:
+            base = _strip_qualifiers(node_text(src, type_node))
+            if "unsigned" in node_text(src, type_node).split() and base in ("char", "short", "long", "long long"):
+                base = "unsigned " + base
+        if base is None:
+            # An anonymous struct is known by the typedef's plain name (``typedef struct {…} S, *SP;``).
+            base = next((alias for alias, d in targets if _declarator_shape(d) == (0, False)), None)
+        for alias, declarator in targets:
+            depth, array = _declarator_shape(declarator)
+            if array:
+                continue
+            target = base or alias
+            outer = found.get(target) if target != alias else None
+            if outer is not None:
+                found[alias] = Alias(outer.base, outer.pointer_depth + depth, outer.const or const)
+            else:
+                found[alias] = Alias(target, depth, const)
+    return found
+
+
+def _declarator_shape(declarator: Node | None) -> tuple[int, bool]:
+    """(pointer levels, whether an array is declared) of a typedef's declarator (``**P`` → 2)."""
+    depth, array = 0, False
+    node = declarator
+    while node is not None and node.type not in ("type_identifier", "identifier"):
+        if node.type in ("pointer_declarator", "abstract_pointer_declarator"):
+            depth += 1
+        elif node.type in ("array_declarator", "abstract_array_declarator"):
+            array = True
+        node = node.child_by_field_name("declarator")
+    return depth, array
 
 
 def _template_params(fn: Node, src: bytes) -> list[tuple[str, bool]]:

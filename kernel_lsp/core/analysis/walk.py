@@ -2,21 +2,26 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis.facts import Access, KernelFacts, LoopFact, Opaque, Reduction, thread_dependence
+from kernel_lsp.core.analysis.binding import _data_dependent
+from kernel_lsp.core.analysis.facts import (
+    Access, Barrier, Comparison, Condition, KernelFacts, LoopFact, Opaque, Reduction, Test, thread_dependence,
+)
 from kernel_lsp.core.analysis.program import (
-    Functor, _file_constants, _instantiations, _Struct, _struct_layouts, _template_params, call_operators, type_aliases,
+    Alias, Functor, _file_constants, _instantiations, _Struct, _struct_layouts, _template_params, alias_table,
+    call_operators,
 )
 from kernel_lsp.core.analysis.syntax import (
     _BUILTIN_NAMES, _assignment_counts, _declarator_name, _declared_names, _is_pure_math, _param_list, _strip_qualifiers,
     assigned_names, conditional_update, declared_anywhere, function_definitions, identifiers_in, node_text, parse_text,
 )
 from kernel_lsp.core.consteval import TYPE_SIZES_BYTES, evaluate_int
-from kernel_lsp.core.poly import ONE, ZERO, Poly, is_opaque
+from kernel_lsp.core.poly import ONE, ZERO, Poly
 from kernel_lsp.core.source import Preprocessed
 
 _MAX_INLINE_DEPTH = 3
@@ -26,7 +31,6 @@ _MAX_NODES = 200_000
 """Expression nodes visited per kernel before the analysis stops (a generated 50,000-line kernel
 must not hold a worker for minutes); what was not reached is reported as not modelled."""
 _WARP = 32
-_SECTOR_BYTES = 32
 _BUILTINS = {"threadIdx": "tid", "blockIdx": "bid", "blockDim": "bdim", "gridDim": "gdim"}
 _WIDE_TYPES = ("long", "size_t", "int64_t", "uint64_t", "ptrdiff_t", "intptr_t", "uintptr_t", "long long")
 _SHUFFLES = ("__shfl_sync", "__shfl_down_sync", "__shfl_up_sync", "__shfl_xor_sync", "__shfl", "__shfl_down",
@@ -48,6 +52,44 @@ class _Pointer:
     space: str
     offset: Poly
     elem_type: str
+    field: str | None = None
+    """The member path it points to inside its element (``&p[i].count``), None for a whole element."""
+
+
+@dataclass(frozen=True)
+class _Place:
+    """A location an lvalue names: an element of an array and a member path in it."""
+
+    pointer: _Pointer
+    index: Poly
+    field: str | None
+    wide: bool
+    node: Node
+    """The node the access is recorded at (the subscript of ``p[i].x``, the whole ``*q``)."""
+
+
+_UNRESOLVED = object()
+"""What :meth:`_Walker.place` answers for an lvalue it evaluated but could not resolve to memory."""
+
+
+@dataclass(frozen=True)
+class _Group:
+    """A cooperative-groups object: ``block`` (``this_thread_block()``), ``tile`` of ``size`` threads
+    (``tiled_partition<32>(…)``), ``coalesced`` or ``grid``."""
+
+    kind: str
+    size: int | None = None
+
+
+_VOTES = ("__ballot_sync", "__any_sync", "__all_sync", "__uni_sync", "__activemask", "__match_any_sync",
+          "__match_all_sync", "__ballot", "__any", "__all")
+_BARRIER_SCOPE = {"__syncthreads": "block", "__syncthreads_count": "block", "__syncthreads_and": "block",
+                  "__syncthreads_or": "block", "__syncwarp": "warp"}
+_GROUP_MAKERS = {"this_thread_block": "block", "this_grid": "grid", "coalesced_threads": "coalesced",
+                 "tiled_partition": "tile"}
+_CG_REDUCE_OPS = {"plus": "+", "greater": "max", "less": "min", "bit_and": "&", "bit_or": "|", "bit_xor": "^"}
+_VECTOR_COMPONENTS = {"x": 0, "y": 1, "z": 2, "w": 3}
+_COMPARISON_OPS = ("<", "<=", ">", ">=", "==", "!=")
 
 
 @dataclass(frozen=True)
@@ -60,6 +102,63 @@ class _Array:
 
 
 _Value = Poly | _Pointer
+_NOT_A_GROUP_CALL = object()
+
+
+def _ends_in_exit(node: Node | None) -> bool:
+    """The statement always ends by leaving its block: a ``return``, ``continue`` or ``break``, or a
+    block whose last statement is one."""
+    while node is not None and node.type == "compound_statement":
+        inner = [c for c in node.named_children if c.type != "comment"]
+        node = inner[-1] if inner else None
+    return node is not None and node.type in ("return_statement", "continue_statement", "break_statement")
+
+
+def _param_shapes(fn: Node, src: bytes) -> list[tuple[bool, bool]]:
+    """(is a reference, points to or names const data) for each parameter of ``fn``."""
+    declarator = fn.child_by_field_name("declarator")
+    while declarator is not None and declarator.type != "function_declarator":
+        declarator = declarator.child_by_field_name("declarator")
+    params = declarator.child_by_field_name("parameters") if declarator is not None else None
+    out = []
+    for p in params.named_children if params is not None else []:
+        if p.type not in ("parameter_declaration", "optional_parameter_declaration"):
+            continue
+        decl = p.child_by_field_name("declarator")
+        is_ref = decl is not None and decl.type == "reference_declarator"
+        out.append((is_ref, _data_const(p, src)))
+    return out
+
+
+def _data_const(declaration: Node, src: bytes) -> bool:
+    """The data a declared pointer or reference points to is const (``const float* p``, ``float const& r``),
+    or its type is deduced (``auto p = in + k;`` keeps ``in``'s constness)."""
+    for c in declaration.children:
+        if c.type == "type_qualifier" and node_text(src, c) == "const":
+            return True
+        if c.type == "placeholder_type_specifier":
+            return True
+    return False
+
+
+def _join(path: str | None, name: str | None) -> str | None:
+    """A member path extended by ``name`` (``pos`` + ``x`` → ``pos.x``)."""
+    if name is None:
+        return path
+    return f"{path}.{name}" if path else name
+
+
+class _Guard:
+    """The code walked inside runs under one more condition (see :meth:`_Walker.guarded`)."""
+
+    def __init__(self, walker: _Walker, cid: int, value: bool):
+        self.walker, self.entry = walker, (cid, value)
+
+    def __enter__(self) -> None:
+        self.walker.guards.append(self.entry)
+
+    def __exit__(self, *exc: object) -> None:
+        self.walker.guards.pop()
 
 
 class _Budget(Exception):
@@ -95,15 +194,34 @@ class _Walker:
         self.depth = 0
         self.unknown_calls = 0
         self.types: dict[str, str] = {}
+        """Template type parameters bound by the instantiation (``T`` → ``float``)."""
         self.functors: Mapping[str, Functor] = {}
         """Structs of the file with a ``__device__ operator()``, by name: their objects are called inline."""
         self.objects: dict[str, tuple[Functor, dict[str, _Value | None]]] = {}
-        self.type_names: frozenset[str] = frozenset()
-        """``typedef`` and ``using`` names of the file: ``(floatX)(x)`` with one of them is a cast."""
         """Local function objects (``texReader r = {vec};``): their struct and their members' values."""
-        """Template type parameters bound by the instantiation (``T`` → ``float``)."""
+        self.aliases: Mapping[str, Alias] = {}
+        """``typedef`` and ``using`` names of the file: ``(floatX)(x)`` with one of them is a cast, and a
+        parameter ``Data_ptr p`` with ``typedef float* Data_ptr;`` is a pointer to float."""
+        self.conditions: list[Condition] = []
+        self.guards: list[tuple[int, bool]] = []
+        """The conditions deciding whether the code being walked runs, outermost first (see :attr:`Access.guards`)."""
+        self.barriers: list[Barrier] = []
+        self.refs: dict[str, _Place] = {}
+        """References (``float& r = out[i];``, a helper's ``float& x`` bound to ``out[i]``): the location each names."""
+        self.groups: dict[str, _Group] = {}
+        """Cooperative-groups objects in scope, by name."""
+        self.nonconst: set[str] = set()
+        self.nonconst_locals: set[str] = set()
+        """Local pointers declared to non-const data: a parameter assigned to one is copied to non-const."""
+        self.value_types: set[str] = set()
+        self.implicit: list[str] = []
+        """Thread and block indices read through cooperative groups (``cta.thread_rank()``)."""
         self.complete = True
         self.nodes = 0
+
+    @property
+    def type_names(self) -> frozenset[str]:
+        return frozenset(self.aliases)
 
     # -- helpers ------------------------------------------------------------------------------
     def user_line(self, line: int) -> int | None:
@@ -134,16 +252,179 @@ class _Walker:
     def record(self, pointer: _Pointer, index: Poly, kind: str, op: str | None, node: Node, field_name: str | None = None,
                wide: bool = False) -> None:
         line = node.start_point[0]
-        layout = self.structs.get(pointer.elem_type)
-        member = layout.fields.get(field_name) if layout is not None and field_name is not None else None
+        path = _join(pointer.field, field_name)
+        member = self.member(pointer.elem_type, path) if path is not None else None
         self.accesses.append(Access(
             array=pointer.base, space=pointer.space, kind=kind, op=op, index=pointer.offset + index,
-            elem_type=pointer.elem_type, elem_bytes=self.elem_bytes(pointer.elem_type), field=field_name,
+            elem_type=pointer.elem_type, elem_bytes=self.elem_bytes(pointer.elem_type), field=path,
             line=line, user_line=self.user_line(line), text=node_text(self.src, node)[:120],
             loops=tuple(self.loop_stack), via=tuple(self.via), wide=wide,
             field_offset_bytes=member[0] if member else None, field_bytes=member[1] if member else None,
-            span=(node.start_byte, node.end_byte),
+            span=(node.start_byte, node.end_byte), guards=tuple(self.guards),
         ))
+
+    def member(self, elem_type: str, path: str) -> tuple[int, int] | None:
+        """(byte offset, byte size) of the member ``path`` (``pos.x``) in ``elem_type``, through nested
+        structs and CUDA's vector types; None when a layout is not known."""
+        offset, size, type_ = 0, None, elem_type
+        for name in path.split("."):
+            layout = self.structs.get(type_)
+            if layout is not None and name in layout.fields:
+                at, size = layout.fields[name]
+                offset += at
+                type_ = layout.types.get(name, "")
+                continue
+            vector = re.fullmatch(r"(u?(?:char|short|int|long|longlong)|float|double)([1-4])", type_)
+            if vector is not None and name in _VECTOR_COMPONENTS and _VECTOR_COMPONENTS[name] < int(vector.group(2)):
+                scalar = {"uchar": "unsigned char", "ushort": "unsigned short", "uint": "unsigned int",
+                          "ulong": "unsigned long", "longlong": "long long", "ulonglong": "unsigned long long"}.get(
+                    vector.group(1), vector.group(1))
+                size = TYPE_SIZES_BYTES.get(scalar)
+                if size is None:
+                    return None
+                offset += size * _VECTOR_COMPONENTS[name]
+                type_ = scalar
+                continue
+            return None
+        return (offset, size) if size is not None else None
+
+    def place(self, node: Node | None) -> _Place | object | None:
+        """The memory location the expression ``node`` names: an element of an array (``a[i]``, ``*p``,
+        ``q->m``, ``p[i].pos.x``, a reference) with its member path. None when ``node`` is no such
+        expression (nothing was evaluated), :data:`_UNRESOLVED` when it is one whose array could not be
+        resolved (its parts were evaluated)."""
+        if node is None:
+            return None
+        kind = node.type
+        if kind == "parenthesized_expression" and node.named_children:
+            return self.place(node.named_children[-1])
+        if kind == "subscript_expression":
+            found = self.element(node)
+            if found is None:
+                return _UNRESOLVED
+            pointer, index, wide = found
+            return _Place(pointer, index, None, wide, node)
+        if kind == "pointer_expression":
+            op = node.child_by_field_name("operator")
+            if op is None or node_text(self.src, op) != "*":
+                return None
+            pointer = self.expr(node.child_by_field_name("argument"))
+            return _Place(pointer, ZERO, None, False, node) if isinstance(pointer, _Pointer) else _UNRESOLVED
+        if kind == "identifier":
+            name = node_text(self.src, node)
+            if name in self.refs:
+                return self.refs[name]
+            if name in self.arrays and not self.arrays[name].dims and name not in self.env:
+                a = self.arrays[name]
+                return _Place(_Pointer(a.name, a.space, ZERO, a.elem_type), ZERO, None, False, node)
+            return None
+        if kind == "field_expression":
+            arg, fld = node.child_by_field_name("argument"), node.child_by_field_name("field")
+            if arg is None or fld is None:
+                return None
+            name = node_text(self.src, fld)
+            operator = next((c for c in node.children if c.type in ("->", ".")), None)
+            if operator is not None and operator.type == "->":
+                if arg.type == "identifier" and node_text(self.src, arg) in _BUILTINS:
+                    return None
+                pointer = self.expr(arg)
+                return _Place(pointer, ZERO, _join(pointer.field, name), False, arg) if isinstance(pointer, _Pointer) \
+                    else _UNRESOLVED
+            if arg.type == "identifier" and node_text(self.src, arg) in _BUILTINS and node_text(self.src, arg) not in self.env:
+                return None
+            inner = self.place(arg)
+            if isinstance(inner, _Place):
+                return _Place(inner.pointer, inner.index, _join(inner.field, name), inner.wide, inner.node)
+            return inner
+        return None
+
+    def at(self, place: _Place, kind: str, op: str | None) -> None:
+        """Record an access of ``kind`` at ``place``."""
+        self.record(place.pointer, place.index, kind, op, place.node, place.field, place.wide)
+
+    def condition(self, kind: str, node: Node | None, statement: Node, value: _Value | None) -> int:
+        """A :class:`Condition` for the test ``node``, whose ``value`` the caller evaluated; its id."""
+        test = self.test(node)
+        text = node_text(self.src, node) if node is not None else ""
+        deps = (thread_dependence(value, self.opaque) if isinstance(value, Poly)
+                else thread_dependence(value.offset, self.opaque) if isinstance(value, _Pointer) else frozenset())
+        cid = len(self.conditions)
+        line = (node or statement).start_point[0]
+        self.conditions.append(Condition(
+            cid, kind, test, text[:160], bool(deps), bool(deps) and self.splits_warp(node), line, self.user_line(line),
+            tuple(self.loop_stack), tuple(self.via),
+            (node.start_byte, node.end_byte) if node is not None else (statement.start_byte, statement.start_byte),
+            (statement.start_byte, statement.end_byte)))
+        return cid
+
+    def quietly(self, node: Node | None) -> _Value | None:
+        """The value of ``node`` without recording its accesses again (it was evaluated already)."""
+        saved = (len(self.accesses), len(self.reductions), len(self.conditions), len(self.barriers), self.syncs,
+                 self.shuffles, self.unknown_calls, set(self.escaped), set(self.nonconst), dict(self.env))
+        try:
+            return self.expr(node)
+        finally:
+            (accesses, reductions, conditions, barriers, self.syncs, self.shuffles, self.unknown_calls, self.escaped,
+             self.nonconst, self.env) = saved
+            del self.accesses[accesses:], self.reductions[reductions:], self.conditions[conditions:]
+            del self.barriers[barriers:]
+
+    def test(self, node: Node | None) -> Test:
+        """The condition ``node`` as a :data:`~kernel_lsp.core.analysis.facts.Test`, its comparisons
+        on polynomials where the values are ones."""
+        while node is not None and node.type in ("parenthesized_expression", "condition_clause") and node.named_children:
+            node = node.named_children[-1]
+        if node is None:
+            return ("opaque",)
+        if node.type == "unary_expression":
+            op = node.child_by_field_name("operator")
+            if op is not None and node_text(self.src, op) == "!":
+                return ("not", self.test(node.child_by_field_name("argument")))
+        if node.type == "binary_expression":
+            op_node = node.child_by_field_name("operator")
+            op = node_text(self.src, op_node) if op_node is not None else ""
+            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+            if op in ("&&", "||"):
+                parts: list[Test] = []
+                for side in (left, right):
+                    t = self.test(side)
+                    parts.extend(t[1] if t[0] == ("and" if op == "&&" else "or") else (t,))
+                return ("and" if op == "&&" else "or", tuple(parts))
+            if op in _COMPARISON_OPS:
+                lv, rv = self.quietly(left), self.quietly(right)
+                if isinstance(lv, Poly) and isinstance(rv, Poly):
+                    return ("cmp", Comparison(lv, op, rv))
+        return ("opaque",)
+
+    def splits_warp(self, node: Node | None) -> bool:
+        """A thread-dependent test in ``node`` that part of a warp passes: ``==``/``!=`` against a
+        constant, an order comparison with a constant that is not a multiple of 32, or a ``%``/``&``
+        of a thread-dependent value."""
+        stack = [node] if node is not None else []
+        while stack:
+            n = stack.pop()
+            if n.type == "binary_expression":
+                op_node = n.child_by_field_name("operator")
+                left, right = n.child_by_field_name("left"), n.child_by_field_name("right")
+                op = node_text(self.src, op_node) if op_node is not None else ""
+                if left is not None and right is not None:
+                    lv, rv = self.quietly(left), self.quietly(right)
+                    ld = isinstance(lv, Poly) and bool(thread_dependence(lv, self.opaque))
+                    rd = isinstance(rv, Poly) and bool(thread_dependence(rv, self.opaque))
+                    if op in ("%", "&") and (ld or rd):
+                        return True
+                    if op in _COMPARISON_OPS:
+                        for dependent, other in ((ld, rv), (rd, lv)):
+                            value = other.constant if isinstance(other, Poly) else None
+                            if dependent and value is not None and (op in ("==", "!=") or value % _WARP != 0):
+                                return True
+                        continue  # its operands were judged as values
+            stack.extend(n.named_children)
+        return False
+
+    def guarded(self, cid: int, value: bool):
+        """A context in which the code walked runs under condition ``cid`` having ``value``."""
+        return _Guard(self, cid, value)
 
     def tick(self) -> None:
         self.nodes += 1
@@ -201,6 +482,10 @@ class _Walker:
 
     def e_identifier(self, node: Node) -> _Value:
         name = node_text(self.src, node)
+        if name in self.refs:
+            place = self.refs[name]
+            self.at(place, "read", None)
+            return self.fresh(name, [place.index])
         if name in self.env:
             return self.env[name]
         if name in self.arrays:
@@ -235,6 +520,15 @@ class _Walker:
 
     def ty(self, name: str) -> str:
         return self.types.get(name, name)
+
+    def params_of(self, fn: Node) -> list[tuple[str, str, bool]]:
+        """(name, element or scalar type, is pointer) of ``fn``'s parameters, template parameters and
+        ``typedef``/``using`` aliases resolved (``Data_ptr p`` is a pointer to float)."""
+        out = []
+        for name, type_, is_pointer in _param_list(fn, self.src):
+            base, depth, _ = self.resolve_type(type_)
+            out.append((name, base, is_pointer or depth > 0))
+        return out
 
     def bind_template(self, fn: Node, args: list[str]) -> tuple[dict[str, str], dict[str, str]]:
         """(types, constants) for ``fn``'s template parameters bound to ``args`` (texts), which are
@@ -344,9 +638,16 @@ class _Walker:
                 symbol = f"{prefix}.{node_text(self.src, fld)}"
                 self.builtins.add(symbol)
                 return Poly.sym(symbol)
-        if arg is not None and arg.type == "subscript_expression":
-            self.subscript(arg, "read", None, field_name=node_text(self.src, fld) if fld is not None else None)
-            return self.fresh(node_text(self.src, node), [])
+        if arg is not None and fld is not None and arg.type == "call_expression":
+            dim = self.group_dim3(arg, node_text(self.src, fld))
+            if dim is not None:
+                return dim
+        place = self.place(node)
+        if isinstance(place, _Place):
+            self.at(place, "read", None)
+            return self.fresh(node_text(self.src, node), [place.index])
+        if place is _UNRESOLVED:
+            return self.fresh(node_text(self.src, node))
         value = self.expr(arg)
         return self.fresh(node_text(self.src, node), [value])
 
@@ -367,10 +668,16 @@ class _Walker:
             regrouped = self.regroup_misread_cast(node)
             if regrouped is not None:
                 return regrouped
-        left = self.expr(node.child_by_field_name("left"))
-        right = self.expr(node.child_by_field_name("right"))
         op_node = node.child_by_field_name("operator")
         op = node_text(self.src, op_node) if op_node is not None else ""
+        left = self.expr(node.child_by_field_name("left"))
+        if op in ("&&", "||"):
+            # The right operand runs only where the left one decided it must.
+            cid = self.condition(op.replace("&&", "and").replace("||", "or"), node.child_by_field_name("left"), node, left)
+            with self.guarded(cid, op == "&&"):
+                right = self.expr(node.child_by_field_name("right"))
+            return self.fresh(node_text(self.src, node), [left, right])
+        right = self.expr(node.child_by_field_name("right"))
         if isinstance(left, _Pointer) and isinstance(right, Poly) and op in "+-":
             return _Pointer(left.base, left.space, left.offset + (right if op == "+" else -right), left.elem_type)
         if isinstance(right, _Pointer) and isinstance(left, Poly) and op == "+":
@@ -385,8 +692,11 @@ class _Walker:
 
     def e_conditional_expression(self, node: Node) -> _Value | None:
         cond = self.expr(node.child_by_field_name("condition"))
-        a = self.expr(node.child_by_field_name("consequence"))
-        b = self.expr(node.child_by_field_name("alternative"))
+        cid = self.condition("select", node.child_by_field_name("condition"), node, cond)
+        with self.guarded(cid, True):
+            a = self.expr(node.child_by_field_name("consequence"))
+        with self.guarded(cid, False):
+            b = self.expr(node.child_by_field_name("alternative"))
         if isinstance(a, Poly) and a == b:
             return a
         recipe = self.select_recipe(node.child_by_field_name("condition"), a, b)
@@ -422,6 +732,23 @@ class _Walker:
             return self.fresh(node_text(self.src, node), [pointer])
         return self.fresh(node_text(self.src, node), [pointer])
 
+    def group_dim3(self, call: Node, component: str) -> Poly | None:
+        """``g.thread_index().x``, ``g.group_index().y``, ``g.group_dim().z`` … of a thread block."""
+        fn = call.child_by_field_name("function")
+        if fn is None or fn.type != "field_expression":
+            return None
+        group = self.group_of(fn.child_by_field_name("argument"))
+        method = fn.child_by_field_name("field")
+        if group is None or group.kind != "block" or method is None or component not in ("x", "y", "z"):
+            return None
+        prefix = {"thread_index": "tid", "group_index": "bid", "group_dim": "bdim", "dim_threads": "bdim"}.get(
+            node_text(self.src, method))
+        if prefix is None:
+            return None
+        self.builtins.add(f"{prefix}.{component}")
+        self.implicit.append(node_text(self.src, call)[:80])
+        return Poly.sym(f"{prefix}.{component}")
+
     def e_subscript_expression(self, node: Node) -> _Value | None:
         return self.subscript(node, "read", None)
 
@@ -432,6 +759,9 @@ class _Walker:
         arg = node.child_by_field_name("argument")
         op = node.child_by_field_name("operator")
         op_text = node_text(self.src, op) if op is not None else "++"
+        if arg is not None and arg.type == "identifier" and node_text(self.src, arg) in self.refs:
+            self.at(self.refs[node_text(self.src, arg)], "update", op_text[0])
+            return self.fresh(node_text(self.src, node))
         if arg is not None and arg.type == "identifier":
             name = node_text(self.src, arg)
             old = self.env.get(name)
@@ -501,29 +831,13 @@ class _Walker:
         """Record a store (or read-modify-write) to ``node``."""
         if node is None:
             return
-        if node.type == "parenthesized_expression" and node.named_children:
-            self.lvalue(node.named_children[-1], kind, op)
-        elif node.type == "subscript_expression":
-            self.subscript(node, kind, op)
-        elif node.type == "field_expression":
-            arg = node.child_by_field_name("argument")
-            fld = node.child_by_field_name("field")
-            if arg is not None and arg.type == "subscript_expression":
-                self.subscript(arg, kind, op, field_name=node_text(self.src, fld) if fld is not None else None)
-            elif arg is not None and arg.type == "pointer_expression":
-                self.lvalue(arg, kind, op)
-            elif arg is not None:
-                self.expr(arg)
-        elif node.type == "pointer_expression":
-            pointer = self.expr(node.child_by_field_name("argument"))
-            if isinstance(pointer, _Pointer):
-                self.record(pointer, ZERO, kind, op, node)
-        elif node.type == "identifier":
-            name = node_text(self.src, node)
-            if name in self.arrays and not self.arrays[name].dims:
-                a = self.arrays[name]
-                self.record(_Pointer(a.name, a.space, ZERO, a.elem_type), ZERO, kind, op, node)
-        else:
+        place = self.place(node)
+        if isinstance(place, _Place):
+            self.at(place, kind, op)
+        elif place is None and node.type == "field_expression":
+            # A member of a local value (``s.x = …``): the object is no memory the analysis tracks.
+            self.expr(node.child_by_field_name("argument"))
+        elif place is None and node.type != "identifier":
             self.expr(node)
 
     def address(self, node: Node | None) -> _Value | None:
@@ -532,20 +846,17 @@ class _Walker:
             return None
         if node.type == "parenthesized_expression" and node.named_children:
             return self.address(node.named_children[-1])
-        if node.type == "subscript_expression":
-            found = self.element(node)
-            if found is not None:
-                pointer, index, _ = found
-                return _Pointer(pointer.base, pointer.space, pointer.offset + index, pointer.elem_type)
-        if node.type == "field_expression":
-            arg = node.child_by_field_name("argument")
-            if arg is not None and arg.type == "subscript_expression":
-                return self.address(arg)
         if node.type == "identifier":
             name = node_text(self.src, node)
-            if name in self.arrays:
+            if name in self.arrays and name not in self.refs:
                 a = self.arrays[name]
                 return _Pointer(a.name, a.space, ZERO, a.elem_type)
+        place = self.place(node)
+        if isinstance(place, _Place):
+            p = place.pointer
+            return _Pointer(p.base, p.space, p.offset + place.index, p.elem_type, place.field)
+        if place is _UNRESOLVED:
+            return self.fresh(node_text(self.src, node))
         return self.fresh(node_text(self.src, node), [self.expr(node)])
 
     def assign(self, node: Node) -> _Value | None:
@@ -554,8 +865,16 @@ class _Walker:
         op = node_text(self.src, op_node) if op_node is not None else "="
         right_node = node.child_by_field_name("right")
         right = self.expr(right_node)
+        if left is not None and left.type == "identifier" and node_text(self.src, left) in self.refs:
+            self.at(self.refs[node_text(self.src, left)], "write" if op == "=" else "update", _COMPOUND.get(op))
+            return right
         if left is not None and left.type == "identifier":
             name = node_text(self.src, left)
+            group = self.group_of(right_node) if op == "=" else None
+            if group is not None:
+                self.groups[name] = group
+            if name in self.nonconst_locals and isinstance(right, _Pointer):
+                self.copied_to_nonconst(right)
             if name in self.arrays and not self.arrays[name].dims:
                 self.lvalue(left, "write" if op == "=" else "update", _COMPOUND.get(op))
                 return right
@@ -622,10 +941,14 @@ class _Walker:
             if isinstance(value, Poly) and not any(w in type_text for w in ("float", "double", "half")):
                 return value
             return self.fresh(node_text(self.src, node), [value])
+        group_call = self.group_call(node, fn, args, short)
+        if group_call is not _NOT_A_GROUP_CALL:
+            return group_call
         if short.startswith("atomic") and args:
-            target = self.address(args[0]) if args[0].type == "pointer_expression" and node_text(self.src, args[0]).startswith("&") else self.expr(args[0])
             if args[0].type == "pointer_expression" and node_text(self.src, args[0]).startswith("&"):
                 target = self.address(args[0].child_by_field_name("argument"))
+            else:
+                target = self.expr(args[0])
             values = [self.expr(a) for a in args[1:]]
             if isinstance(target, _Pointer):
                 self.record(target, ZERO, "atomic", short, node)
@@ -634,15 +957,19 @@ class _Walker:
                 loop = self.loop_stack[-1] if self.loop_stack else None
                 if not thread_dependence(index, self.opaque):
                     self.reductions.append(Reduction("atomic", target.base, short, line, self.user_line(line), loop))
-                elif any(is_opaque(s) and self.opaque[s].deps and self.opaque[s].recipe is None for s in index.symbols):
+                elif _data_dependent(index, self.opaque):
                     self.reductions.append(Reduction("atomic_scatter", target.base, short, line, self.user_line(line), loop))
             else:
                 self.unknowns.append(f"line {self.user_line_text(node)}: {short} on `{node_text(self.src, args[0])}`, "
                                      "whose target array could not be resolved")
             return self.fresh(node_text(self.src, node), values)
         if short in _SYNCS:
-            self.syncs += 1
-            return None
+            values = [self.expr(a) for a in args]
+            self.barrier(_BARRIER_SCOPE.get(short, "block"), node)
+            return self.fresh(node_text(self.src, node), values) if args else None
+        if short in _VOTES:
+            self.shuffles += 1
+            return self.fresh(node_text(self.src, node), [self.expr(a) for a in args])
         if short in _SHUFFLES:
             self.shuffles += 1
             values = [self.expr(a) for a in args]
@@ -687,6 +1014,113 @@ class _Walker:
             self.unknown_calls += 1
         return self.fresh(node_text(self.src, node), values)
 
+    def barrier(self, scope: str, node: Node) -> None:
+        self.syncs += 1
+        line = node.start_point[0]
+        self.barriers.append(Barrier(scope, node_text(self.src, node)[:80], line, self.user_line(line),
+                                     tuple(self.loop_stack), tuple(self.via), tuple(self.guards),
+                                     (node.start_byte, node.end_byte)))
+
+    def group_of(self, node: Node | None) -> _Group | None:
+        """The cooperative group an expression denotes: a name bound to one, or a call that makes one
+        (``cg::this_thread_block()``, ``cg::tiled_partition<32>(block)``, ``tiled_partition(block, 16)``)."""
+        while node is not None and node.type == "parenthesized_expression" and node.named_children:
+            node = node.named_children[-1]
+        if node is None:
+            return None
+        if node.type == "identifier":
+            return self.groups.get(node_text(self.src, node))
+        if node.type != "call_expression":
+            return None
+        fn = node.child_by_field_name("function")
+        name = node_text(self.src, fn) if fn is not None else ""
+        short = name.split("<", 1)[0].rsplit("::", 1)[-1].strip()
+        kind = _GROUP_MAKERS.get(short)
+        if kind is None:
+            return None
+        if kind != "tile":
+            return _Group(kind)
+        size = None
+        template = re.search(r"<\s*([^<>]+?)\s*>", name)
+        args = node.child_by_field_name("arguments")
+        if template is not None:
+            size = evaluate_int(template.group(1), self.constants)
+        elif args is not None and args.named_child_count == 2:
+            size = evaluate_int(node_text(self.src, args.named_children[1]), self.constants)
+        return _Group("tile", size)
+
+    def group_call(self, node: Node, fn: Node | None, args: list[Node], short: str) -> object:
+        """A cooperative-groups call (a method of a group object, ``cg::sync``, ``cg::reduce``): its
+        value, or :data:`_NOT_A_GROUP_CALL`. Barriers, shuffles, votes and reductions are recorded as
+        their intrinsic forms are; ranks and sizes are the thread-index polynomials they stand for."""
+        if fn is not None and fn.type == "field_expression":
+            group = self.group_of(fn.child_by_field_name("argument"))
+            method = fn.child_by_field_name("field")
+            if group is None or method is None:
+                return _NOT_A_GROUP_CALL
+            return self.group_method(group, node_text(self.src, method), node, args)
+        if short in _GROUP_MAKERS and self.group_of(node) is not None:
+            for a in args:
+                if self.group_of(a) is None:
+                    self.expr(a)
+            return self.fresh(node_text(self.src, node))
+        if short == "sync" and len(args) == 1 and self.group_of(args[0]) is not None:
+            group = self.group_of(args[0])
+            self.barrier({"block": "block", "grid": "grid"}.get(group.kind, "warp"), node)
+            return None
+        if short in ("reduce", "inclusive_scan", "exclusive_scan") and args and self.group_of(args[0]) is not None:
+            values = [self.expr(a) for a in args[1:2]]
+            op_name = node_text(self.src, args[2]).split("<", 1)[0].rsplit("::", 1)[-1].strip() if len(args) > 2 else "plus"
+            self.shuffles += 1
+            line = node.start_point[0]
+            self.reductions.append(Reduction("warp_shuffle", f"cg::{short}", _CG_REDUCE_OPS.get(op_name, op_name), line,
+                                             self.user_line(line), self.loop_stack[-1] if self.loop_stack else None))
+            return self.fresh(node_text(self.src, node), values)
+        return _NOT_A_GROUP_CALL
+
+    def group_method(self, group: _Group, method: str, node: Node, args: list[Node]) -> _Value | None:
+        linear = Poly.sym("tid.x") + Poly.sym("bdim.x") * (Poly.sym("tid.y") + Poly.sym("bdim.y") * Poly.sym("tid.z"))
+        threads = Poly.sym("bdim.x") * Poly.sym("bdim.y") * Poly.sym("bdim.z")
+        text = node_text(self.src, node)
+        if method == "sync":
+            self.barrier({"block": "block", "grid": "grid"}.get(group.kind, "warp"), node)
+            return None
+        if method in ("thread_rank", "size", "num_threads", "meta_group_rank", "meta_group_size"):
+            self.builtins.update({"tid.x", "tid.y", "tid.z", "bdim.x", "bdim.y", "bdim.z"} & linear.symbols)
+            self.implicit.append(text[:80])
+        if group.kind == "block":
+            if method == "thread_rank":
+                return linear
+            if method in ("size", "num_threads"):
+                return threads
+        if group.kind == "tile" and group.size:
+            size = Poly.const(group.size)
+            if method == "thread_rank":
+                return self.fresh(text, [linear], ("%", linear, size))
+            if method in ("size", "num_threads"):
+                return size
+            if method == "meta_group_rank":
+                return self.fresh(text, [linear], ("/", linear, size))
+            if method == "meta_group_size":
+                return self.fresh(text, [threads], ("/", threads, size))
+        values = [self.expr(a) for a in args]
+        if method.startswith("shfl") or method in ("any", "all", "ballot", "match_any", "match_all"):
+            self.shuffles += 1
+            if method.startswith("shfl"):
+                line = node.start_point[0]
+                self.reductions.append(Reduction("warp_shuffle", method, method, line, self.user_line(line),
+                                                 self.loop_stack[-1] if self.loop_stack else None))
+            return self.fresh(text, values)
+        # Other members (``is_valid``, ``block_rank`` of a grid …): a value the analysis does not compute, not
+        # code that touches memory.
+        return self.fresh(text, values)
+
+    def copied_to_nonconst(self, pointer: _Pointer) -> None:
+        """A pointer into ``pointer.base`` stored where it may write (a pointer or reference to non-const
+        data): a parameter made ``const`` would no longer convert."""
+        if pointer.space == "global":
+            self.nonconst.add(pointer.base)
+
     def is_type(self, node: Node) -> bool:
         """``(T)`` names a type: a typedef of the file, a template type parameter or a sized builtin,
         and no variable of the same name is in scope."""
@@ -712,10 +1146,28 @@ class _Walker:
                members: Mapping[str, _Value | None] | None = None) -> _Value | None:
         """The helper's body walked with its parameters bound to the arguments (and, for a function
         object's ``operator()``, its members bound to the values the object was made with)."""
-        values = [self.expr(a) for a in args]
-        params = [(n, self.ty(t), p) for n, t, p in _param_list(helper, self.src)]
+        params = [(n, self.ty(t), p) for n, t, p in self.params_of(helper)]
+        shapes = _param_shapes(helper, self.src)
+        values: list[_Value | _Place | _Group | None] = []
+        for k, a in enumerate(args):
+            is_ref, data_const = shapes[k] if k < len(shapes) else (False, True)
+            group = self.group_of(a)
+            if group is not None:
+                values.append(group)
+                continue
+            place = self.place(a) if is_ref else None
+            if isinstance(place, _Place):
+                if not data_const:
+                    self.copied_to_nonconst(place.pointer)
+                values.append(place)
+                continue
+            value = self.expr(a) if place is None else None
+            if isinstance(value, _Pointer) and k < len(params) and params[k][2] and not data_const:
+                self.copied_to_nonconst(value)
+            values.append(value)
         saved_env, saved_returns, saved_arrays = self.env, self.returns, dict(self.arrays)
         saved_types, saved_constants = self.types, self.constants
+        saved_refs, saved_groups = self.refs, self.groups
         fn = node.child_by_field_name("function")
         type_args = fn.child_by_field_name("arguments") if fn is not None and fn.type == "template_function" else None
         if type_args is not None:
@@ -723,13 +1175,22 @@ class _Walker:
             self.types = {**self.types, **types}
             self.constants = {**self.constants, **consts}
         env: dict[str, _Value] = {k: v if v is not None else self.fresh(k) for k, v in (members or {}).items()}
+        refs: dict[str, _Place] = {}
+        groups: dict[str, _Group] = {}
         for (pname, ptype, is_pointer), value, arg in zip(params, values, args):
+            if isinstance(value, _Place):
+                refs[pname] = value
+                continue
+            if isinstance(value, _Group):
+                groups[pname] = value
+                continue
             if is_pointer and not isinstance(value, _Pointer):
                 value = self.unresolved(pname, ptype, arg)
             elif value is None:
                 value = self.fresh(pname)
             env[pname] = value
         self.env, self.returns = env, []
+        self.refs, self.groups = refs, groups
         self.via.append(name)
         try:
             body = helper.child_by_field_name("body")
@@ -741,6 +1202,7 @@ class _Walker:
             self.env, self.returns = saved_env, saved_returns
             self.arrays = saved_arrays
             self.types, self.constants = saved_types, saved_constants
+            self.refs, self.groups = saved_refs, saved_groups
         if len(returns) == 1:
             return returns[0]
         return self.fresh(node_text(self.src, node), returns)
@@ -754,16 +1216,28 @@ class _Walker:
         if kind == "compound_statement":
             declared_before = set(self.env)
             shadowed = {}
+            scoped = (dict(self.refs), dict(self.groups), set(self.nonconst_locals))
+            exits = 0
             for child in node.named_children:
                 if child.type == "declaration":
                     for name in _declared_names(child, self.src):
                         if name in self.env and name not in shadowed:
                             shadowed[name] = self.env[name]
-                self.statement(child)
+                if child.type == "if_statement":
+                    cid = self.if_statement(child)
+                    if self.conditions[cid].kind == "exit":
+                        # What follows in this block runs where the exit's condition is false.
+                        self.guards.append((cid, False))
+                        exits += 1
+                else:
+                    self.statement(child)
+            if exits:
+                del self.guards[-exits:]
             for name in list(self.env):
                 if name not in declared_before:
                     del self.env[name]
             self.env.update(shadowed)
+            self.refs, self.groups, self.nonconst_locals = scoped
         elif kind == "declaration":
             self.declaration(node)
         elif kind == "expression_statement":
@@ -780,7 +1254,8 @@ class _Walker:
         elif kind in ("comment", "preproc_call", "break_statement", "continue_statement", "goto_statement"):
             return
         elif kind == "switch_statement":
-            self.expr(node.child_by_field_name("condition"))
+            value = self.expr(node.child_by_field_name("condition"))
+            self.condition("switch", node.child_by_field_name("condition"), node, value)
             before = dict(self.env)
             self.statement(node.child_by_field_name("body"))
             self.merge(before, [self.env])
@@ -791,16 +1266,52 @@ class _Walker:
                 elif c.type not in ("comment",):
                     self.expr(c)
 
+    def resolve_type(self, type_text: str) -> tuple[str, int, bool]:
+        """(base type, pointer levels, const) of a type as written, through template bindings and the
+        file's ``typedef``/``using`` aliases (``Data_ptr`` → ``float``, 1)."""
+        base = self.ty(_strip_qualifiers(type_text))
+        alias = self.aliases.get(base)
+        if alias is not None:
+            return self.ty(alias.base), alias.pointer_depth, alias.const
+        return base, 0, False
+
     def declaration(self, node: Node) -> None:
         text = node_text(self.src, node)
         type_node = node.child_by_field_name("type")
-        base_type = self.ty(_strip_qualifiers(node_text(self.src, type_node))) if type_node is not None else "int"
+        base_type, alias_depth, alias_const = self.resolve_type(node_text(self.src, type_node)) if type_node is not None \
+            else ("int", 0, False)
+        self.value_types.add(base_type)
         shared = "__shared__" in text.split("=")[0]
         wide = any(w == base_type or base_type.startswith(w) for w in _WIDE_TYPES)
+        data_const = alias_const or _data_const(node, self.src)
         for decl in node.children_by_field_name("declarator"):
             target = decl.child_by_field_name("declarator") if decl.type == "init_declarator" else decl
             value_node = decl.child_by_field_name("value") if decl.type == "init_declarator" else None
-            is_pointer = target is not None and target.type == "pointer_declarator"
+            is_pointer = target is not None and target.type == "pointer_declarator" or (
+                alias_depth > 0 and target is not None and target.type == "identifier")
+            if target is not None and target.type == "reference_declarator" and value_node is not None:
+                name = _declarator_name(target, self.src)
+                place = self.place(value_node)
+                if name and isinstance(place, _Place):
+                    # ``float& r = out[i];``: what is done to ``r`` is done to the element.
+                    self.refs[name] = place
+                    self.env.pop(name, None)
+                    if not data_const:
+                        self.copied_to_nonconst(place.pointer)
+                    continue
+                if place is not None:
+                    continue
+            if target is not None and target.type != "array_declarator" and value_node is not None:
+                group = self.group_of(value_node)
+                name = _declarator_name(target, self.src)
+                if group is not None and name:
+                    for a in (value_node.child_by_field_name("arguments").named_children
+                              if value_node.type == "call_expression" and value_node.child_by_field_name("arguments") else ()):
+                        if self.group_of(a) is None:
+                            self.expr(a)
+                    self.groups[name] = group
+                    self.env[name] = self.fresh(name)
+                    continue
             if target is not None and target.type == "array_declarator":
                 name, dims = self.array_dims(target)
                 if name:
@@ -828,6 +1339,13 @@ class _Walker:
             if shared and not is_pointer:
                 self.arrays[name] = _Array(name, "shared", base_type, ())
                 continue
+            if is_pointer:
+                if data_const:
+                    self.nonconst_locals.discard(name)
+                else:
+                    self.nonconst_locals.add(name)
+                    if isinstance(value, _Pointer):
+                        self.copied_to_nonconst(value)
             if is_pointer and isinstance(value, _Pointer):
                 self.env[name] = _Pointer(value.base, value.space, value.offset, base_type if base_type != "void" else value.elem_type)
             elif is_pointer and value_node is not None:
@@ -848,20 +1366,28 @@ class _Walker:
         name = _declarator_name(node, self.src) if node is not None else None
         return name, tuple(reversed(dims))
 
-    def if_statement(self, node: Node) -> None:
+    def if_statement(self, node: Node) -> int:
+        """Walks the ``if``; its :class:`Condition`'s id (kind ``exit`` when its only branch leaves the
+        block: a ``return``, ``continue`` or ``break`` at its end)."""
         found = conditional_update(node, self.src)
         if found is not None:
             self.note_accumulator(found[0], found[1], node)
         cond = node.child_by_field_name("condition")
-        self.expr(cond.named_children[-1] if cond is not None and cond.named_children else cond)
+        test = cond.named_children[-1] if cond is not None and cond.named_children else cond
+        value = self.expr(test)
+        alt = node.child_by_field_name("alternative")
+        consequence = node.child_by_field_name("consequence")
+        cid = self.condition("exit" if alt is None and _ends_in_exit(consequence) else "if", test, node, value)
         before = dict(self.env)
-        self.statement(node.child_by_field_name("consequence"))
+        with self.guarded(cid, True):
+            self.statement(consequence)
         after_then = self.env
         self.env = dict(before)
-        alt = node.child_by_field_name("alternative")
         if alt is not None:
-            self.statement(alt.named_children[-1] if alt.type == "else_clause" and alt.named_children else alt)
+            with self.guarded(cid, False):
+                self.statement(alt.named_children[-1] if alt.type == "else_clause" and alt.named_children else alt)
         self.merge(before, [after_then, self.env])
+        return cid
 
     def merge(self, before: Mapping[str, _Value], branches: list[dict[str, _Value]]) -> None:
         merged = dict(before)
@@ -922,9 +1448,19 @@ class _Walker:
         self.loop_stack.append(loop_id)
         self.loop_vars.append(set(inductions) | ({var} if var else set()))
         try:
-            if cond is not None:
-                self.expr(cond.named_children[-1] if cond.type == "condition_clause" and cond.named_children else cond)
-            self.statement(body)
+            test = cond.named_children[-1] if cond is not None and cond.type == "condition_clause" and cond.named_children \
+                else cond
+            value = self.expr(test) if cond is not None else None
+            if kind in ("while", "do") and test is not None:
+                # A ``while`` body runs where its test holds; a ``do`` body runs once before it is tested.
+                cid = self.condition(kind, test, node, value)
+                if kind == "while":
+                    self.guards.append((cid, True))
+            try:
+                self.statement(body)
+            finally:
+                if kind == "while" and test is not None:
+                    self.guards.pop()
             if update is not None:
                 self.expr(update)
         finally:
@@ -1123,7 +1659,7 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     structs = _struct_layouts(root, src)
     instances = _instantiations(root, src)
     functors = call_operators(root, src)
-    aliases = type_aliases(root, src)
+    aliases = alias_table(root, src)
     consts = dict(view.object_macros()) if view is not None else {}
     consts.update(constants or {})
     consts.update(_file_constants(root, src))
@@ -1138,15 +1674,16 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
 def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None, helpers: Mapping[str, Node],
                     structs: Mapping[str, _Struct], constants: Mapping[str, str],
                     instance: tuple[str, ...] | None = None, functors: Mapping[str, Functor] | None = None,
-                    type_names: frozenset[str] = frozenset()) -> KernelFacts:
+                    aliases: Mapping[str, Alias] | None = None) -> KernelFacts:
     walker = _Walker(src, pre, helpers, structs, constants)
     walker.functors = functors or {}
-    walker.type_names = type_names
+    walker.aliases = aliases or {}
     if instance is not None:
         types, consts = walker.bind_template(node, list(instance))
         walker.types = types
         walker.constants = {**walker.constants, **consts}
-    params = [(n, walker.ty(t), p) for n, t, p in _param_list(node, src)]
+    params = walker.params_of(node)
+    walker.value_types.update(t for _, t, _ in params)
     for pname, ptype, is_pointer in params:
         if is_pointer:
             walker.arrays[pname] = _Array(pname, "global", ptype, ())
@@ -1182,6 +1719,11 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
         body_span=(body.start_byte, body.end_byte) if body is not None else (0, 0),
         line=line,
         user_line=walker.user_line(line),
+        conditions=tuple(walker.conditions),
+        barriers=tuple(walker.barriers),
+        nonconst_copies=tuple(sorted(walker.nonconst & {n for n, _, p in params if p})),
+        value_types=tuple(sorted(walker.value_types)),
+        implicit_indices=tuple(dict.fromkeys(walker.implicit)),
     )
 
 
