@@ -30,12 +30,14 @@ from kernel_lsp.core.analysis.binding import (
     Binding, Pattern, _data_dependent, _data_term, bind, describe, evaluate, trip_count,
 )
 from kernel_lsp.core.analysis.facts import (
-    Access, Barrier, Comparison, Condition, KernelFacts, LoopFact, Opaque, Reduction, implied, thread_dependence,
+    Access, Barrier, Comparison, Condition, IndexUse, KernelFacts, LoopFact, Opaque, Reduction, WarpOperation, implied,
+    thread_dependence,
 )
 from kernel_lsp.core.analysis.program import Alias, Functor, alias_table, call_operators, explicit_instantiations
 from kernel_lsp.core.analysis.summaries import (
-    block_strided_loops, helper_reading_thread_index, per_block_outputs, shared_combine_loops, split_block_base,
-    stencil_offsets, summary, thread_mapping, threads_cooperate, value_range,
+    block_strided_loops, global_index, grid_threads, helper_reading_thread_index, index_bound, outside_global_index,
+    per_block_outputs, shared_combine_loops, split_block_base, stencil_offsets, summary, thread_mapping,
+    threads_cooperate, threads_differ_only_by, value_range,
 )
 from kernel_lsp.core.analysis.syntax import (
     assigned_names, conditional_update, declared_anywhere, function_definitions, has_node, identifiers_in, is_pure_math,
@@ -44,11 +46,12 @@ from kernel_lsp.core.analysis.syntax import (
 from kernel_lsp.core.analysis.walk import analyze
 
 __all__ = [
-    "Access", "Alias", "Barrier", "Binding", "Comparison", "Condition", "Functor", "KernelFacts", "LoopFact",
-    "Opaque", "Pattern", "Reduction", "alias_table", "analyze", "assigned_names", "bind", "block_strided_loops",
-    "call_operators", "conditional_update", "declared_anywhere", "describe", "evaluate", "explicit_instantiations",
-    "function_definitions", "has_node", "helper_reading_thread_index", "identifiers_in", "implied", "is_pure_math",
-    "node_text", "parse_text", "per_block_outputs", "shared_combine_loops", "split_block_base", "stencil_offsets",
-    "summary", "thread_dependence", "thread_mapping", "threads_cooperate", "trip_count", "value_range",
-    "_data_dependent", "_data_term",
+    "Access", "Alias", "alias_table", "analyze", "assigned_names", "Barrier", "bind", "Binding",
+    "block_strided_loops", "call_operators", "Comparison", "Condition", "conditional_update", "declared_anywhere",
+    "describe", "evaluate", "explicit_instantiations", "function_definitions", "Functor", "global_index",
+    "grid_threads", "has_node", "helper_reading_thread_index", "identifiers_in", "implied", "index_bound", "IndexUse",
+    "is_pure_math", "KernelFacts", "LoopFact", "node_text", "Opaque", "outside_global_index", "parse_text", "Pattern",
+    "per_block_outputs", "Reduction", "shared_combine_loops", "split_block_base", "stencil_offsets", "summary",
+    "thread_dependence", "thread_mapping", "threads_cooperate", "threads_differ_only_by", "trip_count", "value_range",
+    "WarpOperation", "_data_dependent", "_data_term",
 ]

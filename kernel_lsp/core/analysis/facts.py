@@ -171,6 +171,9 @@ class Condition:
     """Byte range of the condition's expression in the preprocessed text."""
     statement_span: tuple[int, int] = (0, 0)
     """Byte range of the statement (or expression) it controls, the condition included."""
+    warp_uniform: bool = True
+    """It has one value for the 32 lanes of a warp as far as the analysis tells without a launch (no
+    thread index, or ``threadIdx.x`` only divided by a multiple of 32)."""
 
 
 @dataclass(frozen=True)
@@ -188,6 +191,32 @@ class Barrier:
     guards: tuple[tuple[int, bool], ...] = ()
     span: tuple[int, int] = (0, 0)
     """Byte range of the call in the preprocessed text."""
+
+
+@dataclass(frozen=True)
+class WarpOperation:
+    """A warp-level operation: a shuffle, a vote, a warp reduction (intrinsic or cooperative groups)."""
+
+    text: str
+    line: int
+    user_line: int | None
+    loops: tuple[int, ...] = ()
+    via: tuple[str, ...] = ()
+    span: tuple[int, int] = (0, 0)
+
+
+@dataclass(frozen=True)
+class IndexUse:
+    """Where the kernel reads its thread, block or grid indices: the largest expression of ``+ - *``,
+    casts and parentheses around a builtin (``blockIdx.x * blockDim.x + threadIdx.x``), as a
+    polynomial (None when it is not one)."""
+
+    text: str
+    value: Poly | None
+    line: int
+    user_line: int | None
+    via: tuple[str, ...] = ()
+    span: tuple[int, int] = (0, 0)
 
 
 @dataclass(frozen=True)
@@ -222,12 +251,16 @@ class KernelFacts:
     conditions: tuple[Condition, ...] = ()
     """Every condition deciding what runs (:class:`Condition`), by id."""
     barriers: tuple[Barrier, ...] = ()
+    warp_operations: tuple[WarpOperation, ...] = ()
+    """Every warp-level operation (:attr:`shuffles` counts them)."""
     nonconst_copies: tuple[str, ...] = ()
     """Pointer parameters the kernel copies into a pointer or reference to non-const data (``float *p =
     in + base;``, a helper's ``float*`` parameter): ``const`` on them would not compile."""
     value_types: tuple[str, ...] = ()
-    """The types of the kernel's parameters and locals (qualifiers dropped, aliases and template
+    """The types of the kernel's parameters, locals and casts (qualifiers dropped, aliases and template
     parameters resolved)."""
+    index_uses: tuple[IndexUse, ...] = ()
+    """Every place the kernel (or a helper it calls) reads a builtin index (:class:`IndexUse`)."""
     implicit_indices: tuple[str, ...] = ()
     """Calls that read the thread or block index through a cooperative group (``cta.thread_rank()``,
     ``block.group_index().x``): a rewrite that renames ``threadIdx``/``blockIdx`` does not reach them."""

@@ -272,3 +272,87 @@ def block_strided_loops(facts: KernelFacts) -> tuple[LoopFact, ...]:
             continue
         found.append(loop)
     return tuple(found)
+
+
+def global_index(axis: str) -> Poly:
+    """``blockIdx.a * blockDim.a + threadIdx.a``."""
+    return Poly.sym(f"bdim.{axis}") * Poly.sym(f"bid.{axis}") + Poly.sym(f"tid.{axis}")
+
+
+def grid_threads(axis: str) -> Poly:
+    """``gridDim.a * blockDim.a``: the launch's threads along an axis."""
+    return Poly.sym(f"bdim.{axis}") * Poly.sym(f"gdim.{axis}")
+
+
+def outside_global_index(poly: Poly | None, axes: tuple[str, ...], opaque: Mapping[str, Opaque],
+                         grid: bool = True, depth: int = 0) -> bool:
+    """Whether ``poly`` reads a builtin index other than through the global indices along ``axes``
+    (``blockIdx.a * blockDim.a + threadIdx.a``) and, when ``grid``, the launch's threads along them
+    (``gridDim.a * blockDim.a``): a thread's own position in its block or its block's position on
+    their own, or any index along another axis."""
+    if poly is None or depth > 32:
+        return True
+    rest = poly
+    for axis in axes:
+        along = rest.coefficient(f"tid.{axis}")
+        if along is None or any(s.startswith(("tid.", "bid.")) for s in along.symbols):
+            return True
+        rest = rest - along * global_index(axis)
+    for monomial, _ in rest.terms:
+        names = set(monomial)
+        for axis in axes:
+            if grid and {f"bdim.{axis}", f"gdim.{axis}"} <= names:
+                names -= {f"bdim.{axis}", f"gdim.{axis}"}
+        if any(n.startswith(("tid.", "bid.", "bdim.", "gdim.")) for n in names):
+            return True
+        for n in names:
+            entry = opaque.get(n)
+            if entry is not None and entry.recipe is not None:
+                parts = [x for x in entry.recipe if isinstance(x, Poly)]
+                if any(outside_global_index(x, axes, opaque, grid, depth + 1) for x in parts):
+                    return True
+            elif entry is not None and entry.deps:
+                # A value made from the thread's index in a way the analysis does not model (a load at
+                # it, a conversion): how it depends on the index is not known.
+                return True
+    return False
+
+
+def threads_differ_only_by(facts: KernelFacts, axes: tuple[str, ...] = ("x",), grid: bool = True) -> str | None:
+    """Why the kernel's threads may differ by more than their global indices along ``axes`` (so that
+    regrouping them into other blocks would change what one of them does), or None. They must not
+    cooperate (no barrier, shared memory or warp-level operation), read no index through a
+    cooperative group, and read the builtins only as ``blockIdx.a * blockDim.a + threadIdx.a`` (and,
+    when ``grid``, ``gridDim.a * blockDim.a``)."""
+    if facts.syncs:
+        return "the kernel has barriers: its threads cooperate within a block"
+    if facts.shuffles:
+        return "the kernel uses warp-level operations: which threads share a warp matters"
+    if any(a.space == "shared" for a in facts.accesses):
+        return "the kernel uses shared memory: its threads cooperate within a block"
+    if facts.implicit_indices:
+        return f"the kernel reads its thread index through a cooperative group (`{facts.implicit_indices[0]}`)"
+    for use in facts.index_uses:
+        if outside_global_index(use.value, axes, facts.opaque, grid):
+            where = f" (in `{use.via[-1]}`)" if use.via else ""
+            return (f"`{use.text}` at line {(use.user_line or 0) + 1}{where} reads the thread or block index other "
+                    f"than as the global index along {' and '.join(axes)}")
+    return None
+
+
+def index_bound(facts: KernelFacts, axis: str = "x") -> Poly | None:
+    """The bound ``N`` that the guards of every global access put on the global index along ``axis``
+    (``i < N`` around or before each of them), the same for all; None when some access runs
+    without it or the accesses are bounded differently."""
+    gx = global_index(axis)
+    bound = None
+    found = False
+    for a in facts.accesses:
+        if a.space != "global":
+            continue
+        bounds = [b for c in facts.constraints(a) if (b := c.upper_bound(gx)) is not None]
+        if not bounds or (found and bound not in bounds):
+            return None
+        if not found:
+            bound, found = bounds[0], True
+    return bound if found else None

@@ -10,7 +10,8 @@ from tree_sitter import Node
 
 from kernel_lsp.core.analysis.binding import _data_dependent
 from kernel_lsp.core.analysis.facts import (
-    Access, Barrier, Comparison, Condition, KernelFacts, LoopFact, Opaque, Reduction, Test, thread_dependence,
+    Access, Barrier, Comparison, Condition, IndexUse, KernelFacts, LoopFact, Opaque, Reduction, Test, WarpOperation,
+    thread_dependence,
 )
 from kernel_lsp.core.analysis.program import (
     Alias, Functor, _file_constants, _instantiations, _Struct, _struct_layouts, _template_params, alias_table,
@@ -103,6 +104,63 @@ class _Array:
 
 _Value = Poly | _Pointer
 _NOT_A_GROUP_CALL = object()
+
+
+def _sides(test: Test) -> list[Poly] | None:
+    """Both sides of every comparison of ``test``; None when a part of it is not a comparison."""
+    if test[0] == "cmp":
+        return [test[1].left, test[1].right]
+    if test[0] in ("and", "or"):
+        parts = [_sides(t) for t in test[1]]
+        return None if any(p is None for p in parts) else [x for p in parts for x in p]
+    if test[0] == "not":
+        return _sides(test[1])
+    return None
+
+
+def _warp_uniform(poly: Poly, opaque: Mapping[str, Opaque], depth: int = 0) -> bool:
+    """``poly`` is the same for the 32 lanes of a warp, as far as the analysis tells without a launch: it
+    reads ``threadIdx.x`` only divided by a multiple of 32 (``tid / 32``, ``tid >> 5``), and no other
+    thread index."""
+    if depth > 32:
+        return False
+    for s in poly.symbols:
+        if s.startswith("tid."):
+            return False
+        entry = opaque.get(s)
+        if entry is None or not entry.deps:
+            continue
+        recipe = entry.recipe
+        if recipe is not None and recipe[0] in ("/", ">>") and isinstance(recipe[2], Poly) and recipe[2].constant:
+            k = recipe[2].constant
+            if (k % _WARP == 0 if recipe[0] == "/" else k >= 5) and entry.deps <= {"tid.x"}:
+                continue
+        if recipe is None or not all(_warp_uniform(x, opaque, depth + 1) for x in recipe if isinstance(x, Poly)):
+            return False
+    return True
+
+
+_INDEX_ARITHMETIC = ("+", "-", "*")
+
+
+def _index_arithmetic(node: Node, src: bytes) -> bool:
+    """``node`` is an operand of ``+``, ``-``, ``*``, a cast, a sign or parentheses: the expression
+    combining a thread index goes on above it."""
+    parent = node.parent
+    if parent is None:
+        return False
+    if parent.type == "parenthesized_expression":
+        return True
+    if parent.type == "cast_expression":
+        # An integer cast keeps the index; a conversion to floating point ends it.
+        type_node = parent.child_by_field_name("type")
+        return type_node is None or not any(w in node_text(src, type_node) for w in ("float", "double", "half"))
+    op = parent.child_by_field_name("operator")
+    if parent.type == "binary_expression" and op is not None:
+        return node_text(src, op) in _INDEX_ARITHMETIC
+    if parent.type == "unary_expression" and op is not None:
+        return node_text(src, op) in ("+", "-")
+    return False
 
 
 def _ends_in_exit(node: Node | None) -> bool:
@@ -206,6 +264,7 @@ class _Walker:
         self.guards: list[tuple[int, bool]] = []
         """The conditions deciding whether the code being walked runs, outermost first (see :attr:`Access.guards`)."""
         self.barriers: list[Barrier] = []
+        self.warp_ops: list[WarpOperation] = []
         self.refs: dict[str, _Place] = {}
         """References (``float& r = out[i];``, a helper's ``float& x`` bound to ``out[i]``): the location each names."""
         self.groups: dict[str, _Group] = {}
@@ -215,6 +274,9 @@ class _Walker:
         """Local pointers declared to non-const data: a parameter assigned to one is copied to non-const."""
         self.value_types: set[str] = set()
         self.implicit: list[str] = []
+        self.index_uses: list[IndexUse] = []
+        self.index_seen = 0
+        """Builtins read since the innermost expression being walked began (see :class:`IndexUse`)."""
         """Thread and block indices read through cooperative groups (``cta.thread_rank()``)."""
         self.complete = True
         self.nodes = 0
@@ -346,28 +408,32 @@ class _Walker:
         """A :class:`Condition` for the test ``node``, whose ``value`` the caller evaluated; its id."""
         test = self.test(node)
         text = node_text(self.src, node) if node is not None else ""
-        deps = (thread_dependence(value, self.opaque) if isinstance(value, Poly)
-                else thread_dependence(value.offset, self.opaque) if isinstance(value, _Pointer) else frozenset())
+        poly = value if isinstance(value, Poly) else value.offset if isinstance(value, _Pointer) else None
+        deps = thread_dependence(poly, self.opaque) if poly is not None else frozenset()
+        sides = _sides(test)
+        uniform = not deps or (all(_warp_uniform(x, self.opaque) for x in sides) if sides is not None
+                               else poly is not None and _warp_uniform(poly, self.opaque))
         cid = len(self.conditions)
         line = (node or statement).start_point[0]
         self.conditions.append(Condition(
-            cid, kind, test, text[:160], bool(deps), bool(deps) and self.splits_warp(node), line, self.user_line(line),
+            cid, kind, test, text[:160], bool(deps), not uniform and self.splits_warp(node), line, self.user_line(line),
             tuple(self.loop_stack), tuple(self.via),
             (node.start_byte, node.end_byte) if node is not None else (statement.start_byte, statement.start_byte),
-            (statement.start_byte, statement.end_byte)))
+            (statement.start_byte, statement.end_byte), uniform))
         return cid
 
     def quietly(self, node: Node | None) -> _Value | None:
         """The value of ``node`` without recording its accesses again (it was evaluated already)."""
-        saved = (len(self.accesses), len(self.reductions), len(self.conditions), len(self.barriers), self.syncs,
-                 self.shuffles, self.unknown_calls, set(self.escaped), set(self.nonconst), dict(self.env))
+        saved = (len(self.accesses), len(self.reductions), len(self.conditions), len(self.barriers), len(self.index_uses),
+                 len(self.implicit), len(self.warp_ops), self.syncs, self.shuffles, self.unknown_calls, set(self.escaped),
+                 set(self.nonconst), dict(self.env), self.index_seen)
         try:
             return self.expr(node)
         finally:
-            (accesses, reductions, conditions, barriers, self.syncs, self.shuffles, self.unknown_calls, self.escaped,
-             self.nonconst, self.env) = saved
+            (accesses, reductions, conditions, barriers, uses, implicit, warp_ops, self.syncs, self.shuffles,
+             self.unknown_calls, self.escaped, self.nonconst, self.env, self.index_seen) = saved
             del self.accesses[accesses:], self.reductions[reductions:], self.conditions[conditions:]
-            del self.barriers[barriers:]
+            del self.barriers[barriers:], self.index_uses[uses:], self.implicit[implicit:], self.warp_ops[warp_ops:]
 
     def test(self, node: Node | None) -> Test:
         """The condition ``node`` as a :data:`~kernel_lsp.core.analysis.facts.Test`, its comparisons
@@ -442,13 +508,21 @@ class _Walker:
         kind = node.type
         handler = getattr(self, "e_" + kind, None)
         self.depth += 1
+        seen = self.index_seen
         try:
             if handler is not None:
-                return handler(node)
-            values = [self.expr(c) for c in node.named_children]
-            return self.fresh(node_text(self.src, node), values)
+                value = handler(node)
+            else:
+                value = self.fresh(node_text(self.src, node), [self.expr(c) for c in node.named_children])
         finally:
             self.depth -= 1
+        if self.index_seen != seen and not _index_arithmetic(node, self.src):
+            # The largest expression of + - * around a builtin: how the thread's indices are combined.
+            self.index_seen = seen
+            line = node.start_point[0]
+            self.index_uses.append(IndexUse(node_text(self.src, node)[:120], value if isinstance(value, Poly) else None,
+                                            line, self.user_line(line), tuple(self.via), (node.start_byte, node.end_byte)))
+        return value
 
     def flat_reads(self, node: Node) -> _Value:
         """An expression nested deeper than the walk recurses (a generated 3,000-term sum): its
@@ -512,6 +586,7 @@ class _Walker:
         if misread is not None:
             return misread
         value = self.expr(value_node)
+        self.value_types.add(self.resolve_type(type_text)[0])
         if isinstance(value, Poly) and any(w in type_text for w in ("float", "double", "half")):
             return self.fresh(node_text(self.src, node), [value])
         if isinstance(value, _Pointer) and "*" in type_text:
@@ -637,6 +712,7 @@ class _Walker:
             if prefix is not None and arg.text is not None and node_text(self.src, arg) not in self.env:
                 symbol = f"{prefix}.{node_text(self.src, fld)}"
                 self.builtins.add(symbol)
+                self.index_seen += 1
                 return Poly.sym(symbol)
         if arg is not None and fld is not None and arg.type == "call_expression":
             dim = self.group_dim3(arg, node_text(self.src, fld))
@@ -714,9 +790,7 @@ class _Walker:
             return None
         # The condition's operands were evaluated with the condition itself; their values are
         # re-read without recording their accesses a second time.
-        saved = len(self.accesses)
-        left, right = self.expr(cond.child_by_field_name("left")), self.expr(cond.child_by_field_name("right"))
-        del self.accesses[saved:]
+        left, right = self.quietly(cond.child_by_field_name("left")), self.quietly(cond.child_by_field_name("right"))
         if not isinstance(left, Poly) or not isinstance(right, Poly):
             return None
         return ("select", left, op, right, a, b)
@@ -968,10 +1042,10 @@ class _Walker:
             self.barrier(_BARRIER_SCOPE.get(short, "block"), node)
             return self.fresh(node_text(self.src, node), values) if args else None
         if short in _VOTES:
-            self.shuffles += 1
+            self.warp_operation(node)
             return self.fresh(node_text(self.src, node), [self.expr(a) for a in args])
         if short in _SHUFFLES:
-            self.shuffles += 1
+            self.warp_operation(node)
             values = [self.expr(a) for a in args]
             line = node.start_point[0]
             self.reductions.append(Reduction("warp_shuffle", short, short, line, self.user_line(line),
@@ -1013,6 +1087,12 @@ class _Walker:
         if not _is_pure_math(short):
             self.unknown_calls += 1
         return self.fresh(node_text(self.src, node), values)
+
+    def warp_operation(self, node: Node) -> None:
+        self.shuffles += 1
+        line = node.start_point[0]
+        self.warp_ops.append(WarpOperation(node_text(self.src, node)[:80], line, self.user_line(line), tuple(self.loop_stack),
+                                           tuple(self.via), (node.start_byte, node.end_byte)))
 
     def barrier(self, scope: str, node: Node) -> None:
         self.syncs += 1
@@ -1071,7 +1151,7 @@ class _Walker:
         if short in ("reduce", "inclusive_scan", "exclusive_scan") and args and self.group_of(args[0]) is not None:
             values = [self.expr(a) for a in args[1:2]]
             op_name = node_text(self.src, args[2]).split("<", 1)[0].rsplit("::", 1)[-1].strip() if len(args) > 2 else "plus"
-            self.shuffles += 1
+            self.warp_operation(node)
             line = node.start_point[0]
             self.reductions.append(Reduction("warp_shuffle", f"cg::{short}", _CG_REDUCE_OPS.get(op_name, op_name), line,
                                              self.user_line(line), self.loop_stack[-1] if self.loop_stack else None))
@@ -1105,7 +1185,7 @@ class _Walker:
                 return self.fresh(text, [threads], ("/", threads, size))
         values = [self.expr(a) for a in args]
         if method.startswith("shfl") or method in ("any", "all", "ballot", "match_any", "match_all"):
-            self.shuffles += 1
+            self.warp_operation(node)
             if method.startswith("shfl"):
                 line = node.start_point[0]
                 self.reductions.append(Reduction("warp_shuffle", method, method, line, self.user_line(line),
@@ -1721,9 +1801,11 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
         user_line=walker.user_line(line),
         conditions=tuple(walker.conditions),
         barriers=tuple(walker.barriers),
+        warp_operations=tuple(walker.warp_ops),
         nonconst_copies=tuple(sorted(walker.nonconst & {n for n, _, p in params if p})),
         value_types=tuple(sorted(walker.value_types)),
         implicit_indices=tuple(dict.fromkeys(walker.implicit)),
+        index_uses=tuple({(u.span, u.value): u for u in walker.index_uses}.values()),
     )
 
 
