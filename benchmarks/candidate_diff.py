@@ -27,7 +27,6 @@ import argparse
 import datetime as dt
 import hashlib
 import json
-import os
 import platform
 import re
 import subprocess
@@ -153,24 +152,20 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------- compare
 
 
-def _winners() -> dict[str, dict[str, Any]]:
-    """The generator of the fastest accepted candidate per kernel in the recorded GPU runs."""
-    found: dict[str, dict[str, Any]] = {}
+def _measured() -> dict[str, dict[str, float]]:
+    """Per kernel, the speedup of every candidate the recorded GPU runs accepted, by generator."""
+    found: dict[str, dict[str, float]] = {}
     corpus = json.loads((RESULTS / "corpus_suite.json").read_text())
     for row in corpus["kernels"]:
-        tried = [t for t in row.get("tried", []) if t.get("status") == "accepted"]
-        if not tried:
-            continue
-        best = max(tried, key=lambda t: t.get("speedup") or 0.0)
-        found[row["name"]] = {"generator": best["generator"], "speedup": best.get("speedup"), "from": "corpus_suite.json"}
+        for t in row.get("tried", []):
+            if t.get("status") == "accepted" and t.get("speedup"):
+                found.setdefault(row["name"], {})[t["generator"]] = t["speedup"]
     examples = json.loads((RESULTS / "optimize_suite.json").read_text())
     for name, data in examples["raw"].items():
-        ok = [c for c in data["candidates"] if (c.get("verdict") or {}).get("accepted")]
-        if not ok:
-            continue
-        best = max(ok, key=lambda c: c["verdict"].get("speedup") or 0.0)
-        found[f"example:{name}"] = {"generator": best["generator"], "speedup": best["verdict"].get("speedup"),
-                                    "from": "optimize_suite.json"}
+        for c in data["candidates"]:
+            verdict = c.get("verdict") or {}
+            if verdict.get("accepted") and verdict.get("speedup"):
+                found.setdefault(f"example:{name}", {})[c["generator"]] = verdict["speedup"]
     return found
 
 
@@ -189,7 +184,7 @@ def compare(args: argparse.Namespace) -> int:
     before = {k["name"]: k for k in json.loads(Path(args.before).read_text())["kernels"]}
     after_data = json.loads(Path(args.after).read_text())
     after = {k["name"]: k for k in after_data["kernels"]}
-    winners = _winners()
+    measured = _measured()
     rows = []
     for name in sorted(set(before) | set(after)):
         b = {c["generator"]: c for c in before.get(name, {}).get("candidates", [])}
@@ -202,7 +197,9 @@ def compare(args: argparse.Namespace) -> int:
                          if _key(c) in by_key_after and by_key_after[_key(c)]["generator"] != g)
         broken = sorted(g for g, c in a.items() if c.get("compiles") is False)
         broken_before = sorted(g for g, c in b.items() if c.get("compiles") is False)
-        win = winners.get(name)
+        speeds = measured.get(name, {})
+        win = ({"generator": max(speeds, key=speeds.get), "speedup": speeds[max(speeds, key=speeds.get)]}
+               if speeds else None)
         verdict = None
         if win is not None:
             g = win["generator"]
@@ -217,13 +214,21 @@ def compare(args: argparse.Namespace) -> int:
             else:
                 same_rule = [c for c in a.values() if c["technique"] == old["technique"] and c.get("compiles", True)
                              and _key(c) not in by_key_before]
-                verdict = ("replaced: " + ", ".join(c["generator"] for c in same_rule) + " (same technique, compiles)"
-                           if same_rule else "LOST")
+                kept = {g2: v for g2, v in speeds.items() if g2 in b and _key(b[g2]) in by_key_after}
+                best_kept = max(kept, key=kept.get) if kept else None
+                if same_rule:
+                    verdict = "replaced: " + ", ".join(c["generator"] for c in same_rule) + " (same technique, compiles)"
+                elif best_kept is not None and kept[best_kept] >= 0.98 * win["speedup"]:
+                    verdict = (f"dropped; {best_kept} (still listed, identical) measured {kept[best_kept]:.3f}x against "
+                               f"{win['speedup']:.3f}x")
+                else:
+                    verdict = "LOST"
         rows.append({"name": name, "before": len(b), "after": len(a), "added": added, "removed": removed,
                      "renamed": renamed, "not_compiling": broken, "not_compiling_before": broken_before,
                      "winner": win, "winner_now": verdict})
     lost = [r["name"] for r in rows if r["winner_now"] == "LOST" or (r["winner_now"] or "").startswith("changed")
             or (r["winner_now"] or "").startswith("replaced")]
+    lost_outright = [r["name"] for r in rows if r["winner_now"] == "LOST"]
     summary = {
         "kernels": len(rows),
         "candidates_before": sum(r["before"] for r in rows), "candidates_after": sum(r["after"] for r in rows),
@@ -232,6 +237,7 @@ def compare(args: argparse.Namespace) -> int:
         "winners": sum(1 for r in rows if r["winner"]),
         "winners_identical": sum(1 for r in rows if (r["winner_now"] or "").startswith("identical")),
         "winners_needing_gpu_check": lost,
+        "winners_lost": lost_outright,
     }
     print(f"{'kernel':42s} {'before':>6s} {'after':>6s} {'+':>3s} {'-':>3s} {'bad':>3s}  winner")
     for r in rows:
