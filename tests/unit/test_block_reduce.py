@@ -275,3 +275,33 @@ def test_value_range_bounds_masks_and_remainders():
     binding = Binding.from_spec(parse_spec(hist_spec()))
     # The remainder of a loaded value that may be negative lies in (-100, 100).
     assert value_range(offset, facts, binding) == (-99, 99)
+
+
+CG_TREE = """
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void partial(const float* x, float* out, int n) {
+    cg::thread_block cta = cg::this_thread_block();
+    __shared__ float s[256];
+    unsigned int tid = cta.thread_rank();
+    unsigned int i = blockIdx.x * cta.size() + tid;
+    s[tid] = i < n ? x[i] : 0.0f;
+    cg::sync(cta);
+    for (unsigned int st = cta.size() / 2; st > 0; st >>= 1) {
+        if (tid < st) s[tid] += s[tid + st];
+        cg::sync(cta);
+    }
+    if (tid == 0) out[blockIdx.x] = s[0];
+}
+"""
+
+
+@needs_nvcc
+def test_a_cooperative_groups_tree_is_a_tree(tmp_path):
+    """cg::sync(cta) is a barrier and cta.thread_rank() the thread's slot: the tree is simulated as the
+    __syncthreads one is, and rewritten the same way."""
+    found = outcome("tree-to-shuffle", CG_TREE, spec_of("partial", 256, [{"n": 1000}]))
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "__shfl_xor_sync" in source and "cg::sync(cta);" in source
+    compiles(source, tmp_path)

@@ -286,3 +286,12 @@ def test_corpus_row_reads_are_staged_on_the_load_side(name, tmp_path):
     if shutil.which("nvcc"):
         shutil.copytree(CORPUS / "_common", tmp_path / "_common")
         compiles(load.rewrites[0].source, tmp_path / name)
+
+
+def test_a_store_running_backwards_along_y_is_staged_too(tmp_path):
+    """``dst[x * m + (m - 1 - y)]``: a coefficient of -1 along threadIdx.y, still neighbouring elements."""
+    backwards = TRANSPOSE.replace("out[x * m + y]", "out[x * m + (m - 1 - y)]")
+    found = outcome(backwards, TRANSPOSE_SPEC)
+    assert found.applicable, found.why
+    if shutil.which("nvcc"):
+        compiles(found.rewrites[0].source, tmp_path)

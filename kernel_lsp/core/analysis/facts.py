@@ -261,6 +261,9 @@ class KernelFacts:
     parameters resolved)."""
     index_uses: tuple[IndexUse, ...] = ()
     """Every place the kernel (or a helper it calls) reads a builtin index (:class:`IndexUse`)."""
+    group_values: Mapping[str, Poly] = field(default_factory=dict)
+    """What the cooperative-group calls among :attr:`implicit_indices` stand for as thread-index
+    polynomials (``cta.thread_rank()`` → the block's linear thread index), where they are ones."""
     implicit_indices: tuple[str, ...] = ()
     """Calls that read the thread or block index through a cooperative group (``cta.thread_rank()``,
     ``block.group_index().x``): a rewrite that renames ``threadIdx``/``blockIdx`` does not reach them."""

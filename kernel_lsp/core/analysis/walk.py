@@ -274,6 +274,7 @@ class _Walker:
         """Local pointers declared to non-const data: a parameter assigned to one is copied to non-const."""
         self.value_types: set[str] = set()
         self.implicit: list[str] = []
+        self.group_values: dict[str, Poly] = {}
         self.index_uses: list[IndexUse] = []
         self.index_seen = 0
         """Builtins read since the innermost expression being walked began (see :class:`IndexUse`)."""
@@ -821,6 +822,7 @@ class _Walker:
             return None
         self.builtins.add(f"{prefix}.{component}")
         self.implicit.append(node_text(self.src, call)[:80])
+        self.group_values["".join(f"{node_text(self.src, call)}.{component}".split())] = Poly.sym(f"{prefix}.{component}")
         return Poly.sym(f"{prefix}.{component}")
 
     def e_subscript_expression(self, node: Node) -> _Value | None:
@@ -1170,8 +1172,10 @@ class _Walker:
             self.implicit.append(text[:80])
         if group.kind == "block":
             if method == "thread_rank":
+                self.group_values["".join(text.split())] = linear
                 return linear
             if method in ("size", "num_threads"):
+                self.group_values["".join(text.split())] = threads
                 return threads
         if group.kind == "tile" and group.size:
             size = Poly.const(group.size)
@@ -1805,6 +1809,7 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
         nonconst_copies=tuple(sorted(walker.nonconst & {n for n, _, p in params if p})),
         value_types=tuple(sorted(walker.value_types)),
         implicit_indices=tuple(dict.fromkeys(walker.implicit)),
+        group_values=dict(walker.group_values),
         index_uses=tuple({(u.span, u.value): u for u in walker.index_uses}.values()),
     )
 

@@ -73,8 +73,10 @@ class _Eval:
     the indices. Locals are resolved through their single declaration before ``limit`` (a byte
     offset) when the kernel never assigns them again."""
 
-    def __init__(self, src: bytes, body: Node, limit: int):
+    def __init__(self, src: bytes, body: Node, limit: int, group_values=None):  # noqa: ANN001 - Mapping[str, Poly]
         self.src = src
+        # ``cta.thread_rank()``, ``block.size()`` …: the thread-index polynomials they stand for.
+        self.group_values = group_values or {}
         self.assigned = assigned_names(body, src)
         self.decls: dict[str, Node] = {}
         stack = [body]
@@ -110,6 +112,14 @@ class _Eval:
             return self.value(node.named_children[0], env, depth + 1)
         if t == "cast_expression":
             return self.value(node.child_by_field_name("value"), env, depth + 1)
+        if t in ("field_expression", "call_expression") and "".join(_text(src, node).split()) in self.group_values:
+            poly = self.group_values["".join(_text(src, node).split())]
+            names = {"tid": "threadIdx", "bid": "blockIdx", "bdim": "blockDim", "gdim": "gridDim"}
+            bound = {s: env.get(f"{names[s.split('.')[0]]}.{s.split('.')[1]}") for s in poly.symbols if "." in s}
+            value = poly.evaluate(bound) if None not in bound.values() else None
+            if value is None:
+                raise _Unknown(f"`{_text(src, node)}`")
+            return value
         if t == "field_expression":
             key = _text(src, node).replace(" ", "")
             if key in env:
@@ -229,8 +239,13 @@ def _update(stmt: Node, src: bytes, array: str) -> _Update | None:
     return _Update(kind, w, other)
 
 
-def _is_barrier(stmt: Node, src: bytes) -> bool:
-    return stmt.type == "expression_statement" and _text(src, stmt).replace(" ", "") == "__syncthreads();"
+def _is_barrier(stmt: Node, src: bytes, facts: KernelFacts) -> bool:
+    """The statement is a block barrier and nothing else (``__syncthreads();``, ``cta.sync();``,
+    ``cg::sync(block);``), as the analysis found it."""
+    if stmt.type != "expression_statement" or stmt.named_child_count != 1:
+        return False
+    call = stmt.named_children[0]
+    return any(b.scope == "block" and b.span == (call.start_byte, call.end_byte) for b in facts.barriers)
 
 
 def _spec_blocks(ctx: RuleContext) -> list[tuple[int, int, int]]:
@@ -345,18 +360,18 @@ class TreeToShuffle(Rule):
             root_slot = a.index.constant == 0
             if later and not inside and not root_slot:
                 return f"`{a.text}` at line {(a.user_line or 0) + 1} reads a slot other than the root after the tree", ""
-        header_and_body = self._steps(node, src, array)
+        header_and_body = self._steps(node, src, array, facts)
         if isinstance(header_and_body, str):
             return header_and_body, ""
         init, cond, update, stmts, upd = header_and_body
-        ev = _Eval(src, body, node.start_byte)
+        ev = _Eval(src, body, node.start_byte, facts.group_values)
         for n in sizes:
             why = _simulate(ev, loop.var, init, cond, update, stmts, upd, n)
             if why:
                 return f"at {n} threads per block: {why}", ""
         return None, upd[1].op
 
-    def _steps(self, node: Node, src: bytes, array: str):
+    def _steps(self, node: Node, src: bytes, array: str, facts: KernelFacts):
         init, cond, update = (node.child_by_field_name(f) for f in ("initializer", "condition", "update"))
         if init is None or cond is None or update is None:
             return "the loop header lacks a start, a condition or an update"
@@ -364,7 +379,7 @@ class TreeToShuffle(Rule):
         stmts = [c for c in loop_body.named_children if c.type != "comment"] if loop_body.type == "compound_statement" else [loop_body]
         updates, barrier = [], False
         for s in stmts:
-            if _is_barrier(s, src):
+            if _is_barrier(s, src, facts):
                 barrier = True
             elif s.type == "declaration":
                 continue
@@ -759,7 +774,7 @@ class TreeToRegisters(Rule):
             return "the slot's store is nested deeper than the loop's body, or follows the tree"
         decls = tuple(s for s in before if s.type == "declaration")
         for s in before:
-            if s is write_stmt or s.type == "declaration" or _is_barrier(s, src):
+            if s is write_stmt or s.type == "declaration" or _is_barrier(s, src, facts):
                 continue
             return f"the loop also runs `{_first_line(_text(src, s))}` before the tree, besides declaring locals and filling the slot"
         if any(a.writes for a in inside if any(d.start_byte <= a.span[0] < d.end_byte for d in decls)):
@@ -768,7 +783,7 @@ class TreeToRegisters(Rule):
         value = assign.child_by_field_name("right") if assign.type == "assignment_expression" else None
         if value is None or _text(src, assign.child_by_field_name("operator")) != "=":
             return "the slot is updated in place, not stored once"
-        others = [s for s in after if not _is_barrier(s, src)]
+        others = [s for s in after if not _is_barrier(s, src, facts)]
         if len(roots) != 1 or len(others) != 1 or not others[0].start_byte <= roots[0].span[0] < others[0].end_byte:
             return "the root is not read once, by one statement after the tree"
         consumer, root_read = others[0], roots[0]

@@ -355,7 +355,7 @@ class ColumnsPerWarp(Rule):
         if row.var in values or next(_mentions_outside(body, src, row.var, loop), None) is not None:
             return None, f"the loop's variable `{row.var}` is used outside the loop"
         # The accumulator's store into the tree's slot, barriers, the tree, barriers, the final test.
-        leaf = [s for s in stmts[r + 1:t] if not _is_barrier(s, src)]
+        leaf = [s for s in stmts[r + 1:t] if not _is_barrier(s, src, facts)]
         shared = [a for a in facts.accesses if a.space == "shared"]
         if any(a.array != array for a in shared):
             other = next(a for a in shared if a.array != array)
@@ -369,7 +369,7 @@ class ColumnsPerWarp(Rule):
                 or _text(src, store.child_by_field_name("right")).strip() != acc.target \
                 or leaf_write[0].index != Poly.sym("tid.x") or leaf_write[0].kind != "write":
             return None, f"the tree's slots are not each thread's own slot holding the accumulator `{acc.target}`"
-        tail = [s for s in stmts[t + 1:] if not _is_barrier(s, src)]
+        tail = [s for s in stmts[t + 1:] if not _is_barrier(s, src, facts)]
         if len(tail) != 1 or tail[0].type != "if_statement" or tail[0].child_by_field_name("alternative") is not None:
             return None, "after the tree the kernel does more than store the result from thread 0"
         final = tail[0]

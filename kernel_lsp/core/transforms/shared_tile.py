@@ -22,7 +22,8 @@ loop's body (or of the kernel's body) that holds the store.
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
 - a plain store ``A[i] = v;`` to global memory that the launch makes uncoalesced (strided), whose
-  index has unit stride along ``threadIdx.y`` (neighbouring elements across the block's rows);
+  index has unit stride along ``threadIdx.y``, of either sign (neighbouring elements across the
+  block's rows: ``dst[c * rows + (rows - 1 - r)]`` too);
 - ``A`` is touched by no other access, its address escapes nowhere, and the spec gives every
   pointer its own allocation (nothing else reads or writes what the deferred store writes);
 - no ``return``, ``break``, ``continue`` or ``goto`` except a last ``return;`` (every thread reaches
@@ -151,7 +152,8 @@ class SharedTileStore(Rule):
             if a.space != "global" or a.kind != "write" or p.pattern != "strided":
                 continue
             along_y = a.index.coefficient("tid.y")
-            if along_y is None or along_y.constant != 1:
+            # Either sign: the rows written back are consecutive elements, ascending or descending.
+            if along_y is None or along_y.constant not in (1, -1):
                 reasons.append(f"the store `{a.text}` has no unit stride along threadIdx.y")
                 continue
             why, plan = self._store_plan(ctx, facts, a, root, src, body, launches)
