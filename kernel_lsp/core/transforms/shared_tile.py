@@ -712,7 +712,8 @@ class SharedTileTranspose(Rule):
     Legality, in terms of the analysis: the threads differ by their global x and y indices only
     (:func:`~kernel_lsp.core.analysis.threads_differ_only_by`), every global access runs under guards
     ``x < C`` and ``y < R`` that the original launch covers at every size (a virtual thread past the
-    original grid does nothing); one plain store, in no loop, whose index has unit stride along
+    original grid does nothing); one plain store, in no loop (and no loop moving global memory beside it:
+    the store would be a small part of the traffic), whose index has unit stride along
     threadIdx.y (either sign), another along threadIdx.x, and is a polynomial of the indices and the
     scalar parameters (the write-back computes it for the element's owner); the array is touched by
     nothing else and escapes nowhere, the spec gives every pointer its own allocation; every
@@ -771,6 +772,10 @@ class SharedTileTranspose(Rule):
             return None, f"the store `{a.text}` is in a loop, a helper or a struct member, or its array escapes"
         if any(b.array == a.array and b is not a for b in facts.accesses):
             return None, f"`{a.array}` is accessed elsewhere in the kernel"
+        busier = next((b for b in facts.accesses if b.space == "global" and b.loops), None)
+        if busier is not None:
+            return None, (f"`{busier.text}` at line {(busier.user_line or 0) + 1} repeats in a loop the store is not in: "
+                          "the store is a small part of the kernel's traffic")
         if _index_text(a.index, _OWNER) is None:
             return None, f"the store's index `{a.index}` is not a polynomial of the indices and the scalar parameters"
         node = node_at(src, root, a.span)
