@@ -305,3 +305,48 @@ def test_a_cooperative_groups_tree_is_a_tree(tmp_path):
     source = found.rewrites[0].source
     assert "__shfl_xor_sync" in source and "cg::sync(cta);" in source
     compiles(source, tmp_path)
+
+
+TILES = """
+__global__ void chunks(const float* x, float* out, int n) {
+    __shared__ float s[256];
+    float total = 0.0f;
+    for (int base = 0; base < n; base += blockDim.x) {
+        int i = base + threadIdx.x;
+        s[threadIdx.x] = i < n ? x[i] : 0.0f;
+        __syncthreads();
+        for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+            if (threadIdx.x < st) s[threadIdx.x] += s[threadIdx.x + st];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) total += s[0];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = total;
+}
+"""
+
+
+def test_a_tree_per_tile_is_summed_in_registers(tmp_path):
+    found = outcome("tree-to-registers", TILES, spec_of("chunks", 256, [{"n": 1000}]))
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "kl_a3 += (float)(i < n ? x[i] : 0.0f)" in source.replace("\n", " ")
+    assert "if (threadIdx.x == 0) total += kl_total;" in source
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda s: s.replace("s[threadIdx.x] += s[threadIdx.x + st]", "s[threadIdx.x] = fmaxf(s[threadIdx.x], s[threadIdx.x + st])")
+     .replace("total += s[0]", "total = fmaxf(total, s[0])"), "only sums are regrouped"),
+    (lambda s: s.replace("if (threadIdx.x == 0) total += s[0];", "total += s[0];"), "other than thread 0"),
+    (lambda s: s.replace("        if (threadIdx.x == 0) total += s[0];\n", "        if (threadIdx.x == 0) out[base] = s[0];\n"),
+     "writes global memory"),
+    (lambda s: s.replace("int i = base + threadIdx.x;", "int i = base + threadIdx.x; out[i] = 0.0f;"), "writes global memory"),
+    (lambda s: s.replace("for (int base = 0; base < n; base += blockDim.x)", "for (int base = threadIdx.x; base < n; base += blockDim.x)"),
+     "not proven the same for every thread"),
+])
+def test_a_tree_per_tile_refuses_what_it_cannot_regroup(change, why):
+    found = outcome("tree-to-registers", change(TILES), spec_of("chunks", 256, [{"n": 1000}]))
+    assert not found.applicable and why in found.why, found.why

@@ -772,10 +772,12 @@ class TreeToRegisters(Rule):
         write_stmt = next((s for s in before if s.start_byte <= write.span[0] < s.end_byte), None)
         if write_stmt is None or write_stmt.type != "expression_statement":
             return "the slot's store is nested deeper than the loop's body, or follows the tree"
-        decls = tuple(s for s in before if s.type == "declaration")
+        # The tree's own array, or any shared array, declared in the loop is not copied into the sums.
+        decls = tuple(s for s in before if s.type == "declaration" and "__shared__" not in _text(src, s)
+                      and tree.array not in _identifiers(s, src))
         for s in before:
             if s is write_stmt or s.type == "declaration" or _is_barrier(s, src, facts):
-                continue
+                continue  # a declaration of the tree's array or of another shared array stays where it is
             return f"the loop also runs `{_first_line(_text(src, s))}` before the tree, besides declaring locals and filling the slot"
         if any(a.writes for a in inside if any(d.start_byte <= a.span[0] < d.end_byte for d in decls)):
             return "a declaration before the slot's store writes memory"
@@ -783,6 +785,8 @@ class TreeToRegisters(Rule):
         value = assign.child_by_field_name("right") if assign.type == "assignment_expression" else None
         if value is None or _text(src, assign.child_by_field_name("operator")) != "=":
             return "the slot is updated in place, not stored once"
+        if any(a.space == "shared" and value.start_byte <= a.span[0] < value.end_byte for a in inside):
+            return "the slot's value reads shared memory (only the slot's own array is regrouped)"
         others = [s for s in after if not _is_barrier(s, src, facts)]
         if len(roots) != 1 or len(others) != 1 or not others[0].start_byte <= roots[0].span[0] < others[0].end_byte:
             return "the root is not read once, by one statement after the tree"
