@@ -409,3 +409,38 @@ def test_block_size_without_a_guard_keeps_the_thread_count_exact() -> None:
 
 def test_block_size_rounds_up_where_the_original_threads_reach_the_guard() -> None:
     assert _block_sizes(ELEMENTWISE, SPEC_1D) == [128, 512, 1024]
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_restrict_const_keeps_a_parameter_copied_to_a_non_const_pointer_non_const(tmp_path: Path) -> None:
+    """`float *p = in + base;` would not compile with `in` const: it stays non-const, the rest is qualified."""
+    source = _kernel("    float *p = x + 1;\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = p[i];",
+                     "int n, float* x, float* y")
+    outcome = _rule("restrict-const", source)
+    assert outcome.applicable and "x copied to non-const pointers, kept non-const" in outcome.why
+    rewritten = outcome.rewrites[0].source
+    assert "float* __restrict__ x" in rewritten and "const float" not in rewritten
+    assert _compile(tmp_path, rewritten).returncode == 0
+
+
+def test_block_sizes_change_launch_bounds_with_the_block() -> None:
+    bounded = ELEMENTWISE.replace("__global__ void k(", "__global__ void __launch_bounds__(256) k(")
+    rewrites = _rule("block-size", bounded).rewrites
+    assert sorted(r.launch_override["block"][0] for r in rewrites) == [128, 512, 1024]
+    for r in rewrites:
+        assert f"__launch_bounds__({r.launch_override['block'][0]}) k(" in r.source
+
+
+def test_index_swap_refuses_a_helper_that_reads_the_thread_index() -> None:
+    helper = "__device__ int col_of() { return blockIdx.x * blockDim.x + threadIdx.x; }\n" + COPY_2D.replace(
+        "int c = blockIdx.x * blockDim.x + threadIdx.x;", "int c = col_of();").replace("out[r * cols + c]", "out[c * rows + r]")
+    outcome = _rule("index-swap", helper, SPEC_2D)
+    assert not outcome.applicable and "the helper `col_of` reads the thread or block index" in outcome.why
+
+
+def test_the_transposing_tile_raises_the_launch_bounds_to_its_block() -> None:
+    transpose = COPY_2D.replace("out[r * cols + c]", "out[c * rows + r]").replace(
+        "__global__ void k(", "__global__ void __launch_bounds__(128) k(")
+    spec = dict(SPEC_2D, block=[16, 8, 1], grid=["(cols+15)/16", "(rows+7)/8", "1"])
+    (rewrite,) = _rule("shared-tile-transpose", transpose, spec).rewrites
+    assert "__launch_bounds__(256) k(" in rewrite.source and rewrite.launch_override["block"] == [32, 8, 1]
