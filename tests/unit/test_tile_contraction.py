@@ -471,3 +471,28 @@ def test_a_kernel_with_shared_memory_and_barriers_of_its_own_is_tiled_too(tmp_pa
     assert "__shared__ float scale[8];" in rewritten
     before = run_on_cpu(source, GEMM_MAIN, tmp_path, "own_shared")
     assert run_on_cpu(rewritten, GEMM_MAIN, tmp_path, "own_shared_tiled") == before
+
+
+def test_members_read_while_other_members_of_the_same_array_are_written(tmp_path):
+    """`p[j].pos.x` read in the loop while `p[i].acc.x` (nested members, a float3 in a struct) is
+    written after it: the operand is the member read, which the kernel never writes."""
+    source = """
+struct Body { float3 pos; float3 acc; };
+__global__ void pairs(Body* p, float dt, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float f = 0.0f;
+  for (int j = 0; j < n; j++) {
+    float dx = p[j].pos.x - p[i].pos.x;
+    f += dx * rsqrtf(dx * dx + 1e-9f);
+  }
+  p[i].acc.x += dt * f;
+}
+"""
+    spec = dict(NBODY_SPEC, params=[{"name": "p", "array": "float32", "size": "n*6", "init": "uniform(-1,1)",
+                                     "role": "inout"}, *NBODY_SPEC["params"][1:]])
+    found = outcome(source, spec)
+    assert found.applicable, found.why
+    assert "decltype(p->pos.x)" in found.rewrites[0].source
+    if shutil.which("nvcc"):
+        compiles(found.rewrites[0].source, tmp_path)
