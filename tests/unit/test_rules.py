@@ -444,3 +444,14 @@ def test_the_transposing_tile_raises_the_launch_bounds_to_its_block() -> None:
     spec = dict(SPEC_2D, block=[16, 8, 1], grid=["(cols+15)/16", "(rows+7)/8", "1"])
     (rewrite,) = _rule("shared-tile-transpose", transpose, spec).rewrites
     assert "__launch_bounds__(256) k(" in rewrite.source and rewrite.launch_override["block"] == [32, 8, 1]
+
+
+def test_grid_stride_keeps_per_element_state_inside_the_loop() -> None:
+    """A local declared before the index and assigned after it belongs to each element: the whole body goes
+    inside the loop (it would otherwise carry over from one element to the next)."""
+    source = _kernel("    float acc = 0.0f;\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                     "    if (i < n) {\n        acc += x[i];\n        y[i] = acc;\n    }")
+    outcome = _rule("grid-stride", source)
+    assert outcome.applicable, outcome.why
+    body = outcome.rewrites[0].source.split("{", 1)[1]
+    assert body.index("for (") < body.index("float acc = 0.0f;")

@@ -277,15 +277,19 @@ class GridStride(Rule):
     @staticmethod
     def _declaration(src: bytes, body: Node, facts: KernelFacts, uses) -> tuple[Node | None, str, str]:
         """The top-level declaration ``T i = <global index>;`` that every access's element comes from, when
-        nothing before it touches memory; else (None, the loop's own variable, its type)."""
+        nothing before it touches memory or declares what the rest assigns (it runs once per thread, before
+        the loop); else (None, the loop's own variable, its type)."""
+        assigned = assigned_names(body, src)
         for stmt in body.named_children:
+            if stmt.type == "declaration" and set(_declared(stmt, src)) & assigned:
+                break
             if stmt.type == "declaration":
                 decls = stmt.children_by_field_name("declarator")
                 value = decls[0].child_by_field_name("value") if len(decls) == 1 and decls[0].type == "init_declarator" else None
                 target = decls[0].child_by_field_name("declarator") if value is not None else None
                 if value is not None and target is not None and target.type == "identifier" and len(uses) == 1 \
                         and (value.start_byte, value.end_byte) == uses[0].span \
-                        and _text(src, target) not in assigned_names(body, src):
+                        and _text(src, target) not in assigned:
                     type_node = stmt.child_by_field_name("type")
                     return stmt, _text(src, target), _text(src, type_node) if type_node is not None else "int"
             if any(stmt.start_byte <= a.span[0] < stmt.end_byte for a in facts.accesses) or _has(stmt, ("call_expression",)):
@@ -380,6 +384,12 @@ class GridStride(Rule):
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         return (Rewrite(source, f"grid-stride loop over {plan.var}; grid capped at {cap} blocks (one full wave){note}",
                         override),)
+
+
+def _declared(stmt: Node, src: bytes) -> list[str]:
+    from kernel_lsp.core.analysis.syntax import _declared_names
+
+    return _declared_names(stmt, src)
 
 
 def _kernel_returns(body: Node) -> list[Node]:
