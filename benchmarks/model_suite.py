@@ -5,10 +5,11 @@ session's search with the model in ``jobs`` mode, nothing verified: the knowledg
 one: the catalogue's techniques and examples) gives the techniques, the planner orders the rule
 engine's menu, the editor writes hunks guided by the closest verified example, and the repairer
 fixes what nvcc rejects. Per job: model calls, candidates, the share that compile, tokens and
-seconds per kernel. Every candidate is saved under ``DIR/<model>/<kernel>/`` with
-``candidates.json`` (generator, job, launch override, the menu order the planner chose and the
-rules' own order), so that it can be verified on the GPU machine later; every model conversation
-is in ``DIR/<model>/traces.sqlite3``.
+seconds per kernel. Every candidate's source is saved in ``DIR/candidates.jsonl`` (one line per
+candidate: model, kernel, id, hash, source; one file for the run), and its metadata (generator, job,
+launch override, the menu order the planner chose and the rules' own order) in the record ``--out``
+writes, so that it can be verified on the GPU machine later; every model conversation is in
+``DIR/<model>/traces.sqlite3``.
 
 Verification runs there (``--verify DIR``): each saved candidate through the harness (a candidate
 that extends another only once that one was accepted, a candidate shared by both models once),
@@ -101,10 +102,38 @@ def rules_best(session: Session, name: str, corpus_results: dict[str, Any]) -> t
     return (found, best["speedup"]) if found is not None else None
 
 
-def generate_kernel(session: Session, model: Any, name: str, budgets: JobBudgets, folder: Path,
+CANDIDATES_FILE = "candidates.jsonl"
+
+
+def save_sources(root: Path, label: str, kernel: str, items: list[tuple[str, str, str | None]]) -> None:
+    """Append ``(id, source, candidate hash)`` of a kernel's candidates to the run's ``candidates.jsonl``."""
+    root.mkdir(parents=True, exist_ok=True)
+    with open(root / CANDIDATES_FILE, "a", encoding="utf-8") as f:
+        for ident, source, digest in items:
+            f.write(json.dumps({"model": label, "kernel": kernel, "id": ident, "candidate_hash": digest,
+                                "source": source}) + "\n")
+
+
+def load_sources(root: Path) -> dict[tuple[str, str, str], str]:
+    """The run's saved sources by (model, kernel, id)."""
+    found: dict[tuple[str, str, str], str] = {}
+    with open(root / CANDIDATES_FILE, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                item = json.loads(line)
+                found[(item["model"], item["kernel"], item["id"])] = item["source"]
+    return found
+
+
+def source_id(item: dict[str, Any]) -> str:
+    """A saved candidate's id in ``candidates.jsonl``; records made before it existed name a ``file`` (``cand_00.cu``)."""
+    return item.get("id") or Path(item["file"]).stem
+
+
+def generate_kernel(session: Session, model: Any, name: str, budgets: JobBudgets, root: Path, label: str,
                     refine: tuple[Candidate, float] | None = None) -> dict[str, Any]:
     """The model's jobs on one corpus kernel, or with ``refine`` (the rules' best, verified) only the
-    editor's refinement of that candidate."""
+    editor's refinement of that candidate; the candidates' sources appended to ``root/candidates.jsonl``."""
     spec = load_spec(name)
     path = str(CORPUS / name / "kernel.cu")
     source = Path(path).read_text(encoding="utf-8")
@@ -122,15 +151,15 @@ def generate_kernel(session: Session, model: Any, name: str, budgets: JobBudgets
         result = optimizer.optimize(source, path, spec.kernel, spec, generators=[jobs], kb=stores.kb, verify=False,
                                     budget=budget)
     wall = time.monotonic() - start
-    folder.mkdir(parents=True, exist_ok=True)
     saved = []
+    sources: list[tuple[str, str, str | None]] = []
     # A refinement extends a candidate verified elsewhere, which this unverified search never lists: the
     # editor's and repairer's candidates are taken as the jobs produced them.
     listed = [r.candidate for r in result.results] if refine is None else [c for _, c in jobs.produced]
     for i, c in enumerate(listed):
-        file = f"cand_{i:02d}.cu"
-        (folder / file).write_text(c.source, encoding="utf-8")
-        saved.append({"file": file, "generator": c.generator, "job": _job_of(c), "technique": c.technique,
+        ident = f"cand_{i:02d}"
+        sources.append((ident, c.source, optimizer.candidate_hash(c)))
+        saved.append({"id": ident, "generator": c.generator, "job": _job_of(c), "technique": c.technique,
                       "description": c.description, "launch_override": dict(c.launch_override) if c.launch_override else None,
                       "after": c.after, "candidate_hash": optimizer.candidate_hash(c)})
     rules_order = [e.id for e in jobs.menu]
@@ -144,10 +173,10 @@ def generate_kernel(session: Session, model: Any, name: str, budgets: JobBudgets
     }
     if refine is not None:
         base, speedup = refine
-        (folder / "base.cu").write_text(base.source, encoding="utf-8")
-        row["refine_base"] = {"file": "base.cu", "generator": base.generator, "speedup": speedup,
+        sources.append(("base", base.source, None))
+        row["refine_base"] = {"id": "base", "generator": base.generator, "speedup": speedup,
                               "launch_override": dict(base.launch_override) if base.launch_override else None}
-    (folder / "candidates.json").write_text(json.dumps(row, indent=2), encoding="utf-8")
+    save_sources(root, label, name, sources)
     return row
 
 
@@ -198,6 +227,8 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
                          max_seconds=args.seconds, turn_timeout_s=args.seconds, refine_samples=args.refine_samples)
     corpus_results = json.loads(Path(args.refine_from).read_text(encoding="utf-8")) if args.refine_from else None
     root = Path(args.generate)
+    if (root / CANDIDATES_FILE).exists():
+        raise SystemExit(f"model_suite: {root / CANDIDATES_FILE} exists already; generate into a new folder")
     out: dict[str, Any] = {"models": {}}
     with tempfile.TemporaryDirectory(prefix="model-suite-") as scratch:
         for spec in models:
@@ -214,7 +245,7 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
                     if corpus_results is not None and refine is None:
                         print("  no accepted rule candidate to refine", file=sys.stderr, flush=True)
                         continue
-                    row = generate_kernel(session, model, name, budgets, root / label / name, refine)
+                    row = generate_kernel(session, model, name, budgets, root, label, refine)
                     rows.append(row)
                     jobs = row["jobs"]
                     print(f"  {row['wall_s']:.0f} s; planner {row['planner_order'][:1]} (rules {row['menu'][:1]}); "
@@ -237,7 +268,8 @@ def _geomean(values: list[float]) -> float | None:
     return math.exp(sum(math.log(max(v, 1e-9)) for v in values) / len(values)) if values else None
 
 
-def verify_kernel(row: dict[str, Any], folder: Path, session: Session, cache: dict[str, Any]) -> list[dict[str, Any]]:
+def verify_kernel(row: dict[str, Any], sources: dict[tuple[str, str, str], str], label: str, session: Session,
+                  cache: dict[str, Any]) -> list[dict[str, Any]]:
     from kernel_lsp.core.spec import SpecError, with_candidate_launch
     from kernel_lsp.services.harness import GpuUnavailable
 
@@ -250,7 +282,7 @@ def verify_kernel(row: dict[str, Any], folder: Path, session: Session, cache: di
     if base is not None:
         # A refinement is judged against the rules' best, launched as that candidate is: the same results
         # (the rules' best matched the original on the GPU machine) and faster by the harness's interval.
-        source = (folder / base["file"]).read_text(encoding="utf-8")
+        source = sources[(label, row["name"], source_id(base))]
         spec = parse_spec(relaunched(spec.to_json(), base["launch_override"] or {}), spec.base_dir)
     accepted_generators: set[str] = set()
     verdicts = []
@@ -260,7 +292,7 @@ def verify_kernel(row: dict[str, Any], folder: Path, session: Session, cache: di
             continue
         key = item["candidate_hash"]
         if key not in cache:
-            candidate = (folder / item["file"]).read_text(encoding="utf-8")
+            candidate = sources[(label, row["name"], source_id(item))]
             try:
                 launch = None if base is not None else item["launch_override"]
                 verdict = verifier(source, candidate, with_candidate_launch(spec, launch), None)
@@ -327,12 +359,12 @@ def verify_all(args: argparse.Namespace) -> dict[str, Any]:
     generation = json.loads(Path(args.generation).read_text(encoding="utf-8"))
     session = Session(Settings(), workspace_root=str(ROOT), use_kb=False)
     cache: dict[str, Any] = {}
-    root = Path(args.verify)
+    sources = load_sources(Path(args.verify))
     for label, model in generation["models"].items():
         verified = {}
         for row in model["kernels"]:
             print(f"{label}: verifying {row['name']} ({len(row['candidates'])} candidates) ...", file=sys.stderr, flush=True)
-            verified[row["name"]] = verify_kernel(row, root / label / row["name"], session, cache)
+            verified[row["name"]] = verify_kernel(row, sources, label, session, cache)
         model["verification"] = verification_summary(model["kernels"], verified, args.planner_budget)
         model["verified_candidates"] = verified
     return generation
@@ -361,8 +393,8 @@ def print_table(record: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     mode = parser.add_mutually_exclusive_group(required=True)
-    mode.add_argument("--generate", metavar="DIR", help="generate here (CPU) and save the candidates under DIR")
-    mode.add_argument("--verify", metavar="DIR", help="verify the candidates saved under DIR (GPU)")
+    mode.add_argument("--generate", metavar="DIR", help="generate here (CPU) and save the candidates in DIR/candidates.jsonl")
+    mode.add_argument("--verify", metavar="DIR", help="verify the candidates saved in DIR/candidates.jsonl (GPU)")
     parser.add_argument("--out", default=str(DEFAULT_OUT))
     parser.add_argument("--generation", help="with --verify: the JSON --generate wrote")
     parser.add_argument("--models", default="qwen2.5-coder-0.5b-instruct-q4_k_m,qwen2.5-coder-1.5b-instruct-q4_k_m")

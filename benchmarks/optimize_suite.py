@@ -9,7 +9,8 @@ Three ways to run it:
 
 * ``python benchmarks/optimize_suite.py`` -- generate and verify in one go (needs a GPU);
 * ``--generate-only DIR`` -- run the generators here (CPU; the rules, and the local
-  model with ``--model``), save each kernel's candidates under ``DIR/<example>/``;
+  model with ``--model``), save every kernel's candidates in ``DIR/candidates.jsonl``
+  (one line per candidate: example, order, generator, launch, source);
 * ``--verify-dir DIR`` -- verify the saved candidates (on the GPU machine) and
   report. Generation figures (candidates, tokens, generation wall time) come from
   ``DIR/generation.json``.
@@ -81,8 +82,25 @@ def _generators(model: str | None, spec: Any, source: str, budget: Budget, model
     return gens
 
 
+CANDIDATES_FILE = "candidates.jsonl"
+
+
+def load_saved(folder: Path) -> dict[str, list[dict[str, Any]]]:
+    """The saved candidates of ``folder/candidates.jsonl`` per example, in the order they were generated."""
+    found: dict[str, list[dict[str, Any]]] = {}
+    with open(folder / CANDIDATES_FILE, encoding="utf-8") as f:
+        for line in f:
+            if line.strip():
+                item = json.loads(line)
+                found.setdefault(item["example"], []).append(item)
+    return found
+
+
 def generate(examples: list[str], folder: Path, budget: Budget, model: str | None, model_seconds: float = 300.0) -> dict[str, Any]:
-    """Candidates per example into ``folder/<example>/``; returns the generation record."""
+    """Candidates per example into ``folder/candidates.jsonl``; returns the generation record."""
+    if (folder / CANDIDATES_FILE).exists():
+        raise SystemExit(f"optimize_suite: {folder / CANDIDATES_FILE} exists already; generate into a new folder")
+    folder.mkdir(parents=True, exist_ok=True)
     record: dict[str, Any] = {"examples": {}}
     for name in examples:
         source = (EXAMPLES / name / "original.cu").read_text()
@@ -102,17 +120,16 @@ def generate(examples: list[str], folder: Path, budget: Budget, model: str | Non
         for g in generators:
             if hasattr(g, "model"):
                 g.model.close()
-        out = folder / name
-        out.mkdir(parents=True, exist_ok=True)
         items = []
-        for i, r in enumerate(result.results):
-            c = r.candidate
-            file = f"{i:02d}_{c.technique}.cu"
-            (out / file).write_text(c.source)
-            items.append({"file": file, "technique": c.technique, "generator": c.generator, "description": c.description,
-                          "launch_override": dict(c.launch_override) if c.launch_override else None, "hash": r.candidate_hash,
-                          "after": c.after})
-        (out / "candidates.json").write_text(json.dumps({"kernel": spec.kernel, "candidates": items}, indent=2))
+        with open(folder / CANDIDATES_FILE, "a", encoding="utf-8") as f:
+            for i, r in enumerate(result.results):
+                c = r.candidate
+                item = {"example": name, "kernel": spec.kernel, "order": i, "technique": c.technique,
+                        "generator": c.generator, "description": c.description,
+                        "launch_override": dict(c.launch_override) if c.launch_override else None,
+                        "hash": r.candidate_hash, "after": c.after}
+                items.append(item)
+                f.write(json.dumps({**item, "source": c.source}) + "\n")
         record["examples"][name] = {"candidates": len(items), "generate_wall_s": wall, "tokens": result.tokens,
                                     "model_candidates": sum(1 for i in items if i["generator"].startswith("model:")),
                                     "model_attempts": model_attempts, "model_stop": stop}
@@ -125,19 +142,19 @@ def verify_saved(examples: list[str], folder: Path, options: VerifyOptions, budg
     search runs them: a step of a sequence only once the step before it was accepted, ``budget`` verified
     at most."""
     data: dict[str, Any] = {}
+    saved = load_saved(folder)
     for name in examples:
         source = (EXAMPLES / name / "original.cu").read_text()
         spec = load_spec_file(EXAMPLES / name / "spec.json")
-        saved = json.loads((folder / name / "candidates.json").read_text())
         rows = []
         accepted: set[str] = set()
         start = time.monotonic()
-        for item in saved["candidates"]:
+        for item in saved.get(name, []):
             if len(rows) >= budget:
                 break
             if item.get("after") is not None and item["after"] not in accepted:
                 continue
-            candidate = Candidate(spec.kernel, (folder / name / item["file"]).read_text(), item["technique"], item["generator"],
+            candidate = Candidate(spec.kernel, item["source"], item["technique"], item["generator"],
                                   item["description"], item["launch_override"])
             t0 = time.monotonic()
             try:
@@ -146,7 +163,8 @@ def verify_saved(examples: list[str], folder: Path, options: VerifyOptions, budg
                 verdict = {"accepted": False, "reason": "spec_error", "errors": [str(exc)], "speedup": None, "speedup_ci_low": None}
             if verdict["accepted"]:
                 accepted.add(item["generator"])
-            rows.append({**item, "hash": candidate_hash(candidate), "verdict": verdict, "verify_wall_s": time.monotonic() - t0})
+            kept = {k: v for k, v in item.items() if k != "source"}
+            rows.append({**kept, "hash": candidate_hash(candidate), "verdict": verdict, "verify_wall_s": time.monotonic() - t0})
             tag = f"{verdict['speedup']:.2f}x" if verdict["speedup"] else ""
             print(f"  {name:10s} {item['technique']:30s} {verdict['reason']:18s} {tag}", flush=True)
         data[name] = {"candidates": rows, "verify_wall_s": time.monotonic() - start}

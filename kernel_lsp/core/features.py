@@ -5,30 +5,24 @@ numbers: booleans as 0/1, unknown values left out) and the knowledge base uses
 them to find similar kernels. Each field below has a one-line description in
 :data:`FEATURE_DOCS`; the descriptions are the documentation.
 
-How the source is read: the kernel's definition is parsed on its own with
-tree-sitter. Index expressions are classified by *thread-index taint*: a value
-is "x-dependent" when it comes from ``threadIdx.x`` (directly or through a
-local initialised or assigned from it), and "strided" when such a value is
-multiplied (or shifted) by anything but 1 before it indexes memory. Division
-or shift by a multiple of the warp size (``tid / 32``, ``tid >> 5``) makes a
-value warp-uniform again. These are hints: aliasing, macros and helper
-functions are not followed.
+How the source is read: the kernel index (:mod:`kernel_lsp.core.index`) gives
+the declarations, loops, barriers, atomics and calls as written; the access
+analysis (:mod:`kernel_lsp.core.analysis`, on the file's own preprocessed view,
+so macros and helpers are seen) gives every access's index, the conditions and
+whether each depends on the thread, the reductions and the types the kernel
+uses. Nothing here reads the source a second way.
 """
 
 from __future__ import annotations
 
-import re
-from dataclasses import dataclass, fields
-
-from tree_sitter import Node, Parser, Query, QueryCursor
-
 import functools
 import math
+import re
+from dataclasses import dataclass, fields
 
 from kernel_lsp.core.analysis import KernelFacts, analyze, per_block_outputs, thread_mapping
 from kernel_lsp.core.consteval import evaluate_int
 from kernel_lsp.core.index import Function
-from kernel_lsp.core.parse import CUDA_LANGUAGE, to_source_bytes
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.source import preprocess
 
@@ -142,23 +136,6 @@ class StaticFeatures:
         return out
 
 
-_QUERY = Query(
-    CUDA_LANGUAGE,
-    """
-    (subscript_expression) @subscript
-    (condition_clause) @condition
-    (conditional_expression condition: (_) @condition)
-    (do_statement condition: (_) @condition)
-    (for_statement) @for
-    """,
-)
-_BINDINGS = Query(
-    CUDA_LANGUAGE,
-    """
-    (init_declarator declarator: (identifier) @name value: (_) @value)
-    (assignment_expression left: (identifier) @name right: (_) @value)
-    """,
-)
 _SHUFFLE = re.compile(r"^__shfl")
 _VOTE = re.compile(r"^__(ballot|any|all|uni|match_any|match_all)(_sync)?$|^__activemask$")
 _BUILTIN = re.compile(
@@ -166,181 +143,32 @@ _BUILTIN = re.compile(
     r"sqrtf?$|rsqrtf?$|expf?$|exp2f?$|logf?$|log2f?$|powf?$|sinf?$|cosf?$|tanhf?$|fabsf?$|abs$|floorf?$|ceilf?$|"
     r"fmaf?$|erff?$|roundf?$|truncf?$|assert$|printf$|static_cast|reinterpret_cast|const_cast|sizeof|asm)"
 )
-_COMPARISONS = frozenset({"<", "<=", ">", ">=", "==", "!="})
-_WARP = 32
-_MAX_DEPTH = 200
-
-
-@dataclass(frozen=True)
-class _Taint:
-    x: bool = False
-    """Depends on threadIdx.x (at unit stride)."""
-    x_strided: bool = False
-    """Depends on threadIdx.x multiplied by a non-unit factor."""
-    y: bool = False
-    """Depends on threadIdx.y or threadIdx.z."""
-
-    @property
-    def any(self) -> bool:
-        return self.x or self.x_strided or self.y
-
-    def __or__(self, other: _Taint) -> _Taint:
-        return _Taint(self.x or other.x, self.x_strided or other.x_strided, self.y or other.y)
-
-
-_CLEAN = _Taint()
-
-
-class _Analyzer:
-    def __init__(self, src: bytes, root: Node, constants: dict[str, str]) -> None:
-        self.src = src
-        self.root = root
-        self.constants = constants
-        self.names: dict[str, _Taint] = {}
-
-    def text(self, node: Node) -> str:
-        return self.src[node.start_byte : node.end_byte].decode("utf-8", "replace")
-
-    def const(self, node: Node) -> int | None:
-        return evaluate_int(self.text(node), self.constants)
-
-    def taint(self, node: Node, depth: int = 0) -> _Taint:
-        # Generated code can nest expressions thousands deep; past this depth we stop looking.
-        if depth > _MAX_DEPTH:
-            return _CLEAN
-        depth += 1
-        kind = node.type
-        if kind == "identifier":
-            return self.names.get(self.text(node), _CLEAN)
-        if kind == "field_expression":
-            obj, field_ = node.child_by_field_name("argument"), node.child_by_field_name("field")
-            if obj is not None and field_ is not None and self.text(obj) == "threadIdx":
-                name = self.text(field_)
-                return _Taint(x=name == "x", y=name in ("y", "z"))
-            return _CLEAN
-        if kind == "binary_expression":
-            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-            op = node.child_by_field_name("operator")
-            if left is None or right is None or op is None:
-                return _CLEAN
-            lt, rt, o = self.taint(left, depth), self.taint(right, depth), self.text(op)
-            if o in ("*", "<<"):
-                unit = {"*": 1, "<<": 0}[o]
-                for tainted, other in ((lt, right), (rt, left)):
-                    if (tainted.x or tainted.x_strided) and self.const(other) != unit:
-                        return _Taint(x_strided=True, y=lt.y or rt.y)
-                return lt | rt
-            if o in ("/", ">>"):
-                divisor = self.const(right)
-                if divisor is not None and (divisor % _WARP == 0 if o == "/" else divisor >= 5):
-                    return _CLEAN  # warp-uniform
-                return _Taint(x=lt.x or lt.x_strided, y=lt.y)
-            return lt | rt
-        result = _CLEAN
-        for child in node.named_children:
-            result = result | self.taint(child, depth)
-        return result
-
-    def learn_names(self, pairs: list[tuple[Node, Node]]) -> None:
-        """Taint locals from their initialisers and assignments (three rounds reach chains like tid -> row -> idx)."""
-        for _ in range(3):
-            changed = False
-            for name_node, value in pairs:
-                name = self.text(name_node)
-                new = self.names.get(name, _CLEAN) | self.taint(value)
-                if new != self.names.get(name, _CLEAN):
-                    self.names[name] = new
-                    changed = True
-            if not changed:
-                break
-
-
-def _loop_weight(node: Node, loops: list[tuple[int, int, int | None]]) -> int:
-    """Product of the constant trip counts of the loops around ``node`` (by byte range, no parent walks:
-    tree-sitter's ``parent`` costs O(depth))."""
-    weight = 1
-    for start, end, trips in loops:
-        if start <= node.start_byte and node.end_byte <= end and trips is not None:
-            weight *= max(trips, 0)
-    return weight
-
-
-def _access_kind(sub: Node) -> tuple[bool, bool]:
-    """(is read, is write) for a subscript expression, from its parent."""
-    node = sub
-    parent = node.parent
-    # Outer subscripts of a multi-dimensional access decide (a[i][j] = ...).
-    while parent is not None and parent.type == "subscript_expression":
-        node, parent = parent, parent.parent
-    if parent is None:
-        return True, False
-    if parent.type == "assignment_expression" and parent.child_by_field_name("left") == node:
-        op = parent.child_by_field_name("operator")
-        compound = op is not None and op.type != "="
-        return compound, True
-    if parent.type == "update_expression":
-        return True, True
-    if parent.type == "pointer_expression" and parent.children and parent.children[0].type == "&":
-        return False, False
-    return True, False
-
-
-def _subscript_base(sub: Node) -> tuple[Node | None, list[Node]]:
-    """The array identifier and the index expressions from outermost dimension to innermost."""
-    indices: list[Node] = []
-    node: Node | None = sub
-    while node is not None and node.type == "subscript_expression":
-        idx = node.child_by_field_name("indices")
-        if idx is not None:
-            indices.extend(c for c in reversed(idx.named_children) if c.type != "comment")
-        node = node.child_by_field_name("argument")
-    indices.reverse()
-    return node, indices
+_TENSOR_CALLS = re.compile(r"(^|::)(wmma::\w+|mma_sync|load_matrix_sync|store_matrix_sync|fill_fragment|wgmma\w*)$")
+_ASYNC_CALLS = re.compile(r"(memcpy_async|__pipeline_memcpy_async|cp_async\w*|__pipeline_commit|__pipeline_wait_prior)$")
+_GROUP_CALLS = re.compile(r"(^|::)(this_thread_block|tiled_partition|this_grid|coalesced_threads|sync|reduce)$|^(cg|cooperative_groups)::")
+_HALF_TYPES = frozenset({"__half", "half", "__half2", "half2", "__nv_bfloat16", "nv_bfloat16", "__nv_bfloat162",
+                         "nv_bfloat162"})
+#: The kinds of :class:`~kernel_lsp.core.analysis.Condition` that are branches of the kernel's code (the
+#: operands of ``&&``/``||`` are parts of one).
+_BRANCHES = frozenset({"if", "exit", "select", "while", "do", "switch"})
 
 
 def static_features(function: Function, source: str | bytes, constants: dict[str, str] | None = None) -> StaticFeatures:
     """Features of ``function`` (from :func:`kernel_lsp.core.index.build_index`) in ``source``.
 
-    ``constants`` are the file's constants (``dict(index.constants)``) for trip counts and launch bounds.
+    ``constants`` are the file's constants (``dict(index.constants)``) for launch bounds.
     """
     constants = constants or {}
-    src_all = to_source_bytes(source)
-    start = function.span.start_byte
-    src = src_all[start : function.span.end_byte]
-    root = Parser(CUDA_LANGUAGE).parse(src).root_node
-    captures = QueryCursor(_QUERY).captures(root)
-    # Name/value pairs come from matches: capture lists of different names are not aligned.
-    pairs: list[tuple[Node, Node]] = []
-    for _pattern, match in QueryCursor(_BINDINGS).matches(root):
-        name, value = match.get("name"), match.get("value")
-        if name and value:
-            pairs.append((name[0], value[0]))
-    an = _Analyzer(src, root, constants)
-    an.learn_names(pairs)
-
+    facts = _file_facts(source).get(function.name)
+    access = _access_features(facts)
     params = function.params
     pointer_params = [p for p in params if p.pointer_depth > 0]
-    global_names = {p.name for p in pointer_params}
-    shared_names = {d.name for d in function.shared}
-    shared_2d = {d.name for d in function.shared if len(d.dims) >= 2}
-    loops = [(lp.span.start_byte - start, lp.span.end_byte - start, lp.trip_count) for lp in function.loops]
-
-    access = _access_features(source, function.name)
-    dependent = hints = 0
-    for cond in captures.get("condition", []):
-        if not an.taint(cond).any:
-            continue
-        dependent += 1
-        if _splits_warp(cond, an):
-            hints += 1
-
+    branches = [c for c in facts.conditions if c.kind in _BRANCHES and not c.via] if facts is not None else []
+    dependent = [c for c in branches if c.thread_dependent and not c.warp_uniform]
     call_names = [c.name for c in function.calls]
-    text = src.decode("utf-8", "replace")
+    types = set(facts.value_types) | {a.elem_type for a in facts.accesses} if facts is not None else set()
     bounds_threads = evaluate_int(function.launch_bounds[0], constants) if function.launch_bounds else None
     shared_sizes = [d.size_bytes for d in function.shared if not d.is_extern]
-    shared_atomics = sum(
-        1 for c in function.atomics if c.args and re.sub(r"^[&\s(]*", "", c.args[0]).split("[")[0].strip() in shared_names
-    )
     body = function.body_span
     return StaticFeatures(
         params=len(params),
@@ -357,7 +185,7 @@ def static_features(function: Function, source: str | bytes, constants: dict[str
         unrolled_loops=sum(1 for lp in function.loops if lp.has_pragma_unroll),
         syncs=len(function.syncs),
         atomics=len(function.atomics),
-        shared_atomics=shared_atomics,
+        shared_atomics=sum(1 for a in facts.accesses if a.kind == "atomic" and a.space == "shared") if facts else 0,
         uses_2d_index=any(u.endswith((".y", ".z")) for u in function.thread_index_uses),
         grid_stride_loop=access.mapping == "grid-stride",
         gather_accesses=access.gathers,
@@ -376,15 +204,16 @@ def static_features(function: Function, source: str | bytes, constants: dict[str
         strided_global_stores=access.strided_stores,
         transposed_store=access.transposed,
         shared_column_access=access.column_access,
-        thread_dependent_branches=dependent,
-        intra_warp_divergence_hints=hints,
+        thread_dependent_branches=len(dependent),
+        intra_warp_divergence_hints=sum(1 for c in dependent if c.splits_warp),
         ldg_calls=sum(1 for n in call_names if n == "__ldg"),
         device_function_calls=sum(1 for n in call_names if not _BUILTIN.match(n) and "." not in n),
-        uses_double=bool(re.search(r"\bdouble\b", text)),
-        uses_half=bool(re.search(r"\b(__half2?|half2?|__nv_bfloat162?|nv_bfloat162?)\b", text)),
-        uses_tensor_cores=bool(re.search(r"\bwmma::|\bmma_sync\b|\bmma\.sync|\bwgmma\b", text)),
-        uses_async_copy=bool(re.search(r"cp\.async|memcpy_async|__pipeline_memcpy_async|cp_async|\btma\b|cuda::barrier", text)),
-        uses_cooperative_groups=bool(re.search(r"\bcooperative_groups\b|\bcg::", text)),
+        uses_double=any(t == "double" or t.startswith("double") and t[6:].isdigit() for t in types),
+        uses_half=bool(types & _HALF_TYPES),
+        uses_tensor_cores=any(_TENSOR_CALLS.search(n) for n in call_names),
+        uses_async_copy=any(_ASYNC_CALLS.search(n) for n in call_names),
+        uses_cooperative_groups=any(_GROUP_CALLS.search(n) for n in call_names) or bool(
+            facts is not None and (facts.implicit_indices or any(not b.text.startswith("__sync") for b in facts.barriers))),
         body_lines=(body.end.line - body.start.line + 1) if body is not None else 0,
     )
 
@@ -415,10 +244,9 @@ def _moves_more_than_one(stride: Poly | None) -> bool:
     return stride is not None and stride.constant not in (0, 1, -1)
 
 
-def _access_features(source: str | bytes, kernel: str) -> _AccessFeatures:
+def _access_features(facts: KernelFacts | None) -> _AccessFeatures:
     """The access-derived features, read from the access analysis of the file's own view (its
     macros expanded, helpers inlined); symbolic, so they need no launch spec."""
-    facts = _file_facts(source).get(kernel)
     if facts is None:
         return _AccessFeatures()
     loads = stores = strided_loads = strided_stores = column = gathers = 0
@@ -462,36 +290,3 @@ def _access_features(source: str | bytes, kernel: str) -> _AccessFeatures:
         mapping=thread_mapping(facts),
         per_block_outputs=len(per_block_outputs(facts)),
     )
-
-
-def _splits_warp(cond: Node, an: _Analyzer) -> bool:
-    """A thread-dependent condition that only part of a warp satisfies."""
-    stack = [cond]
-    while stack:
-        node = stack.pop()
-        if node.type == "binary_expression":
-            op_node = node.child_by_field_name("operator")
-            left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-            if op_node is not None and left is not None and right is not None:
-                op = an.text(op_node)
-                if op in ("%", "&") and (an.taint(left).any or an.taint(right).any):
-                    return True
-                if op in _COMPARISONS:
-                    for tainted, other in ((left, right), (right, left)):
-                        value = an.const(other)
-                        if an.taint(tainted).any and value is not None and (op in ("==", "!=") or value % _WARP != 0):
-                            return True
-        stack.extend(node.named_children)
-    return False
-
-
-def _mentions_grid_stride(update: Node, an: _Analyzer, pairs: list[tuple[Node, Node]]) -> bool:
-    text = an.text(update)
-    if "gridDim" in text:
-        return True
-    # A stride held in a local: `int stride = blockDim.x * gridDim.x; ... i += stride`.
-    names = set(re.findall(r"[A-Za-z_]\w*", text))
-    for name_node, value in pairs:
-        if an.text(name_node) in names and "gridDim" in an.text(value):
-            return True
-    return False

@@ -481,17 +481,38 @@ class SignatureReport:
     warnings: tuple[str, ...]
 
 
+def _alias_resolver(src: str):
+    """(base type, pointer depth) of a parameter with the file's ``typedef``/``using`` aliases resolved:
+    ``Data_ptr p`` with ``typedef float* Data_ptr;`` is ``("float", 1)``, as the compiler sees it."""
+    from kernel_lsp.core.analysis import alias_table, parse_text
+
+    data, root = parse_text(src)
+    aliases = alias_table(root, data)
+
+    def resolve(p) -> tuple[str, int]:  # noqa: ANN001 - core.index.Param
+        base = _canonical_type(p.base_type)
+        alias = aliases.get(base)
+        if alias is not None:
+            return alias.base, p.pointer_depth + alias.pointer_depth
+        return base, p.pointer_depth
+
+    return resolve
+
+
 def check_signature(original_src: str, candidate_src: str, spec: Spec) -> SignatureReport:
     """Compare the kernel's name and parameter list: spec vs original, then candidate vs original.
 
     Parameter names and const/__restrict__ qualifiers may change (that is an
     optimization); the number of parameters, their order, their base types and
-    pointer depths may not.
+    pointer depths may not. Types are compared through the file's ``typedef`` and
+    ``using`` aliases (a spec's array matches a ``Data_ptr`` parameter that is a
+    ``float*``), so a kernel and spec that agree but for an alias are not refused.
     """
     def kernel(src: str):
         return next((f for f in build_index(src).functions if f.is_kernel and f.name == spec.kernel), None)
 
     original, candidate = kernel(original_src), kernel(candidate_src)
+    resolve_original = _alias_resolver(original_src)
     spec_errors: list[str] = []
     warnings: list[str] = []
     if original is None:
@@ -501,20 +522,22 @@ def check_signature(original_src: str, candidate_src: str, spec: Spec) -> Signat
     else:
         for i, (sp, p) in enumerate(zip(spec.params, original.params)):
             is_array = not hasattr(sp, "value")
-            if is_array != (p.pointer_depth > 0):
+            base, depth = resolve_original(p)
+            if is_array != (depth > 0):
                 kind = "an array" if is_array else "a scalar"
                 spec_errors.append(f"params[{i}]: the spec says {kind}, the kernel's parameter '{p.name}' is '{p.type_text}'")
-            elif not spec_type_matches(sp.type, p.base_type, getattr(sp, "struct", None)):
+            elif not spec_type_matches(sp.type, base, getattr(sp, "struct", None)):
                 warnings.append(f"params[{i}]: spec type {sp.type} vs the kernel's '{p.base_type}' for '{p.name}'")
     if candidate is None:
         names = ", ".join(f.name for f in build_index(candidate_src).functions if f.is_kernel) or "none"
         return SignatureReport(tuple(spec_errors), (f"the candidate has no __global__ function named '{spec.kernel}' (its kernels: {names})",), tuple(warnings))
     changed: list[str] = []
+    resolve_candidate = _alias_resolver(candidate_src)
     if len(candidate.params) != len(original.params):
         changed.append(f"'{spec.kernel}' takes {len(candidate.params)} parameters in the candidate, {len(original.params)} in the original")
     else:
         for i, (o, c) in enumerate(zip(original.params, candidate.params)):
-            if _canonical_type(o.base_type) != _canonical_type(c.base_type) or o.pointer_depth != c.pointer_depth:
+            if resolve_original(o) != resolve_candidate(c):
                 changed.append(f"parameter {i + 1} ('{o.name}'): '{o.type_text}' became '{c.type_text}'")
     if original.is_template != candidate.is_template:
         changed.append("the kernel became a template" if candidate.is_template else "the kernel is no longer a template")

@@ -275,3 +275,78 @@ def test_value_range_bounds_masks_and_remainders():
     binding = Binding.from_spec(parse_spec(hist_spec()))
     # The remainder of a loaded value that may be negative lies in (-100, 100).
     assert value_range(offset, facts, binding) == (-99, 99)
+
+
+CG_TREE = """
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void partial(const float* x, float* out, int n) {
+    cg::thread_block cta = cg::this_thread_block();
+    __shared__ float s[256];
+    unsigned int tid = cta.thread_rank();
+    unsigned int i = blockIdx.x * cta.size() + tid;
+    s[tid] = i < n ? x[i] : 0.0f;
+    cg::sync(cta);
+    for (unsigned int st = cta.size() / 2; st > 0; st >>= 1) {
+        if (tid < st) s[tid] += s[tid + st];
+        cg::sync(cta);
+    }
+    if (tid == 0) out[blockIdx.x] = s[0];
+}
+"""
+
+
+@needs_nvcc
+def test_a_cooperative_groups_tree_is_a_tree(tmp_path):
+    """cg::sync(cta) is a barrier and cta.thread_rank() the thread's slot: the tree is simulated as the
+    __syncthreads one is, and rewritten the same way."""
+    found = outcome("tree-to-shuffle", CG_TREE, spec_of("partial", 256, [{"n": 1000}]))
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "__shfl_xor_sync" in source and "cg::sync(cta);" in source
+    compiles(source, tmp_path)
+
+
+TILES = """
+__global__ void chunks(const float* x, float* out, int n) {
+    __shared__ float s[256];
+    float total = 0.0f;
+    for (int base = 0; base < n; base += blockDim.x) {
+        int i = base + threadIdx.x;
+        s[threadIdx.x] = i < n ? x[i] : 0.0f;
+        __syncthreads();
+        for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+            if (threadIdx.x < st) s[threadIdx.x] += s[threadIdx.x + st];
+            __syncthreads();
+        }
+        if (threadIdx.x == 0) total += s[0];
+        __syncthreads();
+    }
+    if (threadIdx.x == 0) out[blockIdx.x] = total;
+}
+"""
+
+
+def test_a_tree_per_tile_is_summed_in_registers(tmp_path):
+    found = outcome("tree-to-registers", TILES, spec_of("chunks", 256, [{"n": 1000}]))
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "kl_a3 += (float)(i < n ? x[i] : 0.0f)" in source.replace("\n", " ")
+    assert "if (threadIdx.x == 0) total += kl_total;" in source
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda s: s.replace("s[threadIdx.x] += s[threadIdx.x + st]", "s[threadIdx.x] = fmaxf(s[threadIdx.x], s[threadIdx.x + st])")
+     .replace("total += s[0]", "total = fmaxf(total, s[0])"), "only sums are regrouped"),
+    (lambda s: s.replace("if (threadIdx.x == 0) total += s[0];", "total += s[0];"), "other than thread 0"),
+    (lambda s: s.replace("        if (threadIdx.x == 0) total += s[0];\n", "        if (threadIdx.x == 0) out[base] = s[0];\n"),
+     "writes global memory"),
+    (lambda s: s.replace("int i = base + threadIdx.x;", "int i = base + threadIdx.x; out[i] = 0.0f;"), "writes global memory"),
+    (lambda s: s.replace("for (int base = 0; base < n; base += blockDim.x)", "for (int base = threadIdx.x; base < n; base += blockDim.x)"),
+     "not proven the same for every thread"),
+])
+def test_a_tree_per_tile_refuses_what_it_cannot_regroup(change, why):
+    found = outcome("tree-to-registers", change(TILES), spec_of("chunks", 256, [{"n": 1000}]))
+    assert not found.applicable and why in found.why, found.why

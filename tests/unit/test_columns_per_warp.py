@@ -118,7 +118,7 @@ def test_snippet_candidates_compile(tmp_path):
     # A 2-D block.
     (COLSUM, spec_of(block=(32, 8, 1)), "not one-dimensional"),
     # Every thread stores the block's output: no one thread per output.
-    (COLSUM.replace("if (threadIdx.x == 0) out[c] = s[0];", "out[c] = s[0];"), spec_of(), "tid == 0"),
+    (COLSUM.replace("if (threadIdx.x == 0) out[c] = s[0];", "out[c] = s[0];"), spec_of(), "from thread 0"),
     # The block has one output per thread, not one per block.
     (COLSUM.replace("if (threadIdx.x == 0) out[c] = s[0];", "out[c * 256 + threadIdx.x] = s[0];"), spec_of(),
      "no per-block output"),
@@ -145,7 +145,7 @@ def test_snippet_candidates_compile(tmp_path):
     (COLSUM.replace("float sum = 0.0f;", "float sum = 0.0f; float first = x[c];"), spec_of(), "before the rows loop"),
     # A statement after the final store.
     (COLSUM.replace("if (threadIdx.x == 0) out[c] = s[0];", "if (threadIdx.x == 0) out[c] = s[0];\n    __syncthreads();\n"
-                    "    if (threadIdx.x == 1) out[c] = 2.0f;"), spec_of(), "more than one `if (tid == 0)"),
+                    "    if (threadIdx.x == 1) out[c] = 2.0f;"), spec_of(), "more than store the result from thread 0"),
     # The sum's start is assigned again before the loop.
     (COLSUM.replace("float sum = 0.0f;", "float sum = 0.0f; sum = 1.0f;"), spec_of(), "assigned again"),
     # A parameter that changes in the kernel (here by the thread).

@@ -228,7 +228,8 @@ def test_fuller_blocks_applies_and_keeps_threads_per_axis():
 
 @pytest.mark.parametrize(("change", "spec_change", "why"), [
     (None, {"block": [16, 8, 1]}, "can fill an SM already"),
-    (lambda s: s.replace("2.0f * x", "(float)threadIdx.y * x"), None, "'threadIdx.y' is used outside"),
+    (lambda s: s.replace("2.0f * x", "(float)threadIdx.y * x"), None,
+     "`threadIdx.y` at line 5 reads the thread or block index other than as the global index"),
     (lambda s: s.replace("if (row", "__syncthreads(); if (row"), None, "barriers"),
     (None, {"variants": [{"n": 203}]}, "no taller block divides"),
     (None, {"block": [32, 1, 1]}, "not 2-D"),

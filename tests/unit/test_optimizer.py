@@ -71,14 +71,14 @@ def test_best_is_the_accepted_candidate_with_the_highest_lower_bound(kb) -> None
 
 def test_every_verdict_is_recorded_in_the_knowledge_base(kb) -> None:
     source, spec = _example("histogram")
-    verifier = ScriptedVerifier({"kl_bins": 3.0})
+    verifier = ScriptedVerifier({"kl_priv": 3.0})
     result = optimize(source, "h.cu", "seg_histogram", spec, verifier=verifier, kb=kb)
     attempts = kb.attempts()
     assert len(attempts) == len(result.results) >= 2
     by_technique = {a.technique: a for a in attempts}
     privatized = by_technique["privatized-histogram"]
     assert privatized.accepted and privatized.speedup == pytest.approx(3.0)
-    assert privatized.candidate_source and "kl_bins" in privatized.candidate_source
+    assert privatized.candidate_source and "kl_priv" in privatized.candidate_source
     # No profile: the state comes from the source (global atomics).
     assert privatized.state == result.state == "memory-instruction-throttled"
     rejected = [a for a in attempts if not a.accepted]

@@ -34,7 +34,7 @@ def test_dry_run_lists_unverified_candidates_and_writes_nothing(example: Path, c
     before = (example / "original.cu").read_text()
     assert _run(example, "--dry-run", "--explain", "--budget", "20") == 0
     out = capsys.readouterr().out
-    assert "transpose-via-shared-memory (rule:tiled-transpose)" in out
+    assert "transpose-via-shared-memory (rule:shared-tile-transpose)" in out
     assert "UNVERIFIED" in out and "nothing was written or applied" in out
     assert "rule pragma-unroll: refused: no loop with a known trip count" in out
     assert (example / "original.cu").read_text() == before

@@ -1,5 +1,5 @@
-"""Rewrite rules: the templates fire on the examples, every rewrite compiles and keeps the
-kernel's signature, and each rule refuses what it cannot prove."""
+"""Rewrite rules: the transformations behind each example's honest rewrite fire on it, every rewrite
+compiles and keeps the kernel's signature, and each rule refuses what it cannot prove."""
 
 from __future__ import annotations
 
@@ -20,15 +20,15 @@ EXAMPLES = Path(__file__).resolve().parents[2] / "examples"
 HAS_NVCC = shutil.which("nvcc") is not None
 TECHNIQUES = {t["name"] for t in json.loads((Path(__file__).resolve().parents[2] / "kernel_lsp/data/techniques.json").read_text())["techniques"]}
 
-#: The structural template each example's original must trigger (the honest rewrite's idea).
+#: The transformation each example's original must trigger (the honest rewrite's idea).
 EXPECTED_TEMPLATE = {
-    "transpose": "tiled-transpose",
+    "transpose": "shared-tile-transpose",
     "streaming": "vectorize-float4",
-    "reduction": "shuffle-reduction",
-    "matmul": "tiled-matmul",
-    "histogram": "privatized-histogram",
-    "softmax": "row-parallel",
-    "spmv": "vector-csr",
+    "reduction": "tree-to-registers",
+    "matmul": "tile-contraction",
+    "histogram": "shared-privatize",
+    "softmax": "block-per-row",
+    "spmv": "warp-per-row",
 }
 
 
@@ -98,7 +98,7 @@ def test_streaming_float4_launch_and_tail() -> None:
     _, _, outcomes = _outcomes("streaming")
     rewrite = outcomes["vectorize-float4"].rewrites[0]
     assert "reinterpret_cast<const float4*>(x)" in rewrite.source
-    assert "i < n; i += kl_stride" in rewrite.source  # the scalar tail
+    assert "kl_i < n; kl_i += kl_stride" in rewrite.source  # the scalar tail
     assert rewrite.launch_override["block"] == [256, 1, 1]
 
 
@@ -149,7 +149,7 @@ def test_elementwise_kernel_gets_float4_grid_stride_and_sweep() -> None:
 
 
 @pytest.mark.parametrize("source,why", [
-    (ELEMENTWISE.replace("x[i]", "x[i + 1]"), "read at an index other"),
+    (ELEMENTWISE.replace("x[i]", "x[i + 1]"), "is not at the index of the store"),
     (ELEMENTWISE.replace("2.0f * x[i]", "2.0f * x[i] + (float)i"), "neither a scalar parameter"),
 ])
 def test_vectorize_refuses_unproven_elementwise(source: str, why: str) -> None:
@@ -193,10 +193,13 @@ def test_restrict_const_needs_proof() -> None:
     assert "const float* __restrict__ x" in with_spec and "float* __restrict__ y" in with_spec
 
 
-def test_ldg_refuses_a_written_pointer_and_pointer_arithmetic() -> None:
+def test_ldg_refuses_a_written_pointer_and_wraps_reads_through_a_local_pointer() -> None:
     assert not _rule("ldg", _kernel("    int i = threadIdx.x;\n    if (i < n) y[i] = y[i] + 1.0f;", "int n, const float* x, float* y")).applicable
     alias = _kernel("    const float* p = x + 1;\n    int i = threadIdx.x;\n    if (i < n) y[i] = p[i];")
-    assert not _rule("ldg", alias).applicable
+    outcome = _rule("ldg", alias)
+    assert outcome.applicable and "y[i] = __ldg(&p[i]);" in outcome.rewrites[0].source
+    nested = _kernel("    int i = threadIdx.x;\n    if (i < n) y[i] = x[(int)x[i]];")
+    assert "__ldg(&x[(int)__ldg(&x[i])])" in _rule("ldg", nested).rewrites[0].source
 
 
 def test_unroll_only_fixed_trip_loops() -> None:
@@ -217,11 +220,35 @@ def test_launch_bounds_needs_a_known_block_and_none_present() -> None:
     assert not _rule("launch-bounds", ELEMENTWISE.replace("__global__ void", "__global__ void __launch_bounds__(256)")).applicable
 
 
-def test_grid_stride_refuses_a_body_that_returns_or_changes_the_index() -> None:
+def test_grid_stride_ends_one_element_where_the_original_returned() -> None:
     returns = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {\n        if (x[i] < 0.0f) return;\n        y[i] = x[i];\n    }")
-    assert not _rule("grid-stride", returns).applicable
+    outcome = _rule("grid-stride", returns)
+    assert outcome.applicable, outcome.why
+    body = outcome.rewrites[0].source
+    assert "for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += (int)blockDim.x * gridDim.x)" in body
+    assert "if (x[i] < 0.0f) continue;" in body and "return" not in body
+    in_loop = returns.replace("if (x[i] < 0.0f) return;", "for (int k = 0; k < 2; ++k) if (x[i] < k) return;")
+    outcome = _rule("grid-stride", in_loop)
+    assert not outcome.applicable and "sits in a loop" in outcome.why
+
+
+def test_grid_stride_gives_a_body_that_changes_the_index_a_loop_variable_of_its_own() -> None:
     changes = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {\n        y[i] = x[i];\n        i += 1;\n    }")
-    assert not _rule("grid-stride", changes).applicable
+    outcome = _rule("grid-stride", changes)
+    assert outcome.applicable, outcome.why
+    body = outcome.rewrites[0].source
+    assert "kl_e < n; kl_e +=" in body and "int i = kl_e;" in body and "i += 1;" in body
+
+
+def test_grid_stride_refuses_what_the_threads_do_differently() -> None:
+    lane = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = x[i] + threadIdx.x;")
+    outcome = _rule("grid-stride", lane)
+    assert not outcome.applicable and "`x[i] + threadIdx.x` at line 4 reads the thread or block index other than as the " \
+        "global index" in outcome.why
+    unguarded = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    y[i] = x[i];")
+    assert "no guard `i < N`" in _rule("grid-stride", unguarded).why
+    width = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = x[i] * (blockDim.x * gridDim.x);")
+    assert not _rule("grid-stride", width).applicable
 
 
 SPEC_2D = {
@@ -241,10 +268,17 @@ COPY_2D = _kernel("    int c = blockIdx.x * blockDim.x + threadIdx.x;\n    int r
 
 
 def test_transpose_and_index_swap_refuse_a_coalesced_copy() -> None:
-    assert not _rule("tiled-transpose", COPY_2D, SPEC_2D).applicable
+    assert not _rule("shared-tile-transpose", COPY_2D, SPEC_2D).applicable
     assert not _rule("index-swap", COPY_2D, SPEC_2D).applicable
     transpose = COPY_2D.replace("out[r * cols + c]", "out[c * rows + r]")
-    assert _rule("tiled-transpose", transpose, SPEC_2D).applicable
+    assert _rule("shared-tile-transpose", transpose, SPEC_2D).applicable
+    assert _rule("index-swap", transpose, SPEC_2D).applicable
+    # Any unit stride along y: the rows written backwards (`rows - 1 - r`) are still consecutive elements.
+    backwards = COPY_2D.replace("out[r * cols + c]", "out[c * rows + (rows - 1 - r)]")
+    outcome = _rule("shared-tile-transpose", backwards, SPEC_2D)
+    assert outcome.applicable, outcome.why
+    assert "out[32 * blockIdx.x * rows - 32 * blockIdx.y + rows * (threadIdx.y + kl_j) + rows - threadIdx.x - 1]" in \
+        outcome.rewrites[0].source
 
 
 SPEC_SUM = {
@@ -263,55 +297,68 @@ ATOMIC_SUM = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if
 
 @pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
 def test_atomic_sum_becomes_one_atomic_per_block(tmp_path: Path) -> None:
-    outcome = _rule("atomic-per-block", ATOMIC_SUM, SPEC_SUM)
+    outcome = _rule("atomic-to-block-reduce", ATOMIC_SUM, SPEC_SUM)
     assert outcome.applicable, outcome.why
     source = outcome.rewrites[0].source
-    assert source.count("atomicAdd(") == 1 and "__shfl_down_sync" in source
+    assert source.count("atomicAdd(") == 1 and "__shfl_xor_sync" in source
     assert _compile(tmp_path, source).returncode == 0
 
 
-def test_atomic_per_block_refuses_thread_dependent_addresses_and_odd_blocks() -> None:
-    assert not _rule("atomic-per-block", ATOMIC_SUM.replace("&y[0]", "&y[i % 4]"), SPEC_SUM).applicable
-    assert not _rule("atomic-per-block", ATOMIC_SUM, dict(SPEC_SUM, block=[48, 1, 1])).applicable
+def test_one_atomic_per_block_refuses_thread_dependent_addresses_and_odd_blocks() -> None:
+    assert not _rule("atomic-to-block-reduce", ATOMIC_SUM.replace("&y[0]", "&y[i % 4]"), SPEC_SUM).applicable
+    assert not _rule("atomic-to-block-reduce", ATOMIC_SUM, dict(SPEC_SUM, block=[48, 1, 1])).applicable
 
 
 HIST = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) {\n        atomicAdd(&h[d[i] & 63], 1u);\n    }",
                "int n, const int* d, unsigned int* h")
 
 
-def test_histogram_needs_a_known_bin_count_and_no_early_return() -> None:
-    assert _rule("privatized-histogram", HIST, None).applicable
-    assert not _rule("privatized-histogram", HIST.replace("d[i] & 63", "d[i]"), None).applicable
-    assert not _rule("privatized-histogram", HIST.replace("d[i] & 63", "d[i] & 62"), None).applicable
+SPEC_HIST = {
+    "kernel": "k",
+    "params": [
+        {"name": "n", "scalar": "int32", "value": 100000},
+        {"name": "d", "array": "int32", "size": "n", "init": "randint(0,1000)", "role": "in"},
+        {"name": "h", "array": "uint32", "size": "64", "init": "zeros", "role": "inout"},
+    ],
+    "grid": ["(n+255)/256", "1", "1"],
+    "block": [256, 1, 1],
+}
+
+
+def test_histogram_needs_a_bounded_bin_index() -> None:
+    outcome = _rule("shared-privatize", HIST, SPEC_HIST)
+    assert outcome.applicable and "at most 64 targets per block" in outcome.why
+    outcome = _rule("shared-privatize", HIST.replace("d[i] & 63", "d[i]"), SPEC_HIST)
+    assert not outcome.applicable and "has no bound" in outcome.why
+    # Any mask bounds the bins (not only a power of two minus one); an early return leaves the body for the merge.
+    assert "at most 63 targets" in _rule("shared-privatize", HIST.replace("d[i] & 63", "d[i] & 62"), SPEC_HIST).why
     early = HIST.replace("    if (i < n) {\n", "    if (i >= n) return;\n    {\n")
-    assert not _rule("privatized-histogram", early, None).applicable
+    assert _rule("shared-privatize", early, SPEC_HIST).applicable
 
 
-def test_row_parallel_and_vector_csr_refuse_what_they_cannot_prove() -> None:
+def test_a_block_per_row_refuses_what_a_warp_per_row_refuses() -> None:
     source, spec = _example("softmax")
-    two_statements = source.replace("m = fmaxf(m, x[c]);", "m = fmaxf(m, x[c]);\n        s0 += 1.0f;")
-    assert not next(o for o in evaluate(two_statements, spec.kernel, spec) if o.rule == "row-parallel").applicable
-    source, spec = _example("spmv")
-    uses_row = source.replace("acc += vals[j] * x[colidx[j]];", "acc += vals[j] * x[colidx[j]] * r;")
-    outcome = next(o for o in evaluate(uses_row, spec.kernel, spec) if o.rule == "vector-csr")
-    assert not outcome.applicable and "row" in outcome.why
+    carried = source.replace("float m = -INFINITY;", "float m = -INFINITY;\n    float prev = 0.0f;").replace(
+        "m = fmaxf(m, x[c]);", "m = fmaxf(m, x[c] - prev);\n        prev = x[c];")
+    outcome = next(o for o in evaluate(carried, spec.kernel, spec) if o.rule == "block-per-row")
+    assert not outcome.applicable and "carries prev" in outcome.why
+    data = spec.to_json()
+    data["block"] = [96, 1, 1]
+    outcome = next(o for o in evaluate(source, spec.kernel, parse_spec(data)) if o.rule == "block-per-row")
+    assert not outcome.applicable and "power of two" in outcome.why
 
 
-def test_matmul_templates() -> None:
-    source, spec, outcomes = _outcomes("matmul")
-    assert outcomes["index-swap"].applicable  # threadIdx.x walks the rows of C
-    assert outcomes["tiled-matmul"].rewrites[0].launch_override["block"] == [32, 32, 1]
-    transposed_a = source.replace("A[row * K + k]", "A[k * M + row]")
-    outcome = next(o for o in evaluate(transposed_a, spec.kernel, spec) if o.rule == "tiled-matmul")
-    assert not outcome.applicable
+def test_matmul_threads_walk_the_rows_of_c() -> None:
+    _, _, outcomes = _outcomes("matmul")
+    assert outcomes["index-swap"].applicable
 
 
-def test_reduction_template_refuses_an_odd_block() -> None:
+def test_the_tree_per_tile_refuses_an_odd_block() -> None:
     source, spec = _example("reduction")
     data = spec.to_json()
     data["block"] = [100, 1, 1]
-    outcome = next(o for o in evaluate(source, spec.kernel, parse_spec(data)) if o.rule == "shuffle-reduction")
-    assert not outcome.applicable and "multiple of 32" in outcome.why
+    outcome = next(o for o in evaluate(source, spec.kernel, parse_spec(data)) if o.rule == "tree-to-registers")
+    assert not outcome.applicable and "power of two" in outcome.why
 
 
 def test_rules_refuse_on_syntax_errors() -> None:
@@ -335,7 +382,7 @@ def test_apply_raises_when_preconditions_fail() -> None:
     index = build_index(COPY_2D)
     ctx = RuleContext(COPY_2D, index, index.function("k"), parse_spec(SPEC_2D))
     with pytest.raises(ValueError, match="preconditions"):
-        rule_by_name("tiled-transpose").apply(ctx)
+        rule_by_name("shared-tile-transpose").apply(ctx)
 
 
 def _block_sizes(source: str, spec: dict) -> list[int]:
@@ -362,3 +409,49 @@ def test_block_size_without_a_guard_keeps_the_thread_count_exact() -> None:
 
 def test_block_size_rounds_up_where_the_original_threads_reach_the_guard() -> None:
     assert _block_sizes(ELEMENTWISE, SPEC_1D) == [128, 512, 1024]
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_restrict_const_keeps_a_parameter_copied_to_a_non_const_pointer_non_const(tmp_path: Path) -> None:
+    """`float *p = in + base;` would not compile with `in` const: it stays non-const, the rest is qualified."""
+    source = _kernel("    float *p = x + 1;\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) y[i] = p[i];",
+                     "int n, float* x, float* y")
+    outcome = _rule("restrict-const", source)
+    assert outcome.applicable and "x copied to non-const pointers, kept non-const" in outcome.why
+    rewritten = outcome.rewrites[0].source
+    assert "float* __restrict__ x" in rewritten and "const float" not in rewritten
+    assert _compile(tmp_path, rewritten).returncode == 0
+
+
+def test_block_sizes_change_launch_bounds_with_the_block() -> None:
+    bounded = ELEMENTWISE.replace("__global__ void k(", "__global__ void __launch_bounds__(256) k(")
+    rewrites = _rule("block-size", bounded).rewrites
+    assert sorted(r.launch_override["block"][0] for r in rewrites) == [128, 512, 1024]
+    for r in rewrites:
+        assert f"__launch_bounds__({r.launch_override['block'][0]}) k(" in r.source
+
+
+def test_index_swap_refuses_a_helper_that_reads_the_thread_index() -> None:
+    helper = "__device__ int col_of() { return blockIdx.x * blockDim.x + threadIdx.x; }\n" + COPY_2D.replace(
+        "int c = blockIdx.x * blockDim.x + threadIdx.x;", "int c = col_of();").replace("out[r * cols + c]", "out[c * rows + r]")
+    outcome = _rule("index-swap", helper, SPEC_2D)
+    assert not outcome.applicable and "the helper `col_of` reads the thread or block index" in outcome.why
+
+
+def test_the_transposing_tile_raises_the_launch_bounds_to_its_block() -> None:
+    transpose = COPY_2D.replace("out[r * cols + c]", "out[c * rows + r]").replace(
+        "__global__ void k(", "__global__ void __launch_bounds__(128) k(")
+    spec = dict(SPEC_2D, block=[16, 8, 1], grid=["(cols+15)/16", "(rows+7)/8", "1"])
+    (rewrite,) = _rule("shared-tile-transpose", transpose, spec).rewrites
+    assert "__launch_bounds__(256) k(" in rewrite.source and rewrite.launch_override["block"] == [32, 8, 1]
+
+
+def test_grid_stride_keeps_per_element_state_inside_the_loop() -> None:
+    """A local declared before the index and assigned after it belongs to each element: the whole body goes
+    inside the loop (it would otherwise carry over from one element to the next)."""
+    source = _kernel("    float acc = 0.0f;\n    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+                     "    if (i < n) {\n        acc += x[i];\n        y[i] = acc;\n    }")
+    outcome = _rule("grid-stride", source)
+    assert outcome.applicable, outcome.why
+    body = outcome.rewrites[0].source.split("{", 1)[1]
+    assert body.index("for (") < body.index("float acc = 0.0f;")

@@ -76,8 +76,6 @@ def test_a_guarded_transpose_store_is_staged_and_the_guard_kept(tmp_path):
      "its body assigns"),
     (lambda s: s.replace("out[x * m + y] = in[y * n + x];", "{ int k = 0; while (k < 2) { out[x * m + y] = in[y * n + k]; k++; } }"),
      "another loop"),
-    (lambda s: s.replace("out[x * m + y] = in[y * n + x];", "{ __syncthreads(); out[x * m + y] = in[y * n + x]; }"),
-     "barriers"),
     (lambda s: s.replace("out[x * m + y] = in[y * n + x];", "out[x * m + y] += in[y * n + x];"),
      "no uncoalesced global store"),
     (lambda s: s.replace("out[x * m + y] = in[y * n + x];", "out[y * n + x] = in[x * m + y];"),
@@ -92,6 +90,20 @@ def test_a_guarded_transpose_store_is_staged_and_the_guard_kept(tmp_path):
 def test_refusals_name_the_missing_fact(change, why):
     found = outcome(change(TRANSPOSE), TRANSPOSE_SPEC)
     assert not found.applicable and why in found.why, found.why
+
+
+def test_the_kernels_own_barriers_and_shared_arrays_stay(tmp_path):
+    """A kernel that already cooperates (a shared array filled before a barrier) keeps doing so: the
+    store is staged beside it, the tile fits beside its shared memory."""
+    tiled = TRANSPOSE.replace("  if (x < n && y < m)\n", "  __shared__ float bias[32];\n  if (threadIdx.y == 0) bias[threadIdx.x] = 1.0f;\n"
+                              "  __syncthreads();\n  if (x < n && y < m)\n").replace("= in[y * n + x];", "= in[y * n + x] + bias[threadIdx.x];")
+    found = outcome(tiled, TRANSPOSE_SPEC)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "__shared__ float bias[32];" in source and source.count("__syncthreads();") == 3
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
 
 
 def test_refused_when_the_rows_written_back_are_too_short():
@@ -165,7 +177,7 @@ def test_a_row_read_is_staged_with_the_guard_split(tmp_path):
                                                                  "{ out[p + n * i] = in[p * f + i]; in[p] = 0; }"),
      "is written"),
     (lambda s: s.replace("i < f;", "i < p % 7;"), "depends on the thread"),
-    (lambda s: s.replace("i < f;", "i != f;"), "not a counted for loop"),
+    (lambda s: s.replace("i < f;", "i != f;"), "has no counter the analysis follows"),
     (lambda s: s.replace("out[p + n * i] = in[p * f + i];", "{ const float* q = &in[p * f + i]; out[p + n * i] = *q; }"),
      "not a subscript or a load intrinsic"),
     (lambda s: s.replace("i++)", "i += 2)"), "no uncoalesced global read with unit stride along its loop"),
@@ -202,7 +214,7 @@ def test_load_chunk_shrinks_to_fit_and_is_refused_when_nothing_fits():
     assert found.applicable and "kl_rtile_value[9216]" in found.rewrites[0].source, found.why
     doubles = {**spec, "params": [{**p, "array": "float64"} if "array" in p else p for p in spec["params"]]}
     found = load_outcome(ROWS.replace("float", "double"), doubles)
-    assert not found.applicable and "exceeds the static shared memory" in found.why
+    assert not found.applicable and "does not fit the static shared memory" in found.why
 
 
 DOT = """
@@ -274,3 +286,12 @@ def test_corpus_row_reads_are_staged_on_the_load_side(name, tmp_path):
     if shutil.which("nvcc"):
         shutil.copytree(CORPUS / "_common", tmp_path / "_common")
         compiles(load.rewrites[0].source, tmp_path / name)
+
+
+def test_a_store_running_backwards_along_y_is_staged_too(tmp_path):
+    """``dst[x * m + (m - 1 - y)]``: a coefficient of -1 along threadIdx.y, still neighbouring elements."""
+    backwards = TRANSPOSE.replace("out[x * m + y]", "out[x * m + (m - 1 - y)]")
+    found = outcome(backwards, TRANSPOSE_SPEC)
+    assert found.applicable, found.why
+    if shutil.which("nvcc"):
+        compiles(found.rewrites[0].source, tmp_path)

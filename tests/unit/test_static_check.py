@@ -154,6 +154,19 @@ def test_spec_that_does_not_describe_the_original():
     assert report.spec_errors and "params[0]" in report.spec_errors[0]
 
 
+def test_a_kernel_and_spec_that_differ_only_through_a_type_alias_agree():
+    aliased = "typedef float* Data_ptr;\nusing real = float;\ntypedef const real* CPtr;\n" + ORIGINAL.replace(
+        "int n, const float* x, float* y", "int n, CPtr x, Data_ptr y")
+    report = check_signature(aliased, aliased, SPEC)
+    assert report.spec_errors == () and report.warnings == () and report.changed == ()
+    # The candidate may spell the type out: the same parameter as the compiler sees it.
+    spelled = aliased.replace("int n, CPtr x, Data_ptr y", "int n, const float* __restrict__ x, float* __restrict__ y")
+    assert check_signature(aliased, spelled, SPEC).changed == ()
+    # A real mismatch is still one: an alias of a scalar where the spec has an array.
+    scalar = "typedef float real_t;\n" + ORIGINAL.replace("int n, const float* x, float* y", "int n, const float* x, real_t y")
+    assert check_signature(scalar, scalar, SPEC).spec_errors
+
+
 def test_index_arrays_inside_an_address_are_not_written():
     # idx is read to compute where y is written; it is not written itself.
     gather = """

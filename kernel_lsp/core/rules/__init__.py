@@ -1,8 +1,12 @@
 """Deterministic rewrite rules: the embedded candidate generator.
 
+Every rule is a transformation over the kernel model (:mod:`kernel_lsp.core.transforms`): the facts of
+the access analysis it needs, a legality check on them, the rewrite, and a refusal that names the
+missing fact.
+
 Public API::
 
-    RULES                                   # every rule, in default order (structural templates first)
+    RULES                                   # every rule, in default order
     evaluate(source, kernel, spec) -> list[RuleOutcome]   # each rule's preconditions and rewrites
     RuleGenerator(rules=RULES)              # a CandidateGenerator (kernel_lsp.core.candidates)
 
@@ -21,47 +25,40 @@ from typing import Any
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest
 from kernel_lsp.core.index import KernelIndex, build_index
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
-from kernel_lsp.core.rules.simple import (
-    BlockSizeSweep, GridStride, IndexSwap, LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst,
-)
-from kernel_lsp.core.rules.structural import (
-    AtomicPerBlock, PrivatizedHistogram, RowParallel, TiledMatmul, TiledTranspose, TreeReductionToShuffle, VectorCsr,
-    VectorizeElementwise,
-)
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec, relaunched
-from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToShuffle
+from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToRegisters, TreeToShuffle
 from kernel_lsp.core.transforms.columns_per_warp import ColumnsPerWarp
+from kernel_lsp.core.transforms.elementwise import BlockSizeSweep, GridStride, VectorizeElementwise
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
+from kernel_lsp.core.transforms.index_swap import IndexSwap
 from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SectorPerRow, SmallerBlocks, SplitLoop
 from kernel_lsp.core.transforms.privatize import SharedPrivatize
+from kernel_lsp.core.transforms.qualifiers import LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
-from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore
+from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore, SharedTileTranspose
 from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
 from kernel_lsp.core.transforms.tile_contraction import TileContraction
-from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
+from kernel_lsp.core.transforms.warp_per_row import BlockPerRow, WarpPerRow
 
-#: Default order: structural templates (large, pattern-proven wins) first, then local edits.
+#: Default order: the transformations that restructure the kernel (large wins where they apply) first,
+#: then launch changes and local edits.
 RULES: tuple[Rule, ...] = (
     TileContraction(),
     RegisterAccumulate(),
     WarpPerRow(),
     SectorPerRow(),
     SplitLoop(),
+    BlockPerRow(),
     StencilRowReuse(),
     ColumnsPerWarp(),
     TreeToShuffle(),
+    TreeToRegisters(),
     AtomicToBlockReduce(),
     SharedPrivatize(),
-    TiledTranspose(),
-    TiledMatmul(),
+    SharedTileTranspose(),
     SharedTileStore(),
     SharedTileLoad(),
-    TreeReductionToShuffle(),
-    AtomicPerBlock(),
-    PrivatizedHistogram(),
-    RowParallel(),
-    VectorCsr(),
     VectorizeElementwise(),
     FixedTripUnroll(),
     IndexSwap(),
@@ -76,9 +73,10 @@ RULES: tuple[Rule, ...] = (
 )
 
 #: Transformations driven by the access analysis, which may follow one another in a sequence.
-COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "sector-per-row", "tile-contraction",
-                        "fixed-trip-unroll", "tree-to-shuffle", "atomic-to-block-reduce", "shared-privatize",
-                        "shared-tile-store", "shared-tile-load", "columns-per-warp"})
+COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "sector-per-row", "block-per-row",
+                        "tile-contraction", "fixed-trip-unroll", "tree-to-shuffle", "tree-to-registers",
+                        "atomic-to-block-reduce", "shared-privatize", "shared-tile-store", "shared-tile-load",
+                        "columns-per-warp"})
 #: Rules whose rewrite needs a launch of its own (a spec ``candidate`` field) and may still be the first
 #: step of a sequence: the later steps see that launch as the kernel's (the output's rows on y, then
 #: the tiles of its dot product).

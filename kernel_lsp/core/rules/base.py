@@ -20,9 +20,8 @@ from typing import Any
 
 from kernel_lsp.core.analysis import KernelFacts, analyze
 from kernel_lsp.core.index import Function, KernelIndex
-from kernel_lsp.core.rules import text as T
 from kernel_lsp.core.source import Preprocessed, preprocess
-from kernel_lsp.core.spec import ArrayParam, Launch, Spec, SpecError
+from kernel_lsp.core.spec import ArrayParam, Launch, Spec, SpecError, with_candidate_launch
 
 #: Most threads per block on every CUDA GPU since compute capability 2.0.
 MAX_THREADS_PER_BLOCK = 1024
@@ -71,30 +70,10 @@ class RuleContext:
         return analyze(self.preprocessed).get(self.kernel.name)
 
     @cached_property
-    def body(self) -> tuple[int, int, str]:
-        return T.body_text(self.source_bytes, self.kernel)
-
-    @property
-    def body_text(self) -> str:
-        return self.body[2]
-
-    @cached_property
-    def body_masked(self) -> str:
-        return T.mask(self.body_text)
-
-    @cached_property
     def read_only(self) -> set[str]:
         """Pointer parameters the kernel provably never writes, through macros, aliases and helpers."""
         facts = self.facts
         return set(facts.read_only) if facts is not None else set()
-
-    @property
-    def param_names(self) -> set[str]:
-        return {p.name for p in self.kernel.params}
-
-    @property
-    def scalar_params(self) -> set[str]:
-        return {p.name for p in self.kernel.params if p.pointer_depth == 0}
 
     def spec_scalar(self, name: str) -> bool:
         """``name`` is an integer scalar of the spec (so launch expressions may use it)."""
@@ -114,35 +93,31 @@ class RuleContext:
         shapes = {launch.block for launch in self.launches()}
         return next(iter(shapes)) if len(shapes) == 1 else None
 
+    def launch_ok(self, override: Mapping[str, Any]) -> bool:
+        """The launch ``override`` (a spec ``candidate`` field) parses and evaluates at every size of the
+        spec, so the harness can use it."""
+        if self.spec is None:
+            return False
+        try:
+            with_candidate_launch(self.spec, override)
+        except (SpecError, ValueError, ZeroDivisionError):
+            return False
+        return True
+
     def distinct_arrays(self) -> bool:
         """Every pointer parameter is its own array in the spec (separate allocations: no aliasing)."""
         if self.spec is None:
             return False
         arrays = {p.name for p in self.spec.params if isinstance(p, ArrayParam)}
-        pointers = [i for i, p in enumerate(self.kernel.params) if p.pointer_depth > 0]
+        # The analysis sees through typedef'd pointers (``Data_ptr p``); the index reads the declarator.
+        facts = self.facts
+        if facts is not None and len(facts.params) == len(self.kernel.params):
+            pointers = [i for i, (_, _, is_pointer) in enumerate(facts.params) if is_pointer]
+        else:
+            pointers = [i for i, p in enumerate(self.kernel.params) if p.pointer_depth > 0]
         if len(self.spec.params) != len(self.kernel.params):
             return False
         return all(self.spec.params[i].name in arrays for i in pointers)
-
-    def uses(self, field: str) -> bool:
-        return field in self.kernel.thread_index_uses
-
-    def uses_any(self, *fields: str) -> bool:
-        return any(self.uses(f) for f in fields)
-
-    def replace_body(self, new_body: str) -> str:
-        start, end, _ = self.body
-        return T.splice(self.source_bytes, start, end, new_body)
-
-    def with_helpers(self, new_source_body: str, helpers: str) -> str:
-        """The file with the kernel's body replaced and ``helpers`` inserted before the kernel's first line."""
-        start, end, _ = self.body
-        # The helpers go at the start of the line where the kernel's definition (``template``, ``extern "C"``
-        # or ``__global__``) begins, never between it and something written before it on that line.
-        at = T.line_start(self.source_bytes, self.kernel.span.start_byte)
-        b = self.source_bytes
-        new = b[:at] + helpers.encode() + b[at:start] + new_source_body.encode() + b[end:]
-        return new.decode("utf-8")
 
 
 class Rule(abc.ABC):

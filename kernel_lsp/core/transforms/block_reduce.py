@@ -51,9 +51,12 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from kernel_lsp.core.analysis import node_text as _text, has_node as _has, identifiers_in as _identifiers
-from kernel_lsp.core.analysis import KernelFacts, LoopFact, assigned_names, shared_combine_loops, thread_dependence
+from kernel_lsp.core.analysis import Access, KernelFacts, LoopFact, assigned_names, shared_combine_loops, thread_dependence
+from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
-from kernel_lsp.core.transforms.emit import WARP_REDUCE, BodyEdit, emit, node_at, parse, warp_reduce_helpers
+from kernel_lsp.core.transforms.emit import (
+    WARP_REDUCE, BodyEdit, emit, node_at, parse, rebuild_span, warp_reduce_helpers,
+)
 
 #: Most steps simulated for one tree (a 1024-thread tree has 10).
 _MAX_STEPS = 64
@@ -70,8 +73,10 @@ class _Eval:
     the indices. Locals are resolved through their single declaration before ``limit`` (a byte
     offset) when the kernel never assigns them again."""
 
-    def __init__(self, src: bytes, body: Node, limit: int):
+    def __init__(self, src: bytes, body: Node, limit: int, group_values=None):  # noqa: ANN001 - Mapping[str, Poly]
         self.src = src
+        # ``cta.thread_rank()``, ``block.size()`` …: the thread-index polynomials they stand for.
+        self.group_values = group_values or {}
         self.assigned = assigned_names(body, src)
         self.decls: dict[str, Node] = {}
         stack = [body]
@@ -107,6 +112,14 @@ class _Eval:
             return self.value(node.named_children[0], env, depth + 1)
         if t == "cast_expression":
             return self.value(node.child_by_field_name("value"), env, depth + 1)
+        if t in ("field_expression", "call_expression") and "".join(_text(src, node).split()) in self.group_values:
+            poly = self.group_values["".join(_text(src, node).split())]
+            names = {"tid": "threadIdx", "bid": "blockIdx", "bdim": "blockDim", "gdim": "gridDim"}
+            bound = {s: env.get(f"{names[s.split('.')[0]]}.{s.split('.')[1]}") for s in poly.symbols if "." in s}
+            value = poly.evaluate(bound) if None not in bound.values() else None
+            if value is None:
+                raise _Unknown(f"`{_text(src, node)}`")
+            return value
         if t == "field_expression":
             key = _text(src, node).replace(" ", "")
             if key in env:
@@ -226,8 +239,13 @@ def _update(stmt: Node, src: bytes, array: str) -> _Update | None:
     return _Update(kind, w, other)
 
 
-def _is_barrier(stmt: Node, src: bytes) -> bool:
-    return stmt.type == "expression_statement" and _text(src, stmt).replace(" ", "") == "__syncthreads();"
+def _is_barrier(stmt: Node, src: bytes, facts: KernelFacts) -> bool:
+    """The statement is a block barrier and nothing else (``__syncthreads();``, ``cta.sync();``,
+    ``cg::sync(block);``), as the analysis found it."""
+    if stmt.type != "expression_statement" or stmt.named_child_count != 1:
+        return False
+    call = stmt.named_children[0]
+    return any(b.scope == "block" and b.span == (call.start_byte, call.end_byte) for b in facts.barriers)
 
 
 def _spec_blocks(ctx: RuleContext) -> list[tuple[int, int, int]]:
@@ -306,7 +324,7 @@ class TreeToShuffle(Rule):
                  sizes: list[int]) -> tuple[str | None, str]:
         node = node_at(src, root, loop.span)
         if node is None or node.type != "for_statement" or loop.var is None:
-            return "its loop is not a counted for loop", ""
+            return "the analysis finds no counter of its loop (a variable started, tested and stepped)", ""
         if not facts.body_span[0] <= loop.span[0] < loop.span[1] <= facts.body_span[1]:
             return "the tree is in a helper function, not in the kernel's body", ""
         if "volatile" in next((a.elem_type for a in facts.accesses if a.array == array), ""):
@@ -342,18 +360,18 @@ class TreeToShuffle(Rule):
             root_slot = a.index.constant == 0
             if later and not inside and not root_slot:
                 return f"`{a.text}` at line {(a.user_line or 0) + 1} reads a slot other than the root after the tree", ""
-        header_and_body = self._steps(node, src, array)
+        header_and_body = self._steps(node, src, array, facts)
         if isinstance(header_and_body, str):
             return header_and_body, ""
         init, cond, update, stmts, upd = header_and_body
-        ev = _Eval(src, body, node.start_byte)
+        ev = _Eval(src, body, node.start_byte, facts.group_values)
         for n in sizes:
             why = _simulate(ev, loop.var, init, cond, update, stmts, upd, n)
             if why:
                 return f"at {n} threads per block: {why}", ""
         return None, upd[1].op
 
-    def _steps(self, node: Node, src: bytes, array: str):
+    def _steps(self, node: Node, src: bytes, array: str, facts: KernelFacts):
         init, cond, update = (node.child_by_field_name(f) for f in ("initializer", "condition", "update"))
         if init is None or cond is None or update is None:
             return "the loop header lacks a start, a condition or an update"
@@ -361,19 +379,19 @@ class TreeToShuffle(Rule):
         stmts = [c for c in loop_body.named_children if c.type != "comment"] if loop_body.type == "compound_statement" else [loop_body]
         updates, barrier = [], False
         for s in stmts:
-            if _is_barrier(s, src):
+            if _is_barrier(s, src, facts):
                 barrier = True
             elif s.type == "declaration":
                 continue
             elif s.type == "if_statement" and s.child_by_field_name("alternative") is None:
                 u = _update(s.child_by_field_name("consequence"), src, array)
                 if u is None:
-                    return f"the guarded statement `{_first_line(_text(src, s))}` is not one update `{array}[w] op= {array}[r]`"
+                    return f"the guarded statement `{_first_line(_text(src, s))}` does more than combine two slots of `{array}`"
                 updates.append((s, u))
             elif _update(s, src, array) is not None:
                 updates.append((s, _update(s, src, array)))
             else:
-                return f"its body holds `{_first_line(_text(src, s))}`, which is not a barrier, a declaration or a tree step"
+                return f"its loop also runs `{_first_line(_text(src, s))}`, besides combining slots of `{array}` and barriers"
         if len(updates) != 1:
             return "its body does not hold exactly one tree step"
         if not barrier:
@@ -662,3 +680,216 @@ def _exits_refusal(body: Node, src: bytes, syncs: int) -> str | None:
     if _has(body, ("goto_statement",)):
         return "a goto in the kernel"
     return None
+
+
+# --------------------------------------------------------------------------------------------
+# A tree per tile of a loop: the tiles summed in registers, one block reduction after the loop
+# --------------------------------------------------------------------------------------------
+
+#: Independent partial sums per thread in the accumulation loop (its loads are in flight together).
+_PARTIALS = 4
+
+
+@dataclass(frozen=True)
+class _Hoist:
+    tree: _Tree
+    loop: LoopFact
+    loop_node: Node
+    decls: tuple[Node, ...]
+    """The declarations of the loop's body before the slot's store (the slot's value reads them)."""
+    value: Node
+    """The value each thread stores in its slot of the tree."""
+    consumer: Node
+    """The statement that folds the tree's root into the accumulator (``if (tid == 0) total += buf[0];``)."""
+    root: Access
+    start: Node
+    bound: Node
+    step: Node
+
+
+class TreeToRegisters(Rule):
+    """A shared-memory tree per iteration of a loop (a tile loaded, reduced, its root added to an
+    accumulator by thread 0) as a per-thread register sum over all the iterations (four partial sums),
+    then one block reduction by warp shuffles, added to the accumulator once.
+
+    Legality, in terms of the analysis: the tree is :class:`TreeToShuffle`'s (simulated a reduction of
+    every slot into slot 0 at each block size, reached by every thread, only the root read after it),
+    with ``+``; its loop runs the same iterations in every thread (start, bound and step uniform);
+    in that loop the array is written only at the thread's own slot, by a statement at the top of the
+    loop's body whose value reads only the loop's variable, locals declared before it there and
+    arrays the kernel does not write; the root is read once, to add it to an accumulator of the loop,
+    and only by thread 0; the loop's body holds nothing else but barriers."""
+
+    name = "tree-to-registers"
+    technique = "warp-shuffle-reduction"
+    summary = "a tree per tile of a loop: tiles summed in registers, one warp-shuffle block reduction after the loop"
+
+    def plan(self, ctx: RuleContext) -> tuple[_Hoist | None, str]:
+        trees, why = TreeToShuffle().plan(ctx)
+        if not trees:
+            return None, why
+        facts = ctx.facts
+        src, root = parse(ctx.preprocessed)
+        reasons = []
+        for tree in trees:
+            found = self._hoist(ctx, facts, tree, src, root)
+            if isinstance(found, str):
+                reasons.append(f"the tree on `{tree.array}`: {found}")
+            else:
+                return found, ""
+        return None, "; ".join(reasons)
+
+    def _hoist(self, ctx, facts: KernelFacts, tree: _Tree, src: bytes, root: Node) -> _Hoist | str:
+        if tree.op != "+":
+            return f"its operator `{tree.op}` (only sums are regrouped over the iterations)"
+        if tree.loop.parent is None:
+            return "it is in no loop (tree-to-shuffle rewrites it alone)"
+        loop = facts.loops[tree.loop.parent]
+        node = node_at(src, root, loop.span)
+        if node is None or node.type != "for_statement" or loop.var is None or None in (loop.start, loop.step, loop.bound):
+            return "its loop's start, step or bound is not known"
+        if any(thread_dependence(p, facts.opaque) for p in (loop.start, loop.step, loop.bound)):
+            return "its loop runs different iterations in different threads"
+        header = _header(node, loop.var, src)
+        if header is None:
+            return "its loop's bound or step is not known from its header (the counter tested with `<`, stepped by `+=`)"
+        start, bound, step = header
+        body = node.child_by_field_name("body")
+        stmts = [c for c in body.named_children if c.type != "comment"] if body.type == "compound_statement" else [body]
+        tree_node = node_at(src, root, tree.loop.span)
+        if tree_node not in stmts:
+            return "the tree is nested deeper than its loop's body"
+        at = stmts.index(tree_node)
+        before, after = stmts[:at], stmts[at + 1:]
+        inside = [a for a in facts.accesses if loop.span[0] <= a.span[0] < loop.span[1]]
+        slot_writes = [a for a in inside if a.array == tree.array and a.writes and not tree.loop.span[0] <= a.span[0] < tree.loop.span[1]]
+        roots = [a for a in inside if a.array == tree.array and a.reads and a.span[0] >= tree.loop.span[1]]
+        if len(slot_writes) != 1 or slot_writes[0].kind != "write" or slot_writes[0].index != Poly.sym("tid.x"):
+            return "its array is not written once per iteration, at the thread's own slot, outside the tree"
+        if any(a.writes and a.space == "global" for a in inside):
+            return "its loop writes global memory"
+        write = slot_writes[0]
+        write_stmt = next((s for s in before if s.start_byte <= write.span[0] < s.end_byte), None)
+        if write_stmt is None or write_stmt.type != "expression_statement":
+            return "the slot's store is nested deeper than the loop's body, or follows the tree"
+        # The tree's own array, or any shared array, declared in the loop is not copied into the sums.
+        decls = tuple(s for s in before if s.type == "declaration" and "__shared__" not in _text(src, s)
+                      and tree.array not in _identifiers(s, src))
+        for s in before:
+            if s is write_stmt or s.type == "declaration" or _is_barrier(s, src, facts):
+                continue  # a declaration of the tree's array or of another shared array stays where it is
+            return f"the loop also runs `{_first_line(_text(src, s))}` before the tree, besides declaring locals and filling the slot"
+        if any(a.writes for a in inside if any(d.start_byte <= a.span[0] < d.end_byte for d in decls)):
+            return "a declaration before the slot's store writes memory"
+        assign = write_stmt.named_children[0]
+        value = assign.child_by_field_name("right") if assign.type == "assignment_expression" else None
+        if value is None or _text(src, assign.child_by_field_name("operator")) != "=":
+            return "the slot is updated in place, not stored once"
+        if any(a.space == "shared" and value.start_byte <= a.span[0] < value.end_byte for a in inside):
+            return "the slot's value reads shared memory (only the slot's own array is regrouped)"
+        others = [s for s in after if not _is_barrier(s, src, facts)]
+        if len(roots) != 1 or len(others) != 1 or not others[0].start_byte <= roots[0].span[0] < others[0].end_byte:
+            return "the root is not read once, by one statement after the tree"
+        consumer, root_read = others[0], roots[0]
+        if not _read_by_thread_zero(facts, root_read):
+            return "the root is read by threads other than thread 0"
+        accumulator = next((r for r in facts.reductions if r.kind == "accumulator" and r.loop == loop.id and r.op == "+"), None)
+        if accumulator is None or _identifiers(consumer, src) - {accumulator.target, tree.array} - _identifiers_of_condition(consumer, src):
+            return "the root is not added to a sum the loop accumulates"
+        return _Hoist(tree, loop, node, decls, value, consumer, root_read, start, bound, step)
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        plan, why = self.plan(ctx)
+        if plan is None:
+            return False, why
+        return True, (f"the tree on `{plan.tree.array}` sums every slot each iteration of the loop at line "
+                      f"{(plan.loop.user_line or 0) + 1} and only thread 0 adds its root to a sum: the iterations' values "
+                      "can be summed per thread first")
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        plan, _ = self.plan(ctx)
+        assert plan is not None
+        facts = ctx.facts
+        src, root = parse(ctx.preprocessed)
+        elem, var = plan.tree.elem_type, plan.loop.var
+        indent = BodyEdit(ctx.preprocessed, facts).indent_at(plan.loop.span[0])
+
+        def copies(text, at: str) -> str:
+            """The loop body's declarations and the slot's value with the loop variable at ``at``."""
+            def with_var(node: Node) -> str:
+                subs = [(n.start_byte, n.end_byte, f"({at})") for n in _identifier_nodes(node, src) if _text(src, n) == var]
+                return text(node.start_byte, node.end_byte, subs)
+            return " ".join(with_var(d) for d in plan.decls), with_var(plan.value)
+
+        def build(text) -> str:
+            step = text(plan.step.start_byte, plan.step.end_byte)
+            bound = text(plan.bound.start_byte, plan.bound.end_byte)
+            start = text(plan.start.start_byte, plan.start.end_byte)
+            lines = [f"{{ // each thread sums its values of every iteration ({_PARTIALS} partial sums), then one block reduction",
+                     f"    {elem} " + ", ".join(f"kl_a{k} = ({elem})0" for k in range(_PARTIALS)) + ";",
+                     f"    auto kl_b = {start};",
+                     f"    for (; kl_b + {_PARTIALS - 1} * ({step}) < ({bound}); kl_b += {_PARTIALS} * ({step})) {{"]
+            for k in range(_PARTIALS):
+                decls, value = copies(text, f"kl_b + {k} * ({step})" if k else "kl_b")
+                lines.append(f"        {{ {decls} kl_a{k} += ({elem})({value}); }}".replace("{  ", "{ "))
+            decls, value = copies(text, "kl_b")
+            lines += ["    }",
+                      f"    for (; kl_b < ({bound}); kl_b += ({step})) {{ {decls} kl_a0 += ({elem})({value}); }}".replace("{  ", "{ "),
+                      "    " + _block_reduce("+", elem, " + ".join(f"kl_a{k}" for k in range(_PARTIALS)), "kl_part", "threadIdx.x",
+                                             "blockDim.x").rstrip(),
+                      "    " + text(plan.consumer.start_byte, plan.consumer.end_byte,
+                                    [(plan.root.span[0], plan.root.span[1], "kl_total")]),
+                      "}"]
+            return ("\n" + indent).join(lines)
+
+        helpers = warp_reduce_helpers({"+"}, ctx.source)
+        source, expanded = rebuild_span(ctx.preprocessed, facts, ctx.source, ctx.kernel, plan.loop.span, build, helpers)
+        note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
+        return (Rewrite(source, f"the tree on `{plan.tree.array}` per iteration replaced by {_PARTIALS} register sums per "
+                                f"thread over the loop and one warp-shuffle block reduction; same grid and block{note}"),)
+
+
+def _header(node: Node, var: str, src: bytes) -> tuple[Node, Node, Node] | None:
+    """(start, bound, step) expressions of ``for (T var = start; var < bound; var += step)``."""
+    init, cond, update = (node.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+    start = None
+    if init is not None and init.type == "declaration":
+        decls = init.children_by_field_name("declarator")
+        start = decls[0].child_by_field_name("value") if len(decls) == 1 and decls[0].type == "init_declarator" else None
+    elif init is not None and init.type == "assignment_expression":
+        start = init.child_by_field_name("right")
+    if start is None or cond is None or cond.type != "binary_expression" or _text(src, cond.child_by_field_name("operator")) != "<":
+        return None
+    left = cond.child_by_field_name("left")
+    if left is None or _text(src, left) != var:
+        return None
+    if update is None or update.type != "assignment_expression" or _text(src, update.child_by_field_name("operator")) != "+=" \
+            or _text(src, update.child_by_field_name("left")) != var:
+        return None
+    return start, cond.child_by_field_name("right"), update.child_by_field_name("right")
+
+
+def _read_by_thread_zero(facts: KernelFacts, access: Access) -> bool:
+    """Some guard of ``access`` proves ``threadIdx.x == 0`` (on a 1-D block: thread 0 alone)."""
+    tid = Poly.sym("tid.x")
+    return any(c.op == "==" and {c.left, c.right} == {tid, Poly()} for c in facts.constraints(access))
+
+
+def _identifiers_of_condition(stmt: Node, src: bytes) -> set[str]:
+    cond = stmt.child_by_field_name("condition") if stmt.type == "if_statement" else None
+    return _identifiers(cond, src) if cond is not None else set()
+
+
+def _identifier_nodes(node: Node, src: bytes) -> list[Node]:
+    found, stack = [], [node]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier":
+            found.append(n)
+        elif n.type == "field_expression":
+            arg = n.child_by_field_name("argument")
+            if arg is not None:
+                stack.append(arg)
+            continue
+        stack.extend(n.children)
+    return found

@@ -335,7 +335,7 @@ class ColumnsPerWarp(Rule):
         # The rows loop: its start and step carry the thread and the width; nothing else in it may.
         loop = stmts[r]
         if loop.type != "for_statement":
-            return None, "the rows loop is not a for loop"
+            return None, "the rows loop has no header that starts, tests and steps its counter"
         cond, update, inner = (loop.child_by_field_name(f) for f in ("condition", "update", "body"))
         if cond is None or update is None or inner is None:
             return None, "the rows loop lacks a condition or an update"
@@ -355,7 +355,7 @@ class ColumnsPerWarp(Rule):
         if row.var in values or next(_mentions_outside(body, src, row.var, loop), None) is not None:
             return None, f"the loop's variable `{row.var}` is used outside the loop"
         # The accumulator's store into the tree's slot, barriers, the tree, barriers, the final test.
-        leaf = [s for s in stmts[r + 1:t] if not _is_barrier(s, src)]
+        leaf = [s for s in stmts[r + 1:t] if not _is_barrier(s, src, facts)]
         shared = [a for a in facts.accesses if a.space == "shared"]
         if any(a.array != array for a in shared):
             other = next(a for a in shared if a.array != array)
@@ -368,10 +368,10 @@ class ColumnsPerWarp(Rule):
         if store is None or store.type != "assignment_expression" or _text(src, store.child_by_field_name("operator")) != "=" \
                 or _text(src, store.child_by_field_name("right")).strip() != acc.target \
                 or leaf_write[0].index != Poly.sym("tid.x") or leaf_write[0].kind != "write":
-            return None, f"the tree's slots are not filled as `{array}[threadIdx.x] = {acc.target};`"
-        tail = [s for s in stmts[t + 1:] if not _is_barrier(s, src)]
+            return None, f"the tree's slots are not each thread's own slot holding the accumulator `{acc.target}`"
+        tail = [s for s in stmts[t + 1:] if not _is_barrier(s, src, facts)]
         if len(tail) != 1 or tail[0].type != "if_statement" or tail[0].child_by_field_name("alternative") is not None:
-            return None, "after the tree the kernel does more than one `if (tid == 0) …` (its final store)"
+            return None, "after the tree the kernel does more than store the result from thread 0"
         final = tail[0]
         test = final.child_by_field_name("condition")
         if test is None or not _is_thread_zero(test, src, values, assigned):

@@ -242,6 +242,8 @@ class UserText:
         # Comments blanked byte for byte, so offsets stay those of the user's file.
         self.user_src = b"".join(c.encode("utf-8") if b == c else b" " * len(c.encode("utf-8"))
                                  for c, b in zip(source, blank_comments(source)))
+        self.raw_src = source.encode("utf-8")
+        """The user's text with its comments, at the same byte offsets."""
         self.ok = function.body_span is not None
         if not self.ok:
             return
@@ -296,9 +298,9 @@ class UserText:
         _, _, u0, u1 = found
         return self.user_tokens[u0][0], self.user_tokens[u1][1]
 
-    def span(self, lo: int, hi: int, subs: list[tuple[int, int, str]] | tuple = ()) -> str | None:
+    def span(self, lo: int, hi: int, subs: list[tuple[int, int, str]] | tuple = (), raw: bool = False) -> str | None:
         """The user's text of the preprocessed span [lo, hi) with ``subs`` (pre spans inside it and
-        their new text) applied; None when some part does not map."""
+        their new text) applied (its comments kept when ``raw``); None when some part does not map."""
         outer = self.user_range(lo, hi)
         if outer is None:
             return None
@@ -311,13 +313,14 @@ class UserText:
                 return None
             _, _, u0, u1 = found
             placed.append((self.user_tokens[u0][0], self.user_tokens[u1][1], new))
+        text = self.raw_src if raw else self.user_src
         out, at = [], outer[0]
         for s, e, new in sorted(placed):
             if s < at:
                 return None
-            out += [self.user_src[at:s].decode("utf-8"), new]
+            out += [text[at:s].decode("utf-8"), new]
             at = e
-        out.append(self.user_src[at:outer[1]].decode("utf-8"))
+        out.append(text[at:outer[1]].decode("utf-8"))
         return "".join(out)
 
 
@@ -377,3 +380,86 @@ def builtin_fields(src: bytes, start: Node, lo: int, hi: int, replaced: dict[tup
                     yield n, replaced[key]
                     continue
         stack.extend(n.children)
+
+
+class Unmapped(ValueError):
+    """A span of the preprocessed body has no counterpart in the user's text (inside a macro's expansion)."""
+
+
+def rebuild(pre: Preprocessed, facts: KernelFacts, source: str, function: Function,
+            build, helpers: str = "") -> tuple[str, bool]:
+    """The file with the kernel's body replaced by what ``build(text)`` returns: the inside of the new
+    body, made of pieces ``text(lo, hi, subs)`` of the preprocessed body (a span, with ``subs`` —
+    ``(lo, hi, new)`` spans inside it — replaced). The pieces are taken from the user's own text
+    (macros as written) when every one maps there and the result expands to the same code, else from
+    the preprocessed text; returns (the new file, whether the body was expanded)."""
+    src = pre.text.encode("utf-8")
+
+    def pre_text(lo: int, hi: int, subs=()) -> str:
+        out, at = [], lo
+        for s, e, new in sorted(subs):
+            out += [src[at:s].decode("utf-8"), new]
+            at = e
+        out.append(src[at:hi].decode("utf-8"))
+        return "".join(out)
+
+    user = UserText(pre, facts, source, function)
+
+    def user_text(lo: int, hi: int, subs=()) -> str:
+        found = user.span(lo, hi, list(subs), raw=True) if lo < hi else ""
+        if found is None:
+            raise Unmapped(f"bytes {lo}-{hi}")
+        return found
+
+    expanded_body = build(pre_text)
+    try:
+        own = build(user_text)
+    except Unmapped:
+        own = None
+    if own is not None and expands_to(own, expanded_body, pre):
+        return splice_body(source, function, "{" + own + "}", helpers), False
+    edit = BodyEdit(pre, facts)
+    lo, hi = facts.body_span
+    edit.replace(lo + 1, hi - 1, expanded_body)
+    return emit(edit, source, function, helpers)
+
+
+def rebuild_span(pre: Preprocessed, facts: KernelFacts, source: str, function: Function, span: tuple[int, int],
+                 build, helpers: str = "") -> tuple[str, bool]:
+    """The file with the statement at ``span`` of the preprocessed body replaced by what ``build(text)``
+    returns (pieces as for :func:`rebuild`): in the user's own text when the statement and every piece
+    map there, else through :func:`emit`; returns (the new file, whether the body was expanded)."""
+    src = pre.text.encode("utf-8")
+
+    def pre_text(lo: int, hi: int, subs=()) -> str:
+        out, at = [], lo
+        for s, e, new in sorted(subs):
+            out += [src[at:s].decode("utf-8"), new]
+            at = e
+        out.append(src[at:hi].decode("utf-8"))
+        return "".join(out)
+
+    user = UserText(pre, facts, source, function)
+
+    def user_text(lo: int, hi: int, subs=()) -> str:
+        found = user.span(lo, hi, list(subs), raw=True) if lo < hi else ""
+        if found is None:
+            raise Unmapped(f"bytes {lo}-{hi}")
+        return found
+
+    expanded = build(pre_text)
+    where = user.user_range(*span)
+    try:
+        own = build(user_text) if where is not None else None
+    except Unmapped:
+        own = None
+    if own is not None and expands_to(own, expanded, pre):
+        data = source.encode("utf-8")
+        out = (data[:where[0]] + own.encode("utf-8") + data[where[1]:]).decode("utf-8")
+        if helpers:
+            at = unit_start(out, function)
+            out = (out.encode("utf-8")[:at] + helpers.encode("utf-8") + out.encode("utf-8")[at:]).decode("utf-8")
+        return out, False
+    edit = BodyEdit(pre, facts)
+    edit.replace(span[0], span[1], expanded)
+    return emit(edit, source, function, helpers)

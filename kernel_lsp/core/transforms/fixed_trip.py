@@ -96,7 +96,7 @@ class FixedTripUnroll(Rule):
               binding: Binding) -> tuple[str, _Loop | None]:
         node = node_at(src, root, loop.span)
         if node is None or node.type != "for_statement" or loop.var is None:
-            return "not a counted for loop", None
+            return "the analysis finds no counter of the loop (a variable started, tested and stepped)", None
         if loop.step is None or loop.step.constant != 1:
             return "its step is not 1", None
         if loop.start is None or loop.start.constant is None or loop.start.constant < 0:
@@ -104,11 +104,11 @@ class FixedTripUnroll(Rule):
             return "its start is not a constant of at least 0", None
         cond = node.child_by_field_name("condition")
         if cond is None or cond.type != "binary_expression":
-            return "its condition is not `var < bound`", None
+            return "its counter is not bounded from above by its test", None
         left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
         op = _text(src, cond.child_by_field_name("operator"))
         if op not in ("<", "<=") or left is None or left.type != "identifier" or _text(src, left) != loop.var:
-            return "its condition is not `var < bound`", None
+            return "its counter is not bounded from above by its test", None
         if loop.bound is None or thread_dependence(loop.bound, ctx.facts.opaque):  # type: ignore[union-attr]
             return "its bound differs between threads or is not known", None
         if not loop.bound.symbols:

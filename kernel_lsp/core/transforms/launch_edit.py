@@ -121,3 +121,23 @@ def scale_launches(source: str, kernel: str, scale: tuple[int, int, int],
     for start, end, text, _ in sorted(edits, reverse=True):
         out = out[:start] + text.encode("utf-8") + out[end:]
     return HostLaunchEdit(out.decode("utf-8"), tuple(sorted({line for *_, line in edits})), None)
+
+
+def launch_bounds_for(source: str, function, threads: int) -> str | None:  # noqa: ANN001 - core.index.Function
+    """``source`` with the kernel's ``__launch_bounds__`` made to allow a block of ``threads`` (its
+    first argument set to it, the others kept): a rewrite that launches other blocks changes the
+    bound with them. Unchanged when the kernel has none; None when its declaration is not found."""
+    from kernel_lsp.core.analysis import parse_text
+
+    if not function.launch_bounds:
+        return source
+    src, root = parse_text(source)
+    at = function.name_span.start_byte
+    node = root.descendant_for_byte_range(at, at)
+    while node is not None and node.type != "function_definition":
+        node = node.parent
+    bounds = next((c for c in node.children if c.type == "launch_bounds"), None) if node is not None else None
+    first = bounds.named_children[0] if bounds is not None and bounds.named_children else None
+    if first is None:
+        return None
+    return (src[:first.start_byte] + str(threads).encode() + src[first.end_byte:]).decode("utf-8")

@@ -30,16 +30,12 @@ chain of loads. Two rewrites give it more threads for the same work:
 
 from __future__ import annotations
 
-import re
-
-from kernel_lsp.core.analysis import Binding, bind, trip_count, value_range
+from kernel_lsp.core.analysis import Binding, bind, index_bound, threads_differ_only_by, trip_count, value_range
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
-from kernel_lsp.core.rules import text as T
-from kernel_lsp.core.rules.simple import (
-    _INDEX_TOKEN, _WARP_LEVEL, DEFAULT_SM_COUNT, THREADS_PER_SM, _launch_ok, _one_dimensional, same_work,
-)
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
+from kernel_lsp.core.transforms.elementwise import DEFAULT_SM_COUNT, THREADS_PER_SM, same_work
 from kernel_lsp.core.transforms.emit import WARP_REDUCE
+from kernel_lsp.core.transforms.launch_edit import launch_bounds_for
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow, _walks_row
 
 #: Warps per SM below which a launch counts as under-filled (latency is hidden by 4+ warps per
@@ -223,8 +219,6 @@ class SmallerBlocks(Rule):
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         if ctx.spec is None:
             return False, "needs a launch spec (the launch changes)"
-        if ctx.kernel.launch_bounds:
-            return False, "__launch_bounds__ fixes the block size"
         block = ctx.constant_block()
         if block is None or block[1:] != (1, 1) or any(launch.grid[1:] != (1, 1) for launch in ctx.launches()):
             return False, "the launch is not 1-D with a constant block"
@@ -233,12 +227,12 @@ class SmallerBlocks(Rule):
             return False, f"the launch has {launch.grid[0]} blocks, one per SM already"
         if block[0] <= min(SMALL_BLOCKS):
             return False, f"the block of {block[0]} threads is as small as this rule makes it"
-        ok, why = _one_dimensional(ctx)
-        if not ok:
-            return ok, why
+        why = _independent(ctx, ("x",))
+        if why:
+            return False, why
         if not self.rewrite(ctx):
             return False, "no smaller block divides the original's threads at every size of the spec"
-        return True, f"{launch.grid[0]} blocks for {DEFAULT_SM_COUNT} SMs; {why}"
+        return True, f"{launch.grid[0]} blocks for {DEFAULT_SM_COUNT} SMs; the threads differ by their global index only"
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         assert ctx.spec is not None
@@ -250,23 +244,20 @@ class SmallerBlocks(Rule):
                 continue
             override = {"grid": [f"({gx}) * {bx // size}", "1", "1"], "block": [size, 1, 1],
                         "dynamic_smem": ctx.spec.launch.dynamic_smem}
-            if _launch_ok(ctx, override) and same_work(ctx, override):
-                out.append(Rewrite(ctx.source, f"block {bx} -> {size} with {bx // size} times the blocks: the same "
-                                               "threads over more SMs", override, f"block={size}", block=(size, 1, 1)))
+            source = launch_bounds_for(ctx.source, ctx.kernel, size)
+            if source is not None and ctx.launch_ok(override) and same_work(ctx, override, index_bound(ctx.facts, "x")):
+                out.append(Rewrite(source, f"block {bx} -> {size} with {bx // size} times the blocks: the same "
+                                           "threads over more SMs", override, f"block={size}", block=(size, 1, 1)))
         return tuple(out)
 
 
-def _two_dimensional(ctx: RuleContext) -> str | None:
-    """Why the kernel's threads may differ by more than their global x and y indices, or None."""
-    rest = ctx.body_masked
-    for axis in "xy":
-        rest = re.sub(T.global_index_pattern(axis), " ", rest)
-    leftover = _INDEX_TOKEN.search(rest)
-    if leftover:
-        return f"'{leftover.group(0)}' is used outside the global x and y indices"
-    if ctx.kernel.shared or ctx.kernel.syncs or _WARP_LEVEL.search(ctx.body_masked):
-        return "the kernel uses shared memory, barriers or warp-level operations"
-    return None
+def _independent(ctx: RuleContext, axes: tuple[str, ...]) -> str | None:
+    """Why the kernel's threads may differ by more than their global indices along ``axes`` (the
+    launch's width along them included), or None: regrouping them into other blocks keeps each one's work."""
+    facts = ctx.facts
+    if facts is None or not facts.complete:
+        return "the kernel's analysis is missing or incomplete"
+    return threads_differ_only_by(facts, axes)
 
 
 def same_threads_per_axis(ctx: RuleContext, override: dict) -> bool:
@@ -289,15 +280,13 @@ class FullerBlocks(Rule):
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         if ctx.spec is None:
             return False, "needs a launch spec (the launch changes)"
-        if ctx.kernel.launch_bounds:
-            return False, "__launch_bounds__ fixes the block size"
         block = ctx.constant_block()
         if block is None or block[2] != 1 or block[1] == 1 or any(launch.grid[2] != 1 for launch in ctx.launches()):
             return False, "the launch is not 2-D (x and y) with a constant block"
         threads = block[0] * block[1]
         if threads * MAX_BLOCKS_PER_SM >= THREADS_PER_SM:
             return False, f"blocks of {threads} threads can fill an SM already"
-        why = _two_dimensional(ctx)
+        why = _independent(ctx, ("x", "y"))
         if why:
             return False, why
         if not self.rewrite(ctx):
@@ -314,8 +303,10 @@ class FullerBlocks(Rule):
             size = by * k
             override = {"grid": [str(gx), f"(({gy})*{by})/{size}", str(gz)], "block": [bx, size, 1],
                         "dynamic_smem": ctx.spec.launch.dynamic_smem}
-            if size <= 1024 and bx * size <= 1024 and _launch_ok(ctx, override) and same_threads_per_axis(ctx, override):
-                return (Rewrite(ctx.source, f"block {bx}x{by} -> {bx}x{size}: the same threads in full warps, "
-                                            f"{k} times fewer blocks", override, f"block={bx}x{size}", block=(bx, size, 1)),)
+            source = launch_bounds_for(ctx.source, ctx.kernel, bx * size)
+            if source is not None and size <= 1024 and bx * size <= 1024 and ctx.launch_ok(override) \
+                    and same_threads_per_axis(ctx, override):
+                return (Rewrite(source, f"block {bx}x{by} -> {bx}x{size}: the same threads in full warps, "
+                                        f"{k} times fewer blocks", override, f"block={bx}x{size}", block=(bx, size, 1)),)
             k //= 2
         return ()

@@ -129,7 +129,7 @@ class SharedPrivatize(Rule):
             return ("its targets do not depend on loaded data (neighbouring threads do not collide: "
                     "a private copy would only add work)"), None
         first = min(a.span[0] for a in atomics)
-        barrier = next((s for s in body.named_children if _is_barrier(s, src) and s.end_byte <= first), None)
+        barrier = next((s for s in body.named_children if _is_barrier(s, src, facts) and s.end_byte <= first), None)
         for other in mine:
             if other.kind == "atomic":
                 continue

@@ -22,11 +22,13 @@ loop's body (or of the kernel's body) that holds the store.
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
 - a plain store ``A[i] = v;`` to global memory that the launch makes uncoalesced (strided), whose
-  index has unit stride along ``threadIdx.y`` (neighbouring elements across the block's rows);
+  index has unit stride along ``threadIdx.y``, of either sign (neighbouring elements across the
+  block's rows: ``dst[c * rows + (rows - 1 - r)]`` too);
 - ``A`` is touched by no other access, its address escapes nowhere, and the spec gives every
   pointer its own allocation (nothing else reads or writes what the deferred store writes);
-- no barrier, shared memory, warp intrinsic or atomic in the original, and no ``return``,
-  ``break``, ``continue`` or ``goto`` except a last ``return;`` (every thread reaches the barriers);
+- no ``return``, ``break``, ``continue`` or ``goto`` except a last ``return;`` (every thread reaches
+  the barriers); the kernel's own barriers, shared arrays and warp operations stay as they are (the
+  tile only defers who issues the store), the tile fits beside its shared memory;
 - the store is reached from the body through uniform counted loops only (start, bound and step
   the same for every thread of the block, the condition one comparison of the loop variable),
   then through ``if``/blocks inside one statement of the innermost such body: no other loop
@@ -46,7 +48,6 @@ from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.analysis import (
     Access, Binding, KernelFacts, LoopFact, assigned_names, bind, declared_anywhere, thread_dependence,
-    threads_cooperate,
 )
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
@@ -76,12 +77,12 @@ class _Plan:
 def _uniform_loop(loop: LoopFact, node: Node, facts: KernelFacts, src: bytes) -> str | None:
     """Why ``loop`` may run a different number of times in different threads of a block (None: it cannot)."""
     if node.type != "for_statement" or loop.var is None or loop.start is None or loop.step is None or loop.bound is None:
-        return "is not a counted for loop"
+        return "has no counter the analysis follows (a variable started, tested and stepped)"
     cond = node.child_by_field_name("condition")
     op = cond.child_by_field_name("operator") if cond is not None and cond.type == "binary_expression" else None
     if op is None or _text(src, op) not in _COMPARISONS or loop.var not in {
             _text(src, side) for side in (cond.child_by_field_name("left"), cond.child_by_field_name("right")) if side is not None}:
-        return "has a condition that is not one comparison of its variable"
+        return "has a test that does not bound its counter alone"
     if any(thread_dependence(p, facts.opaque) for p in (loop.start, loop.step, loop.bound)):
         return "runs a number of times that depends on the thread"
     # Scalars and the block's own coordinates only: a bound loaded from memory could differ between threads
@@ -105,9 +106,17 @@ def _independent_threads(ctx: RuleContext, access: str) -> str | None:
         return f"needs a launch spec (to find the uncoalesced {access} under the launch)"
     if not ctx.distinct_arrays():
         return "the spec does not allocate every pointer parameter on its own (they may alias)"
-    if threads_cooperate(facts):
-        return "barriers, shared memory, warp intrinsics or atomics: the threads are not independent"
+    if facts.implicit_indices:
+        return f"the kernel reads its thread index through a cooperative group (`{facts.implicit_indices[0]}`)"
+    # The kernel's own barriers, shared arrays and warp operations stay as they are: the tile only defers
+    # who issues one store (or load), and its barriers are reached by every thread.
     return None
+
+
+def _shared_in_use(ctx: RuleContext) -> int:
+    """Bytes of shared memory the kernel already uses per block (static arrays and the spec's dynamic size)."""
+    static = sum(d.size_bytes or 0 for d in ctx.kernel.shared if not d.is_extern)
+    return static + max((launch.dynamic_smem_bytes for launch in ctx.launches()), default=0)
 
 
 class SharedTileStore(Rule):
@@ -143,7 +152,8 @@ class SharedTileStore(Rule):
             if a.space != "global" or a.kind != "write" or p.pattern != "strided":
                 continue
             along_y = a.index.coefficient("tid.y")
-            if along_y is None or along_y.constant != 1:
+            # Either sign: the rows written back are consecutive elements, ascending or descending.
+            if along_y is None or along_y.constant not in (1, -1):
                 reasons.append(f"the store `{a.text}` has no unit stride along threadIdx.y")
                 continue
             why, plan = self._store_plan(ctx, facts, a, root, src, body, launches)
@@ -186,7 +196,7 @@ class SharedTileStore(Rule):
         if assign is None or assign.type != "assignment_expression" or assign.child_by_field_name("left") != node \
                 or _text(src, assign.child_by_field_name("operator")) != "=" or assign.parent is None \
                 or assign.parent.type != "expression_statement":
-            return "not a plain statement `A[i] = v;`", None
+            return "the store is a compound assignment or part of a larger expression", None
         index, value = node.child_by_field_name("indices"), assign.child_by_field_name("right")
         if index is None or value is None or node.child_by_field_name("argument") is None \
                 or _text(src, node.child_by_field_name("argument")).strip() != a.array:
@@ -218,7 +228,7 @@ class SharedTileStore(Rule):
                         return f"the loop at line {n.start_point[0] + 1} {why}", None
                     continue
                 if n.type not in ("if_statement", "expression_statement"):
-                    return f"the store sits in a {n.type.replace('_', ' ')} that is not a counted loop", None
+                    return f"the store sits in a {n.type.replace('_statement', '').replace('_', ' ')} whose runs the analysis does not count", None
                 round_statement = n
             elif n.type in ("for_statement", "while_statement", "do_statement"):
                 return "another loop between the round and the store (a thread could store twice per round)", None
@@ -230,6 +240,10 @@ class SharedTileStore(Rule):
         if not a.elem_type:
             return "the element type is not known", None
         slots = max(launch.block[0] * (launch.block[1] + 1) for launch in launches)
+        tile_bytes = slots * (8 + (a.elem_bytes or 8) + 1)
+        if tile_bytes + _shared_in_use(ctx) > _STATIC_SMEM_BYTES:
+            return (f"the tile ({tile_bytes} bytes) does not fit beside the kernel's {_shared_in_use(ctx)} bytes of shared "
+                    "memory"), None
         return None, _Plan(a, statement, index, value, round_statement, slots)
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
@@ -401,9 +415,9 @@ class SharedTileLoad(Rule):
             return f"its loop {why}", None
         cond = loop_node.child_by_field_name("condition")
         if not _monotone_condition(cond, loop.var, src) or _has(cond, _SIDE_EFFECTS + ("subscript_expression",)):
-            return "its loop's condition is not `var < bound` without loads or calls", None
+            return "its loop's test is not an upper bound of its counter fixed before the loop (it loads memory or calls code)", None
         if not _unit_increment(loop_node.child_by_field_name("update"), loop.var, src):
-            return "its loop does not count up by one", None
+            return "its loop's counter does not step by one", None
         if any(other.parent == loop.id for other in facts.loops) or loop.calls_unknown:
             return "its loop holds a nested loop or calls code the analysis does not see", None
         loop_body = loop_node.child_by_field_name("body")
@@ -460,11 +474,13 @@ class SharedTileLoad(Rule):
         threads = max(launch.block[0] * launch.block[1] * launch.block[2] for launch in launches)
         # A chunk of a 128-byte line per thread where the tile fits (the loader's warp then reads whole lines),
         # down to one 32-byte sector; per thread: the padded row of values, a pointer and a count.
+        room = _STATIC_SMEM_BYTES - _shared_in_use(ctx)
         fitting = [k for k in (_LINE_BYTES // elem, _LINE_BYTES // elem // 2, _SECTOR_BYTES // elem)
-                   if k >= 1 and threads * ((k + 1) * elem + 8 + 4) <= _STATIC_SMEM_BYTES]
+                   if k >= 1 and threads * ((k + 1) * elem + 8 + 4) <= room]
         if not fitting:
             smem = threads * ((max(1, _SECTOR_BYTES // elem) + 1) * elem + 12)
-            return f"the tile ({smem} bytes for {threads} threads) exceeds the static shared memory of a block", None
+            return (f"the tile ({smem} bytes for {threads} threads) does not fit the static shared memory of a block "
+                    "beside the kernel's own"), None
         chunk = fitting[0]
         return None, _LoadPlan(a, loop, loop_node, guard, chunk, threads)
 
@@ -640,3 +656,225 @@ def _mentioned_after(body: Node, loop_node: Node, var: str, src: bytes) -> bool:
     return any(_text(src, n) == var and not loop_node.start_byte <= n.start_byte < loop_node.end_byte
                and not (n.parent is not None and n.parent.type == "declaration")
                for n in _identifier_nodes(body, src))
+
+
+# --------------------------------------------------------------------------------------------
+# The store side with a 32 x 32 tile: each thread four rows of a transposing block
+# --------------------------------------------------------------------------------------------
+
+#: The tile's side and the rows a block of 32 x 8 threads covers per pass over it.
+_TILE = 32
+_TILE_ROWS = 8
+#: The write-back's thread (threadIdx.x, threadIdx.y) at step kl_j writes the element of the virtual thread
+#: (x = threadIdx.y + kl_j, y = threadIdx.x) of the 32 x 32 virtual block.
+_OWNER = {"tid.x": "threadIdx.y + kl_j", "tid.y": "threadIdx.x", "bdim.x": str(_TILE), "bdim.y": str(_TILE),
+          "bid.x": "blockIdx.x", "bid.y": "blockIdx.y"}
+
+
+@dataclass(frozen=True)
+class _TransposePlan:
+    access: Access
+    statement: Node
+    value: Node
+    bounds: tuple[str, str]
+    """The bounds of the global x and y indices as written (the new grid covers them)."""
+    returns: tuple[Node, ...]
+
+
+def _index_text(poly, subs: dict[str, str], wide: bool = False) -> str | None:
+    """``poly`` as a C expression with the symbols in ``subs`` replaced (in 64 bits when ``wide``, as
+    the kernel computed it); None when it has a symbol neither there nor a scalar parameter (an
+    opaque term, an iteration counter)."""
+    from kernel_lsp.core.poly import is_iteration, is_opaque
+
+    terms = []
+    for monomial, c in sorted(poly.terms, key=lambda t: (-len(t[0]), t[0])):
+        factors = [] if abs(c) == 1 and monomial else [str(abs(c))]
+        for s in monomial:
+            if s in subs:
+                factors.append(f"({subs[s]})" if " " in subs[s] else subs[s])
+            elif is_opaque(s) or is_iteration(s) or "." in s:
+                return None
+            else:
+                factors.append(s)
+        if wide:
+            factors = [f"(long long){f}" for f in factors]
+        terms.append(("- " if c < 0 else "+ ") + " * ".join(factors))
+    text = " ".join(terms)
+    return (text[2:] if text.startswith("+ ") else "-" + text[2:]) if text else "0"
+
+
+class SharedTileTranspose(Rule):
+    """Each thread of a 32 x 8 block runs the original threads of four rows of a 32 x 32 virtual block;
+    the uncoalesced store is staged in a padded 32 x 33 tile and written back by rows of the transposed
+    tile: 32 consecutive elements per warp.
+
+    Legality, in terms of the analysis: the threads differ by their global x and y indices only
+    (:func:`~kernel_lsp.core.analysis.threads_differ_only_by`), every global access runs under guards
+    ``x < C`` and ``y < R`` that the original launch covers at every size (a virtual thread past the
+    original grid does nothing); one plain store, in no loop (and no loop moving global memory beside it:
+    the store would be a small part of the traffic), whose index has unit stride along
+    threadIdx.y (either sign), another along threadIdx.x, and is a polynomial of the indices and the
+    scalar parameters (the write-back computes it for the element's owner); the array is touched by
+    nothing else and escapes nowhere, the spec gives every pointer its own allocation; every
+    ``return`` ends one virtual thread (none in a loop or switch)."""
+
+    name = "shared-tile-transpose"
+    technique = "transpose-via-shared-memory"
+    summary = "an uncoalesced 2-D store through a padded 32x32 tile, four rows per thread of a 32x8 block"
+
+    def plan(self, ctx: RuleContext) -> tuple[_TransposePlan | None, str]:
+        from kernel_lsp.core.analysis import global_index, index_bound, threads_differ_only_by
+        from kernel_lsp.core.transforms.elementwise import _inside, _kernel_returns, bound_text
+
+        facts = ctx.facts
+        if facts is None or not facts.complete:
+            return None, "the kernel's analysis is missing or incomplete"
+        if ctx.spec is None:
+            return None, "needs a launch spec (the launch changes to one block per 32x32 tile)"
+        if not ctx.distinct_arrays():
+            return None, "the spec does not allocate every pointer parameter on its own (they may alias)"
+        launches = ctx.launches()
+        if not launches or any(launch.block[2] != 1 or launch.grid[2] != 1 for launch in launches):
+            return None, "the launch is not two-dimensional"
+        why = threads_differ_only_by(facts, ("x", "y"), grid=False)
+        if why:
+            return None, why
+        src, root = parse(ctx.preprocessed)
+        kernel = node_at(src, root, facts.span)
+        body = kernel.child_by_field_name("body") if kernel is not None else None
+        if body is None:
+            return None, "the kernel's definition was not found in the preprocessed view"
+        texts = []
+        for axis in "xy":
+            bound = index_bound(facts, axis)
+            if bound is None:
+                return None, f"no guard on the global {axis} index holds at every global access"
+            text = bound_text(src, root, facts.conditions, global_index(axis), bound)
+            if text is None:
+                return None, f"the bound `{bound}` of the global {axis} index is not written in the kernel's own body"
+            values = _axis_cover(ctx, bound, "xy".index(axis))
+            if values:
+                return None, values
+            texts.append(text)
+        try:
+            patterns = bind(facts, Binding.from_spec(ctx.spec))
+        except (SpecError, ValueError, ZeroDivisionError):
+            return None, "the spec's launch does not evaluate"
+        strided = [p.access for p in patterns if p.access.space == "global" and p.access.kind == "write" and p.pattern == "strided"]
+        if not strided:
+            return None, "no uncoalesced global store under this launch"
+        a = strided[0]
+        along_y = a.index.coefficient("tid.y")
+        if along_y is None or along_y.constant not in (1, -1):
+            return None, f"the store `{a.text}` has no unit stride along threadIdx.y"
+        if a.loops or a.via or a.field is not None or a.array in facts.escaped:
+            return None, f"the store `{a.text}` is in a loop, a helper or a struct member, or its array escapes"
+        if any(b.array == a.array and b is not a for b in facts.accesses):
+            return None, f"`{a.array}` is accessed elsewhere in the kernel"
+        busier = next((b for b in facts.accesses if b.space == "global" and b.loops), None)
+        if busier is not None:
+            return None, (f"`{busier.text}` at line {(busier.user_line or 0) + 1} repeats in a loop the store is not in: "
+                          "the store is a small part of the kernel's traffic")
+        if _index_text(a.index, _OWNER) is None:
+            return None, f"the store's index `{a.index}` is not a polynomial of the indices and the scalar parameters"
+        node = node_at(src, root, a.span)
+        assign = node.parent if node is not None else None
+        if assign is None or assign.type != "assignment_expression" or assign.child_by_field_name("left") != node \
+                or _text(src, assign.child_by_field_name("operator")) != "=" or assign.parent is None \
+                or assign.parent.type != "expression_statement":
+            return None, f"the store `{a.text}` is a compound assignment or part of a larger expression"
+        value = assign.child_by_field_name("right")
+        if _has(value, ("assignment_expression", "update_expression")):
+            return None, "the stored value assigns a variable"
+        returns = tuple(_kernel_returns(body))
+        for ret in returns:
+            if ret.named_child_count or _inside(ret, body, ("for_statement", "while_statement", "do_statement",
+                                                            "switch_statement")):
+                return None, f"the return at line {ret.start_point[0] + 1} sits in a loop or switch"
+        grid_y = [-(-v // _TILE) for v in (_values(ctx, index_bound(facts, "y")) or [])]
+        if any(g > 65535 for g in grid_y):
+            return None, "the tiles along y exceed gridDim.y at some size of the spec"
+        return _TransposePlan(a, assign.parent, value, (texts[0], texts[1]), returns), ""
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        plan, why = self.plan(ctx)
+        if plan is None:
+            return False, why
+        return True, (f"the store `{plan.access.text}` is a row apart across the warp and unit stride along threadIdx.y; "
+                      "the threads differ by their global x and y indices only, the guards cover the original launch")
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        from kernel_lsp.core.transforms.emit import builtin_fields, rebuild
+        from kernel_lsp.core.transforms.launch_edit import launch_bounds_for
+
+        plan, _ = self.plan(ctx)
+        facts = ctx.facts
+        assert plan is not None and facts is not None and ctx.spec is not None
+        src, root = parse(ctx.preprocessed)
+        kernel = node_at(src, root, facts.span)
+        lo, hi = facts.body_span
+        a, elem = plan.access, plan.access.elem_type
+        virtual = {("threadIdx", "y"): "(threadIdx.y + kl_j)", ("blockDim", "y"): f"{_TILE}u", ("blockDim", "x"): f"{_TILE}u"}
+        subs = [(n.start_byte, n.end_byte, new) for n, new in builtin_fields(src, kernel, lo, hi, virtual)]
+        subs += [(r.start_byte, r.end_byte, "continue;") for r in plan.returns]
+        stmt, value = plan.statement, plan.value
+        index = _index_text(a.index, _OWNER, a.wide)
+
+        def build(text) -> str:
+            inner = [s for s in subs if value.start_byte <= s[0] < value.end_byte]
+            staged = (f"{{ kl_tile[threadIdx.y + kl_j][threadIdx.x] = {text(value.start_byte, value.end_byte, inner)}; "
+                      "kl_set[threadIdx.y + kl_j][threadIdx.x] = 1; }")
+            outer = [s for s in subs if not stmt.start_byte <= s[0] < stmt.end_byte] + [(stmt.start_byte, stmt.end_byte, staged)]
+            first, last = _statements(kernel.child_by_field_name("body"))
+            original = text(first, last, outer) if first < last else ""
+            return (f"\n    // The store to `{a.array}` staged in a 32 x 33 tile (+1 pads a column onto 32 banks): each thread runs\n"
+                    f"    // the original threads of {_TILE // _TILE_ROWS} rows of a 32 x 32 block, then the block writes the tile "
+                    "back by its columns.\n"
+                    f"    __shared__ {elem} kl_tile[{_TILE}][{_TILE + 1}];\n"
+                    f"    __shared__ unsigned char kl_set[{_TILE}][{_TILE + 1}];\n"
+                    f"    for (unsigned kl_j = 0; kl_j < {_TILE}u; kl_j += blockDim.y) {{\n"
+                    "        kl_set[threadIdx.y + kl_j][threadIdx.x] = 0;\n"
+                    f"        {original}\n"
+                    "    }\n"
+                    "    __syncthreads();\n"
+                    f"    for (unsigned kl_j = 0; kl_j < {_TILE}u; kl_j += blockDim.y) {{\n"
+                    "        // The element of the thread (x = threadIdx.y + kl_j, y = threadIdx.x): consecutive lanes, consecutive elements.\n"
+                    f"        if (kl_set[threadIdx.x][threadIdx.y + kl_j]) {a.array}[{index}] = kl_tile[threadIdx.x][threadIdx.y + kl_j];\n"
+                    "    }\n")
+
+        source, expanded = rebuild(ctx.preprocessed, facts, ctx.source, ctx.kernel, build)
+        source = launch_bounds_for(source, ctx.kernel, _TILE * _TILE_ROWS)
+        if source is None:
+            return ()
+        cols, rows = plan.bounds
+        override = {"grid": [f"(({cols})+{_TILE - 1})/{_TILE}", f"(({rows})+{_TILE - 1})/{_TILE}", "1"],
+                    "block": [_TILE, _TILE_ROWS, 1], "dynamic_smem": ctx.spec.launch.dynamic_smem}
+        if not ctx.launch_ok(override):
+            return ()
+        note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
+        return (Rewrite(source, f"32x33 shared-memory tile: the store `{a.text}` written back coalesced, four rows per "
+                                f"thread of a 32x8 block{note}", override),)
+
+
+def _statements(block: Node) -> tuple[int, int]:
+    inner = [c for c in block.named_children]
+    return (inner[0].start_byte, inner[-1].end_byte) if inner else (block.start_byte + 1, block.start_byte + 1)
+
+
+def _values(ctx: RuleContext, bound) -> list[int] | None:
+    from kernel_lsp.core.transforms.elementwise import bound_values
+
+    return bound_values(ctx, bound) if bound is not None else None
+
+
+def _axis_cover(ctx: RuleContext, bound, axis: int) -> str | None:
+    """Why the original launch leaves some index below ``bound`` along ``axis`` without a thread, or None."""
+    values = _values(ctx, bound)
+    if values is None:
+        return f"the bound `{bound}` does not evaluate at every size of the spec"
+    for value, launch in zip(values, ctx.launches()):
+        threads = launch.grid[axis] * launch.block[axis]
+        if threads < value:
+            return f"the original launch has {threads} threads along {'xyz'[axis]}, fewer than the bound's {value}"
+    return None

@@ -213,7 +213,7 @@ class StencilRowReuse(Rule):
             return None, "the kernel stores nothing to global memory"
         for w in writes:
             if not any(s.left.start_byte <= w.span[0] and w.span[1] <= s.left.end_byte for s in stores):
-                return None, f"`{w.text}` is stored outside a plain `P[index] = value;` statement in the guarded block"
+                return None, f"`{w.text}` is stored by a compound assignment or inside a larger expression of the guarded block"
             for r in globals_:
                 if r.array == w.array and not r.writes and canonical(r.index, facts) != canonical(w.index, facts):
                     return None, f"`{w.array}` is read at another index than it is stored"
@@ -258,13 +258,13 @@ class StencilRowReuse(Rule):
             last_exit = max((i for i, s in enumerate(prelude) if s.type == "if_statement"), default=-1)
             return (prelude[: last_exit + 1], None, prelude[last_exit + 1 :]), ""
         if len(rest) != 1 or rest[0].type != "if_statement" or rest[0].child_by_field_name("alternative") is not None:
-            return None, "the body is not straight-line statements followed by one guard without else"
+            return None, "the body has branches other than one guard (without else) around the stores"
         guard = rest[0]
         if not _plain_condition(guard.child_by_field_name("condition")):
             return None, "the guard's condition has side effects or declares a variable"
         block = _statements(guard.child_by_field_name("consequence"))
         if any(s.type not in _STRAIGHT for s in block):
-            return None, "the guarded block is not straight-line statements"
+            return None, "the guarded block has branches or loops"
         return (prelude, guard, block), ""
 
     def _stores(self, src: bytes, block: list[Node], globals_: list[Access],
@@ -277,7 +277,7 @@ class StencilRowReuse(Rule):
                 continue
             e = stmt.named_children[0] if stmt.type == "expression_statement" and stmt.named_children else None
             if e is None or e.type != "assignment_expression" or _text(src, e.child_by_field_name("operator")) != "=":
-                return None, f"`{writes[0].text}` is not stored by a plain `P[index] = value;` statement"
+                return None, f"`{writes[0].text}` is stored by a compound assignment or inside a larger expression"
             left, right = e.child_by_field_name("left"), e.child_by_field_name("right")
             w = writes[0]
             if len(writes) != 1 or (w.span[0], w.span[1]) != (left.start_byte, left.end_byte):

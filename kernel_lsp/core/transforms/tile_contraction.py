@@ -11,6 +11,12 @@ once into shared memory, cooperatively and in the order that makes the global re
 Each thread still runs the original body in ascending ``k`` order, so every sum is computed in
 the same order as before.
 
+A kernel that already tiles keeps its own shared arrays, barriers and warp operations: the tiles
+fit beside its shared memory, and none of its barriers or warp operations may sit in the statement
+that holds the loop (that statement is predicated below); the register-blocked rewrites, whose
+threads each run several original threads, are offered only for kernels whose threads do not
+cooperate.
+
 Barriers need every thread of the block, so the guards around the loop (``if (i < n && j < m)``,
 ``if (i >= n) return;``) are split: the guard becomes a predicate, the statements before and
 after the loop run under it (their declarations hoisted so their names stay in scope), and the
@@ -65,11 +71,10 @@ from tree_sitter import Node
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.analysis import (
     Access, Binding, KernelFacts, LoopFact, Opaque, assigned_names, declared_anywhere, evaluate, is_pure_math,
-    thread_dependence, trip_count,
+    thread_dependence, threads_cooperate, trip_count,
 )
 from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
-from kernel_lsp.core.rules.simple import _launch_ok
 from kernel_lsp.core.spec import SpecError
 from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, expands_to, node_at, parse
 
@@ -316,8 +321,8 @@ class TileContraction(Rule):
             return None, "the block shape is not the same at every size of the spec"
         if block[2] != 1 or "tid.z" in facts.thread_dims:
             return None, "the block is three-dimensional"
-        if facts.syncs or facts.shuffles:
-            return None, "the kernel already uses barriers or warp intrinsics"
+        if facts.implicit_indices:
+            return None, f"the kernel reads its thread index through a cooperative group (`{facts.implicit_indices[0]}`)"
         try:
             bindings = [Binding.from_spec(ctx.spec, v) for v in [None, *range(len(ctx.spec.variants))]]
         except (SpecError, ValueError, ZeroDivisionError):
@@ -327,18 +332,21 @@ class TileContraction(Rule):
         if kernel is None or kernel.child_by_field_name("body") is None:
             return None, "the kernel's definition was not found in the preprocessed view"
         reasons = []
+        # The kernel's own shared memory stays beside the tiles.
+        used = sum(d.size_bytes or 0 for d in ctx.kernel.shared if not d.is_extern) + max(
+            (launch.dynamic_smem_bytes for launch in ctx.launches()), default=0)
         for loop in facts.loops:
             try:
-                plan = self._loop_plan(facts, loop, block, bindings, src, root, kernel)
+                plan = self._loop_plan(facts, loop, block, bindings, src, root, kernel, used)
                 _Writer(plan, facts, src, _Emitter(facts, src, kernel, plan.narrow)).text()
                 return plan, ""
             except _Refused as exc:
                 reasons.append(f"the loop at line {(loop.user_line or 0) + 1}: {exc}")
         return None, "; ".join(reasons) or "the kernel has no loop"
 
-    def _loop_plan(self, facts, loop, block, bindings, src, root, kernel) -> _Plan:
+    def _loop_plan(self, facts, loop, block, bindings, src, root, kernel, used: int = 0) -> _Plan:
         if loop.kind != "for" or loop.var is None:
-            raise _Refused("not a counted `for` loop")
+            raise _Refused("the analysis finds no counter of it (a variable started, tested and stepped)")
         if loop.step is None or loop.step.constant != 1 or loop.start is None or loop.bound is None:
             raise _Refused("its step is not 1 or its bounds are unknown")
         if loop.parent is not None or any(other.parent == loop.id for other in facts.loops):
@@ -356,6 +364,15 @@ class TileContraction(Rule):
         if loop_body is None or _find(loop_body, _EXITS):
             raise _Refused("it has an early exit (break, continue, return or goto)")
         self._header(loop_node, loop, src)
+        top = chain[1] if len(chain) > 1 else loop_node  # the statement of the body that holds the loop
+        for b in facts.barriers:
+            if top.start_byte <= b.span[0] < top.end_byte:
+                raise _Refused(f"the kernel's barrier `{b.text}` at line {(b.user_line or 0) + 1} is in the statement that "
+                               "holds the loop (the rewrite predicates that statement: the barrier would become conditional)")
+        for w in facts.warp_operations:
+            if top.start_byte <= w.span[0] < top.end_byte:
+                raise _Refused(f"the warp-level operation `{w.text}` is in the statement that holds the loop (its lanes "
+                               "would be predicated)")
         if _find(body, ("goto_statement",)):
             raise _Refused("the kernel has a `goto`, which could jump past the barriers")
         for ret in _find(body, ("return_statement",)):
@@ -375,7 +392,7 @@ class TileContraction(Rule):
             if n is None:
                 raise _Refused("its trip count does not evaluate at every size of the spec")
             trips.append(n)
-        tk = self._tile_k(tiles, block, max(trips))
+        tk = self._tile_k(tiles, block, max(trips), used)
         if tk is None:
             raise _Refused("its tiles do not fit the shared memory budget")
         narrow = all(_fits_int32(facts, loop, tiles, b, n) for b, n in zip(bindings, trips))
@@ -396,17 +413,17 @@ class TileContraction(Rule):
         cond = loop_node.child_by_field_name("condition")
         init = loop_node.child_by_field_name("initializer")
         if cond is None or init is None or cond.type != "binary_expression":
-            raise _Refused("its header is not `init; var < bound; var++`")
+            raise _Refused("its header does not start, test and step one counter")
         left = cond.child_by_field_name("left")
         op = cond.child_by_field_name("operator")
         if left is None or _text(src, left) != loop.var or op is None or op.type not in ("<", "<="):
-            raise _Refused("its condition is not `var < bound` or `var <= bound`")
+            raise _Refused("its test is not an upper bound of its counter")
         if init.type == "declaration":
             decls = init.children_by_field_name("declarator")
             if len(decls) != 1 or decls[0].type != "init_declarator":
                 raise _Refused("its initializer declares more than the variable")
         elif init.type != "assignment_expression":
-            raise _Refused("its initializer is neither a declaration nor an assignment")
+            raise _Refused("its counter is not started by its header")
 
     def _tiles(self, facts, loop, block, src, root, loop_node, emitter) -> tuple[_Tile, ...]:
         trip = loop.trip_symbol
@@ -492,7 +509,7 @@ class TileContraction(Rule):
         return None
 
     @staticmethod
-    def _tile_k(tiles, block, max_trips: int) -> int | None:
+    def _tile_k(tiles, block, max_trips: int, used: int = 0) -> int | None:
         threads = block[0] * block[1]
         if threads > MAX_THREADS_PER_BLOCK:
             return None
@@ -508,7 +525,7 @@ class TileContraction(Rule):
             for t in tiles:
                 rows = {"tid.x": block[0], "tid.y": block[1], None: 1}[t.dim]
                 total += (rows + (1 if t.dim == "tid.x" else 0)) * (tk + (1 if t.dim == "tid.y" else 0)) * t.elem_bytes
-            if total + 2 * 4 * (block[0] + block[1]) <= TILE_BUDGET_BYTES:
+            if total + 2 * 4 * (block[0] + block[1]) + used <= TILE_BUDGET_BYTES:
                 return tk
             tk //= 2
         return None
@@ -570,6 +587,10 @@ class TileContraction(Rule):
         launches = ctx.launches()
         if not launches:
             return []
+        if threads_cooperate(facts):
+            # A thread that runs the work of several would have to take part in their barriers, shared slots
+            # and warp operations for each of them.
+            return []
         out = []
         for shape in (*BLOCK_SHAPES, *WITHIN_BLOCK_SHAPES):
             if blocking_refusal(plan, facts, src, kernel, (launches[0].grid[0], launches[0].grid[1]), shape) is not None:
@@ -579,7 +600,7 @@ class TileContraction(Rule):
                 launch = ctx.spec.launch
                 override = {"grid": list(launch.grid), "block": list(shape.block(plan.block)),
                             "dynamic_smem": launch.dynamic_smem}
-                if not _launch_ok(ctx, override):
+                if not ctx.launch_ok(override):
                     continue
             emitter = _Emitter(facts, src, kernel, plan.narrow)
             try:

@@ -254,7 +254,7 @@ class WarpPerRow(Rule):
     def _loop_refusal(self, facts: KernelFacts, loop: LoopFact, root: Node, src: bytes) -> tuple[str | None, tuple[Reduction, ...]]:
         node = node_at(src, root, loop.span)
         if node is None or node.type != "for_statement" or loop.var is None:
-            return "not a counted for loop", ()
+            return "the analysis finds no counter of the loop (a variable started, tested and stepped)", ()
         if loop.step is None or loop.step.constant != 1:
             return "its step is not 1", ()
         if _counter_read_after(node, loop.var, facts, root, src):
@@ -417,3 +417,68 @@ def _only_updated(body: Node, src: bytes, name: str) -> bool:
             return False
         stack.extend(n.children)
     return True
+
+
+#: Iterations per thread of the block below which a block per row would leave threads idle.
+MIN_ITERATIONS_PER_THREAD = 2
+
+_BLOCK_BODIES = {"+": "w = w + scratch[i];", "max": "w = max(w, scratch[i]);", "min": "w = min(w, scratch[i]);"}
+
+
+class BlockPerRow(WarpPerRow):
+    """The warp-per-row rewrite with a whole block per original thread: the block's threads split the
+    row loop, accumulators combined by a block reduction (warp shuffles, one slot per warp in shared
+    memory, every thread given the result). Its legality is warp-per-row's (the group of lanes is the
+    block: conditions on the original thread are the same for all of it, so every thread of a block
+    reaches the reduction's barriers), on a block that is a power of two from 64 to 1024 threads at
+    every size, offered where a row loop runs at least twice the block's threads at the spec's size."""
+
+    name = "block-per-row"
+    technique = "warp-per-row"
+    summary = "a thread-per-row loop split across the threads of a block, accumulators combined by a block reduction"
+    loop_claim = "walk a long row per thread"
+
+    def lanes(self, ctx: RuleContext) -> int:
+        block = ctx.constant_block()
+        return block[0] if block is not None else 0
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        lanes = self.lanes(ctx)
+        if ctx.spec is not None and (lanes < 64 or lanes > 1024 or lanes & (lanes - 1)):
+            return False, "the block is not the same power of two from 64 to 1024 threads at every size"
+        return super().check(ctx)
+
+    def _motivates(self, ctx: RuleContext, loop, patterns) -> bool:
+        if not _walks_row(ctx.facts, loop, patterns):
+            return False
+        try:
+            trips = trip_count(ctx.facts, loop, Binding.from_spec(ctx.spec))
+        except (SpecError, ValueError, ZeroDivisionError):
+            return False
+        return trips is not None and trips >= MIN_ITERATIONS_PER_THREAD * self.lanes(ctx)
+
+    def _reduction(self, op: str, lanes: int) -> str:
+        return f"kl_block_{WARP_REDUCE[op].rsplit('_', 1)[1]}"
+
+    def _helpers(self, ops: set[str], lanes: int, source: str) -> str:
+        out = [warp_reduce_helpers(ops, source)]
+        for op in sorted(ops):
+            name = self._reduction(op, lanes)
+            if name in source:
+                continue
+            out.append(
+                f"// Every thread of the block gets the block's result; the first barrier lets the scratch be reused.\n"
+                f"template <typename T>\n__device__ T {name}(T v) {{\n"
+                f"    __shared__ T scratch[32];\n"
+                f"    v = {WARP_REDUCE[op]}(v);\n"
+                "    __syncthreads();\n"
+                "    if ((threadIdx.x & 31u) == 0u) scratch[threadIdx.x >> 5] = v;\n"
+                "    __syncthreads();\n"
+                "    T w = scratch[0];\n"
+                f"    for (unsigned i = 1; i < (blockDim.x + 31u) >> 5; ++i) {_BLOCK_BODIES[op]}\n"
+                "    return w;\n}\n")
+        return "".join(out)
+
+    def _description(self, lanes: int) -> str:
+        return (f"a block per row: the row loops split across the block's {lanes} threads, accumulators combined by a "
+                f"block reduction (warp shuffles and shared memory); launched with {lanes} times the blocks")

@@ -1,0 +1,102 @@
+"""CUDA kernels run on the CPU for the transformation tests: every thread of a block a ``std::thread``,
+``__syncthreads`` a real barrier, warp shuffles an exchange between the 32 threads of a warp.
+
+``run_on_cpu(source, main, tmp_path, name)`` compiles the kernel with ``main`` (which launches it
+through ``kl_launch(grid, block, body)`` and prints its outputs) with g++ and returns what it printed.
+Blocks run one after another; a block's threads run at once, so a rewrite whose barriers or shuffles
+are not reached by every thread deadlocks (the test's timeout says so) instead of passing by luck.
+"""
+
+from __future__ import annotations
+
+import subprocess
+
+CPU_CUDA = r"""
+#include <atomic>
+#include <barrier>
+#include <cmath>
+#include <cstdio>
+#include <cstring>
+#include <memory>
+#include <thread>
+#include <vector>
+struct kl_dim3 { unsigned x, y, z; };
+thread_local kl_dim3 threadIdx;
+thread_local unsigned kl_flat;
+kl_dim3 blockIdx, blockDim, gridDim;
+static std::barrier<>* kl_barrier;
+static std::vector<std::unique_ptr<std::barrier<>>> kl_warps;
+static double kl_lanes[1024];
+static std::atomic<int> kl_vote{0};
+static void __syncthreads() { kl_barrier->arrive_and_wait(); }
+// A block-wide vote: whether any thread's v is `want` (or: want 1; and: want 0, answer negated).
+static int kl_block_vote(int v, int want) {
+  kl_barrier->arrive_and_wait();
+  if ((v != 0) == (want != 0)) kl_vote.store(1);
+  kl_barrier->arrive_and_wait();
+  int r = kl_vote.load();
+  kl_barrier->arrive_and_wait();
+  if (threadIdx.x == 0 && threadIdx.y == 0) kl_vote.store(0);
+  kl_barrier->arrive_and_wait();
+  return r;
+}
+static int __syncthreads_or(int v) { return kl_block_vote(v, 1); }
+static int __syncthreads_and(int v) { return !kl_block_vote(v, 0); }
+// A warp's lanes exchange values through one slot each, between two barriers of the warp.
+template <class T> static T kl_exchange(T v, unsigned from) {
+  std::memcpy(&kl_lanes[kl_flat], &v, sizeof(T));
+  kl_warps[kl_flat / 32]->arrive_and_wait();
+  T r;
+  std::memcpy(&r, &kl_lanes[(kl_flat & ~31u) | (from & 31u)], sizeof(T));
+  kl_warps[kl_flat / 32]->arrive_and_wait();
+  return r;
+}
+template <class T> static T __shfl_xor_sync(unsigned, T v, int o) { return kl_exchange(v, (kl_flat & 31u) ^ o); }
+template <class T> static T __shfl_down_sync(unsigned, T v, int o) {
+  unsigned lane = kl_flat & 31u;
+  return kl_exchange(v, lane + o < 32u ? lane + o : lane);
+}
+template <class T> static T __shfl_sync(unsigned, T v, int src) { return kl_exchange(v, (unsigned)src); }
+static float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
+static float atomicAdd(float* p, float v) {
+  static std::atomic_flag lock = ATOMIC_FLAG_INIT;
+  while (lock.test_and_set()) {}
+  float old = *p; *p = old + v;
+  lock.clear();
+  return old;
+}
+using std::max;
+using std::min;
+#define __global__
+#define __device__
+#define __forceinline__
+#define __shared__ static
+#define __restrict__
+template <class F> void kl_launch(kl_dim3 grid, kl_dim3 block, F body) {
+  gridDim = grid; blockDim = block;
+  unsigned threads = block.x * block.y;
+  for (unsigned by = 0; by < grid.y; by++) for (unsigned bx = 0; bx < grid.x; bx++) {
+    blockIdx = {bx, by, 0};
+    std::barrier<> bar(threads);
+    kl_barrier = &bar;
+    kl_warps.clear();
+    for (unsigned w = 0; w * 32 < threads; w++) kl_warps.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
+    std::vector<std::thread> workers;
+    for (unsigned ty = 0; ty < block.y; ty++) for (unsigned tx = 0; tx < block.x; tx++)
+      workers.emplace_back([=] { threadIdx = {tx, ty, 0}; kl_flat = tx + ty * block.x; body(); });
+    for (auto& t : workers) t.join();
+  }
+}
+"""
+
+
+def run_on_cpu(source: str, main: str, tmp_path, name: str) -> str:
+    path = tmp_path / f"{name}.cpp"
+    path.write_text(CPU_CUDA + source.replace('extern "C"', "") + main)
+    exe = tmp_path / name
+    build = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-o", str(exe), str(path)],
+                           capture_output=True, text=True, timeout=120)
+    assert build.returncode == 0, build.stderr
+    run = subprocess.run([str(exe)], capture_output=True, text=True, timeout=120)
+    assert run.returncode == 0, run.stderr
+    return run.stdout

@@ -1,0 +1,233 @@
+"""The access analysis on the idioms of real code: cooperative groups, helpers that store through
+references and pointers, members of structs and of arrays of structs, ``typedef``/``using`` types,
+conditions and the comparisons they prove, const-ness through pointer copies, templates."""
+
+from __future__ import annotations
+
+from kernel_lsp.core.analysis import analyze
+from kernel_lsp.core.poly import Poly
+from kernel_lsp.core.source import preprocess
+
+
+def facts_of(src: str, kernel: str = "k"):
+    return analyze(preprocess(src))[kernel]
+
+
+def accesses(facts) -> list[str]:
+    return [f"{a.kind} {a.array}{'.' + a.field if a.field else ''}[{a.index}]" for a in facts.accesses]
+
+
+GX = "bdim.x*bid.x + tid.x"
+
+# --------------------------------------------------------------------------- cooperative groups
+
+CG_REDUCE = """
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void k(const float* in, float* out, int n) {
+  cg::thread_block cta = cg::this_thread_block();
+  __shared__ float s[256];
+  unsigned t = cta.thread_rank();
+  s[t] = in[blockIdx.x * blockDim.x + t];
+  cg::sync(cta);
+  for (int st = blockDim.x / 2; st > 0; st >>= 1) {
+    if (t < st) s[t] += s[t + st];
+    cta.sync();
+  }
+  if (t == 0) out[blockIdx.x] = s[0];
+}
+"""
+
+
+def test_cooperative_groups_barriers_ranks_and_the_tree():
+    f = facts_of(CG_REDUCE)
+    assert f.syncs == 2 and [b.scope for b in f.barriers] == ["block", "block"]
+    assert [b.text for b in f.barriers] == ["cg::sync(cta)", "cta.sync()"]
+    # thread_rank() is the block's linear thread index; nothing is an unknown call.
+    read = next(a for a in f.accesses if a.array == "in")
+    assert read.index == Poly.sym("bdim.x") * Poly.sym("bid.x") + Poly.sym("tid.x") + Poly.sym("bdim.x") * Poly.sym("tid.y") \
+        + Poly.sym("bdim.x") * Poly.sym("bdim.y") * Poly.sym("tid.z")
+    assert not any(loop.calls_unknown for loop in f.loops)
+    assert [(r.kind, r.target) for r in f.reductions] == [("shared_tree", "s")]
+    assert f.implicit_indices == ("cta.thread_rank()",)
+
+
+def test_cooperative_group_tiles_shuffles_and_reduce():
+    f = facts_of("""
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+__device__ float tile_sum(cg::thread_block_tile<32> g, float v) {
+  for (int o = g.size() / 2; o > 0; o /= 2) v += g.shfl_down(v, o);
+  return v;
+}
+__global__ void k(const float* in, float* out) {
+  auto block = cg::this_thread_block();
+  cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+  float v = in[block.group_index().x * block.size() + block.thread_rank()];
+  v = tile_sum(warp, v);
+  float w = cg::reduce(warp, v, cg::plus<float>());
+  warp.sync();
+  if (warp.thread_rank() == 0) atomicAdd(out, w);
+}
+""")
+    assert [b.scope for b in f.barriers] == ["warp"]
+    assert f.shuffles == 2
+    assert {(r.kind, r.op) for r in f.reductions} >= {("warp_shuffle", "+"), ("warp_shuffle", "shfl_down")}
+    read = next(a for a in f.accesses if a.array == "in")
+    assert "bid.x" in read.index.symbols and "tid.x" in read.index.symbols
+    atomic = next(a for a in f.accesses if a.kind == "atomic")
+    # The lane test is a thread-dependent condition on tid % 32.
+    (cid, value), = atomic.guards
+    assert value and f.conditions[cid].thread_dependent and f.conditions[cid].splits_warp
+
+
+# --------------------------------------------------------------------------- helpers
+
+def test_helper_storing_through_a_reference_parameter():
+    f = facts_of("""
+__device__ void accumulate(float& x, float v) { x += v; }
+__device__ void store(float* p, float v) { *p = v; }
+__global__ void k(const float* in, float* out, float* last, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) accumulate(out[i], in[i]);
+  if (i == 0) store(&last[0], in[0]);
+}
+""")
+    assert accesses(f) == [f"read in[{GX}]", f"update out[{GX}]", "read in[0]", "write last[0]"]
+    assert set(f.written) == {"out", "last"} and f.read_only == ("in",)
+    assert [a.via for a in f.accesses if a.array == "out"] == [("accumulate",)]
+
+
+def test_an_atomic_in_a_helper_is_seen_once_with_its_target():
+    f = facts_of("""
+__device__ void bump(unsigned* h, int b) { atomicAdd(&h[b & 255], 1u); }
+__global__ void k(const int* data, unsigned* hist, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) bump(hist, data[i]);
+}
+""")
+    assert [a.kind for a in f.accesses] == ["read", "atomic"]
+    assert [(r.kind, r.target) for r in f.reductions] == [("atomic_scatter", "hist")]
+
+
+# --------------------------------------------------------------------------- structs
+
+AOS = """
+struct Body { float3 pos; float3 acc; float mass; };
+__global__ void k(Body* p, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float ax = 0;
+  for (int j = 0; j < n; j++) ax += p[j].mass * (p[j].pos.x - p[i].pos.x);
+  p[i].acc.x = ax;
+  Body* q = &p[i];
+  q->acc.y = ax;
+  Body& r = p[i];
+  r.acc.z = ax;
+}
+"""
+
+
+def test_members_of_an_array_of_structs_with_their_paths_and_offsets():
+    f = facts_of(AOS)
+    got = [(a.kind, a.field, a.field_offset_bytes, a.field_bytes) for a in f.accesses]
+    assert got == [("read", "mass", 24, 4), ("read", "pos.x", 0, 4), ("read", "pos.x", 0, 4),
+                   ("write", "acc.x", 12, 4), ("write", "acc.y", 16, 4), ("write", "acc.z", 20, 4)]
+    # p is written (through a member, a pointer to the element and a reference): never made const.
+    assert f.written == ("p",) and f.read_only == () and f.nonconst_copies == ("p",)
+
+
+def test_a_member_of_a_vector_type_has_its_offset():
+    f = facts_of("__global__ void k(float4* v, float* out) { int i = threadIdx.x; out[i] = v[i].z; }")
+    read = f.accesses[0]
+    assert (read.field, read.field_offset_bytes, read.field_bytes) == ("z", 8, 4)
+
+
+# --------------------------------------------------------------------------- type aliases
+
+def test_typedef_and_using_pointer_and_scalar_parameters():
+    f = facts_of("""
+typedef float* Data_ptr;
+using real = float;
+typedef const real* CPtr;
+using index_t = int;
+__global__ void k(Data_ptr out, CPtr in, index_t n) {
+  index_t i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) out[i] = in[i] * 2;
+}
+""")
+    assert f.params == (("out", "float", True), ("in", "float", True), ("n", "int", False))
+    assert accesses(f) == [f"read in[{GX}]", f"write out[{GX}]"]
+    assert f.accesses[0].elem_bytes == 4 and f.read_only == ("in",)
+
+
+# --------------------------------------------------------------------------- conditions
+
+def test_guards_and_the_comparisons_they_prove():
+    f = facts_of("""
+__global__ void k(const float* in, float* out, int rows, int cols) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  int r = blockIdx.y * blockDim.y + threadIdx.y;
+  if (r >= rows || c >= cols) return;
+  out[c * rows + (rows - 1 - r)] = c > 0 ? in[r * cols + c - 1] : 0.0f;
+}
+""")
+    write = next(a for a in f.accesses if a.kind == "write")
+    read = next(a for a in f.accesses if a.kind == "read")
+    assert [f.conditions[cid].kind for cid, _ in write.guards] == ["exit"]
+    assert sorted(map(str, f.constraints(write))) == ["bdim.x*bid.x + tid.x < cols", "bdim.y*bid.y + tid.y < rows"]
+    assert "bdim.x*bid.x + tid.x > 0" in map(str, f.constraints(read))
+    # Any integer coefficient: the store runs backwards along threadIdx.y.
+    assert write.index.coefficient("tid.y") == Poly.const(-1)
+    gx = Poly.sym("bdim.x") * Poly.sym("bid.x") + Poly.sym("tid.x")
+    assert any(c.upper_bound(gx) == Poly.sym("cols") for c in f.constraints(write))
+
+
+def test_branch_kinds_thread_dependence_and_warp_splits():
+    f = facts_of("""
+__global__ void k(const int* in, int* out, int n) {
+  int t = threadIdx.x;
+  if (t < 64) out[t] = 1;
+  if (t == 5) out[0] = 2;
+  if (n > 3) out[1] = 3;
+  while (t < n) { out[t] += in[t]; t += blockDim.x; }
+  switch (in[t]) { default: out[2] = 0; }
+}
+""")
+    kinds = [(c.kind, c.thread_dependent, c.splits_warp) for c in f.conditions]
+    assert kinds == [("if", True, False), ("if", True, True), ("if", False, False), ("while", True, False),
+                     ("switch", True, False)]
+
+
+# --------------------------------------------------------------------------- const-ness
+
+def test_parameters_copied_to_non_const_pointers_or_references():
+    f = facts_of("""
+__device__ float first(float* q) { return q[0]; }
+__global__ void k(float* a, float* b, float* c, float* d, float* e, float* out, int base) {
+  float* p = a + base;
+  const float* ok = b + base;
+  auto deduced = c + base;
+  float* later;
+  later = d;
+  out[0] = p[0] + ok[0] + deduced[0] + later[0] + first(e);
+}
+""")
+    assert f.nonconst_copies == ("a", "d", "e")
+    assert set(f.read_only) == {"a", "b", "c", "d", "e"}
+
+
+# --------------------------------------------------------------------------- templates
+
+def test_a_template_is_analysed_as_its_launch_instantiates_it():
+    f = facts_of("""
+template <typename T, int B>
+__global__ void k(const T* in, T* out, int n) {
+  int i = blockIdx.x * B + threadIdx.x;
+  if (i < n) out[i] = in[i];
+}
+void run(const double* a, double* b, int n) { k<double, 128><<<(n + 127) / 128, 128>>>(a, b, n); }
+""")
+    assert accesses(f) == ["read in[128*bid.x + tid.x]", "write out[128*bid.x + tid.x]"]
+    assert f.accesses[0].elem_bytes == 8 and f.value_types == ("double", "int")
