@@ -8,8 +8,10 @@ language standard, architectures, device code generation and warnings. Nothing
 kept can choose or wrap a program (``-ccbin`` passes only for compilers matching
 the user-level setting ``allowedCompilers``, like clangd's ``--query-driver``),
 read a file outside the workspace (``-include``) or read more arguments from a
-file (``@file``); every flag refused is reported with why
-(:attr:`DbFlags.dropped`). Output, dependency and input-file arguments are left
+file (``@file``), and no value kept holds text the shell nvcc runs its host
+compiler through would act on (:mod:`kernel_lsp.core.argv_policy`); every flag
+refused is reported with why (:attr:`DbFlags.dropped`). Settings' ``extraFlags``
+pass the same policy (:func:`kernel_lsp.services.toolchain.build_flags`). Output, dependency and input-file arguments are left
 out without a word because the compiler service chooses its own.
 
 A malformed database is a value (:attr:`DbFlags.problem`), never an exception:
@@ -18,7 +20,6 @@ the caller falls back to settings and shows the message once.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import logging
 import os
@@ -28,6 +29,8 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from kernel_lsp.core.argv_policy import path_matches, safe_flags, shell_problem
 
 log = logging.getLogger(__name__)
 
@@ -132,9 +135,15 @@ def _inside(path: str, root: str) -> bool:
 
 
 def compiler_allowed(value: str, directory: str, patterns: tuple[str, ...]) -> str | None:
-    """The absolute path of the host compiler ``value`` when it matches one of ``patterns`` (globs), else None.
+    """The host compiler ``value`` names, as the path nvcc is given, when one of ``patterns`` allows it; else None.
 
     Like clangd's ``--query-driver``: the patterns come from the user's own settings, never the workspace.
+    A pattern is matched (:func:`~kernel_lsp.core.argv_policy.path_matches`, ``*`` within one path segment)
+    against the compiler's real path, and against its name in its folder's real path: Debian's
+    ``/usr/bin/g++-12`` is a link to ``x86_64-linux-gnu-g++-12``, and ``/usr/bin/g++-*`` names the link.
+    Neither form holds ``..`` or a link of the workspace's, so ``/usr/bin/../../repo/cc`` is ``/repo/cc``.
+    A folder (``--compiler-bindir=/usr/bin``) is matched as it is named. The form that matched is what nvcc
+    runs, so the program checked is the program run.
     """
     if not patterns:
         return None
@@ -142,11 +151,13 @@ def compiler_allowed(value: str, directory: str, patterns: tuple[str, ...]) -> s
         found: str | None = _absolute(value, directory)
     else:
         found = shutil.which(value)
-    forms = {value}
-    if found:
-        forms |= {found, os.path.realpath(found)}
-    if any(fnmatch.fnmatchcase(form, pattern) for form in forms for pattern in patterns):
-        return found or value
+    if not found:
+        return None
+    real = os.path.realpath(found)
+    in_real_folder = os.path.join(os.path.realpath(os.path.dirname(found)), os.path.basename(found))
+    for form in (in_real_folder, real):
+        if any(path_matches(form, pattern) for pattern in patterns) and shell_problem(form) is None:
+            return form
     return None
 
 
@@ -194,6 +205,10 @@ def filter_flags(args: list[str], directory: str, trust_root: str,
         verdict = _check_value(kind, name, value, directory, trust_root, allowed_compilers)
         if joined and isinstance(verdict, list):
             verdict = ["".join(verdict)]
+        if isinstance(verdict, list):
+            unsafe = safe_flags(verdict)[1]
+            if unsafe:
+                verdict = DroppedFlag(written, unsafe[0][1])
         if isinstance(verdict, DroppedFlag):
             dropped.append(verdict)
         elif verdict is not None:
