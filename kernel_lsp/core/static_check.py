@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node, Parser
 
-from kernel_lsp.core.index import build_index
+from kernel_lsp.core.index import Function, build_index
 from kernel_lsp.core.parse import CUDA_LANGUAGE
 from kernel_lsp.core.spec import FLOAT_TYPES, Spec
 from kernel_lsp.core.verdict import Finding
@@ -481,6 +481,25 @@ class SignatureReport:
     warnings: tuple[str, ...]
 
 
+def spec_mismatch(spec: Spec, kernel: Function) -> tuple[list[str], list[str]]:
+    """(errors, warnings): how ``spec`` fails to describe ``kernel``'s parameters. An error is a spec that
+    cannot launch the kernel (another parameter count, an array for a scalar or the reverse); a warning an
+    element type the kernel's C type may not hold. Every command that reads a spec asks this first."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    if len(kernel.params) != len(spec.params):
+        errors.append(f"params: the spec lists {len(spec.params)} parameters, '{spec.kernel}' takes {len(kernel.params)}")
+        return errors, warnings
+    for i, (sp, p) in enumerate(zip(spec.params, kernel.params)):
+        is_array = not hasattr(sp, "value")
+        if is_array != (p.pointer_depth > 0):
+            kind = "an array" if is_array else "a scalar"
+            errors.append(f"params[{i}]: the spec says {kind}, the kernel's parameter '{p.name}' is '{p.type_text}'")
+        elif not spec_type_matches(sp.type, p.base_type, getattr(sp, "struct", None)):
+            warnings.append(f"params[{i}]: spec type {sp.type} vs the kernel's '{p.base_type}' for '{p.name}'")
+    return errors, warnings
+
+
 def check_signature(original_src: str, candidate_src: str, spec: Spec) -> SignatureReport:
     """Compare the kernel's name and parameter list: spec vs original, then candidate vs original.
 
@@ -492,20 +511,9 @@ def check_signature(original_src: str, candidate_src: str, spec: Spec) -> Signat
         return next((f for f in build_index(src).functions if f.is_kernel and f.name == spec.kernel), None)
 
     original, candidate = kernel(original_src), kernel(candidate_src)
-    spec_errors: list[str] = []
-    warnings: list[str] = []
     if original is None:
         return SignatureReport((f"kernel: the original has no __global__ function named '{spec.kernel}'",), (), ())
-    if len(original.params) != len(spec.params):
-        spec_errors.append(f"params: the spec lists {len(spec.params)} parameters, '{spec.kernel}' takes {len(original.params)}")
-    else:
-        for i, (sp, p) in enumerate(zip(spec.params, original.params)):
-            is_array = not hasattr(sp, "value")
-            if is_array != (p.pointer_depth > 0):
-                kind = "an array" if is_array else "a scalar"
-                spec_errors.append(f"params[{i}]: the spec says {kind}, the kernel's parameter '{p.name}' is '{p.type_text}'")
-            elif not spec_type_matches(sp.type, p.base_type, getattr(sp, "struct", None)):
-                warnings.append(f"params[{i}]: spec type {sp.type} vs the kernel's '{p.base_type}' for '{p.name}'")
+    spec_errors, warnings = spec_mismatch(spec, original)
     if candidate is None:
         names = ", ".join(f.name for f in build_index(candidate_src).functions if f.is_kernel) or "none"
         return SignatureReport(tuple(spec_errors), (f"the candidate has no __global__ function named '{spec.kernel}' (its kernels: {names})",), tuple(warnings))

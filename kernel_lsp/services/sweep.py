@@ -363,7 +363,7 @@ def discover(paths: Sequence[str], options: SweepOptions) -> Discovery:
         rel = _rel(path, options.workspace_root)
         analysis = None
         for kernel in names:
-            found = session.resolve_spec(path, source, kernel)
+            found = session.resolve_spec(path, source, kernel, index=index)
             if found.spec is not None:
                 jobs.append(KernelJob(path, rel, kernel, source, found.spec, found.origin or "",
                                       job_key(source, kernel, found.spec, context), context))
