@@ -43,7 +43,8 @@ TAKES_VALUE = frozenset((
     "--default-stream", "-x", "--x", "-ccbin", "--compiler-bindir", "-o", "--output-file", "-MF", "-MT", "-MQ",
     "--dependency-output", "-odir", "--output-directory", "-l", "--library", "-L", "--library-path", "-ldir",
     "--libdevice-directory", "-keep-dir", "--keep-dir", "-run-args", "--run-args", "-time", "--time", "-t",
-    "--threads", "-split-compile", "--split-compile", "-Werror", "--Werror", "-optf", "--options-file",
+    "--threads", "-diag-suppress", "--diag-suppress", "-diag-warn", "--diag-warn", "-diag-error", "--diag-error",
+    "-split-compile", "--split-compile", "-Werror", "--Werror", "-optf", "--options-file",
     *UNQUOTED_VALUE,
 ))
 

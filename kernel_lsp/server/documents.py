@@ -34,6 +34,7 @@ from typing import Any, TypeVar
 from pygls.uris import to_fs_path
 from tree_sitter import Tree
 
+from kernel_lsp.core.budgets import REDUCED_BYTES, Budget, budget
 from kernel_lsp.core.index import IncrementalIndexer, KernelIndex, build_index
 from kernel_lsp.core.parse import ParsedDocument, comment_ranges, common_prefix
 from kernel_lsp.core.source import directive_lines, same_directives
@@ -42,12 +43,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Source size above which parsing and indexing run on a worker thread, in bytes.
-#: Below it, the thread hop costs more than the work.
-OFFLOAD_BYTES = 256 * 1024
-#: Source size above which a document gets the reduced mode: compiler diagnostics only, no kernel index
-#: (a 6.7 MB file of 60,000 kernels takes 7.6 s and 730 MB to index), so no hovers, symbols or profiles.
-REDUCED_BYTES = 5 * 1024 * 1024
+#: Source size above which parsing and indexing run on a worker thread, in bytes. Below it, the thread
+#: hop costs more than the work; above it, the work could hold the event loop: one 66 KB line of
+#: error-heavy declarations took tree-sitter 73 ms to parse.
+OFFLOAD_BYTES = 32 * 1024
 
 
 class IndexedText:
@@ -169,6 +168,8 @@ class DocumentState:
     """A yield point for long work on this document off the event loop (the outline's encoding; its
     reparses and index builds have it too): pauses while the loop handles messages
     (:mod:`kernel_lsp.server.foreground`)."""
+    units: int | None = None
+    """Top-level declarations of the last parse (what indexing works through); None before one."""
 
     @property
     def source_bytes(self) -> bytes:
@@ -179,8 +180,13 @@ class DocumentState:
         return len(self.parsed.source_bytes) > OFFLOAD_BYTES
 
     @property
+    def budget(self) -> Budget:
+        """What is done for this document and what is left out (:mod:`kernel_lsp.core.budgets`)."""
+        return budget(len(self.parsed.source_bytes), self.units)
+
+    @property
     def reduced(self) -> bool:
-        return len(self.parsed.source_bytes) > REDUCED_BYTES
+        return self.budget.reduced
 
     def text(self) -> str:
         return self.memo("text", lambda: self.parsed.text)
@@ -219,7 +225,8 @@ class DocumentState:
             last = self.last_indexed
             if last is not None and last.source_bytes is pair[0]:
                 return last.index
-            # Reduced mode (a file over the size limit): compiler diagnostics only, an empty index.
+            self.units = pair[1].root_node.child_count
+            # Reduced mode (a file over the size or declaration budget): compiler diagnostics only, an empty index.
             index = build_index(b"") if self.reduced else self.indexer.index(_Snapshot(pair, self.parsed.is_binary))
             # Edits that touched no directive keep the last text's directive lines (and so its macro view):
             # no O(file) scan for comments and directives per keystroke.
@@ -348,12 +355,16 @@ class DocumentStore:
         placeholder.opening = True
         async with placeholder.lock:
             try:
+                def parse() -> ParsedDocument:
+                    return ParsedDocument(text, self._give_way, max_parse_bytes=REDUCED_BYTES)
+
                 if len(text) > OFFLOAD_BYTES:
-                    parsed = await asyncio.get_running_loop().run_in_executor(None, ParsedDocument, text,
-                                                                              self._give_way)
+                    parsed = await asyncio.get_running_loop().run_in_executor(None, parse)
                 else:
-                    parsed = ParsedDocument(text, self._give_way)
+                    parsed = parse()
                 placeholder.parsed = parsed
+                # The declaration count of a fresh parse is one attribute read: reduced mode is known at once.
+                placeholder.units = parsed.tree.root_node.child_count
                 placeholder.indexer = IncrementalIndexer(self._give_way)
                 placeholder.last_indexed = None
                 placeholder.revision += 1

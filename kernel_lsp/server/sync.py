@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 from lsprotocol import types
 
-from kernel_lsp.core.parse import ParsedDocument
-from kernel_lsp.server.base import KernelLspServer, guarded
+from kernel_lsp.core.parse import ParsedDocument, binary_reason
+from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import line_bytes, utf16_to_byte
-from kernel_lsp.server.documents import REDUCED_BYTES
+from kernel_lsp.server.documents import DocumentState
 
 log = logging.getLogger(__name__)
 
@@ -40,6 +40,18 @@ def apply_changes(parsed: ParsedDocument, changes: Sequence[types.TextDocumentCo
             parsed.replace_all(change.text, defer=True)
 
 
+def tell_limits(state: ServerState, doc: DocumentState) -> None:
+    """One message per document about the work left out for it: binary data, or past a budget
+    (:mod:`kernel_lsp.core.budgets`): the user sees why hovers or diagnostics are missing."""
+    name = doc.path or doc.uri
+    limits = doc.budget
+    binary = binary_reason(doc.source_bytes) if doc.parsed.is_binary else None
+    reasons = [r for r in (binary, limits.index, limits.analysis if limits.index is None else None, limits.compile) if r]
+    if reasons:
+        state.show(f"kernel-lsp: {name} " + "; ".join(reasons), types.MessageType.Info,
+                   once_key=f"limits:{doc.uri}:{';'.join(reasons)}")
+
+
 def register(server: KernelLspServer) -> None:
     state = server.state
 
@@ -48,10 +60,7 @@ def register(server: KernelLspServer) -> None:
     async def did_open(params: types.DidOpenTextDocumentParams) -> None:
         item = params.text_document
         doc = await state.documents.open(item.uri, item.text, item.version, item.language_id)
-        if doc.reduced:
-            state.show(f"kernel-lsp: {doc.path or doc.uri} is {len(doc.source_bytes) / 2**20:.1f} MB (over "
-                       f"{REDUCED_BYTES >> 20} MB): reduced mode, compiler diagnostics only (no kernel index, "
-                       "hovers, symbols or profiles)", types.MessageType.Info, once_key=f"reduced:{item.uri}")
+        tell_limits(state, doc)
         state.run_hooks(state.on_open, doc)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)

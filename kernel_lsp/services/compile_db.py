@@ -58,6 +58,8 @@ _VALUE_FLAGS: dict[str, str] = {
                      "-prec-sqrt", "--prec-sqrt", "-fmad", "--fmad"), "bool"),
     **dict.fromkeys(("-default-stream", "--default-stream"), "stream"),
     **dict.fromkeys(("-x", "--x"), "lang"),
+    **dict.fromkeys(("-diag-suppress", "--diag-suppress", "-diag-warn", "--diag-warn", "-diag-error",
+                     "--diag-error"), "diag"),
     **dict.fromkeys(("-Xcompiler", "--compiler-options"), "host"),
     **dict.fromkeys(("-Xptxas", "--ptxas-options"), "ptxas"),
     **dict.fromkeys(("-ccbin", "--compiler-bindir"), "compiler"),
@@ -81,6 +83,7 @@ _VALUE_RE = {
     "bool": re.compile(r"true|false"),
     "stream": re.compile(r"legacy|null|per-thread"),
     "lang": re.compile(r"cu"),
+    "diag": re.compile(r"[A-Za-z0-9_-]+(,[A-Za-z0-9_-]+)*"),
 }
 #: Single-argument flags passed on (device code generation, language extensions, warnings).
 _SINGLE = re.compile(
@@ -248,7 +251,7 @@ def _check_value(kind: str | None, name: str, value: str, directory: str, trust_
         return [name, value]
     if _VALUE_RE[kind].fullmatch(value) is None:
         return DroppedFlag(written, f"value {value!r} is not a plain {kind} value")
-    return [f"{name}={value}"] if kind in ("std", "arch", "count", "bool", "stream") else [name, value]
+    return [f"{name}={value}"] if kind in ("std", "arch", "count", "bool", "stream", "diag") else [name, value]
 
 @dataclass(frozen=True)
 class DbFlags:

@@ -49,6 +49,8 @@ class ProcResult:
     cancelled: bool = False
     skipped_bytes: int = 0
     """Output bytes not kept, over both streams (``max_output_bytes``: between each one's start and end)."""
+    output_overflow: bool = False
+    """The child printed more than ``stop_after_bytes`` and was stopped for it (``returncode`` is None)."""
 
     @property
     def ok(self) -> bool:
@@ -61,8 +63,10 @@ class _Capped:
     Reading goes on past the cap, so the child never blocks on a full pipe and finishes as it would.
     """
 
-    def __init__(self, stream: IO[bytes], head: int, tail: int) -> None:
+    def __init__(self, stream: IO[bytes], head: int, tail: int, total: list[int], limit: int | None,
+                 overflow: threading.Event) -> None:
         self._stream = stream
+        self._total, self._limit, self._overflow = total, limit, overflow
         self._head_limit, self._tail_limit = head, tail
         self.head = bytearray()
         self._tail: collections.deque[bytes] = collections.deque()
@@ -73,6 +77,9 @@ class _Capped:
 
     def _read(self) -> None:
         while chunk := self._stream.read1(1 << 16):
+            self._total[0] += len(chunk)  # two readers add to it; a lost update only delays the stop a chunk
+            if self._limit is not None and self._total[0] > self._limit:
+                self._overflow.set()
             room = self._head_limit - len(self.head)
             if room > 0:
                 self.head += chunk[:room]
@@ -124,6 +131,7 @@ def run(
     input_text: str | None = None,
     cancel: threading.Event | None = None,
     max_output_bytes: tuple[int, int] | None = None,
+    stop_after_bytes: int | None = None,
 ) -> ProcResult:
     """Run ``argv`` to completion, at most ``timeout_s`` seconds.
 
@@ -132,7 +140,8 @@ def run(
     ``env`` entries are added to (not substituted for) the current environment.
     ``max_output_bytes``: (head, tail): of each stream keep only its first ``head`` and last ``tail``
     bytes, whole lines (a compiler may print gigabytes); what is left out is counted in
-    :attr:`ProcResult.skipped_bytes`.
+    :attr:`ProcResult.skipped_bytes`; with ``stop_after_bytes`` too, a child that prints more than that
+    in all is stopped as a timed-out one is (:attr:`ProcResult.output_overflow`).
     """
     argv = tuple(str(a) for a in argv)
     exe = which(argv[0])
@@ -156,6 +165,7 @@ def run(
         start_new_session=True,
     )
     outcome: dict[str, str] = {}
+    overflow = threading.Event()
 
     def communicate() -> None:
         if max_output_bytes is None:
@@ -163,7 +173,9 @@ def run(
             outcome["stdout"], outcome["stderr"] = out, err
             return
         assert proc.stdout is not None and proc.stderr is not None
-        readers = [_Capped(proc.stdout, *max_output_bytes), _Capped(proc.stderr, *max_output_bytes)]
+        total = [0]
+        readers = [_Capped(stream, *max_output_bytes, total, stop_after_bytes, overflow)
+                   for stream in (proc.stdout, proc.stderr)]
         if input_text is not None and proc.stdin is not None:
             try:
                 proc.stdin.write(input_text.encode("utf-8", errors="replace"))
@@ -188,12 +200,12 @@ def run(
             cancelled = True
         elif time.monotonic() >= deadline:
             timed_out = True
-        if timed_out or cancelled:
+        if timed_out or cancelled or overflow.is_set():
             _kill_group(proc)
             reader.join(5.0)
             break
     wall_s = time.monotonic() - start
-    returncode = None if (timed_out or cancelled) else proc.returncode
+    returncode = None if (timed_out or cancelled or overflow.is_set()) else proc.returncode
     if timed_out:
         log.warning("timed out after %.1f s: %s", wall_s, argv[0])
     return ProcResult(
@@ -205,4 +217,5 @@ def run(
         timed_out=timed_out,
         cancelled=cancelled,
         skipped_bytes=int(outcome.get("skipped", 0)),
+        output_overflow=overflow.is_set(),
     )

@@ -58,6 +58,9 @@ SCRATCH_SOURCE = "buffer.cu"
 #: comes last). A 66 KB line of 4,400 ``__global__ int;`` made nvcc print 1.36 GB, each of its 8,800
 #: warnings echoing the whole line.
 MAX_OUTPUT_BYTES = (8 << 20, 2 << 20)
+#: nvcc is stopped once it has printed this much (what follows would not be read anyway): the 1.36 GB of
+#: the line above took nvcc 5.5 s to print, and a compile's time should not grow with its output.
+STOP_AFTER_OUTPUT_BYTES = 64 << 20
 
 #: Flags that choose the target architecture; a value follows the bare forms.
 _ARCH_WITH_VALUE = frozenset({"-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code"})
@@ -298,7 +301,8 @@ def compile_in(
     common = dict(argv=tuple(argv), flags_source=flags.flags_source, problems=flags.problems)
     start = time.monotonic()
     try:
-        result = proc.run(argv, timeout_s=flags.timeout_s, cwd=workdir, cancel=cancel, max_output_bytes=MAX_OUTPUT_BYTES)
+        result = proc.run(argv, timeout_s=flags.timeout_s, cwd=workdir, cancel=cancel,
+                          max_output_bytes=MAX_OUTPUT_BYTES, stop_after_bytes=STOP_AFTER_OUTPUT_BYTES)
     except proc.ToolMissing:
         missing = (f"nvcc was not found ('{flags.nvcc}'): compiler diagnostics and register counts are off. "
                    "Install the CUDA toolkit or set kernelLsp.nvccPath.")
@@ -315,7 +319,12 @@ def compile_in(
     parsed = read_diagnostics(text)
     messages = tuple(_map_file(m, temp_names, {v: k for k, v in links.items()}, document_path) for m in parsed.messages)
     more = parsed.more
-    if result.skipped_bytes:
+    if result.output_overflow:
+        stopped = (f"nvcc printed more than {STOP_AFTER_OUTPUT_BYTES >> 20} MB and was stopped: "
+                   f"{len(parsed.messages)} of its diagnostics are shown, and no resource usage")
+        problems += (stopped,)
+        messages += (CompilerMessage(None, None, None, "warning", "output-cut", stopped, tool="kernel-lsp"),)
+    elif result.skipped_bytes:
         more_text = f"{more} more diagnostics, and " if more else ""
         messages += (CompilerMessage(None, None, None, "warning", "output-cut",
                                      f"nvcc printed {result.skipped_bytes / 2**20:.0f} MB more than kernel-lsp reads "
