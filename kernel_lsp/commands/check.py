@@ -169,9 +169,9 @@ def run(args: argparse.Namespace) -> int:
     limits = budget(len(data), None if parsed.unparsed else parsed.tree.root_node.child_count)
     if parsed.is_binary:
         print(f"kernel-lsp check: {path} {binary_reason(data)}", file=sys.stderr)
-    for reason in (limits.index, limits.analysis if limits.index is None else None, limits.compile):
-        if reason:
-            print(f"kernel-lsp check: {path} {reason}", file=sys.stderr)
+    for reason in dict.fromkeys(r for r in (limits.index, limits.analysis if limits.index is None else None,
+                                            limits.compile) if r):
+        print(f"kernel-lsp check: {path} {reason}", file=sys.stderr)
     if limits.compile is not None:
         return EXIT_USAGE
     index = build_index(b"") if limits.reduced else IncrementalIndexer().index(parsed)

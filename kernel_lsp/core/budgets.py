@@ -24,7 +24,9 @@ MAX_INDEX_UNITS = 20_000
 #: 100 KB, and its preprocessed view of a 50 MB file grew past 8 GB.
 MAX_ANALYSIS_BYTES = 1024 * 1024
 #: Source size above which nvcc is not run at all: 4.9 MB of small kernels did not compile within the
-#: default 60 s timeout, so a file over 16 MB would only keep a core busy until it is killed.
+#: default 60 s timeout, so a file over 16 MB would only keep a core busy until it is killed. The server
+#: does not even read the text of such a document (a message over this size): decoding 50 MB of JSON held
+#: the event loop 0.2 s, for a text nothing would be done with.
 MAX_COMPILE_BYTES = 16 * 1024 * 1024
 
 
@@ -51,7 +53,11 @@ def _mb(size_bytes: int) -> str:
 def budget(size_bytes: int, units: int | None = None) -> Budget:
     """The work done for a file of ``size_bytes`` bytes with ``units`` top-level declarations (None: not
     parsed yet, or not parsed because of its size)."""
-    index = analysis = compile = None
+    index = analysis = None
+    if size_bytes > MAX_COMPILE_BYTES:
+        refused = (f"is {_mb(size_bytes)} (over {MAX_COMPILE_BYTES >> 20} MB): not indexed, analysed or compiled "
+                   "(nvcc did not finish 4.9 MB of small kernels within its default 60 s)")
+        return Budget(refused, refused, refused)
     if size_bytes > REDUCED_BYTES:
         index = (f"is {_mb(size_bytes)} (over {REDUCED_BYTES >> 20} MB): reduced mode, compiler diagnostics only "
                  "(no kernel index, hovers, symbols or profiles)")
@@ -62,7 +68,4 @@ def budget(size_bytes: int, units: int | None = None) -> Budget:
         analysis = "is in reduced mode: no memory-access analysis"
     elif size_bytes > MAX_ANALYSIS_BYTES:
         analysis = f"is {_mb(size_bytes)} (over {MAX_ANALYSIS_BYTES >> 20} MB): no memory-access analysis"
-    if size_bytes > MAX_COMPILE_BYTES:
-        compile = (f"is {_mb(size_bytes)} (over {MAX_COMPILE_BYTES >> 20} MB): not compiled either (nvcc did not "
-                   "finish 4.9 MB of small kernels within its default 60 s)")
-    return Budget(index, analysis, compile)
+    return Budget(index, analysis)

@@ -107,6 +107,9 @@ class ServerState:
         (tables, the macro view) is built there, off the event loop. Reads only; thread-safe."""
         self.on_settings: list[Callable[[ServerState], None]] = []
         self.on_initialized: list[Callable[[ServerState], None]] = []
+        self.on_unread_message: Callable[[str, str, int | None, int], None] | None = None
+        """``fn(method, uri, version, size_bytes)`` for a document notification too large to read
+        (:data:`kernel_lsp.server.stdio.MAX_BODY_BYTES`), on the event loop."""
         self.machine: Any = None
         """The :class:`~kernel_lsp.services.machine.Machine` detected at start; None until known."""
         self.hover_sections: list[Callable[[Any], str | None]] = []
@@ -426,7 +429,7 @@ class KernelLspServer(LanguageServer):
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         try:
             asyncio.run(serve(stdin or sys.stdin.buffer, self.protocol, self._stop_event, self.report_server_error,
-                              self.state.foreground))
+                              self.state.foreground, self.state.on_unread_message))
         except BrokenPipeError:
             log.error("connection to the client lost: shutting down")
         except (KeyboardInterrupt, SystemExit):

@@ -170,6 +170,10 @@ class DocumentState:
     (:mod:`kernel_lsp.server.foreground`)."""
     units: int | None = None
     """Top-level declarations of the last parse (what indexing works through); None before one."""
+    unread_bytes: int | None = None
+    """The size of a text the server did not read (its message was over
+    :data:`~kernel_lsp.core.budgets.MAX_COMPILE_BYTES`): the text is unknown, edits to it are ignored, and
+    nothing runs for it; None for a document read as usual."""
 
     @property
     def source_bytes(self) -> bytes:
@@ -182,7 +186,8 @@ class DocumentState:
     @property
     def budget(self) -> Budget:
         """What is done for this document and what is left out (:mod:`kernel_lsp.core.budgets`)."""
-        return budget(len(self.parsed.source_bytes), self.units)
+        size = self.unread_bytes if self.unread_bytes is not None else len(self.parsed.source_bytes)
+        return budget(size, self.units)
 
     @property
     def reduced(self) -> bool:
@@ -376,6 +381,13 @@ class DocumentStore:
                 for edit in queued:
                     edit()
         return placeholder
+
+    def unread(self, uri: str, version: int | None, size_bytes: int) -> DocumentState:
+        """Register ``uri`` as a document whose text was not read (see :attr:`DocumentState.unread_bytes`)."""
+        doc = DocumentState(uri, version, ParsedDocument(b""), uri_to_path(uri), prepare=self._prepare,
+                            give_way=self._give_way, unread_bytes=size_bytes)
+        self._docs[uri] = doc
+        return doc
 
     def close(self, uri: str) -> DocumentState | None:
         gc.unfreeze()

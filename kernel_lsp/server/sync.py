@@ -46,14 +46,27 @@ def tell_limits(state: ServerState, doc: DocumentState) -> None:
     name = doc.path or doc.uri
     limits = doc.budget
     binary = binary_reason(doc.source_bytes) if doc.parsed.is_binary else None
-    reasons = [r for r in (binary, limits.index, limits.analysis if limits.index is None else None, limits.compile) if r]
+    reasons = list(dict.fromkeys(r for r in (binary, limits.index, limits.analysis, limits.compile) if r))
+    if limits.index is not None and limits.analysis != limits.index:
+        reasons.remove(limits.analysis)  # "in reduced mode: no analysis" only repeats the reduced mode
     if reasons:
         state.show(f"kernel-lsp: {name} " + "; ".join(reasons), types.MessageType.Info,
                    once_key=f"limits:{doc.uri}:{';'.join(reasons)}")
 
 
+def unread_document(state: ServerState, method: str, uri: str, version: int | None, size_bytes: int) -> None:
+    """A ``didOpen`` or ``didChange`` too large to read (:mod:`kernel_lsp.server.stdio` did not decode it):
+    the document is kept as one whose text is unknown, and the user is told once."""
+    if method == "textDocument/didSave":
+        return  # the text a save carried is not needed: the document's own is used
+    doc = state.documents.unread(uri, version, size_bytes)
+    tell_limits(state, doc)
+    state.server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
 def register(server: KernelLspServer) -> None:
     state = server.state
+    state.on_unread_message = lambda *args: unread_document(state, *args)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     @guarded(state, what="didOpen")
@@ -72,6 +85,8 @@ def register(server: KernelLspServer) -> None:
         if doc is None:
             log.warning("didChange for a document that is not open: %s", params.text_document.uri)
             return
+        if doc.unread_bytes is not None:
+            return  # edits to a text that was never read cannot be applied
 
         def edit() -> None:
             apply_changes(doc.parsed, params.content_changes)
