@@ -47,35 +47,10 @@ import hostile  # noqa: E402
 from lsp_latency import Client  # noqa: E402
 
 PROBE_EVERY_S = 0.05
-KERNEL_UNIT = "__global__ void k{n}(float* a) {{ a[threadIdx.x] *= 2.0f; }}\n"
 
 
 # --------------------------------------------------------------------------- generated files
-def line_66k() -> str:
-    """One 66,000-byte line of 4,400 ``__global__ int;``: nvcc warns twice about each and echoes the line."""
-    return "__global__ int;" * 4_400
-
-
-def kernels_of(size_bytes: int) -> str:
-    """Small kernels up to ``size_bytes``."""
-    parts: list[str] = []
-    total = n = 0
-    while True:
-        unit = KERNEL_UNIT.format(n=n)
-        if total + len(unit) > size_bytes:
-            return "".join(parts)
-        parts.append(unit)
-        total += len(unit)
-        n += 1
-
-
-FAKE_NVCC_20K = """#!{python}
-import sys
-name = sys.argv[-1]
-sys.stderr.write("".join(f"{{name}}({{i % 3 + 1}}): warning #177-D: variable \\"v{{i}}\\" was declared but never referenced\\n"
-                         for i in range(20_000)))
-sys.exit(0)
-"""
+line_66k, kernels_of, FAKE_NVCC_20K = hostile.line_66k, hostile.kernels_of, hostile.FAKE_NVCC_20K
 
 
 # --------------------------------------------------------------------------- processes

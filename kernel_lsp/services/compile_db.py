@@ -213,7 +213,8 @@ def filter_flags(args: list[str], directory: str, trust_root: str,
             if unsafe:
                 verdict = DroppedFlag(written, unsafe[0][1])
         if isinstance(verdict, DroppedFlag):
-            dropped.append(verdict)
+            # Named as written: "-DX=1", "--define-macro=X", or the flag and its value "-I dir".
+            dropped.append(DroppedFlag(arg if joined or eq else written, verdict.reason))
         elif verdict is not None:
             kept += verdict
     return FlagFilter(tuple(kept), tuple(dropped))
