@@ -41,13 +41,18 @@ class Settings:
     arch: str = "sm_90"
     """Target architecture for compilation and the occupancy estimate (``sm_70`` … ``sm_90``)."""
     extra_flags: tuple[str, ...] = ()
-    """Extra nvcc flags, appended after kernel-lsp's own. A workspace's value passes the same flag policy as
-    ``compile_commands.json`` (no flag that chooses a program or reads a file outside the workspace)."""
+    """Extra nvcc flags, appended after kernel-lsp's own. Whatever sets them, they pass the same flag policy as
+    ``compile_commands.json``: no flag that chooses a program (``-ccbin`` only as ``allowedCompilers`` allows) or
+    reads a file outside the workspace, no value with a backtick, ``$``, a double quote, a backslash or a newline
+    (nvcc hands them to a shell)."""
     allowed_compilers: tuple[str, ...] = ()
     """User-level only. Glob patterns of host compilers that ``-ccbin``/``--compiler-bindir`` in
-    ``compile_commands.json`` may choose (e.g. ``/usr/bin/g++-*``); empty: such flags are dropped."""
+    ``compile_commands.json`` or ``extraFlags`` may choose (e.g. ``/usr/bin/g++-*``): absolute, ``*`` within one
+    path segment, matched against the compiler's real path (or its name in its folder's real path); empty: such
+    flags are dropped."""
     include_paths: tuple[str, ...] = ()
-    """Extra ``-I`` folders (the file's own folder is always included)."""
+    """Extra ``-I`` folders (the file's own folder is always included); one whose path holds text a shell would
+    act on (a backtick, ``$``, a double quote, a backslash) is dropped with a warning."""
     compile_timeout_s: float = 60.0
     """Longest an nvcc run may take before it is killed."""
     compile_debounce_ms: int = 400
