@@ -368,6 +368,7 @@ class DocumentStore:
                 else:
                     parsed = parse()
                 placeholder.parsed = parsed
+                placeholder.unread_bytes = None
                 # The declaration count of a fresh parse is one attribute read: reduced mode is known at once.
                 placeholder.units = parsed.tree.root_node.child_count
                 placeholder.indexer = IncrementalIndexer(self._give_way)

@@ -18,7 +18,7 @@ shell check, and each dropped flag is a warning that names it.
 scratch folder and compiles it there to ``buffer.cubin`` (never the document's own
 name, which a cloned repository chooses); ``-I <folder>`` makes
 ``#include "local.cuh"`` resolve as in the user's build, through a link named
-``include-0`` in the scratch folder when the folder's own path holds such text. The
+``include-<hash>`` in the scratch folder when the folder's own path holds such text. The
 user's file is never touched; messages that name the scratch file or the link are
 mapped back to the document's paths. nvcc's output is read up to
 :data:`MAX_OUTPUT_BYTES` (its start and its end, where ptxas reports), and at most
@@ -32,6 +32,7 @@ failure is a value (missing nvcc, timeout, cancel), never an exception.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import tempfile
@@ -284,9 +285,11 @@ def compile_in(
     The cubin stays in ``workdir``: the caller's folder decides how long it lives.
     """
     links: dict[str, str] = {}
-    for i, folder in enumerate(flags.linked_folders):
-        link = os.path.join(workdir, f"include-{i}")
-        os.symlink(folder, link, target_is_directory=True)
+    for folder in flags.linked_folders:
+        # Named by the folder, so a second compile in the same folder (the verifier's candidates) finds it.
+        link = os.path.join(workdir, "include-" + hashlib.sha256(folder.encode()).hexdigest()[:12])
+        if not os.path.islink(link):
+            os.symlink(folder, link, target_is_directory=True)
         links[folder] = link
     argv = flags.argv(file_name, links)
     unsafe = safe_flags(argv[1:])[1]

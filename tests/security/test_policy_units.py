@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import os
 import sys
 import time
 from pathlib import Path
@@ -66,6 +67,23 @@ def test_a_files_folder_with_shell_text_is_linked_not_passed(tmp_path: Path) -> 
     argv = flags.argv("buffer.cu", {str(folder): "/tmp/scratch/include-0"})
     assert "/tmp/scratch/include-0" in argv and str(folder) not in argv
     assert build_flags(resolve(), str(tmp_path / "k.cu")).linked_folders == ()
+
+
+def test_a_linked_folder_serves_every_compile_in_one_scratch_folder(tmp_path: Path) -> None:
+    folder = tmp_path / "p`x`"
+    folder.mkdir()
+    seen = tmp_path / "argv.txt"
+    fake = tmp_path / "nvcc"
+    fake.write_text(f"#!/bin/sh\nprintf '%s\\n' \"$@\" >> '{seen}'\n")
+    fake.chmod(0o755)
+    flags = build_flags(resolve(("user file", {"nvccPath": str(fake)})), str(folder / "k.cu"))
+    workdir = tmp_path / "work"
+    workdir.mkdir()
+    for stem in ("original", "candidate"):  # as the verifier compiles both in its folder
+        assert compile_in("x", str(workdir), f"{stem}.cu", flags).returncode == 0
+    passed = [line for line in seen.read_text().splitlines() if line.startswith(str(workdir) + "/include-")]
+    assert len(passed) == 2 and len(set(passed)) == 1 and os.path.realpath(passed[0]) == str(folder)
+    assert str(folder) not in seen.read_text()
 
 
 def test_compile_refuses_a_command_line_the_shell_would_act_on(tmp_path: Path) -> None:
