@@ -274,9 +274,12 @@ def server_on(repo: Path, tmp: Path, name: str, text: str, cap: int, *, hover_at
     if hover_at is not None:
         took = server.hover(uri, *hover_at)
         row["first_hover_s"] = round(time.perf_counter() - start, 3) if took is not None else None
-    row["diagnostics_arrived"] = server.wait_for(
-        lambda: any(d.get("source") != "kernel-lsp (tree-sitter)" for d in server.diagnostics.get(uri, [])),
-        wait_compile_s)
+    # The compile's end: its diagnostics, or the message that it timed out or was not run.
+    ended = ("did not finish within", "not indexed, analysed or compiled")
+    server.wait_for(lambda: any(d.get("source") != "kernel-lsp (tree-sitter)" for d in server.diagnostics.get(uri, []))
+                    or any(e in m for m in server.messages for e in ended), wait_compile_s)
+    row["diagnostics_arrived"] = any(d.get("source") != "kernel-lsp (tree-sitter)"
+                                     for d in server.diagnostics.get(uri, []))
     row["diagnostics_s"] = round(time.perf_counter() - start, 3) if row["diagnostics_arrived"] else None
     row["diagnostics"] = len(server.diagnostics.get(uri, []))
     if hover_at is not None and server.proc.poll() is None:
@@ -466,6 +469,44 @@ def smaller_rows(repo: Path, tmp: Path, cap: int) -> list[dict[str, Any]]:
     return rows
 
 
+# --------------------------------------------------------------------------- the table
+def summary(row: dict[str, Any]) -> str:
+    """One row's figures in a few words."""
+    parts = []
+    if "marker" in row:
+        parts.append("RAN" if row["marker"] else "ran nothing")
+    for key, unit in (("wall_s", "s"), ("first_hover_s", "s to first hover"), ("diagnostics_s", "s to diagnostics"),
+                      ("probe_max_ms", "ms stall"), ("peak_rss_mb", "MB")):
+        if row.get(key) is not None and "marker" not in row:
+            parts.append(f"{row[key]:g} {unit}")
+    if row.get("killed_over_cap"):
+        parts.append("killed past the RSS cap")
+    if "returncode" in row and "marker" not in row:
+        parts.append(f"exit {row['returncode']}" + (", traceback" if row.get("traceback") else ""))
+    if "tables_after" in row:
+        parts.append(f"tables after: {len(row['tables_after'])}, journal {row['journal_mode_after']}")
+    if "created" in row:
+        parts.append("created" if row["created"] else "not created")
+    if "symbols" in row:
+        parts.append(f"{row['symbols']} symbols, {len(row['messages'])} messages")
+    said = [line for line in row.get("stderr_tail", "").splitlines() if line.strip() and "WARNING" not in line]
+    said += [m for m in row.get("messages", []) if "no GPU" not in m]
+    if said and "bytes" not in row and "marker" not in row:
+        parts.append(said[0].split(": ", 1)[-1][:80])
+    return ", ".join(parts)
+
+
+def print_table(merged: dict[str, Any]) -> None:
+    runs = merged.get("runs", {})
+    labels = [label for label in ("before", "after") if label in runs] or list(runs)
+    keyed = {label: {(r["row"], r["via"]): r for r in runs[label]["rows"]} for label in labels}
+    keys = list(dict.fromkeys(k for label in labels for k in keyed[label]))
+    print(f"\n{'row':<46} {'via':<7} " + " | ".join(f"{label:<60}" for label in labels))
+    for key in keys:
+        cells = [summary(keyed[label][key]) if key in keyed[label] else "-" for label in labels]
+        print(f"{key[0][:46]:<46} {key[1]:<7} " + " | ".join(f"{c[:60]:<60}" for c in cells))
+
+
 # --------------------------------------------------------------------------- main
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
@@ -474,6 +515,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--rows", default="injection,66k,4.9mb,50mb,20k,smaller")
     parser.add_argument("--rss-cap-gb", type=float, default=8.0, help="kill a process past this peak RSS")
     parser.add_argument("--output", type=Path, default=RESULTS)
+    parser.add_argument("--replace", action="store_true", help="replace the label's earlier run instead of merging")
     args = parser.parse_args(argv)
     which = set(args.rows.split(","))
     cap = int(args.rss_cap_gb * 2**30)
@@ -503,9 +545,16 @@ def main(argv: list[str] | None = None) -> int:
         "rows": rows,
     }
     merged: dict[str, Any] = json.loads(args.output.read_text()) if args.output.exists() else {}
-    merged.setdefault("runs", {})[args.label] = run
+    previous = merged.setdefault("runs", {}).get(args.label)
+    if previous is not None and not args.replace:
+        # A run of some rows replaces those rows of the label's earlier run, keeping the others.
+        ran = {(r["row"], r["via"]) for r in rows}
+        run["rows"] = [r for r in previous["rows"] if (r["row"], r["via"]) not in ran] + rows
+        run["parts"] = previous.get("parts", []) + [{"date": run["date"], "command": run["command"]}]
+    merged["runs"][args.label] = run
     args.output.parent.mkdir(parents=True, exist_ok=True)
     args.output.write_text(json.dumps(merged, indent=1) + "\n")
+    print_table(merged)
     print(f"wrote {args.output} ({args.label})")
     return 0
 
