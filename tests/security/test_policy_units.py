@@ -201,6 +201,34 @@ def test_the_reader_leaves_an_oversized_body_where_it_is() -> None:
     assert asyncio.run(first.fields()) == ("textDocument/didOpen", "file:///h.cu", 1)
 
 
+def test_a_publication_holds_at_most_1000_diagnostics() -> None:
+    from lsprotocol import types
+
+    from kernel_lsp.core.parse import ParsedDocument
+    from kernel_lsp.server.base import MAX_PUBLISHED_DIAGNOSTICS, KernelLspServer
+    from kernel_lsp.server.documents import DocumentState
+
+    server = KernelLspServer()
+    sent: list[types.PublishDiagnosticsParams] = []
+    server.text_document_publish_diagnostics = sent.append  # type: ignore[method-assign]
+    at = types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=1))
+    asked: list[str] = []
+
+    def many(state, doc):
+        asked.append("many")
+        return [types.Diagnostic(range=at, message=str(i)) for i in range(5_000)]
+
+    def later(state, doc):
+        asked.append("later")
+        return []
+
+    server.state.diagnostic_sources[:] = [many, later]
+    server.state.publish_diagnostics(DocumentState("file:///x.cu", 1, ParsedDocument(""), "/x.cu"))
+    [published] = sent
+    assert len(published.diagnostics) == MAX_PUBLISHED_DIAGNOSTICS + 1 and asked == ["many"]
+    assert published.diagnostics[-1].code == "more-diagnostics" and "4000 or more" in published.diagnostics[-1].message
+
+
 # ---------------------------------------------------------------- work budgets
 
 def test_budgets() -> None:
