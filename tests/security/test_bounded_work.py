@@ -21,8 +21,8 @@ from pathlib import Path
 
 import hostile
 import pytest
-from conftest import RSS_BOUND_BYTES, STALL_BOUND_MS, Probe, peak_rss_bytes, server_pid
 from lsp_helpers import HAS_NVCC, lsp_session, needs_nvcc, open_doc, position_of, wait_diagnostics, wait_message
+from loop_probe import RSS_BOUND_BYTES, STALL_BOUND_MS, Probe, peak_rss_bytes, server_pid
 from lsprotocol import types
 
 ROOT = Path(__file__).resolve().parents[2]
