@@ -8,6 +8,12 @@ server to show); it never stops the server.
 
 Keys on the wire are camelCase (``nvccPath``); fields here are snake_case.
 
+A number outside its field's range (:data:`RANGES`) is a bad value too, so a
+workspace's ``compileTimeoutS: -1`` cannot switch diagnostics off unseen; an
+``arch`` must look like ``sm_90``, and an ``allowedCompilers`` pattern must be an
+absolute path without ``.``/``..`` segments
+(:func:`kernel_lsp.core.argv_policy.pattern_problem`).
+
 Settings that choose a program to run, or a file to load or write outside the
 workspace, are *user-level* (:data:`USER_LEVEL`): a layer that a workspace can
 write (``workspace/configuration``, a pushed ``didChangeConfiguration``) cannot
@@ -25,6 +31,8 @@ from collections.abc import Mapping
 from dataclasses import dataclass, field
 from typing import Any, get_type_hints
 
+from kernel_lsp.core.argv_policy import pattern_problem
+
 
 @dataclass(frozen=True)
 class Settings:
@@ -33,13 +41,18 @@ class Settings:
     arch: str = "sm_90"
     """Target architecture for compilation and the occupancy estimate (``sm_70`` … ``sm_90``)."""
     extra_flags: tuple[str, ...] = ()
-    """Extra nvcc flags, appended after kernel-lsp's own. A workspace's value passes the same flag policy as
-    ``compile_commands.json`` (no flag that chooses a program or reads a file outside the workspace)."""
+    """Extra nvcc flags, appended after kernel-lsp's own. Whatever sets them, they pass the same flag policy as
+    ``compile_commands.json``: no flag that chooses a program (``-ccbin`` only as ``allowedCompilers`` allows) or
+    reads a file outside the workspace, no value with a backtick, ``$``, a double quote, a backslash or a newline
+    (nvcc hands them to a shell)."""
     allowed_compilers: tuple[str, ...] = ()
     """User-level only. Glob patterns of host compilers that ``-ccbin``/``--compiler-bindir`` in
-    ``compile_commands.json`` may choose (e.g. ``/usr/bin/g++-*``); empty: such flags are dropped."""
+    ``compile_commands.json`` or ``extraFlags`` may choose (e.g. ``/usr/bin/g++-*``): absolute, ``*`` within one
+    path segment, matched against the compiler's real path (or its name in its folder's real path); empty: such
+    flags are dropped."""
     include_paths: tuple[str, ...] = ()
-    """Extra ``-I`` folders (the file's own folder is always included)."""
+    """Extra ``-I`` folders (the file's own folder is always included); one whose path holds text a shell would
+    act on (a backtick, ``$``, a double quote, a backslash) is dropped with a warning."""
     compile_timeout_s: float = 60.0
     """Longest an nvcc run may take before it is killed."""
     compile_debounce_ms: int = 400
@@ -119,7 +132,48 @@ USER_LEVEL = frozenset(("nvcc_path", "ncu_path", "profile_program", "profile_arg
                         "model_endpoint", "kb_path", "kb_url", "allowed_compilers"))
 
 
+#: (lowest, highest) value a numeric setting takes, both included; anything else is refused with a message.
+#: The bounds are what the setting can mean: a timeout of zero or less runs nothing, one over a day (a week
+#: for a whole search) is a stuck job; llama.cpp reads -1 GPU layers as "all of them".
+RANGES: dict[str, tuple[float, float]] = {
+    "compile_timeout_s": (1.0, 3600.0),
+    "compile_debounce_ms": (0, 60_000),
+    "profile_timeout_s": (1.0, 86_400.0),
+    "verify_timeout_s": (1.0, 86_400.0),
+    "optimize_budget_s": (1.0, 604_800.0),
+    "optimize_budget_candidates": (1, 10_000),
+    "verify_seeds": (1, 1_000),
+    "min_speedup": (1.0, 1_000.0),
+    "model_n_gpu_layers": (-1, 100_000),
+    "model_n_ctx": (256, 1 << 20),
+    "model_threads": (1, 1_024),
+}
+_ARCH = re.compile(r"sm_\d{2,3}[a-z]?")
+
+
+def _check_range(name: str, value: Any) -> Any:
+    bounds = RANGES.get(name)
+    if bounds is None or value is None:
+        return value
+    low, high = bounds
+    if not low <= value <= high:  # NaN fails too
+        raise ValueError(f"expected a number from {low:g} to {high:g}")
+    return value
+
+
 def _coerce(name: str, value: Any) -> Any:
+    value = _coerce_type(name, value)
+    if name == "arch" and _ARCH.fullmatch(value) is None:
+        raise ValueError("expected an architecture such as sm_90")
+    if name == "allowed_compilers":
+        for pattern in value:
+            why = pattern_problem(pattern)
+            if why is not None:
+                raise ValueError(f"pattern {pattern!r} {why}")
+    return _check_range(name, value)
+
+
+def _coerce_type(name: str, value: Any) -> Any:
     hint = _HINTS[name]
     text = str(hint)
     if text.startswith("tuple"):

@@ -11,7 +11,11 @@ is used through the same flag policy as in the editor: flags that would choose
 or wrap a program, or read a file outside the database's own project folder
 (the current folder is no trust boundary: it may be the home folder), are
 dropped and named.
-Files over 5 MB are checked in reduced mode (nvcc only).
+The editor's work budgets apply (:mod:`kernel_lsp.core.budgets`): a file over 5 MB
+or 20,000 top-level declarations is checked in reduced mode (nvcc only), one over
+1 MB without the memory-access analysis, and one over 16 MB is refused (exit 2);
+each is said on stderr. A NUL byte makes the file binary data to the index, which
+is said too.
 """
 
 from __future__ import annotations
@@ -26,18 +30,17 @@ from typing import Any
 from kernel_lsp.cli import EXIT_OK, EXIT_REJECTED, EXIT_USAGE
 from kernel_lsp.config import resolve
 from kernel_lsp.core.analysis import Binding, bind, describe, summary, thread_mapping
+from kernel_lsp.core.budgets import REDUCED_BYTES, budget
 from kernel_lsp.core.index import build_index
+from kernel_lsp.core.parse import ParsedDocument, binary_reason
 from kernel_lsp.core.spec import Spec, SpecError
 from kernel_lsp.services.harness.specfile import load_spec_file
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.kernel_report import KernelFacts, report
-from kernel_lsp.services.session import Session
+from kernel_lsp.services.session import Session, spec_problem
 from kernel_lsp.services.source_view import FileAnalysis
 from kernel_lsp.services.toolchain import CompileResult
 from kernel_lsp.services.user_config import user_config_layer
-
-#: Files above this size are checked in reduced mode (compiler only), like the editor's (``server/documents.py``).
-REDUCED_BYTES = 5 * 1024 * 1024
 
 
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
@@ -60,9 +63,9 @@ def _binding(spec: Spec | None, kernel: str) -> Binding | None:
         return None
 
 
-def _kernel_json(facts: KernelFacts, analysis: FileAnalysis, spec: Spec | None) -> dict[str, Any]:
+def _kernel_json(facts: KernelFacts, analysis: FileAnalysis | None, spec: Spec | None) -> dict[str, Any]:
     fn = facts.function
-    found = analysis.kernels.get(fn.name)
+    found = analysis.kernels.get(fn.name) if analysis is not None else None
     return {
         "analysis": summary(found, _binding(spec, fn.name)) if found is not None else None,
         "name": fn.name,
@@ -94,8 +97,8 @@ def _message_line(m: Any) -> str:
     return f"{where}: {m.severity}{code}: {m.message}"
 
 
-def _print_analysis(analysis: FileAnalysis, name: str, spec: Spec | None) -> None:
-    found = analysis.kernels.get(name)
+def _print_analysis(analysis: FileAnalysis | None, name: str, spec: Spec | None) -> None:
+    found = analysis.kernels.get(name) if analysis is not None else None
     if found is None:
         return
     binding = _binding(spec, name)
@@ -111,7 +114,7 @@ def _print_analysis(analysis: FileAnalysis, name: str, spec: Spec | None) -> Non
 
 
 def _print_text(path: str, kernels: tuple[KernelFacts, ...], compile: CompileResult | None, functions: int,
-                syntax_errors: int, analysis: FileAnalysis, spec: Spec | None) -> None:
+                syntax_errors: int, analysis: FileAnalysis | None, spec: Spec | None) -> None:
     print(f"{path}: {functions} functions, {len(kernels)} kernels, {syntax_errors} syntax errors (tree-sitter)")
     if compile is not None:
         for m in compile.messages:
@@ -162,19 +165,29 @@ def run(args: argparse.Namespace) -> int:
         except (OSError, SpecError, ValueError) as exc:
             print(f"kernel-lsp check: --spec {args.spec}: {exc}", file=sys.stderr)
             return EXIT_USAGE
+    parsed = ParsedDocument(data, max_parse_bytes=REDUCED_BYTES)
+    limits = budget(len(data), None if parsed.unparsed else parsed.tree.root_node.child_count)
+    if parsed.is_binary:
+        print(f"kernel-lsp check: {path} {binary_reason(data)}", file=sys.stderr)
+    for reason in dict.fromkeys(r for r in (limits.index, limits.analysis if limits.index is None else None,
+                                            limits.compile) if r):
+        print(f"kernel-lsp check: {path} {reason}", file=sys.stderr)
+    if limits.compile is not None:
+        return EXIT_USAGE
     # From any folder, a compile database beside the file is the file's project's: its forced
     # includes are trusted only inside that project (the current folder may be the home folder).
     session = Session(settings, workspace_root=str(Path.cwd()), compile_db=CompileDb(trust_workspace=False))
-    if len(data) > REDUCED_BYTES:
-        # Indexing grows with the file (a 6.7 MB file: 7.6 s, 730 MB); nvcc runs within its timeout.
-        print(f"kernel-lsp check: {path} is {len(data) / 2**20:.1f} MB (over {REDUCED_BYTES >> 20} MB): reduced "
-              "mode, compiler diagnostics only (no kernel index or occupancy)", file=sys.stderr)
+    if limits.reduced:
         index = build_index(b"")
     else:
         # Kernels that macros define or fill are read from their expansion, as the editor reads them.
         index = session.index(str(path.resolve()), data)
         for note in index.notes:
             print(f"kernel-lsp check: {path}:{note.span.start.line + 1}: {note.message}", file=sys.stderr)
+    problem = spec_problem(spec, index, data.decode("utf-8", errors="replace")) if spec is not None else None
+    if problem:
+        print(f"kernel-lsp check: --spec {args.spec}: {problem}", file=sys.stderr)
+        return EXIT_USAGE
     compile = None
     if not args.no_compile:
         compile = session.compile(data, str(path.resolve()))
@@ -183,10 +196,11 @@ def run(args: argparse.Namespace) -> int:
         for problem in compile.problems:
             print(f"kernel-lsp check: {problem}", file=sys.stderr)
     # The analysis and the launch sizes see the macros and headers the compile saw (the session's flags).
-    analysis = session.analysis(str(path.resolve()), data.decode("utf-8", errors="replace"))
-    if analysis.preprocessed.over_budget is not None:
+    analysis = (session.analysis(str(path.resolve()), data.decode("utf-8", errors="replace"))
+                if limits.analysis is None else None)
+    if analysis is not None and analysis.preprocessed.over_budget is not None:
         print(f"kernel-lsp check: {analysis.preprocessed.over_budget}", file=sys.stderr)
-    kernels = report(index, data, compile, settings.arch, pre=analysis.preprocessed)
+    kernels = report(index, data, compile, settings.arch, pre=analysis.preprocessed if analysis else None)
     if args.json:
         print(json.dumps({
             "file": str(path),
@@ -202,9 +216,11 @@ def run(args: argparse.Namespace) -> int:
                 "flags_source": compile.flags_source,
                 "messages": [asdict(m) for m in compile.messages],
             },
-            "preprocessor": {"includes": list(analysis.preprocessed.includes),
-                             "not_expanded": list(analysis.preprocessed.passed_through),
-                             "messages": list(analysis.preprocessed.errors)},
+            "preprocessor": None if analysis is None else {
+                "includes": list(analysis.preprocessed.includes),
+                "not_expanded": list(analysis.preprocessed.passed_through),
+                "messages": list(analysis.preprocessed.errors)},
+            "left_out": {"index": limits.index, "analysis": limits.analysis},
             "kernels": [_kernel_json(k, analysis, spec) for k in kernels],
         }, indent=2))
     else:

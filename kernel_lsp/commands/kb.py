@@ -2,7 +2,10 @@
 
 ``kb show [--state S]``, ``kb stats``, ``kb export FILE.jsonl``, ``kb import FILE.jsonl``,
 ``kb reset [--yes]``, ``kb restore [--force]``; every one takes ``--db PATH`` or
-``--db postgresql://…`` (else ``$KERNEL_LSP_KB``, else the user data directory). Export from
+``--db postgresql://…`` (else ``$KERNEL_LSP_KB``, else the user data directory); a
+``--db`` file that does not exist is an error unless ``--create`` is given, and one
+that is not a kernel-lsp knowledge base (another application's SQLite file) is
+refused untouched. Export from
 one and import into the other moves knowledge between the two backends.  Exit codes: 0 ok, 1 failed (an import
 with any rejected line imports nothing and fails), 2 bad usage (including ``reset``
 without ``--yes`` when there is no terminal to ask on).
@@ -21,6 +24,8 @@ EXIT_OK, EXIT_FAILED, EXIT_USAGE = 0, 1, 2
 def add_parser(subparsers: argparse._SubParsersAction) -> None:
     common = argparse.ArgumentParser(add_help=False)
     common.add_argument("--db", metavar="PATH", help="knowledge-base file or postgresql:// URL (default: $KERNEL_LSP_KB or the user data directory)")
+    common.add_argument("--create", action="store_true",
+                        help="with --db: make a new knowledge base when the file does not exist (else that is an error)")
     parser = subparsers.add_parser("kb", help="show, share or reset the optimization knowledge base")
     actions = parser.add_subparsers(dest="kb_action", metavar="ACTION")
 
@@ -51,7 +56,8 @@ def _usage(parser: argparse.ArgumentParser) -> int:
 
 def _open(args: argparse.Namespace) -> KnowledgeBase | None:
     try:
-        kb = KnowledgeBase.open(args.db)
+        # A --db that names no file is a mistyped path unless --create says to make one there.
+        kb = KnowledgeBase.open(args.db, create=args.create or not args.db)
     except KbError as exc:
         print(f"kernel-lsp kb: {exc}", file=sys.stderr)
         return None

@@ -77,15 +77,6 @@ def run(args: argparse.Namespace) -> int:
     if not kernel:
         print("profile: name the kernel with --kernel (or give a spec that names it)", file=sys.stderr)
         return EXIT_USAGE
-    if not spec_path and not args.program:
-        spec_path, spec_data, problem = prof.find_spec(args.file, source, kernel)
-        if problem:
-            print(f"profile: {problem}", file=sys.stderr)
-            return EXIT_USAGE
-        if spec_path is None and spec_data is None:
-            print(f"profile: no launch spec for {kernel}: give --spec, write {prof.sidecar_path(args.file, kernel)}, "
-                  "or use --program", file=sys.stderr)
-            return EXIT_USAGE
     # The user's nvcc, extraFlags and include paths (and the compile database) build the kernel, as in the editor.
     from kernel_lsp.services.session import cli_session
 
@@ -93,6 +84,15 @@ def run(args: argparse.Namespace) -> int:
     session, problems = cli_session({k: v for k, v in overrides.items() if v is not None})
     for problem in problems:
         print(f"profile: {problem}", file=sys.stderr)
+    if not args.program:
+        # The session's look-up, as every command's: --spec, else the sidecar, else the in-source spec, each
+        # refused when its file() inputs leave its folder or its parameters do not fit the kernel.
+        found = session.resolve_spec(os.path.abspath(args.file), source, kernel, spec_path)
+        if found.spec is None:
+            print(f"profile: {found.problem or 'no launch spec for ' + kernel} (or profile a program: --program)",
+                  file=sys.stderr)
+            return EXIT_USAGE
+        spec_path, spec_data = found.spec_path, found.data
     settings = session.settings
     try:
         profiler = prof.Profiler(settings, prof.ProfileStore(_cache_dir(args)), flags=session.build_flags)

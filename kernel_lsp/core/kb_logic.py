@@ -547,6 +547,19 @@ _KEY_SCHEMA: dict[str, tuple[str, ...]] = {"value": ("number",), "weight": ("num
                                            "bound": ("str", "null")}
 
 
+#: Largest attempt count a prior may hold: each attempt is one verification on a GPU (seconds), so a billion
+#: is decades of one GPU's time. (An imported ``2**64`` did not fit SQLite's 64-bit integer at all.)
+MAX_COUNT = 10**9
+#: Largest speedup an attempt or a prior may hold. A speedup is the ratio of two medians of CUDA-event times
+#: of the same kernel on the same inputs: events resolve about 0.5 µs and a launch costs a few µs by itself,
+#: so a ratio of 10^6 means a launch of over a second redone within a launch's own cost, which no rewrite of
+#: the same work does (the largest this project's runs recorded is 40x). Above it a record is corrupt or
+#: hostile, and it would rule the knowledge base's means: one 1e308 made it predict 1e307x for a technique.
+MAX_SPEEDUP = 1e6
+#: Integers SQLite stores (64-bit signed).
+_INT64 = 2**63
+
+
 def _kind_ok(value: Any, kinds: tuple[str, ...]) -> bool:
     for kind in kinds:
         if kind == "str" and isinstance(value, str):
@@ -579,6 +592,8 @@ def _fields(record: Mapping[str, Any], schema: Mapping[str, tuple[str, ...]], op
         elif not _kind_ok(record[key], kinds):
             shown = type(record[key]).__name__ if not isinstance(record[key], float) else repr(record[key])
             problems.append(f"{where}'{key}' must be {' or '.join(kinds)}, got {shown}")
+        elif isinstance(record[key], int) and not isinstance(record[key], bool) and abs(record[key]) >= _INT64:
+            problems.append(f"{where}'{key}' is out of range (a 64-bit integer at most)")
     return problems
 
 
@@ -622,15 +637,17 @@ def validate_export_record(record: Any) -> list[str]:
             seen.add(prior["technique"])
             if not 0 <= prior["successes"] <= prior["attempts"]:
                 problems.append(f"{where}needs 0 <= successes <= attempts")
+            if prior["attempts"] > MAX_COUNT:
+                problems.append(f"{where}attempts must be at most {MAX_COUNT:,}")
             if not 0.0 <= prior["confidence"] <= 1.0:
                 problems.append(f"{where}confidence must lie in [0, 1]")
-            if prior["predicted_speedup"] <= 0:
-                problems.append(f"{where}predicted_speedup must be > 0")
+            if not 0 < prior["predicted_speedup"] <= MAX_SPEEDUP:
+                problems.append(f"{where}predicted_speedup must lie in (0, {MAX_SPEEDUP:g}]")
     if kind == "attempt" and not problems:
         for key in ("metrics_before", "metrics_after"):
             bad = [k for k, v in record.get(key, {}).items() if not _kind_ok(v, ("number", "null"))]
             if bad:
                 problems.append(f"{key}.{bad[0]} must be a finite number")
-        if record.get("speedup") is not None and record["speedup"] <= 0:
-            problems.append("'speedup' must be > 0 or null")
+        if record.get("speedup") is not None and not 0 < record["speedup"] <= MAX_SPEEDUP:
+            problems.append(f"'speedup' must lie in (0, {MAX_SPEEDUP:g}] or be null (a measured ratio of GPU times)")
     return problems

@@ -15,6 +15,11 @@ Formats handled (samples recorded from CUDA 13.0 under tests/fixtures/nvcc/):
   smem, N bytes cmem[0]`` (older releases omit barriers and add cmem).
 
 Lines, as compilers print them, are 1-based; so are columns.
+
+Reading is linear in the output and bounded: each line is matched on its first
+:data:`MAX_LINE_CHARS` characters (EDG echoes the whole source line under every
+message, 66 KB for a one-line file), and :func:`read_diagnostics` keeps the first
+:data:`MAX_MESSAGES` messages and counts the rest.
 """
 
 from __future__ import annotations
@@ -29,6 +34,11 @@ from kernel_lsp.core.demangle import demangle
 from kernel_lsp.core.parse import CUDA_LANGUAGE
 
 SEVERITIES = ("error", "warning", "info")
+
+#: Characters of one output line that are read (a message's text, a path); the rest of a longer line is not.
+MAX_LINE_CHARS = 4096
+#: Diagnostics kept from one compile; the rest are counted (:attr:`Diagnostics.more`).
+MAX_MESSAGES = 500
 
 
 @dataclass(frozen=True)
@@ -106,13 +116,40 @@ _QUOTED_ENTRY = re.compile(r"(?:[Ee]ntry function|[Ff]unction)\s+'([^']+)'")
 _EDG_ECHO_INDENT = 2
 
 
+@dataclass(frozen=True)
+class Diagnostics:
+    messages: tuple[CompilerMessage, ...]
+    """The first ``limit`` diagnostics, in order."""
+    more: int = 0
+    """Diagnostics after those (their header lines counted, not parsed)."""
+
+
 def parse_diagnostics(text: str) -> tuple[CompilerMessage, ...]:
     """Every diagnostic in nvcc's combined stdout/stderr, in order. Never raises."""
+    return read_diagnostics(text, None).messages
+
+
+def _is_message(line: str) -> bool:
+    """Whether ``line`` starts a diagnostic (as the loop below reads one), for counting those past the limit."""
+    if _EDG.match(line) or _GCC.match(line):
+        return True
+    tool = _TOOL.match(line.strip())
+    return tool is not None and tool.group("sev") != "info"
+
+
+def read_diagnostics(text: str, limit: int | None = MAX_MESSAGES) -> Diagnostics:
+    """The first ``limit`` diagnostics (None: all) of nvcc's combined stdout/stderr, and how many more
+    there are. Linear in ``text``; never raises."""
     lines = text.splitlines()
     messages: list[CompilerMessage] = []
+    more = 0
     i = 0
     while i < len(lines):
-        line = lines[i].rstrip()
+        line = lines[i][:MAX_LINE_CHARS].rstrip()
+        if limit is not None and len(messages) >= limit:
+            more += _is_message(line)
+            i += 1
+            continue
         m = _EDG.match(line)
         if m is not None and not _GCC.match(line):
             consumed, column, context = _edg_tail(lines, i + 1)
@@ -144,7 +181,7 @@ def parse_diagnostics(text: str) -> tuple[CompilerMessage, ...]:
                                 entry.group(1) if entry else None)
             )
         i += 1
-    return tuple(messages)
+    return Diagnostics(tuple(messages), more)
 
 
 def _edg_tail(lines: list[str], start: int) -> tuple[int, int | None, list[str]]:
@@ -153,14 +190,15 @@ def _edg_tail(lines: list[str], start: int) -> tuple[int, int | None, list[str]]
     context: list[str] = []
     i = start
     while i < len(lines):
-        line = lines[i].rstrip()
-        if not line.strip():
+        full = lines[i].rstrip()
+        line = full[:MAX_LINE_CHARS]
+        if not full.strip():
             i += 1
             break
         if _EDG.match(line) or _GCC.match(line) or _TOOL.match(line.strip()):
             break
-        if _CARET.match(line):
-            column = max(1, line.index("^") - _EDG_ECHO_INDENT + 1)
+        if _CARET.match(full):
+            column = max(1, full.index("^") - _EDG_ECHO_INDENT + 1)
         elif i + 1 < len(lines) and _CARET.match(lines[i + 1].rstrip()):
             pass  # the echoed source line
         else:

@@ -78,6 +78,21 @@ def _parse(parser: Parser, source: bytes, old_tree: Tree | None = None,
     return tree
 
 
+def binary_reason(source: bytes) -> str | None:
+    """What makes ``source`` binary data to :func:`looks_binary`, for the user (None when it is text)."""
+    sample = source[:_BINARY_SAMPLE_BYTES]
+    nul = sample.find(b"\x00")
+    if nul >= 0:
+        line = sample.count(b"\n", 0, nul)
+        column = nul - sample.rfind(b"\n", 0, nul)
+        return (f"holds a NUL byte (line {line + 1}, byte {column}), so it is "
+                "read as binary data: no kernel index, hovers or symbols; remove the NUL bytes to have it analysed")
+    if looks_binary(source):
+        return ("is over a tenth not UTF-8 in its first 64 KiB, so it is read as binary data: no kernel index, "
+                "hovers or symbols")
+    return None
+
+
 def to_source_bytes(text: str | bytes) -> bytes:
     """UTF-8 bytes for ``text``; lone surrogates (from a bad decode) become U+FFFD."""
     if isinstance(text, bytes):
@@ -88,16 +103,20 @@ def to_source_bytes(text: str | bytes) -> bytes:
 class ParsedDocument:
     """Source bytes plus their tree-sitter tree; mutable through edits only."""
 
-    def __init__(self, text: str | bytes, give_way: Callable[[], None] | None = None) -> None:
+    def __init__(self, text: str | bytes, give_way: Callable[[], None] | None = None, *,
+                 max_parse_bytes: int | None = None) -> None:
         self._parser = Parser(CUDA_LANGUAGE)
         self._give_way = give_way
         """Called at the parses' yield points (see :func:`_parse`)."""
+        self._max_parse_bytes = max_parse_bytes
+        """Text longer than this is kept but parsed as an empty file, as binary data is (a 50 MB file's tree
+        alone would take gigabytes); None: any length is parsed."""
         source = to_source_bytes(text)
         self.is_binary = looks_binary(source)
         """Binary data is kept but parsed as an empty file; the index reports it as a syntax error."""
         self._source = source
         """The newest text; ``_snapshot`` may lag behind it by the edits in ``_pending``."""
-        self._snapshot: tuple[bytes, Tree] = (source, _parse(self._parser, b"" if self.is_binary else source,
+        self._snapshot: tuple[bytes, Tree] = (source, _parse(self._parser, self._parsed_text(source),
                                                              give_way=give_way))
         self._pending: list[tuple[int, int, int, tuple[int, int], tuple[int, int], tuple[int, int]]] = []
         """Tree edits made to the text since ``_snapshot``'s tree was parsed, oldest first."""
@@ -111,6 +130,21 @@ class ParsedDocument:
         # may run on a worker thread while the owner keeps making deferred edits.
         self._state = threading.Lock()
         self._parsing = threading.Lock()
+
+    def _too_long(self, source: bytes) -> bool:
+        return self._max_parse_bytes is not None and len(source) > self._max_parse_bytes
+
+    def _unparsed(self, source: bytes) -> bool:
+        return self.is_binary or self._too_long(source)
+
+    def _parsed_text(self, source: bytes) -> bytes:
+        """What tree-sitter is given for ``source``: nothing for binary data or text over ``max_parse_bytes``."""
+        return b"" if self._unparsed(source) else source
+
+    @property
+    def unparsed(self) -> bool:
+        """The text is binary data or longer than ``max_parse_bytes``: its tree is an empty file's."""
+        return self._unparsed(self._source)
 
     @property
     def source_bytes(self) -> bytes:
@@ -175,7 +209,7 @@ class ParsedDocument:
         new_bytes = to_source_bytes(new_text)
         old_source = self._source
         source = old_source[:start_byte] + new_bytes + old_source[old_end_byte:]
-        if self.is_binary or looks_binary(new_bytes):
+        if self.is_binary or looks_binary(new_bytes) or self._too_long(old_source) != self._too_long(source):
             self._line_starts = None
             self._shift_bytes = 0
             self.replace_all(source)
@@ -187,6 +221,12 @@ class ParsedDocument:
                 self._shift_bytes += len(new_bytes) - (old_end_byte - start_byte)
             else:
                 self._line_starts = _edited_line_starts(self.line_starts(), start_byte, old_end_byte, new_bytes)
+        if self._too_long(source):
+            # Still too long to parse: the text and its line table change, the (empty) tree stays.
+            with self._state:
+                self._source = source
+                self._snapshot = (source, self._snapshot[1])
+            return
         with self._state:
             self._source = source
             self._pending.append((start_byte, old_end_byte, new_end_byte, start_point, old_end_point, new_end_point))
@@ -241,10 +281,10 @@ class ParsedDocument:
         old_source = self.source_bytes
         if source == old_source:
             return
-        if self.is_binary or not old_source or looks_binary(source):
+        if self._unparsed(old_source) or self._unparsed(source) or not old_source or looks_binary(source):
             with self._parsing:
                 self.is_binary = looks_binary(source)
-                parsed = _parse(self._parser, b"" if self.is_binary else source, give_way=self._give_way)
+                parsed = _parse(self._parser, self._parsed_text(source), give_way=self._give_way)
                 with self._state:
                     self._source = source
                     self._snapshot = (source, parsed)

@@ -400,6 +400,15 @@ def _check_init_static(init: Init, array_type: str, where: str, int_names, float
         errors.add(where, f"{init.kind} fills indices; use an integer array, not {array_type}")
     if init.kind == "file" and not init.args[0].endswith(".npy"):
         errors.add(where, f"file() takes a .npy file name, got {_show(init.args[0])}")
+    elif init.kind == "file" and _outside_folder(init.args[0]):
+        errors.add(where, f"file({init.args[0]}) must name a file in the spec's own folder or below it "
+                          "(a relative path without '..'): a cloned spec must not read files elsewhere")
+
+
+def _outside_folder(name: str) -> bool:
+    """Whether a ``file()`` name can reach outside the folder it is resolved in (absolute, ``..``, ``~``)."""
+    parts = name.replace("\\", "/").split("/")
+    return name.startswith(("/", "~")) or ":" in parts[0] or ".." in parts
 
 
 def check_init_at(init: Init, array_type: str, size: int, env: Mapping[str, int]) -> str | None:

@@ -18,7 +18,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node, Parser
 
-from kernel_lsp.core.index import build_index
+from kernel_lsp.core.index import Function, build_index
 from kernel_lsp.core.parse import CUDA_LANGUAGE
 from kernel_lsp.core.spec import FLOAT_TYPES, Spec
 from kernel_lsp.core.verdict import Finding
@@ -481,7 +481,7 @@ class SignatureReport:
     warnings: tuple[str, ...]
 
 
-def _alias_resolver(src: str):
+def alias_resolver(src: str):
     """(base type, pointer depth) of a parameter with the file's ``typedef``/``using`` aliases resolved:
     ``Data_ptr p`` with ``typedef float* Data_ptr;`` is ``("float", 1)``, as the compiler sees it."""
     from kernel_lsp.core.analysis import alias_table, parse_text
@@ -499,6 +499,27 @@ def _alias_resolver(src: str):
     return resolve
 
 
+def spec_mismatch(spec: Spec, kernel: Function, resolve) -> tuple[list[str], list[str]]:  # noqa: ANN001
+    """(errors, warnings): how ``spec`` fails to describe ``kernel``'s parameters, their types read through
+    ``resolve`` (:func:`alias_resolver` of the kernel's file). An error is a spec that cannot launch the
+    kernel (another parameter count, an array for a scalar or the reverse); a warning an element type the
+    kernel's C type may not hold. Every command that reads a spec asks this first."""
+    errors: list[str] = []
+    warnings: list[str] = []
+    if len(kernel.params) != len(spec.params):
+        errors.append(f"params: the spec lists {len(spec.params)} parameters, '{spec.kernel}' takes {len(kernel.params)}")
+        return errors, warnings
+    for i, (sp, p) in enumerate(zip(spec.params, kernel.params)):
+        is_array = not hasattr(sp, "value")
+        base, depth = resolve(p)
+        if is_array != (depth > 0):
+            kind = "an array" if is_array else "a scalar"
+            errors.append(f"params[{i}]: the spec says {kind}, the kernel's parameter '{p.name}' is '{p.type_text}'")
+        elif not spec_type_matches(sp.type, base, getattr(sp, "struct", None)):
+            warnings.append(f"params[{i}]: spec type {sp.type} vs the kernel's '{p.base_type}' for '{p.name}'")
+    return errors, warnings
+
+
 def check_signature(original_src: str, candidate_src: str, spec: Spec) -> SignatureReport:
     """Compare the kernel's name and parameter list: spec vs original, then candidate vs original.
 
@@ -512,27 +533,15 @@ def check_signature(original_src: str, candidate_src: str, spec: Spec) -> Signat
         return next((f for f in build_index(src).functions if f.is_kernel and f.name == spec.kernel), None)
 
     original, candidate = kernel(original_src), kernel(candidate_src)
-    resolve_original = _alias_resolver(original_src)
-    spec_errors: list[str] = []
-    warnings: list[str] = []
     if original is None:
         return SignatureReport((f"kernel: the original has no __global__ function named '{spec.kernel}'",), (), ())
-    if len(original.params) != len(spec.params):
-        spec_errors.append(f"params: the spec lists {len(spec.params)} parameters, '{spec.kernel}' takes {len(original.params)}")
-    else:
-        for i, (sp, p) in enumerate(zip(spec.params, original.params)):
-            is_array = not hasattr(sp, "value")
-            base, depth = resolve_original(p)
-            if is_array != (depth > 0):
-                kind = "an array" if is_array else "a scalar"
-                spec_errors.append(f"params[{i}]: the spec says {kind}, the kernel's parameter '{p.name}' is '{p.type_text}'")
-            elif not spec_type_matches(sp.type, base, getattr(sp, "struct", None)):
-                warnings.append(f"params[{i}]: spec type {sp.type} vs the kernel's '{p.base_type}' for '{p.name}'")
+    resolve_original = alias_resolver(original_src)
+    spec_errors, warnings = spec_mismatch(spec, original, resolve_original)
     if candidate is None:
         names = ", ".join(f.name for f in build_index(candidate_src).functions if f.is_kernel) or "none"
         return SignatureReport(tuple(spec_errors), (f"the candidate has no __global__ function named '{spec.kernel}' (its kernels: {names})",), tuple(warnings))
     changed: list[str] = []
-    resolve_candidate = _alias_resolver(candidate_src)
+    resolve_candidate = alias_resolver(candidate_src)
     if len(candidate.params) != len(original.params):
         changed.append(f"'{spec.kernel}' takes {len(candidate.params)} parameters in the candidate, {len(original.params)} in the original")
     else:

@@ -49,6 +49,10 @@ class _Result:
 
 
 def _schedule(state: ServerState, doc: DocumentState) -> None:
+    if doc.budget.analysis is not None:
+        # Past the analysis budget (its open said so): no job, and no result kept from an older text.
+        doc.extra.pop(_KEY, None)
+        return
     uri, revision, path = doc.uri, doc.revision, doc.path
     text = doc.text()
     # The session's flags: the compile database's and extraFlags' -I and -D, as the compile sees them.

@@ -113,6 +113,9 @@ class ServerState:
         self.on_initialized: list[Callable[[ServerState], None]] = []
         self.on_machine: list[Callable[[ServerState], None]] = []
         """``fn(state)`` on the event loop once :attr:`machine` is known (start what it can run)."""
+        self.on_unread_message: Callable[[str, str, int | None, int], None] | None = None
+        """``fn(method, uri, version, size_bytes)`` for a document notification too large to read
+        (:data:`kernel_lsp.server.stdio.MAX_BODY_BYTES`), on the event loop."""
         self.machine: Any = None
         """The :class:`~kernel_lsp.services.machine.Machine` detected at start; None until known."""
         self.hover_sections: list[Callable[[Any], str | None]] = []
@@ -215,7 +218,9 @@ class ServerState:
 
     # --- diagnostics ---------------------------------------------------
     def publish_diagnostics(self, doc: DocumentState) -> None:
-        """Send the union of every diagnostic source for ``doc`` (event loop only)."""
+        """Send the union of every diagnostic source for ``doc`` (event loop only), at most
+        :data:`MAX_PUBLISHED_DIAGNOSTICS` of them and a count of the rest: a publication's cost on the loop
+        (and the client's redraw) stays bounded whatever the sources found (20,000 took 2 s)."""
         diagnostics: list[types.Diagnostic] = []
         for source in self.diagnostic_sources:
             try:
@@ -224,6 +229,15 @@ class ServerState:
                 if os.environ.get(RAISE_ENV) == "1":
                     raise
                 log.exception("diagnostic source %s failed", getattr(source, "__name__", source))
+            if len(diagnostics) > MAX_PUBLISHED_DIAGNOSTICS:
+                left = len(diagnostics) - MAX_PUBLISHED_DIAGNOSTICS
+                del diagnostics[MAX_PUBLISHED_DIAGNOSTICS:]
+                diagnostics.append(types.Diagnostic(
+                    range=types.Range(start=types.Position(line=0, character=0), end=types.Position(line=0, character=0)),
+                    message=f"kernel-lsp: {left} or more further diagnostics are not shown (at most "
+                            f"{MAX_PUBLISHED_DIAGNOSTICS} per file)",
+                    severity=types.DiagnosticSeverity.Information, source="kernel-lsp", code="more-diagnostics"))
+                break
         self.server.text_document_publish_diagnostics(
             types.PublishDiagnosticsParams(uri=doc.uri, diagnostics=diagnostics, version=doc.version)
         )
@@ -421,6 +435,8 @@ class KernelLspProtocol(LanguageServerProtocol):
 
 #: The interpreter's thread switch interval while serving, seconds (see :meth:`KernelLspServer.start_io`).
 SWITCH_INTERVAL_S = 0.001
+#: Diagnostics sent in one publication for one document (nvcc's are cut at 500 before this).
+MAX_PUBLISHED_DIAGNOSTICS = 1000
 
 
 class KernelLspServer(LanguageServer):
@@ -449,7 +465,7 @@ class KernelLspServer(LanguageServer):
         sys.setswitchinterval(SWITCH_INTERVAL_S)
         try:
             asyncio.run(serve(stdin or sys.stdin.buffer, self.protocol, self._stop_event, self.report_server_error,
-                              self.state.foreground))
+                              self.state.foreground, self.state.on_unread_message))
         except BrokenPipeError:
             log.error("connection to the client lost: shutting down")
         except (KeyboardInterrupt, SystemExit):

@@ -118,8 +118,12 @@ def syntax_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Dia
 
 
 def schedule_compile(state: ServerState, doc: DocumentState, *, delay_s: float | None = None) -> None:
-    """Queue a compile of ``doc`` at its current version (a newer request replaces an older one)."""
+    """Queue a compile of ``doc`` at its current version (a newer request replaces an older one); none for a
+    document past the compile budget (its open said so)."""
     if doc.path is None:
+        return
+    if doc.budget.compile is not None:
+        doc.compiled.set()  # nothing to wait for
         return
     settings = state.settings
     session = state.session()

@@ -41,6 +41,7 @@ from typing import Any, TypeVar
 from pygls.uris import to_fs_path
 from tree_sitter import Tree
 
+from kernel_lsp.core.budgets import REDUCED_BYTES, WorkBudget, budget
 from kernel_lsp.core.index import IncrementalIndexer, KernelIndex, build_index
 from kernel_lsp.core.parse import ParsedDocument, comment_ranges, common_prefix
 from kernel_lsp.core.source import Budget, Preprocessed, directive_lines, same_directives
@@ -49,12 +50,10 @@ log = logging.getLogger(__name__)
 
 T = TypeVar("T")
 
-#: Source size above which parsing and indexing run on a worker thread, in bytes.
-#: Below it, the thread hop costs more than the work.
-OFFLOAD_BYTES = 256 * 1024
-#: Source size above which a document gets the reduced mode: compiler diagnostics only, no kernel index
-#: (a 6.7 MB file of 60,000 kernels takes 7.6 s and 730 MB to index), so no hovers, symbols or profiles.
-REDUCED_BYTES = 5 * 1024 * 1024
+#: Source size above which parsing and indexing run on a worker thread, in bytes. Below it, the thread
+#: hop costs more than the work; above it, the work could hold the event loop: one 66 KB line of
+#: error-heavy declarations took tree-sitter 73 ms to parse.
+OFFLOAD_BYTES = 32 * 1024
 
 
 class IndexedText:
@@ -207,6 +206,12 @@ class DocumentState:
     """Bumped when what the macro view depends on besides the text changed (settings): indexes rebuild."""
     _completion: tuple[tuple[int, int], asyncio.Future[Any]] | None = None
     """The running completion of a pending index: ((revision, epoch), its future)."""
+    units: int | None = None
+    """Top-level declarations of the last parse (what indexing works through); None before one."""
+    unread_bytes: int | None = None
+    """The size of a text the server did not read (its message was over
+    :data:`~kernel_lsp.core.budgets.MAX_COMPILE_BYTES`): the text is unknown, edits to it are ignored, and
+    nothing runs for it; None for a document read as usual."""
 
     @property
     def source_bytes(self) -> bytes:
@@ -217,8 +222,14 @@ class DocumentState:
         return len(self.parsed.source_bytes) > OFFLOAD_BYTES
 
     @property
+    def budget(self) -> WorkBudget:
+        """What is done for this document and what is left out (:mod:`kernel_lsp.core.budgets`)."""
+        size = self.unread_bytes if self.unread_bytes is not None else len(self.parsed.source_bytes)
+        return budget(size, self.units)
+
+    @property
     def reduced(self) -> bool:
-        return len(self.parsed.source_bytes) > REDUCED_BYTES
+        return self.budget.reduced
 
     def text(self) -> str:
         return self.memo("text", lambda: self.parsed.text)
@@ -273,6 +284,7 @@ class DocumentState:
             if (last is not None and last.source_bytes is pair[0] and last.epoch == self.epoch
                     and not (last.pending and may_expand)):
                 return last.index
+            self.units = pair[1].root_node.child_count
             # Edits that touched no directive keep the last text's directive lines (and so its macro view):
             # no O(file) scan for comments and directives per keystroke.
             known = last.directives_if_known() if last is not None else None
@@ -280,7 +292,7 @@ class DocumentState:
                 known = None
             view = None
             if self.reduced:
-                # Reduced mode (a file over the size limit): compiler diagnostics only, an empty index.
+                # Reduced mode (a file over the size or declaration budget): compiler diagnostics only, an empty index.
                 index = build_index(b"")
             else:
                 if known is None:
@@ -457,12 +469,17 @@ class DocumentStore:
         placeholder.opening = True
         async with placeholder.lock:
             try:
+                def parse() -> ParsedDocument:
+                    return ParsedDocument(text, self._give_way, max_parse_bytes=REDUCED_BYTES)
+
                 if len(text) > OFFLOAD_BYTES:
-                    parsed = await asyncio.get_running_loop().run_in_executor(None, ParsedDocument, text,
-                                                                              self._give_way)
+                    parsed = await asyncio.get_running_loop().run_in_executor(None, parse)
                 else:
-                    parsed = ParsedDocument(text, self._give_way)
+                    parsed = parse()
                 placeholder.parsed = parsed
+                placeholder.unread_bytes = None
+                # The declaration count of a fresh parse is one attribute read: reduced mode is known at once.
+                placeholder.units = parsed.tree.root_node.child_count
                 placeholder.indexer = IncrementalIndexer(self._give_way)
                 placeholder.last_indexed = None
                 placeholder.revision += 1
@@ -474,6 +491,13 @@ class DocumentStore:
                 for edit in queued:
                     edit()
         return placeholder
+
+    def unread(self, uri: str, version: int | None, size_bytes: int) -> DocumentState:
+        """Register ``uri`` as a document whose text was not read (see :attr:`DocumentState.unread_bytes`)."""
+        doc = DocumentState(uri, version, ParsedDocument(b""), uri_to_path(uri), prepare=self._prepare,
+                            give_way=self._give_way, unread_bytes=size_bytes)
+        self._docs[uri] = doc
+        return doc
 
     def close(self, uri: str) -> DocumentState | None:
         gc.unfreeze()

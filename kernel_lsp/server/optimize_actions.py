@@ -174,7 +174,8 @@ def _spec_for(state: ServerState, doc: DocumentState, kernel: str) -> tuple[Any,
     """(Spec, None) or (None, why not)."""
     if doc.path is None:
         return None, "the document is not a file"
-    found = state.session().resolve_spec(doc.path, doc.text(), kernel)
+    # The document's own index (built before, off the loop for a big one) judges whether the spec fits.
+    found = state.session().resolve_spec(doc.path, doc.text(), kernel, index=doc.index())
     return found.spec, found.problem
 
 
@@ -282,6 +283,7 @@ def register(server: KernelLspServer) -> None:
         if doc is None:
             state.show(f"kernel-lsp: {uri} is not open", types.MessageType.Warning)
             return "not-open"
+        await doc.index_async()
         return start(state, doc, kernel)
 
     @server.command(CANCEL_COMMAND)

@@ -13,14 +13,18 @@ from the user's own sources, and a workspace layer cannot replace them, so a
 change to one of them takes effect on the next start.
 
 The workspace layer is untrusted: its user-level keys are dropped with a
-message, and its ``extraFlags`` pass the compile database's flag policy.
+message. ``extraFlags`` and ``includePaths`` of every layer pass the compile
+database's flag policy when nvcc's command line is built
+(:func:`kernel_lsp.services.toolchain.settings_flags`): the VS Code extension fills
+initializationOptions with settings a cloned ``.vscode/settings.json`` can set, so
+no layer can be told apart as the user's own there; each flag dropped is shown here
+once, and with the compile's diagnostics.
 """
 
 from __future__ import annotations
 
 import asyncio
 import logging
-import os
 from typing import Any
 
 from lsprotocol import types
@@ -28,7 +32,7 @@ from lsprotocol import types
 from kernel_lsp.config import USER_LEVEL, WIRE_KEYS, resolve
 from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
 from kernel_lsp.server.documents import uri_to_path
-from kernel_lsp.services.compile_db import filter_flags
+from kernel_lsp.services.toolchain import settings_flags
 from kernel_lsp.services.user_config import user_config_layer
 
 log = logging.getLogger(__name__)
@@ -39,32 +43,18 @@ SECTION = "kernelLsp"
 def apply_settings(state: ServerState) -> None:
     """Re-resolve the settings from the stored layers, tell the user about problems, run ON_SETTINGS."""
     old = state.settings
-    workspace, flag_problems = _checked_workspace_flags(
-        _without_repeats(state.workspace_settings, state.init_options), state.workspace_root)
     state.settings = resolve(
         user_config_layer(),
-        ("workspace settings", workspace, False),
+        ("workspace settings", _without_repeats(state.workspace_settings, state.init_options), False),
         ("initializationOptions", state.init_options),
     )
+    flag_problems = [f"{key}: '{d.flag}' ignored: {d.reason}"
+                     for key, d in settings_flags(state.settings, state.workspace_root)[1]]
     for problem in (*flag_problems, *state.settings.problems):
         state.show(f"kernel-lsp: {problem}", types.MessageType.Warning, once_key=f"settings:{problem}")
     if state.settings != old:
         log.info("settings changed: %s", state.settings)
         state.run_hooks(state.on_settings)
-
-
-def _checked_workspace_flags(settings: Any, root: str | None) -> tuple[Any, list[str]]:
-    """The workspace layer with its ``extraFlags`` through the flag policy, and a message per dropped flag."""
-    if not isinstance(settings, dict) or not isinstance(settings.get("extraFlags"), (list, str)):
-        return settings, []
-    flags = settings["extraFlags"]
-    flags = flags.split() if isinstance(flags, str) else flags
-    if not all(isinstance(f, str) for f in flags):
-        return settings, []  # config.merge reports the bad value
-    folder = root or os.getcwd()
-    result = filter_flags(list(flags), folder, folder)
-    problems = [f"workspace settings: extraFlags: '{d.flag}' ignored: {d.reason}" for d in result.dropped]
-    return {**settings, "extraFlags": list(result.kept)}, problems
 
 
 def _without_repeats(settings: Any, user_options: dict[str, Any]) -> Any:

@@ -17,6 +17,12 @@ exactly where applying them one by one would (LSP applies a notification's
 changes in order). Every other message goes through pygls unchanged
 (``protocol.handle_message``), in the order received.
 
+A document notification larger than :data:`MAX_BODY_BYTES` is not decoded at
+all: its method, URI and version are read from the raw JSON (an unescaped quote
+cannot occur inside a JSON string, so ``"uri":"`` there is the key) and handed to
+``on_unread`` instead; the text is left unread (decoding 50 MB held the loop
+0.2 s, for a text over the compile budget that nothing would be done with).
+
 Order: after each message other than a ``didChange``, the loop gives the
 event loop a turn, so its handler starts (a ``didOpen`` registers its document,
 a request reads the text it was sent for) before later edits apply; every
@@ -35,6 +41,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, BinaryIO
 
+from kernel_lsp.core.budgets import MAX_COMPILE_BYTES
 from kernel_lsp.server.foreground import Foreground
 
 log = logging.getLogger(__name__)
@@ -46,6 +53,56 @@ YIELD_EVERY = 64
 DID_CHANGE = "textDocument/didChange"
 _DID_CHANGE_BYTES = b'"textDocument/didChange"'
 _CONTENT_LENGTH = re.compile(rb"content-length:\s*(\d+)", re.IGNORECASE)
+#: Message bodies above this many bytes are not decoded (a document's text over the compile budget).
+MAX_BODY_BYTES = MAX_COMPILE_BYTES
+_UNREAD_METHODS = ("textDocument/didOpen", "textDocument/didChange", "textDocument/didSave")
+_KEY = {key: re.compile(rb'"' + key.encode() + rb'"\s*:\s*("(?:[^"\\]|\\.)*"|-?\d+)')
+        for key in ("method", "uri", "version", "id")}
+
+
+#: Bytes one search of a large body looks at before the loop gets a turn (a few ms each).
+_WINDOW_BYTES = 4 << 20
+_OVERLAP_BYTES = 1 << 16
+
+
+class Unread:
+    """A message body over :data:`MAX_BODY_BYTES`, kept where it was read (no copy, not decoded)."""
+
+    def __init__(self, data: bytearray, start: int, end: int) -> None:
+        self._data, self._start, self._end = data, start, end
+
+    @property
+    def size_bytes(self) -> int:
+        return self._end - self._start
+
+    def body(self) -> bytes:
+        return bytes(memoryview(self._data)[self._start : self._end])
+
+    async def _search(self, pattern: re.Pattern[bytes]) -> re.Match[bytes] | None:
+        """``pattern``'s first match, searched a window at a time with a turn for the loop in between."""
+        pos = self._start
+        while pos < self._end:
+            found = pattern.search(self._data, pos, min(self._end, pos + _WINDOW_BYTES + _OVERLAP_BYTES))
+            if found is not None:
+                return found
+            pos += _WINDOW_BYTES
+            await asyncio.sleep(0)
+        return None
+
+    async def fields(self) -> tuple[str, str, int | None] | None:
+        """(method, uri, version) of a document notification, read from the raw JSON (see the module
+        docstring); None when the body is not one (a request has an id: it is decoded as usual)."""
+        found = {key: await self._search(pattern) for key, pattern in _KEY.items()}
+        if found["id"] is not None or found["method"] is None or found["uri"] is None:
+            return None
+        try:
+            method, uri = json.loads(found["method"].group(1)), json.loads(found["uri"].group(1))
+            version = json.loads(found["version"].group(1)) if found["version"] is not None else None
+        except ValueError:
+            return None
+        if method not in _UNREAD_METHODS or not isinstance(uri, str):
+            return None
+        return method, uri, version if isinstance(version, int) else None
 
 
 class MessageReader:
@@ -97,8 +154,8 @@ class MessageReader:
             self._eof = True
         self._data.set()
 
-    def _take(self) -> list[bytes]:
-        bodies: list[bytes] = []
+    def _take(self) -> list[bytes | Unread]:
+        bodies: list[bytes | Unread] = []
         buffer = self._buffer
         pos = 0
         while True:
@@ -114,12 +171,18 @@ class MessageReader:
             end = start + int(match.group(1))
             if end > len(buffer):
                 break
+            if end - start > MAX_BODY_BYTES:
+                # Left where it is: the rest of the stream goes on in a buffer of its own.
+                bodies.append(Unread(buffer, start, end))
+                self._buffer = buffer = bytearray(memoryview(buffer)[end:])
+                pos = 0
+                continue
             bodies.append(bytes(buffer[start:end]))
             pos = end
         del buffer[:pos]
         return bodies
 
-    async def messages(self) -> list[bytes] | None:
+    async def messages(self) -> list[bytes | Unread] | None:
         """Every complete message buffered now (waiting for one if none is); None at the end of input."""
         if self._thread is None:
             self._start()
@@ -185,7 +248,7 @@ def _uri(message: dict[str, Any]) -> Any:
     return message.get("params", {}).get("textDocument", {}).get("uri")
 
 
-def _parsed_changes(bodies: list[bytes]) -> dict[int, Any]:
+def _parsed_changes(bodies: list[bytes | Unread]) -> dict[int, Any]:
     """The bodies that may be ``didChange`` notifications, parsed, by position (None: not JSON).
 
     A burst of keystrokes is hundreds of small bodies in a row: one ``json.loads`` of them joined
@@ -193,7 +256,7 @@ def _parsed_changes(bodies: list[bytes]) -> dict[int, Any]:
     follows it can be answered). A run holding a malformed body is parsed body by body, each one that
     is not JSON None.
     """
-    positions = [i for i, body in enumerate(bodies) if _DID_CHANGE_BYTES in body]
+    positions = [i for i, body in enumerate(bodies) if isinstance(body, bytes) and _DID_CHANGE_BYTES in body]
     parsed: dict[int, Any] = {}
     start = 0
     while start < len(positions):
@@ -202,7 +265,7 @@ def _parsed_changes(bodies: list[bytes]) -> dict[int, Any]:
             end += 1
         run = positions[start:end]
         try:
-            values = json.loads(b"[" + b",".join(bodies[i] for i in run) + b"]")
+            values = json.loads(b"[" + b",".join(bodies[i] for i in run) + b"]")  # type: ignore[misc]
         except ValueError:
             values = None
         if not isinstance(values, list) or len(values) != len(run):  # e.g. a body "1,2": two values joined
@@ -223,9 +286,11 @@ async def serve(
     stop_event: threading.Event,
     error_handler: Callable[[Exception, type], Any] | None = None,
     foreground: Foreground | None = None,
+    on_unread: Callable[[str, str, int | None, int], None] | None = None,
 ) -> None:
     """Read messages from ``stream`` and hand them to pygls's ``protocol`` until EOF or ``stop_event``;
-    ``foreground``: see :class:`MessageReader`."""
+    ``foreground``: see :class:`MessageReader`; ``on_unread(method, uri, version, size_bytes)`` takes the
+    document notifications over :data:`MAX_BODY_BYTES` (decoded as usual when it is None)."""
     from pygls.exceptions import JsonRpcException
 
     if foreground is not None:
@@ -260,6 +325,13 @@ async def serve(
             if run:
                 dispatch(protocol.structure_message(_coalesced(run)))
                 run = []
+            if isinstance(body, Unread):
+                fields = await body.fields() if on_unread is not None else None
+                if fields is not None and on_unread is not None:
+                    on_unread(*fields, body.size_bytes)
+                    await asyncio.sleep(0)
+                    continue
+                body = body.body()
             try:
                 message = json.loads(body, object_hook=protocol.structure_message)
             except Exception as exc:

@@ -16,10 +16,10 @@ from collections.abc import Sequence
 
 from lsprotocol import types
 
-from kernel_lsp.core.parse import ParsedDocument
-from kernel_lsp.server.base import KernelLspServer, guarded
+from kernel_lsp.core.parse import ParsedDocument, binary_reason
+from kernel_lsp.server.base import KernelLspServer, ServerState, guarded
 from kernel_lsp.server.convert import line_bytes, utf16_to_byte
-from kernel_lsp.server.documents import REDUCED_BYTES
+from kernel_lsp.server.documents import DocumentState
 
 log = logging.getLogger(__name__)
 
@@ -40,18 +40,40 @@ def apply_changes(parsed: ParsedDocument, changes: Sequence[types.TextDocumentCo
             parsed.replace_all(change.text, defer=True)
 
 
+def tell_limits(state: ServerState, doc: DocumentState) -> None:
+    """One message per document about the work left out for it: binary data, or past a budget
+    (:mod:`kernel_lsp.core.budgets`): the user sees why hovers or diagnostics are missing."""
+    name = doc.path or doc.uri
+    limits = doc.budget
+    binary = binary_reason(doc.source_bytes) if doc.parsed.is_binary else None
+    reasons = list(dict.fromkeys(r for r in (binary, limits.index, limits.analysis, limits.compile) if r))
+    if limits.index is not None and limits.analysis != limits.index:
+        reasons.remove(limits.analysis)  # "in reduced mode: no analysis" only repeats the reduced mode
+    if reasons:
+        state.show(f"kernel-lsp: {name} " + "; ".join(reasons), types.MessageType.Info,
+                   once_key=f"limits:{doc.uri}:{';'.join(reasons)}")
+
+
+def unread_document(state: ServerState, method: str, uri: str, version: int | None, size_bytes: int) -> None:
+    """A ``didOpen`` or ``didChange`` too large to read (:mod:`kernel_lsp.server.stdio` did not decode it):
+    the document is kept as one whose text is unknown, and the user is told once."""
+    if method == "textDocument/didSave":
+        return  # the text a save carried is not needed: the document's own is used
+    doc = state.documents.unread(uri, version, size_bytes)
+    tell_limits(state, doc)
+    state.server.text_document_publish_diagnostics(types.PublishDiagnosticsParams(uri=uri, diagnostics=[]))
+
+
 def register(server: KernelLspServer) -> None:
     state = server.state
+    state.on_unread_message = lambda *args: unread_document(state, *args)
 
     @server.feature(types.TEXT_DOCUMENT_DID_OPEN)
     @guarded(state, what="didOpen")
     async def did_open(params: types.DidOpenTextDocumentParams) -> None:
         item = params.text_document
         doc = await state.documents.open(item.uri, item.text, item.version, item.language_id)
-        if doc.reduced:
-            state.show(f"kernel-lsp: {doc.path or doc.uri} is {len(doc.source_bytes) / 2**20:.1f} MB (over "
-                       f"{REDUCED_BYTES >> 20} MB): reduced mode, compiler diagnostics only (no kernel index, "
-                       "hovers, symbols or profiles)", types.MessageType.Info, once_key=f"reduced:{item.uri}")
+        tell_limits(state, doc)
         state.run_hooks(state.on_open, doc)
 
     @server.feature(types.TEXT_DOCUMENT_DID_CHANGE)
@@ -63,6 +85,8 @@ def register(server: KernelLspServer) -> None:
         if doc is None:
             log.warning("didChange for a document that is not open: %s", params.text_document.uri)
             return
+        if doc.unread_bytes is not None:
+            return  # edits to a text that was never read cannot be applied
 
         def edit() -> None:
             apply_changes(doc.parsed, params.content_changes)

@@ -8,8 +8,10 @@ language standard, architectures, device code generation and warnings. Nothing
 kept can choose or wrap a program (``-ccbin`` passes only for compilers matching
 the user-level setting ``allowedCompilers``, like clangd's ``--query-driver``),
 read a file outside the workspace (``-include``) or read more arguments from a
-file (``@file``); every flag refused is reported with why
-(:attr:`DbFlags.dropped`). Output, dependency and input-file arguments are left
+file (``@file``), and no value kept holds text the shell nvcc runs its host
+compiler through would act on (:mod:`kernel_lsp.core.argv_policy`); every flag
+refused is reported with why (:attr:`DbFlags.dropped`). Settings' ``extraFlags``
+pass the same policy (:func:`kernel_lsp.services.toolchain.build_flags`). Output, dependency and input-file arguments are left
 out without a word because the compiler service chooses its own.
 
 A malformed database is a value (:attr:`DbFlags.problem`), never an exception:
@@ -18,7 +20,6 @@ the caller falls back to settings and shows the message once.
 
 from __future__ import annotations
 
-import fnmatch
 import json
 import logging
 import os
@@ -28,6 +29,8 @@ import shutil
 import threading
 from dataclasses import dataclass
 from pathlib import Path
+
+from kernel_lsp.core.argv_policy import path_matches, safe_flags, shell_problem
 
 log = logging.getLogger(__name__)
 
@@ -55,6 +58,8 @@ _VALUE_FLAGS: dict[str, str] = {
                      "-prec-sqrt", "--prec-sqrt", "-fmad", "--fmad"), "bool"),
     **dict.fromkeys(("-default-stream", "--default-stream"), "stream"),
     **dict.fromkeys(("-x", "--x"), "lang"),
+    **dict.fromkeys(("-diag-suppress", "--diag-suppress", "-diag-warn", "--diag-warn", "-diag-error",
+                     "--diag-error"), "diag"),
     **dict.fromkeys(("-Xcompiler", "--compiler-options"), "host"),
     **dict.fromkeys(("-Xptxas", "--ptxas-options"), "ptxas"),
     **dict.fromkeys(("-ccbin", "--compiler-bindir"), "compiler"),
@@ -78,6 +83,7 @@ _VALUE_RE = {
     "bool": re.compile(r"true|false"),
     "stream": re.compile(r"legacy|null|per-thread"),
     "lang": re.compile(r"cu"),
+    "diag": re.compile(r"[A-Za-z0-9_-]+(,[A-Za-z0-9_-]+)*"),
 }
 #: Single-argument flags passed on (device code generation, language extensions, warnings).
 _SINGLE = re.compile(
@@ -132,9 +138,15 @@ def _inside(path: str, root: str) -> bool:
 
 
 def compiler_allowed(value: str, directory: str, patterns: tuple[str, ...]) -> str | None:
-    """The absolute path of the host compiler ``value`` when it matches one of ``patterns`` (globs), else None.
+    """The host compiler ``value`` names, as the path nvcc is given, when one of ``patterns`` allows it; else None.
 
     Like clangd's ``--query-driver``: the patterns come from the user's own settings, never the workspace.
+    A pattern is matched (:func:`~kernel_lsp.core.argv_policy.path_matches`, ``*`` within one path segment)
+    against the compiler's real path, and against its name in its folder's real path: Debian's
+    ``/usr/bin/g++-12`` is a link to ``x86_64-linux-gnu-g++-12``, and ``/usr/bin/g++-*`` names the link.
+    Neither form holds ``..`` or a link of the workspace's, so ``/usr/bin/../../repo/cc`` is ``/repo/cc``.
+    A folder (``--compiler-bindir=/usr/bin``) is matched as it is named. The form that matched is what nvcc
+    runs, so the program checked is the program run.
     """
     if not patterns:
         return None
@@ -142,11 +154,13 @@ def compiler_allowed(value: str, directory: str, patterns: tuple[str, ...]) -> s
         found: str | None = _absolute(value, directory)
     else:
         found = shutil.which(value)
-    forms = {value}
-    if found:
-        forms |= {found, os.path.realpath(found)}
-    if any(fnmatch.fnmatchcase(form, pattern) for form in forms for pattern in patterns):
-        return found or value
+    if not found:
+        return None
+    real = os.path.realpath(found)
+    in_real_folder = os.path.join(os.path.realpath(os.path.dirname(found)), os.path.basename(found))
+    for form in (in_real_folder, real):
+        if any(path_matches(form, pattern) for pattern in patterns) and shell_problem(form) is None:
+            return form
     return None
 
 
@@ -194,8 +208,13 @@ def filter_flags(args: list[str], directory: str, trust_root: str,
         verdict = _check_value(kind, name, value, directory, trust_root, allowed_compilers)
         if joined and isinstance(verdict, list):
             verdict = ["".join(verdict)]
+        if isinstance(verdict, list):
+            unsafe = safe_flags(verdict)[1]
+            if unsafe:
+                verdict = DroppedFlag(written, unsafe[0][1])
         if isinstance(verdict, DroppedFlag):
-            dropped.append(verdict)
+            # Named as written: "-DX=1", "--define-macro=X", or the flag and its value "-I dir".
+            dropped.append(DroppedFlag(arg if joined or eq else written, verdict.reason))
         elif verdict is not None:
             kept += verdict
     return FlagFilter(tuple(kept), tuple(dropped))
@@ -233,7 +252,7 @@ def _check_value(kind: str | None, name: str, value: str, directory: str, trust_
         return [name, value]
     if _VALUE_RE[kind].fullmatch(value) is None:
         return DroppedFlag(written, f"value {value!r} is not a plain {kind} value")
-    return [f"{name}={value}"] if kind in ("std", "arch", "count", "bool", "stream") else [name, value]
+    return [f"{name}={value}"] if kind in ("std", "arch", "count", "bool", "stream", "diag") else [name, value]
 
 @dataclass(frozen=True)
 class DbFlags:

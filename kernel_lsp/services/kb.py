@@ -73,6 +73,12 @@ DEFAULT_EXAMPLE_CHARS = 6000
 """Default prompt budget for :meth:`KnowledgeBase.examples_for`, characters of code (before + after)."""
 
 SQLITE_HEADER = b"SQLite format 3\x00"
+#: SQLite's ``application_id`` of a kernel-lsp knowledge base ("KLSP"): set when a database is created, so a
+#: file is known as ours before anything is written to it.
+APPLICATION_ID = 0x4B4C5350
+#: The tables of a knowledge base made before the application id was set (schema versions 1-3).
+_OUR_TABLES = frozenset(("schema_version", "meta", "states", "techniques", "priors", "entries", "attempts",
+                         "sqlite_sequence"))
 BACKUP_SUFFIX = ".backup"
 BACKUP_INTERVAL_S = 600.0
 """Shortest time between two rolling backups of one database, in seconds."""
@@ -238,10 +244,13 @@ def resolve_target(target: str | os.PathLike[str] | None = None) -> str | Path:
 
 
 def _refuse_foreign(db_path: Path) -> bool:
-    """Raise :class:`KbError` when ``db_path`` exists and is not a SQLite file; True when it is a 0-byte file.
+    """Raise :class:`KbError` when ``db_path`` exists and is not a kernel-lsp knowledge base; True when it is
+    a 0-byte file.
 
-    A foreign file is left exactly as it is: moving it aside (as a corrupt database is) would
-    take a user's file away because a setting pointed at it.
+    A foreign file is left exactly as it is, read only: not a SQLite file, or a SQLite database of another
+    application (another ``application_id``, or tables a knowledge base does not have). Moving it aside (as a
+    corrupt knowledge base is), adding tables or switching its journal to WAL would change a user's file
+    because a setting pointed at it. A SQLite file that cannot be read is left to the caller's recovery.
     """
     try:
         with open(db_path, "rb") as handle:
@@ -255,7 +264,22 @@ def _refuse_foreign(db_path: Path) -> bool:
     if head and head != SQLITE_HEADER:
         raise KbError(f"{db_path} is not a SQLite database; kernel-lsp will not use it or change it "
                       "(point kbPath at a new or existing kernel-lsp knowledge base)")
-    return not head
+    if not head:
+        return True
+    try:
+        conn = sqlite3.connect(f"{db_path.resolve().as_uri()}?mode=ro", uri=True)
+        try:
+            app_id = int(conn.execute("PRAGMA application_id").fetchone()[0])
+            tables = {row[0] for row in conn.execute("SELECT name FROM sqlite_master WHERE type = 'table'")}
+        finally:
+            conn.close()
+    except sqlite3.DatabaseError:
+        return False  # unreadable: the open that follows moves a corrupt knowledge base aside
+    if app_id == APPLICATION_ID or (app_id == 0 and tables <= _OUR_TABLES):
+        return False
+    what = f"application id {app_id:#x}" if app_id else "tables " + ", ".join(sorted(tables - _OUR_TABLES)[:5])
+    raise KbError(f"{db_path} is another application's SQLite database ({what}); kernel-lsp will not use it or "
+                  "change it (point kbPath or --db at a new or existing kernel-lsp knowledge base)")
 
 
 def _backup_attempts(path: Path) -> int | None:
@@ -353,15 +377,19 @@ class KnowledgeBase:
     # ------------------------------------------------------------ opening
 
     @classmethod
-    def open(cls, path: str | os.PathLike[str] | None = None) -> KnowledgeBase:
+    def open(cls, path: str | os.PathLike[str] | None = None, *, create: bool = True) -> KnowledgeBase:
         """Open (creating, migrating, seeding, or recovering) the knowledge base; raises :class:`KbError` if unusable.
 
         ``path``: a SQLite file, or a ``postgresql://`` URL (a team's server: the same schema and migrations).
+        ``create=False``: a SQLite file that does not exist is an error, not a new knowledge base (``kb --db``
+        with a mistyped path must not create one there).
         """
         target = resolve_target(path)
         if isinstance(target, str):
             return cls._open_postgres(target)
         db_path = target
+        if not create and not db_path.exists():
+            raise KbError(f"there is no knowledge base at {db_path} (pass --create to make a new one there)")
         try:
             db_path.parent.mkdir(parents=True, exist_ok=True)
         except OSError as exc:
@@ -493,6 +521,9 @@ class KnowledgeBase:
         try:
             conn.row_factory = sqlite3.Row
             conn.execute(f"PRAGMA busy_timeout = {int(BUSY_TIMEOUT_MS)}")
+            if int(conn.execute("PRAGMA application_id").fetchone()[0]) != APPLICATION_ID:
+                # A new file, or one of ours made before the id existed (_refuse_foreign let only those through).
+                conn.execute(f"PRAGMA application_id = {APPLICATION_ID}")
             conn.execute("PRAGMA journal_mode = WAL")
             conn.execute("PRAGMA synchronous = NORMAL")
             problems = [row[0] for row in conn.execute("PRAGMA quick_check").fetchall()]
@@ -874,6 +905,7 @@ class KnowledgeBase:
         known |= {r["name"] for _, r in records if r["type"] == "state"}
         problems += [f"line {n}: attempt for unknown state '{r['state']}'" for n, r in records
                      if r["type"] == "attempt" and r["state"] not in known]
+        problems += self._conflicting_ids(records)
         if problems:
             return ImportStats(0, 0, 0, tuple(problems) + (f"nothing was imported: {len(problems)} problem(s) in {path}",))
 
@@ -918,6 +950,33 @@ class KnowledgeBase:
         except (sqlite3.DatabaseError, KbError) as exc:  # rolled back: the database is unchanged
             return ImportStats(0, 0, 0, (f"nothing was imported: {exc}",))
         return ImportStats(attempts_added, duplicates, states_added, ())
+
+    def _conflicting_ids(self, records: list[tuple[int, dict[str, Any]]]) -> list[str]:
+        """One problem per attempt whose id another attempt of the file, or of this knowledge base, has with
+        other values: de-duplicating by id would keep one and drop the other without a word. The same
+        attempt again (an export imported twice) is no conflict."""
+        problems: list[str] = []
+        # Compared as stored (the row an attempt becomes), so a re-imported export matches its rows.
+        first: dict[str, tuple[int, tuple[Any, ...]]] = {}
+        for number, record in records:
+            if record["type"] != "attempt":
+                continue
+            attempt = _attempt_from_record(record)
+            attempt_id = record.get("id") or attempt.stable_id()
+            stored = _attempt_row(attempt, attempt_id)
+            seen = first.setdefault(attempt_id, (number, stored))
+            if seen[0] != number and seen[1] != stored:
+                problems.append(f"line {number}: attempt id '{attempt_id}' is also line {seen[0]}'s, with other values")
+        ids = list(first)
+        for start in range(0, len(ids), 500):  # SQLite's bound-parameter limit
+            chunk = ids[start : start + 500]
+            rows = self._read(f"SELECT * FROM attempts WHERE id IN ({', '.join('?' * len(chunk))})", tuple(chunk))
+            for row in rows:
+                number, stored = first[row["id"]]
+                if tuple(row[column] for column in _ATTEMPT_COLUMNS) != stored:
+                    problems.append(f"line {number}: attempt id '{row['id']}' is already in {self.location} "
+                                    "with other values")
+        return problems
 
     # ------------------------------------------------------------ maintenance
 

@@ -8,6 +8,7 @@ kernel running on the GPU behind it).
 
 from __future__ import annotations
 
+import collections
 import logging
 import os
 import shutil
@@ -17,6 +18,7 @@ import threading
 import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
+from typing import IO
 
 log = logging.getLogger(__name__)
 
@@ -45,10 +47,65 @@ class ProcResult:
     wall_s: float
     timed_out: bool = False
     cancelled: bool = False
+    skipped_bytes: int = 0
+    """Output bytes not kept, over both streams (``max_output_bytes``: between each one's start and end)."""
+    output_overflow: bool = False
+    """The child printed more than ``stop_after_bytes`` and was stopped for it (``returncode`` is None)."""
 
     @property
     def ok(self) -> bool:
         return self.returncode == 0 and not self.timed_out and not self.cancelled
+
+
+class _Capped:
+    """One output stream read to its end, keeping its first ``head`` and last ``tail`` bytes.
+
+    Reading goes on past the cap, so the child never blocks on a full pipe and finishes as it would.
+    """
+
+    def __init__(self, stream: IO[bytes], head: int, tail: int, total: list[int], limit: int | None,
+                 overflow: threading.Event) -> None:
+        self._stream = stream
+        self._total, self._limit, self._overflow = total, limit, overflow
+        self._head_limit, self._tail_limit = head, tail
+        self.head = bytearray()
+        self._tail: collections.deque[bytes] = collections.deque()
+        self._tail_bytes = 0
+        self.skipped = 0
+        self.thread = threading.Thread(target=self._read, daemon=True)
+        self.thread.start()
+
+    def _read(self) -> None:
+        while chunk := self._stream.read1(1 << 16):
+            self._total[0] += len(chunk)  # two readers add to it; a lost update only delays the stop a chunk
+            if self._limit is not None and self._total[0] > self._limit:
+                self._overflow.set()
+            room = self._head_limit - len(self.head)
+            if room > 0:
+                self.head += chunk[:room]
+                chunk = chunk[room:]
+            if not chunk:
+                continue
+            self._tail.append(chunk)
+            self._tail_bytes += len(chunk)
+            while self._tail and self._tail_bytes - len(self._tail[0]) >= self._tail_limit:
+                self._tail_bytes -= len(self._tail[0])
+                self.skipped += len(self._tail.popleft())
+        self._stream.close()
+
+    def text(self) -> str:
+        tail = b"".join(self._tail)
+        if self.skipped:
+            extra = len(tail) - self._tail_limit
+            if extra > 0:
+                self.skipped += extra
+                tail = tail[extra:]
+            # Whole lines only on either side of the gap: a line cut in two would read as another one.
+            head = bytes(self.head[: self.head.rfind(b"\n") + 1])
+            cut = tail.find(b"\n") + 1
+            self.skipped += len(self.head) - len(head) + cut
+            return (head + tail[cut:]).decode("utf-8", errors="replace")
+        return (bytes(self.head) + tail).decode("utf-8", errors="replace")
 
 
 def which(tool: str) -> str | None:
@@ -73,12 +130,18 @@ def run(
     env: Mapping[str, str] | None = None,
     input_text: str | None = None,
     cancel: threading.Event | None = None,
+    max_output_bytes: tuple[int, int] | None = None,
+    stop_after_bytes: int | None = None,
 ) -> ProcResult:
     """Run ``argv`` to completion, at most ``timeout_s`` seconds.
 
     Raises :class:`ToolMissing` when argv[0] does not exist; every other failure
     (non-zero exit, timeout, cancel) is reported in the returned result.
     ``env`` entries are added to (not substituted for) the current environment.
+    ``max_output_bytes``: (head, tail): of each stream keep only its first ``head`` and last ``tail``
+    bytes, whole lines (a compiler may print gigabytes); what is left out is counted in
+    :attr:`ProcResult.skipped_bytes`; with ``stop_after_bytes`` too, a child that prints more than that
+    in all is stopped as a timed-out one is (:attr:`ProcResult.output_overflow`).
     """
     argv = tuple(str(a) for a in argv)
     exe = which(argv[0])
@@ -89,6 +152,7 @@ def run(
         full_env.update(env)
     log.info("run (timeout %.0f s): %s", timeout_s, " ".join(argv))
     start = time.monotonic()
+    capped = max_output_bytes is not None
     proc = subprocess.Popen(
         (exe, *argv[1:]),
         cwd=cwd,
@@ -96,15 +160,33 @@ def run(
         stdin=subprocess.PIPE if input_text is not None else subprocess.DEVNULL,
         stdout=subprocess.PIPE,
         stderr=subprocess.PIPE,
-        text=True,
-        errors="replace",
+        text=not capped,
+        errors=None if capped else "replace",
         start_new_session=True,
     )
     outcome: dict[str, str] = {}
+    overflow = threading.Event()
 
     def communicate() -> None:
-        out, err = proc.communicate(input_text)
-        outcome["stdout"], outcome["stderr"] = out, err
+        if max_output_bytes is None:
+            out, err = proc.communicate(input_text)
+            outcome["stdout"], outcome["stderr"] = out, err
+            return
+        assert proc.stdout is not None and proc.stderr is not None
+        total = [0]
+        readers = [_Capped(stream, *max_output_bytes, total, stop_after_bytes, overflow)
+                   for stream in (proc.stdout, proc.stderr)]
+        if input_text is not None and proc.stdin is not None:
+            try:
+                proc.stdin.write(input_text.encode("utf-8", errors="replace"))
+                proc.stdin.close()
+            except BrokenPipeError:
+                pass
+        for reader in readers:
+            reader.thread.join()
+        proc.wait()
+        outcome["stdout"], outcome["stderr"] = readers[0].text(), readers[1].text()
+        outcome["skipped"] = str(readers[0].skipped + readers[1].skipped)
 
     reader = threading.Thread(target=communicate, daemon=True)
     reader.start()
@@ -118,12 +200,12 @@ def run(
             cancelled = True
         elif time.monotonic() >= deadline:
             timed_out = True
-        if timed_out or cancelled:
+        if timed_out or cancelled or overflow.is_set():
             _kill_group(proc)
             reader.join(5.0)
             break
     wall_s = time.monotonic() - start
-    returncode = None if (timed_out or cancelled) else proc.returncode
+    returncode = None if (timed_out or cancelled or overflow.is_set()) else proc.returncode
     if timed_out:
         log.warning("timed out after %.1f s: %s", wall_s, argv[0])
     return ProcResult(
@@ -134,4 +216,6 @@ def run(
         wall_s=wall_s,
         timed_out=timed_out,
         cancelled=cancelled,
+        skipped_bytes=int(outcome.get("skipped", 0)),
+        output_overflow=overflow.is_set(),
     )

@@ -12,6 +12,8 @@ and trace store live) and answers everything that must agree between callers:
   macros), whose macro table launch sizes and spec drafts read;
 * :meth:`Session.resolve_spec` — a kernel's launch spec: ``--spec`` when given,
   else the sidecar ``<file>.<kernel>.spec.json``, else the in-source comment;
+  one whose parameters do not fit the kernel's is refused there
+  (:func:`spec_problem`), for every command and the editor alike;
 * :meth:`Session.verify_options` — the verifier's options, built from the
   settings and the file's build flags (so the editor's verification compiles as
   its diagnostics do);
@@ -42,9 +44,11 @@ from kernel_lsp.core.parse import comment_ranges
 from kernel_lsp.core.rules import RuleGenerator
 from kernel_lsp.core.source import Preprocessed, directive_lines, preprocess
 from kernel_lsp.core.spec import Spec, SpecError, find_inline_specs, parse_spec
+from kernel_lsp.core.static_check import alias_resolver, spec_mismatch
 from kernel_lsp.services import optimizer
 from kernel_lsp.services.compile_db import CompileDb
 from kernel_lsp.services.harness import VerifyOptions, load_spec_file
+from kernel_lsp.services.harness.specfile import with_files_checked
 from kernel_lsp.services.profiler import find_spec, sidecar_path
 from kernel_lsp.services.source_view import FileAnalysis, analyze_source, full_view_budget, header_reader, timed_budget
 from kernel_lsp.services.toolchain import BuildFlags, CompileResult, build_flags, compile_source
@@ -96,14 +100,39 @@ class SpecLookup:
     """Why there is no spec, for the user."""
 
 
-def resolve_spec(path: str, text: str, kernel: str | None, explicit: str | None = None) -> SpecLookup:
+def spec_problem(spec: Spec, index: KernelIndex, text: str) -> str | None:
+    """Why ``spec`` cannot launch its kernel as ``index`` (of ``text``) defines it (another parameter count, an
+    array for a scalar, types read through the file's aliases), or None. A kernel the index does not see (defined through a macro) is not judged here: the
+    verifier's signature check reads the compiled file."""
+    kernels = [f for f in index.kernels if f.name == spec.kernel]
+    if not kernels:
+        return None
+    resolve = alias_resolver(text)
+    problems = [spec_mismatch(spec, fn, resolve)[0] for fn in kernels]
+    if all(problems):
+        return f"the launch spec does not fit '{spec.kernel}': " + "; ".join(problems[0])
+    return None
+
+
+def resolve_spec(path: str, text: str, kernel: str | None, explicit: str | None = None, *,
+                 index: KernelIndex | None = None) -> SpecLookup:
     """The launch spec of ``kernel`` in the file at ``path`` whose text is ``text``.
 
     ``explicit`` (a path, the CLI's ``--spec``) wins; else the sidecar
     ``<file>.<kernel>.spec.json``; else the in-source ``// kernel-lsp: spec``
     comment of that kernel. With ``kernel`` None the file must hold exactly one
-    in-source spec (or ``explicit`` names the spec).
+    in-source spec (or ``explicit`` names the spec). A spec that does not fit
+    the kernel (:func:`spec_problem`, against ``index`` or the text's own) is
+    refused with the reason.
     """
+    found = _lookup(path, text, kernel, explicit)
+    if found.spec is None:
+        return found
+    problem = spec_problem(found.spec, index if index is not None else build_index(text), text)
+    return dataclasses.replace(found, spec=None, problem=problem) if problem else found
+
+
+def _lookup(path: str, text: str, kernel: str | None, explicit: str | None) -> SpecLookup:
     def load(file: str, origin: str) -> SpecLookup:
         try:
             return SpecLookup(load_spec_file(file), origin, spec_path=file)
@@ -134,7 +163,7 @@ def _inline(path: str, data: dict | None, error: str | None, missing: str) -> Sp
     if data is None:
         return SpecLookup(None, None, problem=missing)
     try:
-        spec = parse_spec(data, os.path.dirname(os.path.abspath(path)))
+        spec = with_files_checked(parse_spec(data, os.path.dirname(os.path.abspath(path))))
     except SpecError as exc:
         return SpecLookup(None, "in-source", data=data, problem=f"the launch spec is invalid: {exc}")
     return SpecLookup(spec, "in-source", data=data)
@@ -257,8 +286,9 @@ class Session:
 
     # --- specs -------------------------------------------------------------------
 
-    def resolve_spec(self, path: str, text: str, kernel: str | None, explicit: str | None = None) -> SpecLookup:
-        return resolve_spec(path, text, kernel, explicit)
+    def resolve_spec(self, path: str, text: str, kernel: str | None, explicit: str | None = None, *,
+                     index: KernelIndex | None = None) -> SpecLookup:
+        return resolve_spec(path, text, kernel, explicit, index=index)
 
     # --- verification --------------------------------------------------------------
 

@@ -428,7 +428,7 @@ def discover(paths: Sequence[str], options: SweepOptions) -> Discovery:
         shared = folders[folder]
         analysis = None
         for kernel in names:
-            found = session.resolve_spec(path, source, kernel)
+            found = session.resolve_spec(path, source, kernel, index=index)
             if found.spec is not None:
                 jobs.append(KernelJob(path, rel, kernel, source, found.spec, found.origin or "",
                                       job_key(source, kernel, found.spec, context), context))

@@ -6,12 +6,24 @@ verifier, the profiler's build, the model's compile tool), resolved once by
 file, else the settings, then always the file's own folder and the settings'
 include paths and ``extraFlags``:
 
-    nvcc <arch flags> -cubin -Xptxas -v -lineinfo [flags] -I <folder> [-I include_paths] [extraFlags] -o <stem>.cubin <file>
+    nvcc <arch flags> -cubin -Xptxas -v -lineinfo [flags] -I <folder> [-I include_paths] [extraFlags] -o buffer.cubin buffer.cu
 
-:func:`compile_in` writes the text (saved or not) to a scratch folder under the
-document's own file name and compiles it there, so ``#include "local.cuh"``
-resolves as in the user's build and the user's file is never touched; messages
-that name the scratch file are mapped back to the document's path. The one
+Nothing on that line may hold text the shell nvcc runs its host compiler through
+would act on (:mod:`kernel_lsp.core.argv_policy`): ``extraFlags`` from any settings
+layer pass the compile database's flag policy (initializationOptions too: the VS
+Code extension fills them from settings a workspace can set), include paths the
+shell check, and each dropped flag is a warning that names it.
+
+:func:`compile_source` writes the text (saved or not) as ``buffer.cu`` in a private
+scratch folder and compiles it there to ``buffer.cubin`` (never the document's own
+name, which a cloned repository chooses); ``-I <folder>`` makes
+``#include "local.cuh"`` resolve as in the user's build, through a link named
+``include-<hash>`` in the scratch folder when the folder's own path holds such text. The
+user's file is never touched; messages that name the scratch file or the link are
+mapped back to the document's paths. nvcc's output is read up to
+:data:`MAX_OUTPUT_BYTES` (its start and its end, where ptxas reports), and at most
+:data:`~kernel_lsp.core.nvcc_output.MAX_MESSAGES` diagnostics are kept with a
+count of the rest. The one
 :class:`CompileResult` carries the diagnostics, the ptxas resource usage and the
 entry names (both read once from ptxas's verbose output), and the cubin. Every
 failure is a value (missing nvcc, timeout, cancel), never an exception.
@@ -20,6 +32,7 @@ failure is a value (missing nvcc, timeout, cancel), never an exception.
 from __future__ import annotations
 
 import dataclasses
+import hashlib
 import logging
 import os
 import tempfile
@@ -32,12 +45,23 @@ from pathlib import Path
 from types import MappingProxyType
 
 from kernel_lsp.config import Settings
+from kernel_lsp.core.argv_policy import safe_flags, shell_problem
 from kernel_lsp.core.launch_dims import defines_from_flags
-from kernel_lsp.core.nvcc_output import CompilerMessage, ResourceUsage, parse_diagnostics, parse_resource_usage
+from kernel_lsp.core.nvcc_output import CompilerMessage, ResourceUsage, parse_resource_usage, read_diagnostics
 from kernel_lsp.services import proc
-from kernel_lsp.services.compile_db import CompileDb, DbFlags
+from kernel_lsp.services.compile_db import CompileDb, DbFlags, DroppedFlag, filter_flags
 
 log = logging.getLogger(__name__)
+
+#: The scratch copy of the buffer and its output, in a private folder: fixed names, never the document's.
+SCRATCH_SOURCE = "buffer.cu"
+#: nvcc's output kept per stream, in bytes: its first 8 MiB and its last 2 MiB (ptxas's resource report
+#: comes last). A 66 KB line of 4,400 ``__global__ int;`` made nvcc print 1.36 GB, each of its 8,800
+#: warnings echoing the whole line.
+MAX_OUTPUT_BYTES = (8 << 20, 2 << 20)
+#: nvcc is stopped once it has printed this much (what follows would not be read anyway): the 1.36 GB of
+#: the line above took nvcc 5.5 s to print, and a compile's time should not grow with its output.
+STOP_AFTER_OUTPUT_BYTES = 64 << 20
 
 #: Flags that choose the target architecture; a value follows the bare forms.
 _ARCH_WITH_VALUE = frozenset({"-arch", "--gpu-architecture", "-gencode", "--generate-code", "-code", "--gpu-code"})
@@ -76,8 +100,11 @@ class BuildFlags:
     problems: tuple[str, ...] = ()
     """What the user should know about the flags (a malformed compile_commands.json, …)."""
     notices: tuple[CompilerMessage, ...] = ()
-    """Diagnostics about the flags themselves (compile-database flags the policy dropped), shown with
-    every compile's messages."""
+    """Diagnostics about the flags themselves (compile-database or settings flags the policy dropped), shown
+    with every compile's messages."""
+    linked_folders: tuple[str, ...] = ()
+    """``-I`` folders of ``flags`` that kernel-lsp adds itself (the file's own folder) whose path the shell
+    would act on: each compile reaches such a folder through a link with a plain name in its scratch folder."""
 
     def for_arch(self, arch: str) -> BuildFlags:
         """The same flags for one architecture (the verifier builds for the GPU it measures on)."""
@@ -97,15 +124,38 @@ class BuildFlags:
         """The ``-D`` macros of the command line (launch sizes such as ``<<<g, BLOCK>>>`` use them)."""
         return defines_from_flags(self.flags)
 
-    def argv(self, file_name: str) -> list[str]:
-        """The nvcc command that compiles ``file_name`` (in the current folder) to ``<stem>.cubin``."""
+    def argv(self, file_name: str, links: Mapping[str, str] | None = None) -> list[str]:
+        """The nvcc command that compiles ``file_name`` (in the current folder) to ``<stem>.cubin``;
+        ``links``: the path to pass for each of :attr:`linked_folders`."""
         argv = [self.nvcc, *self.arch_flags, "-cubin", "-Xptxas", "-v", "-lineinfo"]
         if not file_name.endswith(".cu"):
             # nvcc picks the language from the suffix and rejects .cuh; headers and scratch buffers are CUDA.
             argv += ["-x", "cu"]
-        argv += self.flags
+        flags = list(self.flags)
+        for i in range(len(flags) - 1):
+            if links and flags[i] == "-I" and flags[i + 1] in links:
+                flags[i + 1] = links[flags[i + 1]]
+        argv += flags
         stem = Path(file_name).stem or "buffer"
         return argv + ["-o", f"{stem}.cubin", file_name]
+
+
+def settings_flags(settings: Settings, workspace_root: str | None) -> tuple[tuple[str, ...], tuple[tuple[str, DroppedFlag], ...]]:
+    """(``-I`` include paths then ``extraFlags`` as nvcc gets them, (setting, dropped flag) for the others):
+    ``extraFlags`` pass the compile database's flag policy whatever settings layer gave them (a forced include
+    must lie in the workspace, ``-ccbin`` needs ``allowedCompilers``), include paths the shell check."""
+    folder = workspace_root or os.getcwd()
+    extra = filter_flags(list(settings.extra_flags), folder, folder, settings.allowed_compilers)
+    includes: list[str] = []
+    dropped: list[tuple[str, DroppedFlag]] = []
+    for path in settings.include_paths:
+        why = shell_problem(path)
+        if why is None:
+            includes += ["-I", path]
+        else:
+            dropped.append(("includePaths", DroppedFlag(path, why)))
+    dropped += [("extraFlags", d) for d in extra.dropped]
+    return tuple(includes) + extra.kept, tuple(dropped)
 
 
 def build_flags(
@@ -115,19 +165,24 @@ def build_flags(
     folder = os.path.dirname(os.path.abspath(document_path)) or os.getcwd()
     db = (compile_db or CompileDb()).flags_for(document_path, workspace_root, settings.allowed_compilers)
     db_arch, db_rest = split_arch_flags(db.flags or ())
-    flags = [*db_rest, "-I", folder]
-    for path in settings.include_paths:
-        flags += ["-I", path]
-    extra_arch, extra_rest = split_arch_flags(settings.extra_flags)
-    flags += extra_rest
+    from_settings, settings_dropped = settings_flags(settings, workspace_root)
+    extra_arch, extra_rest = split_arch_flags(from_settings)
+    notices = []
+    if db.dropped:
+        notices.append(dropped_flags_message(db))
+    if settings_dropped:
+        items = "; ".join(f"{key} '{d.flag}' ({d.reason})" for key, d in settings_dropped)
+        notices.append(CompilerMessage(None, None, None, "warning", "flags-dropped",
+                                       f"settings: flags not passed to nvcc: {items}", tool="kernel-lsp"))
     return BuildFlags(
         nvcc=settings.nvcc_path,
         arch_flags=extra_arch or db_arch or (f"-arch={settings.arch}",),
-        flags=tuple(flags),
+        flags=(*db_rest, "-I", folder, *extra_rest),
         timeout_s=settings.compile_timeout_s,
         flags_source="compile_commands.json" if db.flags is not None else "settings",
         problems=(db.problem,) if db.problem else (),
-        notices=(dropped_flags_message(db),) if db.dropped else (),
+        notices=tuple(notices),
+        linked_folders=(folder,) if shell_problem(folder) else (),
     )
 
 
@@ -190,10 +245,26 @@ def dropped_flags_message(db: DbFlags) -> CompilerMessage:
                            f"{db.db_path}: flags not passed to nvcc: {items}", tool="kernel-lsp")
 
 
-def _map_file(message: CompilerMessage, temp_names: set[str], document_path: str) -> CompilerMessage:
-    if message.path is not None and message.path in temp_names:
-        return dataclasses.replace(message, path=document_path)
+def _map_file(message: CompilerMessage, temp_names: set[str], links: Mapping[str, str],
+              document_path: str | None) -> CompilerMessage:
+    """``message`` about the document's path instead of the scratch file's, and about a linked folder's
+    real path instead of its link's."""
+    path = message.path
+    if path is None:
+        return message
+    if path in temp_names:
+        return dataclasses.replace(message, path=document_path) if document_path is not None else message
+    for link, folder in links.items():
+        if path.startswith(link + os.sep):
+            return dataclasses.replace(message, path=folder + path[len(link):])
     return message
+
+
+def _refused(flags: BuildFlags, argv: list[str], why: str) -> CompileResult:
+    """The compile not run: its command line held text nvcc's shell would act on."""
+    message = CompilerMessage(None, None, None, "error", "unsafe-argument", why, tool="kernel-lsp")
+    return CompileResult(messages=flags.notices + (message,), log=why, argv=tuple(argv),
+                         flags_source=flags.flags_source, problems=flags.problems + (why,))
 
 
 def compile_in(
@@ -207,10 +278,24 @@ def compile_in(
 ) -> CompileResult:
     """Write ``source`` to ``workdir/file_name`` and compile it there to ``<stem>.cubin`` with ``flags``.
 
-    Messages about the scratch file name ``document_path`` instead (when given).
+    ``file_name`` is the caller's fixed name (``buffer.cu``, ``candidate.cu``), never one a workspace
+    chose. Messages about the scratch file name ``document_path`` instead (when given). Every argument
+    is checked once more (:func:`~kernel_lsp.core.argv_policy.safe_flags`): one the shell would act on
+    (a scratch folder under an odd ``TMPDIR``) stops the compile with an error, nothing runs.
     The cubin stays in ``workdir``: the caller's folder decides how long it lives.
     """
-    argv = flags.argv(file_name)
+    links: dict[str, str] = {}
+    for folder in flags.linked_folders:
+        # Named by the folder, so a second compile in the same folder (the verifier's candidates) finds it.
+        link = os.path.join(workdir, "include-" + hashlib.sha256(folder.encode()).hexdigest()[:12])
+        if not os.path.islink(link):
+            os.symlink(folder, link, target_is_directory=True)
+        links[folder] = link
+    argv = flags.argv(file_name, links)
+    unsafe = safe_flags(argv[1:])[1]
+    if unsafe:
+        flag, why = unsafe[0]
+        return _refused(flags, argv, f"nvcc was not run: its argument '{flag}' {why}")
     data = source.encode("utf-8", errors="replace") if isinstance(source, str) else source
     temp_path = os.path.join(workdir, file_name)
     cubin_path = os.path.join(workdir, (Path(file_name).stem or "buffer") + ".cubin")
@@ -219,7 +304,8 @@ def compile_in(
     common = dict(argv=tuple(argv), flags_source=flags.flags_source, problems=flags.problems)
     start = time.monotonic()
     try:
-        result = proc.run(argv, timeout_s=flags.timeout_s, cwd=workdir, cancel=cancel)
+        result = proc.run(argv, timeout_s=flags.timeout_s, cwd=workdir, cancel=cancel,
+                          max_output_bytes=MAX_OUTPUT_BYTES, stop_after_bytes=STOP_AFTER_OUTPUT_BYTES)
     except proc.ToolMissing:
         missing = (f"nvcc was not found ('{flags.nvcc}'): compiler diagnostics and register counts are off. "
                    "Install the CUDA toolkit or set kernelLsp.nvccPath.")
@@ -233,9 +319,22 @@ def compile_in(
         )
     text = result.stderr + "\n" + result.stdout
     temp_names = {file_name, temp_path, os.path.realpath(temp_path), "./" + file_name}
-    messages = parse_diagnostics(text)
-    if document_path is not None:
-        messages = tuple(_map_file(m, temp_names, document_path) for m in messages)
+    parsed = read_diagnostics(text)
+    messages = tuple(_map_file(m, temp_names, {v: k for k, v in links.items()}, document_path) for m in parsed.messages)
+    more = parsed.more
+    if result.output_overflow:
+        stopped = (f"nvcc printed more than {STOP_AFTER_OUTPUT_BYTES >> 20} MB and was stopped: "
+                   f"{len(parsed.messages)} of its diagnostics are shown, and no resource usage")
+        problems += (stopped,)
+        messages += (CompilerMessage(None, None, None, "warning", "output-cut", stopped, tool="kernel-lsp"),)
+    elif result.skipped_bytes:
+        more_text = f"{more} more diagnostics, and " if more else ""
+        messages += (CompilerMessage(None, None, None, "warning", "output-cut",
+                                     f"nvcc printed {result.skipped_bytes / 2**20:.0f} MB more than kernel-lsp reads "
+                                     f"({more_text}whatever they held, are not shown)", tool="kernel-lsp"),)
+    elif more:
+        messages += (CompilerMessage(None, None, None, "info", "more-messages",
+                                     f"{more} more diagnostics from nvcc are not shown", tool="kernel-lsp"),)
     messages = flags.notices + messages
     usages = parse_resource_usage(text)
     resources: dict[str, ResourceUsage] = {}
@@ -284,7 +383,6 @@ def compile_source(
     """
     if flags is None:
         flags = build_flags(settings or Settings(), document_path, workspace_root=workspace_root, compile_db=compile_db)
-    file_name = os.path.basename(document_path) or "buffer.cu"
     with tempfile.TemporaryDirectory(prefix="kernel-lsp-") as tmp:
-        result = compile_in(source, tmp, file_name, flags, document_path=document_path, cancel=cancel)
+        result = compile_in(source, tmp, SCRATCH_SOURCE, flags, document_path=document_path, cancel=cancel)
     return dataclasses.replace(result, cubin_path=None)

@@ -32,7 +32,7 @@ def seed_attempt(db) -> None:
 
 def test_show_lists_states_and_one_state(tmp_path, capsys):
     db = tmp_path / "kb.db"
-    assert run_cli(["kb", "show", "--db", str(db)]) == 0
+    assert run_cli(["kb", "show", "--db", str(db), "--create"]) == 0
     out = capsys.readouterr().out
     assert "memory-bandwidth-saturated" in out and "kernel-fusion" in out
     assert run_cli(["kb", "show", "--db", str(db), "--state", "shared-bank-conflicts"]) == 0
@@ -63,7 +63,9 @@ def test_export_import(tmp_path, capsys):
     seed_attempt(a)
     assert run_cli(["kb", "export", "--db", str(a), str(out)]) == 0
     assert json.loads(out.read_text().splitlines()[0])["format"] == "kernel-lsp-kb"
-    assert run_cli(["kb", "import", "--db", str(b), str(out)]) == 0
+    assert run_cli(["kb", "import", "--db", str(b), str(out)]) == 1  # b does not exist yet: not made unasked
+    assert "pass --create" in capsys.readouterr().err and not b.exists()
+    assert run_cli(["kb", "import", "--db", str(b), "--create", str(out)]) == 0
     assert "imported 1 attempts (0 already known)" in capsys.readouterr().out
     assert run_cli(["kb", "import", "--db", str(b), str(out)]) == 0
     assert "imported 0 attempts (1 already known)" in capsys.readouterr().out

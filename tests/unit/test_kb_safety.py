@@ -195,7 +195,7 @@ def test_valid_import_still_imports_everything(tmp_path, kb_target):
 def test_import_cli_lists_rejected_lines_and_fails(tmp_path, kb_target, capsys):
     records = export_lines(tmp_path)
     records[kind(records, "attempt")]["accepted"] = "false"
-    assert run_cli(["kb", "import", "--db", kb_target, write(tmp_path, records)]) == 1
+    assert run_cli(["kb", "import", "--db", kb_target, "--create", write(tmp_path, records)]) == 1
     err = capsys.readouterr().err
     assert "'accepted' must be bool" in err and "nothing was imported" in err and "Traceback" not in err
 

@@ -9,7 +9,8 @@ import pytest
 
 from kernel_lsp import config
 from kernel_lsp.config import USER_LEVEL, resolve
-from kernel_lsp.server.settings import _checked_workspace_flags, _user_level_only
+from kernel_lsp.server.settings import _user_level_only
+from kernel_lsp.services.toolchain import settings_flags
 
 EXTENSION = Path(__file__).resolve().parents[2] / "editors" / "vscode" / "package.json"
 
@@ -46,13 +47,16 @@ def test_vscode_manifest_scopes_user_level_settings_to_the_machine():
         assert (prop.get("scope") == "machine") == (name in USER_LEVEL), name
 
 
-def test_workspace_extra_flags_pass_the_flag_policy(tmp_path):
-    layer, problems = _checked_workspace_flags(
-        {"extraFlags": ["-DOK", "-ccbin", "/evil", "-include", "/etc/passwd"], "arch": "sm_80"}, str(tmp_path))
-    assert layer == {"extraFlags": ["-DOK"], "arch": "sm_80"}
-    assert len(problems) == 2 and all("extraFlags" in p for p in problems)
-    assert _checked_workspace_flags({"extraFlags": "-DA -ccbin /x"}, str(tmp_path))[0]["extraFlags"] == ["-DA"]
-    assert _checked_workspace_flags(None, None) == (None, [])
+@pytest.mark.parametrize("layer", ["workspace settings", "initializationOptions", "user file"])
+def test_extra_flags_of_every_layer_pass_the_flag_policy(tmp_path, layer):
+    # initializationOptions too: the VS Code extension fills them from settings a workspace can set.
+    settings = resolve((layer, {"extraFlags": ["-DOK", "-ccbin", "/evil", "-include", "/etc/passwd"], "arch": "sm_80"},
+                        layer != "workspace settings"))
+    kept, dropped = settings_flags(settings, str(tmp_path))
+    assert kept == ("-DOK",)
+    assert [key for key, _ in dropped] == ["extraFlags", "extraFlags"]
+    assert settings_flags(resolve((layer, {"extraFlags": "-DA -ccbin /x"})), str(tmp_path))[0] == ("-DA",)
+    assert settings_flags(resolve(), None) == ((), ())
 
 
 def test_user_level_init_options_survive_a_configuration_change():
