@@ -59,8 +59,8 @@ from kernel_lsp.core.spec import inline_spec_for
 from kernel_lsp.core.profile import KernelProfile, Regression, profile_from_json, profile_to_json, regression
 from kernel_lsp.services import gpu_worker, ncu_reader, proc
 from kernel_lsp.core.nvcc_output import ResourceUsage
-from kernel_lsp.services.harness.compile import compile_cubin, find_entry
-from kernel_lsp.services.toolchain import BuildFlags, build_flags
+from kernel_lsp.services.harness.compile import find_entry
+from kernel_lsp.services.toolchain import SCRATCH_SOURCE, BuildFlags, build_flags, compile_in
 from kernel_lsp.services.harness.launch import launches_before
 
 log = logging.getLogger(__name__)
@@ -506,7 +506,10 @@ class Profiler:
                 json.dump(target.spec_data, f)
         if spec_path:
             folder = os.path.dirname(os.path.abspath(target.source_path))
-            compiled = compile_cubin(target.source_text, workdir, "kernel", self.flags(target.source_path), cancel=cancel)
+            # The editor's own scratch name and document path: the same compile as the save's diagnostics,
+            # so a save's two compiles of one text run nvcc once (toolchain's in-flight sharing).
+            compiled = compile_in(target.source_text, workdir, SCRATCH_SOURCE, self.flags(target.source_path),
+                                  document_path=target.source_path, cancel=cancel)
             if not compiled.ok or compiled.cubin_path is None:
                 raise _Failure(f"the file does not compile: {compiled.log.strip()[:400]}")
             entry, problem = find_entry(compiled.entries, target.kernel)
@@ -518,7 +521,7 @@ class Profiler:
                     "--timed", str(timed), "--timings-file", timings]
             resources = next((u for u in compiled.resources.values() if u.mangled_name == entry), None)
             return _Launch(argv, ("--kernel-name-base", "mangled", "-k", entry), entry, resources,
-                           os.path.join(workdir, "kernel.cu"), launches_before(timed), timings,
+                           os.path.join(workdir, SCRATCH_SOURCE), launches_before(timed), timings,
                            cubin=compiled.cubin_path, spec_path=os.path.abspath(spec_path), base_dir=folder, timed=timed)
         if self.settings.profile_program or target.program:
             program = target.program or self.settings.profile_program

@@ -267,6 +267,39 @@ def _refused(flags: BuildFlags, argv: list[str], why: str) -> CompileResult:
                          flags_source=flags.flags_source, problems=flags.problems + (why,))
 
 
+class _InFlight:
+    """Compiles running now, by what decides their result (text, name, flags, document path).
+
+    A save starts the diagnostics' compile and, a debounce later, the profiler's compile of the same
+    text with the same flags (one command and one :class:`CompileResult` for both, by design): the
+    second waits for the first and takes its result and a copy of its cubin instead of running nvcc
+    again. Only compiles that overlap in time share: a result is never kept past its run, so an
+    edited header is always read anew by the next compile.
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._running: dict[tuple, tuple[threading.Event, list]] = {}
+
+    def join_or_lead(self, key: tuple) -> tuple[bool, threading.Event, list]:
+        """(lead, done, box): the leader runs the compile and fills ``box`` with (result, cubin bytes)."""
+        with self._lock:
+            running = self._running.get(key)
+            if running is not None:
+                return False, running[0], running[1]
+            done, box = threading.Event(), []
+            self._running[key] = (done, box)
+            return True, done, box
+
+    def finish(self, key: tuple) -> None:
+        with self._lock:
+            done, _ = self._running.pop(key)
+        done.set()
+
+
+_IN_FLIGHT = _InFlight()
+
+
 def compile_in(
     source: str | bytes,
     workdir: str,
@@ -282,8 +315,52 @@ def compile_in(
     chose. Messages about the scratch file name ``document_path`` instead (when given). Every argument
     is checked once more (:func:`~kernel_lsp.core.argv_policy.safe_flags`): one the shell would act on
     (a scratch folder under an odd ``TMPDIR``) stops the compile with an error, nothing runs.
-    The cubin stays in ``workdir``: the caller's folder decides how long it lives.
+    The cubin stays in ``workdir``: the caller's folder decides how long it lives. A compile of the same
+    text, name and flags that is running at the same time is waited for and shared (:class:`_InFlight`).
     """
+    data = source.encode("utf-8", errors="replace") if isinstance(source, str) else source
+    key = (hashlib.sha256(data).digest(), file_name, flags, document_path)
+    lead, done, box = _IN_FLIGHT.join_or_lead(key)
+    if not lead:
+        while not done.wait(0.05):
+            if cancel is not None and cancel.is_set():
+                break
+        if box:
+            return _shared(*box[0], workdir, file_name)
+        # The leader was cancelled, failed to run or was given up on: compile here.
+        return _compile_in(data, workdir, file_name, flags, document_path=document_path, cancel=cancel)
+    try:
+        result = _compile_in(data, workdir, file_name, flags, document_path=document_path, cancel=cancel)
+        if not (result.cancelled or result.timed_out):
+            cubin = None
+            if result.cubin_path is not None:
+                with open(result.cubin_path, "rb") as handle:
+                    cubin = handle.read()
+            box.append((result, cubin))
+        return result
+    finally:
+        _IN_FLIGHT.finish(key)
+
+
+def _shared(result: CompileResult, cubin: bytes | None, workdir: str, file_name: str) -> CompileResult:
+    """Another compile's result as this caller's: its cubin copied into this caller's folder."""
+    if cubin is None:
+        return result
+    cubin_path = os.path.join(workdir, (Path(file_name).stem or "buffer") + ".cubin")
+    with open(cubin_path, "wb") as handle:
+        handle.write(cubin)
+    return dataclasses.replace(result, cubin_path=cubin_path)
+
+
+def _compile_in(
+    data: bytes,
+    workdir: str,
+    file_name: str,
+    flags: BuildFlags,
+    *,
+    document_path: str | None,
+    cancel: threading.Event | None,
+) -> CompileResult:
     links: dict[str, str] = {}
     for folder in flags.linked_folders:
         # Named by the folder, so a second compile in the same folder (the verifier's candidates) finds it.
@@ -296,7 +373,6 @@ def compile_in(
     if unsafe:
         flag, why = unsafe[0]
         return _refused(flags, argv, f"nvcc was not run: its argument '{flag}' {why}")
-    data = source.encode("utf-8", errors="replace") if isinstance(source, str) else source
     temp_path = os.path.join(workdir, file_name)
     cubin_path = os.path.join(workdir, (Path(file_name).stem or "buffer") + ".cubin")
     with open(temp_path, "wb") as handle:

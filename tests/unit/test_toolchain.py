@@ -6,13 +6,14 @@ import json
 import shutil
 import stat
 import threading
+import time
 from pathlib import Path
 
 import pytest
 
 from kernel_lsp.config import Settings
 from kernel_lsp.services.compile_db import CompileDb
-from kernel_lsp.services.toolchain import build_flags, compile_source, split_arch_flags
+from kernel_lsp.services.toolchain import build_flags, compile_in, compile_source, split_arch_flags
 
 
 
@@ -133,3 +134,39 @@ def test_compiler_sees_the_buffer_under_the_documents_name(tmp_path: Path) -> No
     result = compile_source("a\nb\nc\n", str(path), Settings(nvcc_path=fake))
     [error] = result.errors
     assert error.path == str(path) and error.line == 3 and error.message == "seen"
+
+
+def test_overlapping_compiles_of_one_text_run_nvcc_once_and_each_gets_its_cubin(tmp_path: Path) -> None:
+    # A save's diagnostics and its profile compile the same text with the same flags at nearly the same time.
+    runs = tmp_path / "runs"
+    fake = _fake_tool(tmp_path, f'echo run >> {runs}; sleep 0.6; '
+                                'for a; do [ "$prev" = -o ] && printf "cubin" > "$a"; prev=$a; done; exit 0')
+    flags = build_flags(Settings(nvcc_path=fake), str(tmp_path / "k.cu"))
+    folders = [tmp_path / "a", tmp_path / "b"]
+    for folder in folders:
+        folder.mkdir()
+    results: list = [None, None]
+
+    def compile(i: int, text: str) -> None:
+        results[i] = compile_in(text, str(folders[i]), "buffer.cu", flags, document_path=str(tmp_path / "k.cu"))
+
+    first = threading.Thread(target=compile, args=(0, "same"))
+    first.start()
+    second = threading.Thread(target=compile, args=(1, "same"))
+    time.sleep(0.2)
+    second.start()
+    first.join()
+    second.join()
+    assert runs.read_text().splitlines() == ["run"]
+    for folder, result in zip(folders, results):
+        assert result.ok and result.cubin_path == str(folder / "buffer.cubin")
+        assert Path(result.cubin_path).read_bytes() == b"cubin"
+    # Finished compiles are not kept: the next one (a header may have changed) runs nvcc again, as does
+    # another text at the same time.
+    compile(0, "same")
+    assert runs.read_text().splitlines() == ["run", "run"]
+    other = threading.Thread(target=compile, args=(1, "other"))
+    other.start()
+    compile(0, "same")
+    other.join()
+    assert runs.read_text().splitlines() == ["run"] * 4
