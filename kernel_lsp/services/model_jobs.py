@@ -61,11 +61,13 @@ log = logging.getLogger(__name__)
 JOBS = ("planner", "editor", "repairer")
 
 #: Verdicts a repair may fix: the candidate is wrong in a way its text can show. Not: accepted, correct but
-#: not faster, a timeout, or a static check (a cheat is not repaired into a subtler one).
+#: not faster, a timeout, a static check, a timed launch that was not what was checked or a speedup that
+#: collapses on redrawn inputs (a cheat is not repaired into a subtler one). A size-dependent candidate is:
+#: the size it fails at is in its report (a missing tail or edge check).
 REPAIRABLE = frozenset({
     Reason.COMPILE_ERROR, Reason.SIGNATURE_CHANGED, Reason.LAUNCH_ERROR, Reason.MISMATCH, Reason.NAN_OR_INF,
     Reason.INPUT_MODIFIED, Reason.NONDETERMINISTIC, Reason.OUT_OF_BOUNDS, Reason.HISTORY_DEPENDENT,
-    Reason.SANITIZER,
+    Reason.SANITIZER, Reason.SIZE_DEPENDENT,
 })
 
 #: Longest "reason" a planner answer carries, and "plan" an edit carries, in characters (small models

@@ -4,6 +4,8 @@ from __future__ import annotations
 
 import json
 
+import pytest
+
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest, TechniqueHint
 from kernel_lsp.core.chat_template import ToolFormat
 from kernel_lsp.core.rules import RuleGenerator
@@ -386,3 +388,23 @@ def test_an_edit_that_changes_only_comments_or_layout_is_not_a_candidate():
                      budgets=budgets(planner_samples=0, editor_samples=2))
     assert list(jobs.generate(request())) == []
     assert jobs.stats["editor"].invalid == 2 and jobs.stats["editor"].compile_checked == 0
+
+
+@pytest.mark.parametrize(("reason", "repaired"), [
+    (Reason.SIZE_DEPENDENT, True),  # a missing tail or edge check: its report names the size
+    (Reason.TIMED_MISMATCH, False),  # what was timed was not what was checked: a cheat, not a bug
+    (Reason.SPEEDUP_COLLAPSE, False),
+])
+def test_which_harness_reasons_go_to_the_repairer(reason, repaired):
+    ids = menu_ids()
+    target = ids[0]
+    rule_candidate = next(c for c in RuleGenerator().generate(request()) if c.generator == "rule:" + target)
+    model = ScriptedModel([choice(target)] * 3 + [edit(("int i", "int i"))] + [
+        lambda messages: edit(("int i = ", "const int i = "))])
+    jobs = ModelJobs(model, tools=AgentTools(compile=compiles_unless("nothing")), budgets=budgets(editor_samples=0))
+    seen: list[Candidate] = []
+    for candidate in jobs.generate(request()):
+        seen.append(candidate)
+        if candidate.source == rule_candidate.source:
+            jobs.feedback(candidate, Verdict(False, reason, errors=("n = 4095: out[4092..4094] never written",)))
+    assert any(c.generator.endswith("/repairer") for c in seen) == repaired
