@@ -679,6 +679,9 @@ class _Writer:
         self.on_chain = set(plan.chain)
         self.pred_count = 0
         self.loop_pragma = ""
+        self.past_loop = False
+        """Set by a subclass's :meth:`loop` once it is emitted: the statements after it then run under
+        :meth:`after_loop`'s predicate."""
 
     def text(self) -> str:
         return self.node(self.plan.chain[0], None)
@@ -741,7 +744,13 @@ class _Writer:
         out.append(self.src[at:hi].decode("utf-8"))
         return "".join(out)
 
+    def after_loop(self, pred: str | None) -> str | None:
+        """The predicate of the statements after the loop (the loop's own, unless a subclass narrows it)."""
+        return pred
+
     def predicated(self, stmt: Node, pred: str | None) -> str:
+        if self.past_loop:
+            pred = self.after_loop(pred)
         text = self.t(stmt)
         if stmt.type.startswith("preproc"):
             # A directive (``#pragma unroll``) keeps a line of its own.
