@@ -67,7 +67,9 @@ def test_a_column_reduction_is_split_over_a_taller_block(tmp_path):
 
 
 @pytest.mark.parametrize("edit, reason", [
-    (lambda s: s.replace("  float s = 1.5f;", "  mean[j] = 0.0f;\n  float s = 1.5f;"), "before it would race"),
+    (lambda s: s.replace("  float s = 1.5f;", "  top[j] += 1.0f;\n  float s = 1.5f;"), "before it would race"),
+    (lambda s: s.replace("  float s = 1.5f;", "  const float d0 = data[j];\n  float s = 1.5f;").replace(
+        "s += v;", "s += v; data[i * m + j] = v;"), "before it would race"),
     (lambda s: s.replace("s += v;", "s += v; mean[j] = v;"), "does not move with the iteration"),
     (lambda s: s.replace("s += v;", "s += v; top[0] = s;"), "for something else than updating it"),
     (lambda s: s.replace("hi = fmaxf(hi, v);", "hi = fmaxf(hi, v) + s;"), "carries hi from one iteration"),
@@ -80,6 +82,16 @@ def test_refusals_name_the_missing_fact(edit, reason):
     found = outcome(RULE, edit(STATS), STATS_SPEC)
     assert not found.applicable
     assert reason in found.why, found.why
+
+
+def test_a_store_before_the_loop_is_made_by_every_part_with_the_same_value(tmp_path):
+    source = STATS.replace("  float s = 1.5f;", "  mean[j] = 3.0f;\n  float s = mean[j];")
+    found = outcome(RULE, source, STATS_SPEC)
+    assert found.applicable, found.why
+    if shutil.which("g++"):
+        parts = found.rewrites[0].block[1]
+        before = run_on_cpu(source, STATS_MAIN.replace("PARTS", "1"), tmp_path, "store")
+        assert run_on_cpu(found.rewrites[0].source, STATS_MAIN.replace("PARTS", str(parts)), tmp_path, "store_split") == before
 
 
 def test_a_launch_that_fills_the_gpu_is_left_alone():

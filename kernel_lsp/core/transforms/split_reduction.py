@@ -23,8 +23,9 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - the loop: warp-per-row's loop legality (a unit-step ``for`` whose iterations are independent, carrying
   only accumulators of ``+``, ``max``, ``min``), reached from the body through blocks and ``if``\\ s
   without ``else``, no ``return`` before it but leading ``if (…) return;`` exits;
-- nothing is stored to global memory before the loop, and no array the loop stores is read before
-  it (the other parts of the thread run the loop meanwhile);
+- before the loop, no read-modify-write of global memory (every part runs that code) and no access
+  to an array the loop stores (the other parts of the thread run the loop meanwhile); a plain store
+  there is made by every part with the same value;
 - the loop runs at least 2 S iterations at the spec's main size (each part gets two or more).
 """
 
@@ -168,8 +169,10 @@ class SplitReduction(Rule):
                 reasons.append(f"the loop at line {line}: {exc}")
                 continue
             written = {a.array for a in facts.accesses if loop.id in a.loops and a.writes}
+            # Every part runs what comes before the loop: a plain store there is made S times with one value,
+            # which is harmless unless the loop stores to that array too; a read-modify-write would not be.
             early = [a for a in facts.accesses if loop.id not in a.loops and a.span[0] < loop.span[0]
-                     and (a.writes and a.space == "global" or a.reads and a.array in written)]
+                     and (a.space == "global" and a.kind in ("update", "atomic") or a.array in written)]
             if early:
                 reasons.append(f"the loop at line {line}: `{early[0].text}` before it would race with the other parts' "
                                "iterations")
