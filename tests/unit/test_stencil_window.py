@@ -282,3 +282,29 @@ __global__ void diff(const float* a, float* b, int n) {
     assert not found.applicable
     # 64 elements apart is more than a stencil's reach.
     assert "more than 16" in found.why or "not worth a barrier" in found.why
+
+
+def test_a_problem_size_the_analysis_saw_expanded_is_written_as_the_users_macro():
+    """The harness's static check rejects a literal equal to a problem size that the original file does not hold:
+    a pitch the analysis saw as 2048 (a header's macro, expanded) is written with the macro, or the rule refuses."""
+    from kernel_lsp.core.rules import evaluate, rule_by_name
+    from kernel_lsp.core.source import preprocess
+    from kernel_lsp.core.spec import parse_spec
+    from kernel_lsp.core.static_check import check
+
+    spec = parse_spec({**JACOBI_SPEC, "params": [scalar("n", 2048), *JACOBI_SPEC["params"][1:]]})
+    body = JACOBI.replace("i*n", "i*N").replace("(1 + i)*n", "(1 + i)*N").replace("(i-1)*n", "(i-1)*N")
+
+    def run(header: str):
+        source = '#include "sizes.h"\n' + body
+        pre = preprocess(source, "/w/k.cu", lambda path: header if path.endswith("sizes.h") else None)
+        return source, evaluate(source, "jacobi", spec, [rule_by_name(RULE)], preprocessed=pre)[0]
+
+    source, found = run("#define N 2048\n")
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert "(long long)kl_i0 * (((long long)N))" in rw.source
+    assert not check(source, rw.source, spec).errors
+    # A value the header spells only as a product, with no macro of its own: the literal would be new, refused.
+    source, found = run("#define M 1024\n#define N (2 * M)\n")
+    assert not found.applicable and "literal 2048" in found.why, found.why

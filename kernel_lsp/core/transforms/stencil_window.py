@@ -59,6 +59,7 @@ from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.poly import Poly, is_iteration
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
+from kernel_lsp.core.static_check import problem_sizes
 from kernel_lsp.core.transforms.emit import node_at, parse, rebuild
 from kernel_lsp.core.transforms.stencil_reuse import canonical
 from kernel_lsp.core.transforms.tile_contraction import STATIC_SMEM_BYTES, PolyEmitter, Refused
@@ -77,6 +78,40 @@ _JUMPS = ("break_statement", "continue_statement", "return_statement", "goto_sta
 
 class _Refusal(Exception):
     """A legality condition that does not hold; its message is the reason."""
+
+
+_LITERAL = re.compile(r"(?<![\w.])(\d+)(LL|ll|u|U)?\b")
+
+
+class _SizeNames:
+    """Integer literals of the emitted code that equal a problem size of the spec (the harness's static check
+    takes such a literal, absent from the original, for a size written in) written as the user's own
+    object-like macro of that value (``NJ`` for the 4096 its expansion gave the analysis), or refused."""
+
+    def __init__(self, sizes: dict[int, str], macros, kernel_text: str, source: str) -> None:  # noqa: ANN001
+        # A literal the original holds too is no finding of the check.
+        held = {int(m.group(1)) for m in _LITERAL.finditer(source)}
+        self.sizes = {v: what for v, what in sizes.items() if v not in held}
+        self.names: dict[int, str] = {}
+        used = set(re.findall(r"[A-Za-z_]\w*", kernel_text))
+        # The macros the kernel itself names first (``NJ`` rather than another macro of the same value).
+        for m in sorted(macros, key=lambda m: (m.name not in used, m.name)):
+            body = m.body.strip()
+            while body.startswith("(") and body.endswith(")"):
+                body = body[1:-1].strip()
+            if m.params is None and re.fullmatch(r"\d+[uUlL]*", body):
+                self.names.setdefault(int(body.rstrip("uUlL")), m.name)
+
+    def __call__(self, text: str) -> str:
+        def name(match: re.Match) -> str:
+            value = int(match.group(1))
+            if value not in self.sizes:
+                return match.group(0)
+            if value not in self.names:
+                raise _Refusal(f"the window's code would hold the literal {value}, {self.sizes[value]}, which the "
+                               "harness's static check takes for a problem size written in (no macro of the file names it)")
+            return f"((long long){self.names[value]})"
+        return _LITERAL.sub(name, text)
 
 
 @dataclass(frozen=True)
@@ -143,7 +178,8 @@ class _Plan:
     kernel: Node
     body: Node
     loops: dict
-    """Loop id -> :class:`LoopFact` of the tap loops."""
+    """Loop id -> (:class:`LoopFact`, trips) of the tap loops."""
+    names: _SizeNames
 
 
 def _substituted(poly: Poly, env: dict[str, int]) -> Poly:
@@ -291,8 +327,18 @@ class StencilWindow(Rule):
         except _Refusal as exc:
             return None, str(exc)
         prelude, exits, work_start, guard = shape
-        return _Plan(tuple(windows), prelude, exits, work_start, guard, tuple(sorted(fixed.items())), block, kernel,
-                     body, tap_loops), ""
+        plan = _Plan(tuple(windows), prelude, exits, work_start, guard, tuple(sorted(fixed.items())), block, kernel,
+                     body, tap_loops, _SizeNames(problem_sizes(ctx.spec), ctx.preprocessed.macros.values(),
+                                                 ctx.source[ctx.kernel.span.start_byte:ctx.kernel.span.end_byte], ctx.source))
+        emitter = PolyEmitter(facts, src, kernel)
+        try:
+            for n, w in enumerate(windows):
+                plan.names(self._load(n, w, plan, emitter))
+                for r in w.reads:
+                    self._tap(n, w, r, plan, emitter)
+        except _Refusal as exc:
+            return None, str(exc)
+        return plan, ""
 
     def _tap_loop(self, facts: KernelFacts, loop: LoopFact, ctx: RuleContext, binding_env: dict, params: set[str],
                   assigned: set[str], src: bytes, root: Node, fixed: dict[str, int]) -> int:
@@ -548,6 +594,12 @@ class StencilWindow(Rule):
             return self._body(plan, text, emitter, src)
 
         source, expanded = rebuild(ctx.preprocessed, facts, ctx.source, ctx.kernel, build)
+        if not expanded:
+            # The window's own code in the user's text names a problem size by the user's macro (the analysis
+            # saw its expansion); the candidate was checked against the expanded body with the literal.
+            for n, w in enumerate(plan.windows):
+                load = self._load(n, w, plan, emitter)
+                source = source.replace(load, plan.names(load), 1)
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         staged = ", ".join(f"`{w.array}` ({' x '.join(str(a.extent) for a in w.axes)}, {w.taps} taps)" for w in plan.windows)
         return (Rewrite(source, f"stage {staged} through a shared-memory window with its halo, loaded once per block and "
@@ -615,7 +667,7 @@ class StencilWindow(Rule):
                     trip = f"({trip} / {loop.step.constant})"
                 terms.append(f"{c} * {trip}" if c != 1 else trip)
             parts.append("[" + " + ".join(terms) + "]")
-        return f"kl_w{n}" + "".join(parts)
+        return plan.names(f"kl_w{n}" + "".join(parts))
 
     @staticmethod
     def _load(n: int, w: _Window, plan: _Plan, emitter: PolyEmitter) -> str:
