@@ -72,6 +72,9 @@ def test_a_2d_filter_with_tap_loops_reads_its_window(tmp_path):
     if shutil.which("g++"):
         before = run_on_cpu(CONV2D, CONV2D_MAIN, tmp_path, "conv2d")
         assert run_on_cpu(src, CONV2D_MAIN, tmp_path, "conv2d_window") == before
+        # Launched in blocks of another shape than the window was sized for: the original path.
+        other = CONV2D_MAIN.replace("{(w + 31) / 32, (h + 3) / 4, 1}, {32, 4, 1}", "{(w + 15) / 16, (h + 7) / 8, 1}, {16, 8, 1}")
+        assert run_on_cpu(src, other, tmp_path, "conv2d_window_other") == before
     if shutil.which("nvcc"):
         compiles(src, tmp_path)
 
@@ -107,7 +110,7 @@ def test_a_1d_filter_whose_radius_is_a_parameter_takes_the_window_at_the_spec_ra
     assert "the fast path needs r == 4" in found.why
     src = rw.source
     assert "__shared__ real kl_w0[136];" in src or "__shared__ float kl_w0[136];" in src
-    assert "if (kl_all && r == 4)" in src
+    assert "if (kl_all && blockDim.x == 128u && blockDim.y == 1u && blockDim.z == 1u && r == 4)" in src
     if shutil.which("g++"):
         # At another radius the original path runs: the same results either way.
         main = CONV1D_MAIN.replace("R_", str(radius))

@@ -20,7 +20,8 @@ Nothing is read that the original did not read. The fast path runs only where ev
 block would have read every tap (its guards hold for the whole block, ``__syncthreads_and``), and
 it loads only the window elements some tap of some thread of the block reaches (the union of the
 taps' boxes: a cross-shaped stencil leaves the window's corners out). Any other block (the grid's
-borders, ragged edges) runs the original code unchanged. The decision is the same for the whole
+borders, ragged edges), and any launch in blocks of another shape than the spec's (for which the
+window is sized), runs the original code unchanged. The decision is the same for the whole
 block, so every thread reaches the barrier.
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
@@ -640,16 +641,17 @@ class StencilWindow(Rule):
             fast.append(piece(plan.work_start, end, subs))
         fast_text = "\n".join(f for f in fast if f)
         slow_text = piece(plan.work_start, end)
-        gate = " && ".join(f"{name} == {value}" for name, value in plan.fixed)
+        # The window is sized for the spec's block: another launch of the kernel takes the original path.
+        bx, by, bz = plan.block
+        gate = " && ".join([f"blockDim.x == {bx}u && blockDim.y == {by}u && blockDim.z == {bz}u",
+                            *(f"{name} == {value}" for name, value in plan.fixed)])
         out.append("// The block's window of the stencil's input in shared memory, when every thread of the block reads "
                    "every tap; the original code elsewhere.")
         if on:
             out.append("const int kl_all = __syncthreads_and(kl_on);")
-            out.append(f"if (kl_all{' && ' + gate if gate else ''}) {{\n{fast_text}\n}} else if (kl_on) {{\n{slow_text}\n}}")
-        elif gate:
-            out.append(f"if ({gate}) {{\n{fast_text}\n}} else {{\n{slow_text}\n}}")
+            out.append(f"if (kl_all && {gate}) {{\n{fast_text}\n}} else if (kl_on) {{\n{slow_text}\n}}")
         else:
-            out.append(f"{{\n{fast_text}\n}}")
+            out.append(f"if ({gate}) {{\n{fast_text}\n}} else {{\n{slow_text}\n}}")
         return "\n    ".join(out) + "\n"
 
     @staticmethod
