@@ -72,18 +72,19 @@ using std::min;
 #define __forceinline__
 #define __shared__ static
 #define __restrict__
+#define __launch_bounds__(...)
 template <class F> void kl_launch(kl_dim3 grid, kl_dim3 block, F body) {
   gridDim = grid; blockDim = block;
-  unsigned threads = block.x * block.y;
-  for (unsigned by = 0; by < grid.y; by++) for (unsigned bx = 0; bx < grid.x; bx++) {
-    blockIdx = {bx, by, 0};
+  unsigned threads = block.x * block.y * block.z;
+  for (unsigned bz = 0; bz < grid.z; bz++) for (unsigned by = 0; by < grid.y; by++) for (unsigned bx = 0; bx < grid.x; bx++) {
+    blockIdx = {bx, by, bz};
     std::barrier<> bar(threads);
     kl_barrier = &bar;
     kl_warps.clear();
     for (unsigned w = 0; w * 32 < threads; w++) kl_warps.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
     std::vector<std::thread> workers;
-    for (unsigned ty = 0; ty < block.y; ty++) for (unsigned tx = 0; tx < block.x; tx++)
-      workers.emplace_back([=] { threadIdx = {tx, ty, 0}; kl_flat = tx + ty * block.x; body(); });
+    for (unsigned tz = 0; tz < block.z; tz++) for (unsigned ty = 0; ty < block.y; ty++) for (unsigned tx = 0; tx < block.x; tx++)
+      workers.emplace_back([=] { threadIdx = {tx, ty, tz}; kl_flat = tx + (ty + tz * block.y) * block.x; body(); });
     for (auto& t : workers) t.join();
   }
 }

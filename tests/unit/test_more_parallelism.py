@@ -306,3 +306,43 @@ def test_sector_per_row_is_offered_for_rows_whose_length_is_in_the_data(tmp_path
         from kernel_lsp.services.toolchain import BuildFlags
 
         assert compile_cubin(rewrite.source, str(tmp_path), "cand", BuildFlags().for_arch("sm_90")).ok
+
+
+PIVOT = """
+__global__ void scale_rows(float* a, int n) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < n) {
+    for (int j = r + 1; j < n; j++) a[r * n + j] = a[r * n + j] / a[r * n + r];
+  }
+}
+"""
+PIVOT_MAIN = r"""
+int main() {
+  const int n = 45;
+  std::vector<float> a(n * n);
+  for (int i = 0; i < n * n; i++) a[i] = (float)((i * 7) % 19) + 1.0f;
+  kl_launch({GRID, 1, 1}, {64, 1, 1}, [&] { scale_rows(a.data(), n); });
+  for (float v : a) printf("%a\n", v);
+}
+"""
+
+
+def test_a_pivot_the_loop_never_stores_is_read_by_every_lane(tmp_path):
+    """An under-filled launch whose threads each scale a row by its diagonal: the diagonal is read at another
+    index than the row is written, but one the store never reaches (it starts one past it)."""
+    spec = spec_of("scale_rows", [arr("a", "n*n", "inout"), scalar("n", 1024)], ["ceil_div(n,64)", 1, 1], [64, 1, 1],
+                   [{"n": 45}])
+    found = outcome("split-loop", PIVOT, spec)
+    assert found.applicable, found.why
+    if shutil.which("g++"):
+        from cpu_cuda import run_on_cpu
+
+        before = run_on_cpu(PIVOT, PIVOT_MAIN.replace("GRID", "1"), tmp_path, "pivot")
+        for n, rw in enumerate(found.rewrites):
+            lanes = rw.grid_scale[0]
+            assert run_on_cpu(rw.source, PIVOT_MAIN.replace("GRID", str(lanes)), tmp_path, f"pivot{n}") == before
+        if shutil.which("nvcc"):
+            compiles(found.rewrites[0].source, tmp_path)
+    # The diagonal stored by the loop itself (j from r): a real dependence between iterations.
+    found = outcome("split-loop", PIVOT.replace("j = r + 1", "j = r"), spec)
+    assert not found.applicable and "may be an element" in found.why, found.why

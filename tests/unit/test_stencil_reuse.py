@@ -81,7 +81,12 @@ def test_early_return_ends_only_that_row(tmp_path):
 
 @pytest.mark.parametrize(("change", "why"), [
     (lambda s: s.replace("B[i*n + j] = 0.2f", "__shared__ float t[8]; t[0] = 1; B[i*n + j] = 0.2f"), "shared memory"),
-    (lambda s: s.replace("B[i*n + j] = 0.2f * (", "for (int k = 0; k < 2; ++k) B[i*n + j] = 0.2f * ("), "has loops"),
+    (lambda s: s.replace("B[i*n + j] = 0.2f * (", "for (int k = 0; k < 2; ++k) B[i*n + j] = 0.2f * ("),
+     "stored inside a tap loop"),
+    (lambda s: s.replace("B[i*n + j] = 0.2f * (", "float t = 0; for (int k = 0; k < n; ++k) t += A[k];\n B[i*n + j] = t * ("),
+     "does not run a compile-time constant number of iterations"),
+    (lambda s: s.replace("B[i*n + j] = 0.2f * (", "float t = 0; for (int k = 0; k < 3; ++k) { if (A[k] > 0) break; t += A[k]; }"
+                         "\n B[i*n + j] = t * ("), "can leave an iteration early"),
     (lambda s: s.replace("A[(i + 1)*n + j] + A[(i - 1)*n + j]", "A[i*n + j + 2] + A[i*n + j - 2]"),
      "nothing to reuse"),
     (lambda s: s.replace("B[i*n + j] =", "B[j] ="), "does not move with threadIdx.y"),
@@ -135,8 +140,8 @@ def _corpus(name):
 @pytest.mark.parametrize(("name", "reason"), [
     ("polybench_conv2d", None), ("polybench_jacobi2d", None),
     ("polybench_fdtd2d_step3", None), ("polybench_conv3d", "fewer than 65536 threads"),
-    ("nvblog_fd_derivative_x", "shared memory"), ("rodinia_hotspot", "has loops"),
-    ("rodinia_hotspot3d", "has loops"), ("parboil_stencil_naive", None),
+    ("nvblog_fd_derivative_x", "shared memory"), ("rodinia_hotspot", "shared memory"),
+    ("rodinia_hotspot3d", "compile-time constant number of iterations"), ("parboil_stencil_naive", None),
     ("polybench_jacobi1d", "along blockIdx.x (nothing to reuse)"),
 ])
 def test_corpus_stencils(name, reason, tmp_path):
@@ -287,3 +292,55 @@ def test_a_statement_inside_a_macro_falls_back_to_the_expanded_body(tmp_path):
     assert "kl_v0[kl_s] = A[(i-1)*n + j] + A[(i+1)*n + j];" in rw.source
     if shutil.which("nvcc"):
         compiles(rw.source, tmp_path)
+
+
+TAPS = """
+#define RADIUS 2
+#define AT(r, c) ((r) * (long)w + (c))
+__global__ void __launch_bounds__(256) blur(const float* __restrict__ in, float* __restrict__ out, int h, int w) {
+  int c = blockIdx.x * blockDim.x + threadIdx.x;
+  int r = blockIdx.y * blockDim.y + threadIdx.y;
+  if (r >= RADIUS && r < h - RADIUS && c >= RADIUS && c < w - RADIUS) {
+    float acc = 0.0f;
+    for (int dy = -RADIUS; dy <= RADIUS; ++dy) {
+      #pragma unroll
+      for (int dx = -RADIUS; dx <= RADIUS; ++dx) acc += in[AT(r + dy, c + dx)] * (1.0f + dx * dx + dy);
+    }
+    out[AT(r, c)] = acc * 0.04f;
+  }
+}
+"""
+TAPS_MAIN = r"""
+int main() {
+  const int h = 53, w = 37;
+  std::vector<float> in(h * w), out(h * w, 9.0f);
+  for (int i = 0; i < h * w; i++) in[i] = (float)((i * 29) % 31) - 15.0f;
+  kl_launch({(w + 31) / 32, (h + 7) / 8, 1}, {32, BY, 1}, [&] { blur(in.data(), out.data(), h, w); });
+  for (float v : out) printf("%a\n", v);
+}
+"""
+
+
+def test_tap_loops_are_unrolled_into_each_row_and_compute_what_the_original_did(tmp_path):
+    data = spec("blur")
+    data["params"] = [arr("in", "h*w"), arr("out", "h*w", "out"), {"name": "h", "scalar": "int32", "value": 2048},
+                      {"name": "w", "scalar": "int32", "value": 2048}]
+    data["grid"], data["variants"] = ["ceil_div(w,32)", "ceil_div(h,8)", 1], [{"h": 53, "w": 37}]
+    found = outcome(TAPS, data)
+    assert found.applicable, found.why
+    assert "tap loops of constant trips" in found.why
+    assert [r.variant for r in found.rewrites] == ["rows=8", "rows=4"]
+    for rw in found.rewrites:
+        # The outer tap loop gets its unroll, the inner keeps the user's; the macros stay.
+        assert "#pragma unroll\n            for (int dy = -RADIUS; dy <= RADIUS; ++dy)" in rw.source
+        assert rw.source.count("#pragma unroll\n      for (int dx") == 2
+        if shutil.which("g++"):
+            from cpu_cuda import run_on_cpu
+            rows = int(rw.variant.split("=")[1])
+            before = run_on_cpu(TAPS, TAPS_MAIN.replace("BY", "8"), tmp_path, "blur")
+            # The same grid, blocks of 8 / rows rows of threads, each thread `rows` rows.
+            assert [int(v) for v in rw.launch_override["block"]] == [32, 8 // rows, 1]
+            after = run_on_cpu(rw.source, TAPS_MAIN.replace("BY", str(8 // rows)), tmp_path, f"blur{rows}")
+            assert after == before
+        if shutil.which("nvcc"):
+            compiles(rw.source, tmp_path)

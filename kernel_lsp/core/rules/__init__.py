@@ -36,21 +36,27 @@ from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SectorPerR
 from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.qualifiers import LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
+from kernel_lsp.core.transforms.split_reduction import SplitReduction
 from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore, SharedTileTranspose
 from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
+from kernel_lsp.core.transforms.stencil_window import StencilWindow
 from kernel_lsp.core.transforms.tile_contraction import TileContraction
+from kernel_lsp.core.transforms.tiled_coarsen import TiledCoarsen
 from kernel_lsp.core.transforms.warp_per_row import BlockPerRow, WarpPerRow
 
 #: Default order: the transformations that restructure the kernel (large wins where they apply) first,
 #: then launch changes and local edits.
 RULES: tuple[Rule, ...] = (
     TileContraction(),
+    TiledCoarsen(),
     RegisterAccumulate(),
     WarpPerRow(),
     SectorPerRow(),
     SplitLoop(),
+    SplitReduction(),
     BlockPerRow(),
     StencilRowReuse(),
+    StencilWindow(),
     ColumnsPerWarp(),
     TreeToShuffle(),
     TreeToRegisters(),
@@ -76,7 +82,8 @@ RULES: tuple[Rule, ...] = (
 COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "sector-per-row", "block-per-row",
                         "tile-contraction", "fixed-trip-unroll", "tree-to-shuffle", "tree-to-registers",
                         "atomic-to-block-reduce", "shared-privatize", "shared-tile-store", "shared-tile-load",
-                        "columns-per-warp"})
+                        "columns-per-warp",
+                        "stencil-shared-window", "tiled-register-block", "split-reduction"})
 #: Rules whose rewrite needs a launch of its own (a spec ``candidate`` field) and may still be the first
 #: step of a sequence: the later steps see that launch as the kernel's (the output's rows on y, then
 #: the tiles of its dot product).

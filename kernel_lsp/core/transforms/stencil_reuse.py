@@ -25,15 +25,19 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - a launch spec whose block height (or grid extent) is a multiple of C at every size; every pointer parameter its
   own array (the virtual threads' reads move before the other virtual threads' stores, which the
   original's unordered threads allowed only if no thread reads what another writes);
-- no loop, barrier, shared memory, warp intrinsic or atomic, no helper that reads the thread
+- no barrier, shared memory, warp intrinsic or atomic, no helper that reads the thread
   index (the original's warps and blocks do not exist any more);
-- the body is straight-line statements, then at most one guard ``if (…) { … }`` without ``else``
-  holding straight-line statements; an early exit only as ``if (…) return;`` before it; no
-  assignment in a condition;
-- every global store is a statement ``P[index] = value;`` on a pointer parameter, at an index
-  that moves with the axis, and the stored array is read only at that same index;
-- two reads of one array are a whole number of rows apart along the axis (the reason to
-  rewrite at all).
+- every loop is a tap loop: a ``for`` whose start, bound and step are compile-time constants
+  (at most :data:`MAX_TAP_TRIPS` iterations), that does not leave an iteration early nor assign its
+  counter; unrolled (``#pragma unroll``), its reads of neighbouring rows are the same addresses in
+  neighbouring virtual rows, which the compiler keeps in registers as for straight-line taps;
+- the body is straight-line statements and tap loops, then at most one guard ``if (…) { … }``
+  without ``else`` holding such statements; an early exit only as ``if (…) return;`` before it;
+  no assignment in a condition;
+- every global store is a statement ``P[index] = value;`` on a pointer parameter, outside the tap
+  loops, at an index that moves with the axis, and the stored array is read only at that same index;
+- two reads of one array are a whole number of rows apart along the axis, or one read moves a
+  whole number of rows per iteration of its tap loop (the reason to rewrite at all).
 """
 
 from __future__ import annotations
@@ -43,7 +47,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
-    Access, KernelFacts, helper_reading_thread_index, threads_cooperate,
+    Access, KernelFacts, LoopFact, assigned_names, helper_reading_thread_index, threads_cooperate,
 )
 from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import node_text as _text
@@ -86,7 +90,10 @@ AXES = (Axis("tid.y", ("threadIdx", "y"), ("blockDim", "y"), "block", 1),
 MIN_THREADS = 1 << 16
 #: Candidates per kernel from this rule.
 MAX_VARIANTS = 2
-_STRAIGHT = ("declaration", "expression_statement")
+#: Most iterations of a tap loop (and of a nest of them) unrolled into each virtual row.
+MAX_TAP_TRIPS = 64
+_STRAIGHT = ("declaration", "expression_statement", "for_statement")
+_JUMPS = ("break_statement", "continue_statement", "return_statement", "goto_statement")
 _SIDE_EFFECTS = ("assignment_expression", "update_expression")
 
 
@@ -118,6 +125,10 @@ class _Plan:
     axis: Axis
     rows: tuple[int, ...]
     """Rows per thread that the launch allows at every size, largest first."""
+
+
+def _pragma(node: Node) -> bool:
+    return node.type.startswith("preproc") and node.text is not None and node.text.lstrip().startswith(b"#pragma")
 
 
 def _statements(node: Node) -> list[Node]:
@@ -156,6 +167,49 @@ def canonical(poly: Poly, facts: KernelFacts) -> Poly:
     return Poly(tuple(sorted((m, c) for m, c in acc.items() if c)))
 
 
+def _tap_loop_refusal(loop: LoopFact, node: Node | None, src: bytes, facts: KernelFacts) -> str | None:
+    """Why ``loop`` is not a tap loop of compile-time constant trips (None: it is)."""
+    line = (loop.user_line or 0) + 1
+    if loop.kind != "for" or node is None or loop.var is None:
+        return f"the loop at line {line} has no counter the analysis follows"
+    if any(p is None or p.constant is None for p in (loop.start, loop.step, loop.bound)):
+        return (f"the loop at line {line} does not run a compile-time constant number of iterations (only tap loops "
+                "are unrolled across the rows)")
+    if loop.step.constant <= 0 or loop.geometric is not None:
+        return f"the loop at line {line} does not count up by a constant step"
+    trips = -(-(loop.bound.constant - loop.start.constant) // loop.step.constant)
+    outer = facts.loops[loop.parent] if loop.parent is not None else None
+    while outer is not None and outer.start is not None and outer.bound is not None and outer.step is not None \
+            and None not in (outer.start.constant, outer.bound.constant, outer.step.constant) and outer.step.constant > 0:
+        trips *= max(1, -(-(outer.bound.constant - outer.start.constant) // outer.step.constant))
+        outer = facts.loops[outer.parent] if outer.parent is not None else None
+    if trips > MAX_TAP_TRIPS:
+        return f"the loop nest at line {line} runs more than {MAX_TAP_TRIPS} iterations to unroll into each row"
+    body = node.child_by_field_name("body")
+    if body is None or _has(body, _JUMPS):
+        return f"the loop at line {line} can leave an iteration early"
+    if loop.var in assigned_names(body, src):
+        return f"the loop at line {line} assigns its counter in its body"
+    if loop.calls_unknown:
+        return f"the loop at line {line} calls code the analysis does not see"
+    return None
+
+
+def moves_rows(a: Access, facts: KernelFacts, limit: int, symbol: str) -> bool:
+    """A read in a tap loop moves a whole nonzero number of rows of ``symbol`` per iteration of one of its
+    loops (``in[(row + dy) * w + col]``): its iterations read neighbouring rows."""
+    index = canonical(a.index, facts)
+    row = index.coefficient(symbol)
+    if row is None or row == Poly():
+        return False
+    for lid in a.loops:
+        loop = facts.loops[lid]
+        step = index.coefficient(loop.trip_symbol)
+        if step is not None and any(step == row.scale(d) or step == row.scale(-d) for d in range(1, limit)):
+            return True
+    return False
+
+
 def rows_apart(a: Access, b: Access, facts: KernelFacts, limit: int, symbol: str = "tid.y") -> int | None:
     """How many rows of ``symbol`` apart two accesses are (a nonzero whole number below ``limit``),
     or None."""
@@ -185,8 +239,6 @@ class StencilRowReuse(Rule):
             return None, "the kernel uses neither threadIdx.y, blockIdx.y nor blockIdx.x (no rows to give a thread)"
         if not ctx.distinct_arrays():
             return None, "the spec does not allocate every pointer parameter on its own (reads would pass other threads' stores)"
-        if facts.loops:
-            return None, "the kernel has loops (only straight-line stencils are rewritten)"
         if threads_cooperate(facts):
             return None, "barriers, shared memory, warp intrinsics or atomics: the original's blocks and warps would not exist"
         if facts.unknowns or facts.escaped:
@@ -200,6 +252,10 @@ class StencilRowReuse(Rule):
         body = kernel.child_by_field_name("body")
         if body is None:
             return None, "the kernel has no body"
+        for loop in facts.loops:
+            why = _tap_loop_refusal(loop, node_at(src, root, loop.span), src, facts)
+            if why:
+                return None, why
         shape, why = self._shape(body)
         if shape is None:
             return None, why
@@ -229,7 +285,8 @@ class StencilRowReuse(Rule):
                 reasons.append(f"`{still[0]}` is stored at an index that does not move with {axis.label}")
                 continue
             reuse = next((a.array for a in reads for b in reads
-                          if a.array == b.array and rows_apart(a, b, facts, limit, axis.symbol)), None)
+                          if a.array == b.array and rows_apart(a, b, facts, limit, axis.symbol)), None) or next(
+                (a.array for a in reads if moves_rows(a, facts, limit, axis.symbol)), None)
             if reuse is None:
                 reasons.append(f"no array is read at neighbouring rows along {axis.label} (nothing to reuse)")
                 continue
@@ -249,7 +306,7 @@ class StencilRowReuse(Rule):
         stmts = _statements(body)
         prelude: list[Node] = []
         rest = list(stmts)
-        while rest and (rest[0].type in _STRAIGHT or _early_return(rest[0]) is not None):
+        while rest and (rest[0].type in _STRAIGHT or _pragma(rest[0]) or _early_return(rest[0]) is not None):
             if rest[0].type == "if_statement" and not _plain_condition(_early_return(rest[0])):
                 return None, "an early return's condition has side effects"
             prelude.append(rest.pop(0))
@@ -263,8 +320,8 @@ class StencilRowReuse(Rule):
         if not _plain_condition(guard.child_by_field_name("condition")):
             return None, "the guard's condition has side effects or declares a variable"
         block = _statements(guard.child_by_field_name("consequence"))
-        if any(s.type not in _STRAIGHT for s in block):
-            return None, "the guarded block has branches or loops"
+        if any(s.type not in _STRAIGHT and not _pragma(s) for s in block):
+            return None, "the guarded block has branches"
         return (prelude, guard, block), ""
 
     def _stores(self, src: bytes, block: list[Node], globals_: list[Access],
@@ -275,6 +332,8 @@ class StencilRowReuse(Rule):
             writes = [a for a in globals_ if a.writes and stmt.start_byte <= a.span[0] < stmt.end_byte]
             if not writes:
                 continue
+            if stmt.type == "for_statement":
+                return None, f"`{writes[0].text}` is stored inside a tap loop (a row's stores are deferred one by one)"
             e = stmt.named_children[0] if stmt.type == "expression_statement" and stmt.named_children else None
             if e is None or e.type != "assignment_expression" or _text(src, e.child_by_field_name("operator")) != "=":
                 return None, f"`{writes[0].text}` is stored by a compound assignment or inside a larger expression"
@@ -315,7 +374,8 @@ class StencilRowReuse(Rule):
                 with_candidate_launch(ctx.spec, self._launch(ctx, plan.axis, c))  # type: ignore[arg-type]
         except (SpecError, ValueError, ZeroDivisionError) as exc:
             return False, f"the new launch does not evaluate: {exc}"
-        return True, (f"`{plan.reuse}` is read at neighbouring rows along {plan.axis.label}; straight-line body, "
+        body = "straight-line body and tap loops of constant trips" if ctx.facts.loops else "straight-line body"
+        return True, (f"`{plan.reuse}` is read at neighbouring rows along {plan.axis.label}; {body}, "
                       f"{len(plan.stores)} plain store(s) at the thread's own row, no barriers or shared memory; "
                       f"{' or '.join(map(str, plan.rows))} rows per thread")
 
@@ -358,6 +418,9 @@ class StencilRowReuse(Rule):
         builtins = list(builtin_fields(src, plan.kernel, lo, hi, replaced))
 
         def render(node: Node, extra: list[tuple[int, int, str]] = ()) -> str:
+            if _pragma(node):
+                # A directive keeps a line of its own (the statements are joined by newlines).
+                return src[node.start_byte:node.end_byte].decode("utf-8").strip()
             subs = [(n.start_byte, n.end_byte, v) for n, v in builtins
                     if node.start_byte <= n.start_byte and n.end_byte <= node.end_byte]
             subs += [e for e in extra if node.start_byte <= e[0] and e[1] <= node.end_byte]
@@ -389,14 +452,25 @@ class StencilRowReuse(Rule):
         if plan.guard is not None:
             check.append(f"kl_all = kl_all && {render(plan.guard.child_by_field_name('condition'))};")
         # 2. The fast path: every row passes, so no exit and no guard; stores deferred.
-        fast = [render(s) for s in plan.prelude if _early_return(s) is None]
+        def unrolled(stmts) -> list[str]:
+            """The statements rendered, a tap loop not under a directive of the user's given ``#pragma unroll``
+            (its neighbour rows are then the same addresses as the next virtual row's)."""
+            out, previous = [], None
+            for s in stmts:
+                if s.type == "for_statement" and not (previous is not None and _pragma(previous)):
+                    out.append("#pragma unroll")
+                out.append(render(s))
+                previous = s
+            return out
+
+        fast = unrolled([s for s in plan.prelude if _early_return(s) is None])
         decls = []
         for k, st in enumerate(plan.stores):
             decls.append(f"{st.elem_type} kl_v{k}[{rows}]; {st.elem_type} *kl_p{k}[{rows}];")
         for s in plan.block:
             store = next((k for k, st in enumerate(plan.stores) if st.node == s), None)
             if store is None:
-                fast.append(render(s))
+                fast.extend(unrolled([s]) if s.type == "for_statement" and not _pragma_in(plan.block, s) else [render(s)])
                 continue
             st = plan.stores[store]
             fast.append(f"kl_p{store}[kl_s] = &({render(st.left)}); kl_v{store}[kl_s] = {render(st.right)};")
@@ -414,6 +488,12 @@ class StencilRowReuse(Rule):
                 f"        #pragma unroll\n        for (unsigned kl_s = 0; kl_s < {rows}u; ++kl_s) {{ {flush} }}\n"
                 f"    }} else {{\n        #pragma unroll\n        {head.replace(ind, j)}{j}" + j.join(general) +
                 "\n        }\n    }\n")
+
+
+def _pragma_in(stmts: tuple[Node, ...], stmt: Node) -> bool:
+    """``stmt`` follows a directive among ``stmts``."""
+    at = stmts.index(stmt)
+    return at > 0 and _pragma(stmts[at - 1])
 
 
 def _product(shape: tuple[int, int, int]) -> int:

@@ -99,7 +99,7 @@ _IDENT = re.compile(r"[A-Za-z_]\w*\Z")
 _EXITS = ("break_statement", "continue_statement", "return_statement", "goto_statement")
 
 
-class _Refused(Exception):
+class Refused(Exception):
     """A legality condition that does not hold; its message is the reason."""
 
 
@@ -135,7 +135,7 @@ class _Unmapped(Exception):
     """A statement the rewrite copies has no counterpart in the user's text (inside a macro)."""
 
 
-class _Emitter:
+class PolyEmitter:
     """C expressions for the analysis' polynomials, with thread indices and counters replaced."""
 
     def __init__(self, facts: KernelFacts, src: bytes, kernel: Node, narrow: bool = False):
@@ -161,16 +161,16 @@ class _Emitter:
         if s in _BUILTINS:
             return f"({self.int_type}){_BUILTINS[s]}"
         if is_iteration(s):
-            raise _Refused("the index uses the counter of another loop")
+            raise Refused("the index uses the counter of another loop")
         if is_opaque(s):
             return self.opaque(self.facts.opaque.get(s), subs)
         if s in self.params and s not in self.assigned:
             return f"({self.int_type}){s}"
-        raise _Refused(f"the index uses `{s}`, which is not a parameter the kernel leaves unchanged")
+        raise Refused(f"the index uses `{s}`, which is not a parameter the kernel leaves unchanged")
 
     def opaque(self, entry: Opaque | None, subs: dict[str, str]) -> str:
         if entry is None:
-            raise _Refused("the index has a term the analysis does not model")
+            raise Refused("the index has a term the analysis does not model")
         if entry.recipe is not None:
             if entry.recipe[0] == "select":
                 _, left, cmp, right, a, b = entry.recipe
@@ -184,7 +184,7 @@ class _Emitter:
         # A name the kernel neither declares nor assigns is a macro, a constant or an unchanged
         # parameter: the same value wherever it is written.
         if entry.deps or not _IDENT.match(text) or text in self.declared or text in self.assigned:
-            raise _Refused(f"the index has a term (`{text}`) that cannot be recomputed elsewhere in the kernel")
+            raise Refused(f"the index has a term (`{text}`) that cannot be recomputed elsewhere in the kernel")
         return f"({self.int_type})({text})"
 
 
@@ -205,21 +205,21 @@ def _chain(kernel_body: Node, loop_node: Node) -> tuple[Node, ...]:
         chain.append(node)
         node = node.parent
     if node is None:
-        raise _Refused("the loop is not inside the kernel's body")
+        raise Refused("the loop is not inside the kernel's body")
     chain.reverse()
     for parent, child in zip([kernel_body, *chain], chain):
         if parent.type == "compound_statement":
             continue
         if parent.type == "if_statement":
             if parent.child_by_field_name("alternative") is not None:
-                raise _Refused("the loop is under an `if` with an `else`")
+                raise Refused("the loop is under an `if` with an `else`")
             if parent.child_by_field_name("consequence") != child:
-                raise _Refused("the loop is not in the consequence of its `if`")
+                raise Refused("the loop is not in the consequence of its `if`")
             cond = parent.child_by_field_name("condition")
             if cond is None or any(c.type in ("declaration", "init_statement") for c in cond.named_children):
-                raise _Refused("an `if` on the way to the loop declares a variable in its condition")
+                raise Refused("an `if` on the way to the loop declares a variable in its condition")
             continue
-        raise _Refused(f"the loop is inside a `{parent.type}`, not only blocks and `if`s")
+        raise Refused(f"the loop is inside a `{parent.type}`, not only blocks and `if`s")
     return (kernel_body, *chain)
 
 
@@ -338,63 +338,63 @@ class TileContraction(Rule):
         for loop in facts.loops:
             try:
                 plan = self._loop_plan(facts, loop, block, bindings, src, root, kernel, used)
-                _Writer(plan, facts, src, _Emitter(facts, src, kernel, plan.narrow)).text()
+                _Writer(plan, facts, src, PolyEmitter(facts, src, kernel, plan.narrow)).text()
                 return plan, ""
-            except _Refused as exc:
+            except Refused as exc:
                 reasons.append(f"the loop at line {(loop.user_line or 0) + 1}: {exc}")
         return None, "; ".join(reasons) or "the kernel has no loop"
 
     def _loop_plan(self, facts, loop, block, bindings, src, root, kernel, used: int = 0) -> _Plan:
         if loop.kind != "for" or loop.var is None:
-            raise _Refused("the analysis finds no counter of it (a variable started, tested and stepped)")
+            raise Refused("the analysis finds no counter of it (a variable started, tested and stepped)")
         if loop.step is None or loop.step.constant != 1 or loop.start is None or loop.bound is None:
-            raise _Refused("its step is not 1 or its bounds are unknown")
+            raise Refused("its step is not 1 or its bounds are unknown")
         if loop.parent is not None or any(other.parent == loop.id for other in facts.loops):
-            raise _Refused("it is nested in or contains another loop")
+            raise Refused("it is nested in or contains another loop")
         if loop.calls_unknown:
-            raise _Refused("it calls code the analysis does not see")
+            raise Refused("it calls code the analysis does not see")
         if thread_dependence(loop.start, facts.opaque) or thread_dependence(loop.bound, facts.opaque):
-            raise _Refused("its bounds differ between the threads of a block")
+            raise Refused("its bounds differ between the threads of a block")
         loop_node = node_at(src, root, loop.span)
         if loop_node is None:
-            raise _Refused("its statement was not found")
+            raise Refused("its statement was not found")
         body = kernel.child_by_field_name("body")
         chain = _chain(body, loop_node)
         loop_body = loop_node.child_by_field_name("body")
         if loop_body is None or _find(loop_body, _EXITS):
-            raise _Refused("it has an early exit (break, continue, return or goto)")
+            raise Refused("it has an early exit (break, continue, return or goto)")
         self._header(loop_node, loop, src)
         top = chain[1] if len(chain) > 1 else loop_node  # the statement of the body that holds the loop
         for b in facts.barriers:
             if top.start_byte <= b.span[0] < top.end_byte:
-                raise _Refused(f"the kernel's barrier `{b.text}` at line {(b.user_line or 0) + 1} is in the statement that "
+                raise Refused(f"the kernel's barrier `{b.text}` at line {(b.user_line or 0) + 1} is in the statement that "
                                "holds the loop (the rewrite predicates that statement: the barrier would become conditional)")
         for w in facts.warp_operations:
             if top.start_byte <= w.span[0] < top.end_byte:
-                raise _Refused(f"the warp-level operation `{w.text}` is in the statement that holds the loop (its lanes "
+                raise Refused(f"the warp-level operation `{w.text}` is in the statement that holds the loop (its lanes "
                                "would be predicated)")
         if _find(body, ("goto_statement",)):
-            raise _Refused("the kernel has a `goto`, which could jump past the barriers")
+            raise Refused("the kernel has a `goto`, which could jump past the barriers")
         for ret in _find(body, ("return_statement",)):
             if ret.start_byte < loop_node.end_byte and not self._leading_exit(ret, chain, src):
-                raise _Refused("a `return` before it would leave threads out of the barriers")
-        emitter = _Emitter(facts, src, kernel)
+                raise Refused("a `return` before it would leave threads out of the barriers")
+        emitter = PolyEmitter(facts, src, kernel)
         emitter.poly(loop.start, {})
         emitter.poly(loop.bound, {})
         if loop.var in assigned_names(loop_body, src):
-            raise _Refused("its body assigns the loop variable")
+            raise Refused("its body assigns the loop variable")
         if loop_node.child_by_field_name("initializer").type != "declaration" and _used_outside(body, loop_node, loop.var, src):
-            raise _Refused("its variable is used outside it (its last value would change when the loop runs zero times)")
+            raise Refused("its variable is used outside it (its last value would change when the loop runs zero times)")
         tiles = self._tiles(facts, loop, block, src, root, loop_node, emitter)
         trips = []
         for binding in bindings:
             n = trip_count(facts, loop, binding)
             if n is None:
-                raise _Refused("its trip count does not evaluate at every size of the spec")
+                raise Refused("its trip count does not evaluate at every size of the spec")
             trips.append(n)
         tk = self._tile_k(tiles, block, max(trips), used)
         if tk is None:
-            raise _Refused("its tiles do not fit the shared memory budget")
+            raise Refused("its tiles do not fit the shared memory budget")
         narrow = all(_fits_int32(facts, loop, tiles, b, n) for b, n in zip(bindings, trips))
         return _Plan(loop, tiles, block, tk, chain, narrow)
 
@@ -413,17 +413,17 @@ class TileContraction(Rule):
         cond = loop_node.child_by_field_name("condition")
         init = loop_node.child_by_field_name("initializer")
         if cond is None or init is None or cond.type != "binary_expression":
-            raise _Refused("its header does not start, test and step one counter")
+            raise Refused("its header does not start, test and step one counter")
         left = cond.child_by_field_name("left")
         op = cond.child_by_field_name("operator")
         if left is None or _text(src, left) != loop.var or op is None or op.type not in ("<", "<="):
-            raise _Refused("its test is not an upper bound of its counter")
+            raise Refused("its test is not an upper bound of its counter")
         if init.type == "declaration":
             decls = init.children_by_field_name("declarator")
             if len(decls) != 1 or decls[0].type != "init_declarator":
-                raise _Refused("its initializer declares more than the variable")
+                raise Refused("its initializer declares more than the variable")
         elif init.type != "assignment_expression":
-            raise _Refused("its counter is not started by its header")
+            raise Refused("its counter is not started by its header")
 
     def _tiles(self, facts, loop, block, src, root, loop_node, emitter) -> tuple[_Tile, ...]:
         trip = loop.trip_symbol
@@ -466,7 +466,7 @@ class TileContraction(Rule):
                 continue
             try:
                 emitter.poly(index, {trip: "0", **({dim: "0"} if dim else {})})
-            except _Refused as exc:
+            except Refused as exc:
                 why.append(f"`{accesses[0].text}`: {exc}")
                 continue
             k_fastest = stride.constant in (1, -1) or dim is None or index.coefficient(dim) != Poly.const(1)
@@ -484,10 +484,10 @@ class TileContraction(Rule):
         for a in facts.accesses:
             moves = trip in a.index.symbols
             if tiles and a.loops == (loop.id,) and a.space == "global" and a.reads and a not in tiled and moves:
-                raise _Refused(f"`{a.text}` moves with the loop and is not shared by the block: the loop's traffic "
+                raise Refused(f"`{a.text}` moves with the loop and is not shared by the block: the loop's traffic "
                                "would stay in global memory")
         if not tiles:
-            raise _Refused("; ".join(why) or "no operand it reads is shared by the threads of a block "
+            raise Refused("; ".join(why) or "no operand it reads is shared by the threads of a block "
                            "(each moves with the loop and with at most one thread dimension)")
         return tuple(tiles)
 
@@ -546,7 +546,7 @@ class TileContraction(Rule):
         facts = ctx.facts
         src, root = parse(ctx.preprocessed)
         kernel = node_at(src, root, facts.span)
-        emitter = _Emitter(facts, src, kernel, plan.narrow)
+        emitter = PolyEmitter(facts, src, kernel, plan.narrow)
         new = _Writer(plan, facts, src, emitter).text()
         top = plan.chain[0]
         source = self._own(ctx, top, new, lambda user: _Writer(plan, facts, src, emitter, user).text())
@@ -573,7 +573,7 @@ class TileContraction(Rule):
             return None
         try:
             own = write(user)
-        except (_Unmapped, _Refused):
+        except (_Unmapped, Refused):
             return None
         if not expands_to(own, new, ctx.preprocessed):
             return None
@@ -602,10 +602,10 @@ class TileContraction(Rule):
                             "dynamic_smem": launch.dynamic_smem}
                 if not ctx.launch_ok(override):
                     continue
-            emitter = _Emitter(facts, src, kernel, plan.narrow)
+            emitter = PolyEmitter(facts, src, kernel, plan.narrow)
             try:
                 new = _BlockedWriter(plan, facts, src, emitter, kernel, shape=shape).text()
-            except _Refused:
+            except Refused:
                 continue
             source = self._own(ctx, plan.chain[0], new,
                                lambda user: _BlockedWriter(plan, facts, src, emitter, kernel, user, shape).text())
@@ -669,7 +669,7 @@ def _staged(loads: list[_Load], flat: str, threads: int) -> list[str]:
 class _Writer:
     """The new text of the statements from the outermost guard down to the loop."""
 
-    def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: _Emitter, user: UserText | None = None):
+    def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: PolyEmitter, user: UserText | None = None):
         self.plan = plan
         self.facts = facts
         self.src = src
@@ -679,6 +679,9 @@ class _Writer:
         self.on_chain = set(plan.chain)
         self.pred_count = 0
         self.loop_pragma = ""
+        self.past_loop = False
+        """Set by a subclass's :meth:`loop` once it is emitted: the statements after it then run under
+        :meth:`after_loop`'s predicate."""
 
     def text(self) -> str:
         return self.node(self.plan.chain[0], None)
@@ -741,7 +744,13 @@ class _Writer:
         out.append(self.src[at:hi].decode("utf-8"))
         return "".join(out)
 
+    def after_loop(self, pred: str | None) -> str | None:
+        """The predicate of the statements after the loop (the loop's own, unless a subclass narrows it)."""
+        return pred
+
     def predicated(self, stmt: Node, pred: str | None) -> str:
+        if self.past_loop:
+            pred = self.after_loop(pred)
         text = self.t(stmt)
         if stmt.type.startswith("preproc"):
             # A directive (``#pragma unroll``) keeps a line of its own.
@@ -763,13 +772,13 @@ class _Writer:
             target, value = d.child_by_field_name("declarator"), d.child_by_field_name("value")
             if value is None or value.type in ("initializer_list", "argument_list") or target.type not in (
                     "identifier", "pointer_declarator"):
-                raise _Refused("a declaration before the loop cannot be split from its initialiser")
+                raise Refused("a declaration before the loop cannot be split from its initialiser")
             name = target
             while name.type == "pointer_declarator":
                 name = name.child_by_field_name("declarator")
             own_type = type_text if target.type == "pointer_declarator" else re.sub(r"\bconst\b\s*", "", type_text)
             if "auto" in own_type.split() or "&" in own_type:
-                raise _Refused("a declaration before the loop has no type to hoist")
+                raise Refused("a declaration before the loop has no type to hoist")
             hoisted.append(f"{own_type} {self.t(target)};")
             assigns.append(f"{self.t(name)} = {self.t(value)};")
         return " ".join(hoisted) + f" if ({pred}) {{ {' '.join(assigns)} }}"
@@ -1047,7 +1056,7 @@ class _BlockedWriter(_Writer):
     iteration for all the copies along it. Where every copy is active (all but the grid's ragged
     edge), the loop runs without the copies' predicates."""
 
-    def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: _Emitter, kernel: Node,
+    def __init__(self, plan: _Plan, facts: KernelFacts, src: bytes, emitter: PolyEmitter, kernel: Node,
                  user: UserText | None = None, shape: BlockShape = BlockShape(4, 1)):
         super().__init__(plan, facts, src, emitter, user)
         body = kernel.child_by_field_name("body")

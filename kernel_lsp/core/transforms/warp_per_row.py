@@ -20,7 +20,9 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - in each rewritten loop: a ``for`` with a unit step and no nested loop, calling nothing the
   analysis does not see, with no early exit; the only scalars it carries are accumulators
   (``+``, ``max``, ``min``) that it reads only to update them; every array it writes is written
-  at an index that moves with the iteration and read nowhere else in the loop;
+  at an index that moves with the iteration and read nowhere else in the loop, except at one
+  element the store never reaches (a constant distance before its first one, or not a whole
+  number of its strides away: a pivot ``a[r*n + r]`` read while ``a[r*n + j]`` is stored for ``j > r``);
 - only innermost loops are split; the loops around them run whole on every lane of the group,
   with the same trips (nothing a lane computes differently outlives a split loop: accumulators
   are combined right after it), so a split loop nested in one (``for t2: for i: out[i] += …``)
@@ -45,6 +47,7 @@ from kernel_lsp.core.analysis import (
 )
 from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import node_text as _text
+from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import (
@@ -281,8 +284,11 @@ class WarpPerRow(Rule):
             along = w.index.coefficient(loop.trip_symbol)
             if along is None or along.constant == 0:
                 return f"it writes `{w.array}` at an index that does not move with the iteration", ()
-            if any(r.array == w.array and r.index != w.index for r in in_loop if r is not w):
-                return f"it reads `{w.array}` at another index than it writes", ()
+            clash = next((r for r in in_loop if r is not w and r.array == w.array and r.index != w.index
+                          and not _never_written(r, w, loop.trip_symbol, facts)), None)
+            if clash is not None:
+                return (f"it reads `{w.array}` at another index than it writes (`{clash.text}` may be an element "
+                        f"`{w.text}` stores in another iteration)"), ()
         return None, accumulators
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
@@ -374,6 +380,22 @@ class WarpPerRow(Rule):
                 "warp shuffles; launched with 32 times the blocks")
 
 
+
+
+def _never_written(r, w, trip: str, facts: KernelFacts) -> bool:  # noqa: ANN001 - analysis.Access
+    """The loop-invariant read ``r`` is an element the store ``w`` never reaches: ``w`` moves by a constant
+    stride per iteration from a constant distance to ``r`` that is not a whole non-negative number of
+    strides (a pivot ``a[k*n + k]`` read while ``a[k*n + j]`` is stored for ``j > k``)."""
+    from kernel_lsp.core.transforms.stencil_reuse import canonical
+
+    read, store = canonical(r.index, facts), canonical(w.index, facts)
+    stride = store.coefficient(trip)
+    if stride is None or stride.constant in (None, 0) or trip in read.symbols:
+        return False
+    gap = (read - (store - Poly.sym(trip) * stride)).constant
+    if gap is None:
+        return False
+    return gap % stride.constant != 0 or gap // stride.constant < 0
 
 
 def _init_value(init: Node | None) -> Node | None:
