@@ -128,7 +128,7 @@ def corpus(name: str) -> tuple[str, dict, Path]:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", ["howto_reduce_v0", "llmc_matmul_backward_bias_kernel1"])
+@pytest.mark.parametrize("name", ["howto_reduce_v0", "llmc_matmul_backward_bias_kernel1", "shoc_reduction"])
 def test_corpus_trees_become_shuffles_and_compile(name, tmp_path):
     source, spec, folder = corpus(name)
     found = outcome("tree-to-shuffle", source, spec)
@@ -140,11 +140,12 @@ def test_corpus_trees_become_shuffles_and_compile(name, tmp_path):
 
 
 @pytest.mark.parametrize("name,rule,why", [
-    ("shoc_reduction", "tree-to-shuffle", "is unrolled"),
+    # The coarsening loop before SHOC's unrolled tree: copies of it would run one after another.
+    ("shoc_reduction", "tree-coarsen", "the code before the tree loops"),
     # A 16x16 block whose tree runs over threadIdx.y (its partial sums are also stored afterwards).
     ("rodinia_backprop_layerforward", "tree-to-shuffle", "not one-dimensional"),
-    # A scan: the up-sweep's partial sums are read by the down-sweep.
-    ("parboil_scan_l1", "tree-to-shuffle", "reads a slot other than the root after the tree"),
+    # A scan: the up-sweep computes its indices in locals of a guarded block.
+    ("parboil_scan_l1", "tree-to-shuffle", "does more than combine two slots of `s_data`"),
     ("llmc_crossentropy_forward_kernel1", "tree-to-shuffle", "no shared-memory reduction tree"),
     ("llmc_encoder_backward_kernel1", "atomic-to-block-reduce", "no atomics onto an address that is the same"),
     ("llmc_crossentropy_forward_kernel1", "atomic-to-block-reduce", "no atomics"),

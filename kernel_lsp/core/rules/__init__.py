@@ -28,6 +28,7 @@ from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec, relaunched
 from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToRegisters, TreeToShuffle
+from kernel_lsp.core.transforms.coarsen_reduce import TreeCoarsen
 from kernel_lsp.core.transforms.columns_per_warp import ColumnsPerWarp
 from kernel_lsp.core.transforms.elementwise import BlockSizeSweep, GridStride, VectorizeElementwise
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
@@ -54,6 +55,7 @@ RULES: tuple[Rule, ...] = (
     ColumnsPerWarp(),
     TreeToShuffle(),
     TreeToRegisters(),
+    TreeCoarsen(),
     AtomicToBlockReduce(),
     SharedPrivatize(),
     SharedTileTranspose(),

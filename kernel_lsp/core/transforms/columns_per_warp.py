@@ -54,8 +54,9 @@ from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.static_check import problem_sizes
-from kernel_lsp.core.transforms.block_reduce import TreeToShuffle, _is_barrier, replace_by_lines
+from kernel_lsp.core.transforms.block_reduce import _is_barrier, replace_by_lines
 from kernel_lsp.core.transforms.emit import BodyEdit, builtin_fields, emit, node_at, parse
+from kernel_lsp.core.transforms.tree_model import loop_tree
 from kernel_lsp.core.transforms.warp_per_row import _only_updated
 
 #: (columns per block, rows of threads per block): 16 columns give 64 row-threads per column and twice
@@ -263,7 +264,7 @@ class ColumnsPerWarp(Rule):
         if assigned_names(body, src) & params:
             return None, f"the kernel assigns its parameter `{sorted(assigned_names(body, src) & params)[0]}`"
         sizes = sorted({launch.block[0] for launch in launches})
-        tree_why, tree_op = TreeToShuffle()._refusal(facts, tree, tree_red.target, body, root, src, sizes)
+        tree_why, tree_op = loop_tree(ctx, tree, sizes)
         if tree_why:
             return None, f"the tree on `{tree_red.target}` at line {(tree.user_line or 0) + 1}: {tree_why}"
         if acc.op != tree_op:
