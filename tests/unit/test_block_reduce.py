@@ -179,14 +179,17 @@ __global__ void total(const float* x, float* out, int n) {
 def test_atomics_onto_one_address_become_one_per_block(tmp_path):
     found = outcome("atomic-to-block-reduce", ATOMIC, spec_of("total", 256, [{"n": 1000}], out_size="1"))
     assert found.applicable, found.why
-    (rw,) = found.rewrites
-    assert rw.source.count("atomicAdd(") == 1 and "__syncthreads_or" in rw.source and "break;" in rw.source
-    compiles(rw.source, tmp_path)
+    same, *coarsened = found.rewrites
+    assert same.launch_override is None and same.grid_divide is None
+    assert [rw.grid_divide for rw in coarsened] == [(8, 1, 1), (32, 1, 1)]
+    for k, rw in enumerate(found.rewrites):
+        assert rw.source.count("atomicAdd(") == 1 and "__syncthreads_or" in rw.source and "break;" in rw.source
+        compiles(rw.source, tmp_path / str(k))
 
 
 @pytest.mark.parametrize("source,block,why", [
     (ATOMIC.replace("atomicAdd(&out[0], x[i] * 2.0f);", "float old = atomicAdd(&out[0], x[i]); if (old < 0) out[1] = 0;"),
-     256, "other atomics than atomicAdd"),
+     256, "other atomics than atomicAdd, atomicMin or atomicMax"),
     (ATOMIC.replace("atomicAdd(&out[0], x[i] * 2.0f);", "if (atomicAdd(&out[0], x[i]) > 1.0f) return;"),
      256, "uses the atomic's old value"),
     (ATOMIC.replace("int i =", "int k = n / 2; int i =").replace("&out[0]", "&out[k]"), 256, "names k"),

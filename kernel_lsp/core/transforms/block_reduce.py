@@ -45,10 +45,13 @@ from kernel_lsp.core.analysis import Access, KernelFacts, LoopFact, assigned_nam
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.transforms.emit import (
-    WARP_REDUCE, BodyEdit, emit, node_at, parse, rebuild_span, warp_reduce_helpers,
+    WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, rebuild_span, warp_reduce_helpers,
 )
+from kernel_lsp.core.analysis import helper_reading_thread_index
+from kernel_lsp.core.transforms.grid_expr import original_grid
+from kernel_lsp.core.transforms.helper_clone import HelperEdits, clone_helpers
 from kernel_lsp.core.transforms.tree_model import (
-    SharedTree, TreeValue, c_index, find_trees, first_line as _first_line, is_barrier as _is_barrier,
+    SharedTree, TreeValue, c_index, c_text, find_trees, first_line as _first_line, is_barrier as _is_barrier,
     spec_blocks as _spec_blocks,
 )
 
@@ -167,20 +170,54 @@ def block_reduce_many(parts: list[tuple[str, str, str, str, str]], linear: str, 
     return "\n    ".join(lines) + "\n"
 
 
+#: The atomics a register combine replaces, with the combine's operator.
+ATOMIC_OPS = {"atomicAdd": "+", "atomicMin": "min", "atomicMax": "max"}
+#: (largest, smallest) value of the integer types atomicMin and atomicMax take: the identities of min and max.
+_LIMITS = {
+    "int": ("2147483647", "(-2147483647 - 1)"),
+    "unsigned int": ("0xffffffffu", "0u"),
+    "unsigned": ("0xffffffffu", "0u"),
+    "long long": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
+    "long long int": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
+    "unsigned long long": ("0xffffffffffffffffull", "0ull"),
+    "unsigned long long int": ("0xffffffffffffffffull", "0ull"),
+}
+
+
+def identity(op: str, elem: str) -> str | None:
+    """The value that ``op`` leaves any value of ``elem`` unchanged with, or None when not known."""
+    if op == "+":
+        return f"({elem})0"
+    limits = _LIMITS.get(" ".join(elem.split()))
+    return None if limits is None else limits[0 if op == "min" else 1]
+
+
+def combine(op: str, acc: str, value: str) -> str:
+    return f"{acc} += {value}" if op == "+" else f"{acc} = {op}({acc}, {value})"
+
+
 @dataclass(frozen=True)
 class _Target:
     array: str
     elem_type: str
     address: str
-    """The atomics' address as written (re-evaluated at the kernel's end)."""
+    """The atomics' address as written (re-evaluated at the kernel's end), or rebuilt from the analysis'
+    index when the atomics are in a helper."""
     calls: tuple[tuple[int, int, str], ...]
-    """Each atomic call's byte range and the value it adds."""
+    """Each atomic call in the kernel's body: its byte range and the value it adds."""
+    op: str = "+"
+    atomic: str = "atomicAdd"
+    accesses: tuple[Access, ...] = ()
 
 
 class AtomicToBlockReduce(Rule):
+    """Atomics onto addresses the same for the whole block (``atomicAdd``, ``atomicMin``, ``atomicMax``,
+    several targets side by side, in the kernel or in its helpers) as per-thread register combines,
+    a block reduction and one atomic per target and block."""
+
     name = "atomic-to-block-reduce"
     technique = "one-atomic-per-block"
-    summary = "per-element atomicAdd onto one address: summed in registers, reduced in the block, one atomic per block"
+    summary = "atomics onto one address per block: combined in registers, reduced in the block, one atomic per block"
 
     def plan(self, ctx: RuleContext) -> tuple[list[_Target], str]:
         facts = ctx.facts
@@ -207,85 +244,211 @@ class AtomicToBlockReduce(Rule):
         plans, reasons = [], []
         for array in arrays:
             mine = [a for a in facts.accesses if a.array == array]
-            if any(a.kind != "atomic" or a.op != "atomicAdd" for a in mine):
-                reasons.append(f"`{array}` is also read, written or updated by other atomics than atomicAdd: "
-                               "their order against the deferred sum is not kept")
+            if any(a.kind != "atomic" or a.op not in ATOMIC_OPS for a in mine):
+                reasons.append(f"`{array}` is also read, written or updated by other atomics than atomicAdd, atomicMin "
+                               "or atomicMax: their order against the deferred combine is not kept")
                 continue
-            if any(a.via for a in mine):
-                reasons.append(f"an atomic onto `{array}` is in a helper function, not in the kernel's body")
-                continue
-            calls, addresses = [], set()
+            groups: dict[Poly, list[Access]] = {}
             for a in mine:
-                call = node_at(src, root, a.span)
-                args = call.child_by_field_name("arguments") if call is not None and call.type == "call_expression" else None
-                if args is None or args.named_child_count != 2 or call.parent is None or call.parent.type != "expression_statement":
-                    reasons.append(f"`{a.text}` at line {(a.user_line or 0) + 1} uses the atomic's old value")
-                    break
-                address, value = args.named_children
-                if _cast_pointer(address):
-                    reasons.append(f"the address of `{a.text}` is cast: the element type it adds is not the array's")
-                    break
-                addresses.add(_text(src, address).replace(" ", ""))
-                names = _identifiers(address, src)
-                if names - params - _BUILTINS:
-                    reasons.append(f"the address of `{a.text}` names {', '.join(sorted(names - params - _BUILTINS))}, "
-                                   "not an unassigned parameter or builtin: it cannot be re-evaluated at the kernel's end")
-                    break
-                loaded = (names & {n for n, _, is_pointer in facts.params if is_pointer}) - {array} - set(facts.read_only)
-                if loaded:
-                    reasons.append(f"the address of `{a.text}` reads {', '.join(sorted(loaded))}, which the kernel may "
-                                   "write: it may differ at the kernel's end")
-                    break
-                calls.append((a.span[0], a.span[1], _text(src, value)))
-            else:
-                if len(addresses) != 1:
-                    reasons.append(f"the atomics onto `{array}` are written with different addresses")
-                    continue
-                plans.append(_Target(array, mine[0].elem_type, _text(src, node_at(src, root, mine[0].span)
-                                                                        .child_by_field_name("arguments").named_children[0]),
-                                     tuple(calls)))
+                groups.setdefault(a.index, []).append(a)
+            for index, group in groups.items():
+                found = self._target(ctx, facts, array, index, group, params, src, root)
+                (reasons if isinstance(found, str) else plans).append(found)
         if reasons:
             return [], "; ".join(reasons)
         return plans, ""
+
+    def _target(self, ctx, facts: KernelFacts, array: str, index: Poly, group: list[Access], params: set[str],
+                src: bytes, root: Node) -> _Target | str:
+        if thread_dependence(index, facts.opaque) or any(s.startswith("tid.") for s in index.symbols):
+            return f"the atomics onto `{array}` at `{group[0].text}` do not all target one address per block"
+        ops = {a.op for a in group}
+        if len(ops) != 1:
+            return f"the atomics onto `{array}` at one address are {' and '.join(sorted(ops))}: no one combine"
+        atomic = group[0].op
+        op = ATOMIC_OPS[atomic]
+        elem = " ".join(w for w in group[0].elem_type.split() if w not in ("volatile", "const"))
+        if identity(op, elem) is None:
+            return f"{atomic} onto `{array}` of `{elem}`: no identity of `{op}` is known for that type"
+        calls, addresses = [], set()
+        for a in group:
+            call = node_at(src, root, a.span)
+            args = call.child_by_field_name("arguments") if call is not None and call.type == "call_expression" else None
+            if args is None or args.named_child_count != 2 or call.parent is None or call.parent.type != "expression_statement":
+                return f"`{a.text}` at line {(a.user_line or 0) + 1} uses the atomic's old value"
+            address, value = args.named_children
+            if _cast_pointer(address):
+                return f"the address of `{a.text}` is cast: the element type it adds is not the array's"
+            if a.via:
+                continue
+            addresses.add(_text(src, address).replace(" ", ""))
+            names = _identifiers(address, src)
+            if names - params - _BUILTINS:
+                return (f"the address of `{a.text}` names {', '.join(sorted(names - params - _BUILTINS))}, "
+                        "not an unassigned parameter or builtin: it cannot be re-evaluated at the kernel's end")
+            loaded = (names & {n for n, _, is_pointer in facts.params if is_pointer}) - {array} - set(facts.read_only)
+            if loaded:
+                return (f"the address of `{a.text}` reads {', '.join(sorted(loaded))}, which the kernel may "
+                        "write: it may differ at the kernel's end")
+            calls.append((a.span[0], a.span[1], _text(src, value)))
+        if len(addresses) > 1:
+            return f"the atomics onto `{array}` are written with different addresses"
+        if addresses:
+            first = next(a for a in group if not a.via)
+            address_text = _text(src, node_at(src, root, first.span).child_by_field_name("arguments").named_children[0])
+        else:
+            # Only in helpers: the address from the analysis' index, in the kernel's own terms.
+            scalars = {n for n, _, is_pointer in facts.params if not is_pointer} & params
+            if any(s not in scalars and not s.startswith(("bid.", "bdim.", "gdim.")) for s in index.symbols):
+                return (f"the index of `{group[0].text}` in the helper `{group[0].via[-1]}` is not an expression of the "
+                        "kernel's unassigned parameters and block indices")
+            address_text = f"&{array}[{c_text(index)}]"
+        return _Target(array, elem, address_text, tuple(calls), op, atomic, tuple(group))
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         plans, why = self.plan(ctx)
         if not plans:
             return False, why
+        facts = ctx.facts
+        src, root = parse(ctx.preprocessed)
+        clones = self._clones(plans, facts, src, root)
+        if isinstance(clones, str):
+            return False, clones
         return True, "; ".join(
-            f"every atomic onto `{p.array}` is an atomicAdd at `{p.address}`, the same address for the whole block, "
+            f"every atomic onto `{p.array}` at `{p.address}` is an {p.atomic}, the same address for the whole block, "
             "its old value unused, the array touched nowhere else" for p in plans) + "; every thread reaches the kernel's end"
+
+    def _clones(self, plans: list[_Target], facts: KernelFacts, src: bytes, root: Node):
+        in_helpers = [(k, p) for k, p in enumerate(plans) if any(a.via for a in p.accesses)]
+        if not in_helpers:
+            return HelperEdits("", ())
+        params = ", ".join(f"{p.elem_type}& kl_acc{k}, bool& kl_hit{k}" for k, p in in_helpers)
+        args = ", ".join(f"kl_acc{k}, kl_hit{k}" for k, _ in in_helpers)
+        slot = {id(a): k for k, p in in_helpers for a in p.accesses}
+
+        def replace(access: Access, call: Node) -> str:
+            k = slot[id(access)]
+            p = plans[k]
+            value = _text(src, call.child_by_field_name("arguments").named_children[1])
+            return f"({combine(p.op, f'kl_acc{k}', f'({p.elem_type})({value})')}, kl_hit{k} = true)"
+
+        atomics = [a for _, p in in_helpers for a in p.accesses if a.via]
+        return clone_helpers(facts, src, root, atomics, replace, params, args)
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         plans, _ = self.plan(ctx)
+        out = [self._rewrite(ctx, plans, None)]
+        grid, why = self._coarsening(ctx)
+        if grid is not None:
+            main = ctx.spec.launch.grid  # type: ignore[union-attr]
+            for k in BLOCKS_PER_BLOCK:
+                override = {"grid": [f"(({main[0]}) + {k - 1}) / {k}", main[1], main[2]],
+                            "block": list(ctx.spec.launch.block), "dynamic_smem": ctx.spec.launch.dynamic_smem}  # type: ignore[union-attr]
+                if all(launch.grid[0] >= 2 * k for launch in ctx.launches()[:1]) and ctx.launch_ok(override):
+                    out.append(self._rewrite(ctx, plans, (k, grid, override)))
+        return tuple(out)
+
+    def _coarsening(self, ctx: RuleContext) -> tuple[str | None, str]:
+        """The original grid's x extent as C over the kernel's parameters when a block may run several of
+        the original blocks in turn (fewer blocks, fewer atomics), else why not."""
+        facts = ctx.facts
+        if facts.syncs or any(a.space == "shared" for a in facts.accesses):
+            return None, "the kernel has barriers or shared memory (its blocks' work is not a loop over original blocks)"
+        if any(launch.grid[1:] != (1, 1) for launch in ctx.launches()):
+            return None, "the grid is not one-dimensional at every size"
+        if any(s.startswith(("bid.y", "bid.z", "gdim.y", "gdim.z")) for s in facts.thread_dims):
+            return None, "the kernel reads a block index along y or z"
+        src, root = parse(ctx.preprocessed)
+        if facts.implicit_indices and any(
+                call not in facts.group_values or any(s.startswith(("bid.", "gdim.")) for s in facts.group_values[call].symbols)
+                for call in facts.implicit_indices):
+            return None, "the kernel reads an index through a cooperative group that may be its block's"
+        if (helper := helper_reading_thread_index(facts, root, src)) is not None:
+            return None, f"the helper `{helper}` reads the thread or block index itself"
+        kernel = node_at(src, root, facts.span)
+        assigned = assigned_names(kernel.child_by_field_name("body"), src) if kernel is not None else set()
+        params = {name for name, _, is_pointer in facts.params if not is_pointer and ctx.spec_scalar(name)} - assigned
+        return original_grid(ctx, params)
+
+    def _rewrite(self, ctx: RuleContext, plans: list[_Target], blocks) -> Rewrite:  # noqa: ANN001 - (k, grid C, launch) or None
+        """The rewrite; with ``blocks`` = (k, the original grid as C, the new launch), each block also runs k
+        of the original blocks in turn, its registers carrying their combines to one atomic."""
         facts = ctx.facts
         src, root = parse(ctx.preprocessed)
+        clones = self._clones(plans, facts, src, root)
         edit = BodyEdit(ctx.preprocessed, facts)
         lo, hi = facts.body_span
-        decls = "".join(f"    {p.elem_type} kl_acc{k} = ({p.elem_type})0;\n    bool kl_hit{k} = false;\n"
+        decls = "".join(f"    {p.elem_type} kl_acc{k} = {identity(p.op, p.elem_type)};\n    bool kl_hit{k} = false;\n"
                         for k, p in enumerate(plans))
-        edit.insert(lo + 1, f"\n{decls}    do {{ // the original body; a return leaves it for the block's sums")
+        if blocks is None:
+            edit.insert(lo + 1, f"\n{decls}    do {{ // the original body; a return leaves it for the block's sums")
+        else:
+            k, grid, _ = blocks
+            # Unrolled, the original blocks' loads are in flight together.
+            edit.insert(lo + 1, f"\n{decls}    #pragma unroll {min(k, 8)}\n"
+                                f"    for (unsigned kl_j = 0u; kl_j < {k}u; ++kl_j) {{ // {k} of the original blocks in turn\n"
+                                f"    const unsigned kl_vbid = blockIdx.x * {k}u + kl_j;\n"
+                                f"    if (kl_vbid >= (unsigned)({grid})) break;\n"
+                                "    do { // the original body; a return leaves it for the next block")
+            start = root.descendant_for_byte_range(lo, hi) or root
+            for node, new_text in builtin_fields(src, start, lo, hi, {("blockIdx", "x"): "kl_vbid",
+                                                                       ("gridDim", "x"): f"((unsigned)({grid}))"}):
+                edit.replace(node.start_byte, node.end_byte, new_text)
         for k, p in enumerate(plans):
             for start, end, value in p.calls:
-                edit.replace(start, end, f"(kl_acc{k} += ({p.elem_type})({value}), kl_hit{k} = true)")
+                edit.replace(start, end, f"({combine(p.op, f'kl_acc{k}', f'({p.elem_type})({value})')}, kl_hit{k} = true)")
+        for start, end, new in clones.calls:
+            edit.replace(start, end, new)
         kernel = node_at(src, root, facts.span)
         for ret in _returns(kernel.child_by_field_name("body")):
             edit.replace(ret.start_byte, ret.end_byte, "break;")
-        tail = ["    } while (0);",
+        tail = ["    } while (0);" + ("" if blocks is None else "\n    }"),
                 "    const unsigned kl_t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);"]
-        for k, p in enumerate(plans):
-            core = _block_reduce("+", p.elem_type, f"kl_acc{k}", f"kl_part{k}", "kl_t", "blockDim.x * blockDim.y * blockDim.z")
+        threads = "blockDim.x * blockDim.y * blockDim.z"
+        if len(plans) == 1:
+            p = plans[0]
+            core = _block_reduce(p.op, p.elem_type, "kl_acc0", "kl_part0", "kl_t", threads)
             # Only a block one of whose threads reached the atomic touches the address (it may be out of
             # bounds for the others).
-            tail.append(f"    if (__syncthreads_or(kl_hit{k})) {{ // one atomic per block\n        "
+            tail.append("    if (__syncthreads_or(kl_hit0)) { // one atomic per block\n        "
                         + core.replace("\n", "\n    ").rstrip() + "\n"
-                        f"        if (kl_t == 0u) atomicAdd({p.address}, kl_total);\n    }}")
+                        f"        if (kl_t == 0u) {p.atomic}({p.address}, kl_total);\n    }}")
+        else:
+            # Every target's combine in one pass (one barrier for the warps' totals); a target's atomic only
+            # where one of the block's threads reached it.
+            tail += [f"    const int kl_any{k} = __syncthreads_or(kl_hit{k});" for k in range(len(plans))]
+            parts = [(p.op, p.elem_type, f"kl_acc{k}", f"kl_part{k}", f"kl_total{k}") for k, p in enumerate(plans)]
+            tail.append("    { // one atomic per target and block\n        "
+                        + block_reduce_many(parts, "kl_t", threads).replace("\n", "\n    ").rstrip() + "\n"
+                        "        if (kl_t == 0u) {\n"
+                        + "".join(f"            if (kl_any{k}) {p.atomic}({p.address}, kl_total{k});\n" for k, p in enumerate(plans))
+                        + "        }\n    }")
         edit.insert(hi - 1, "\n".join(tail) + "\n")
-        source, expanded = emit(edit, ctx.source, ctx.kernel, warp_reduce_helpers({"+"}, ctx.source))
+        source, expanded = emit(edit, ctx.source, ctx.kernel,
+                                clones.helpers + warp_reduce_helpers({p.op for p in plans}, ctx.source))
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
-        what = ", ".join(f"`{p.array}`" for p in plans)
-        return (Rewrite(source, f"the atomics onto {what} summed per thread, reduced in the block with warp shuffles, "
-                                f"one atomicAdd per block; same grid and block{note}"),)
+        what = ", ".join(dict.fromkeys(f"`{p.array}`" for p in plans))
+        helpers = " (their helpers copied for this kernel)" if clones.helpers else ""
+        verbs = sorted({p.atomic for p in plans})
+        if blocks is None:
+            if verbs == ["atomicAdd"]:
+                return Rewrite(source, f"the atomics onto {what}{helpers} summed per thread, reduced in the block with warp "
+                                       f"shuffles, one atomicAdd per block; same grid and block{note}")
+            return Rewrite(source, f"the atomics onto {what}{helpers} ({', '.join(verbs)}) combined per thread, reduced in "
+                                   f"the block with warp shuffles, one atomic per target and block; same grid and block{note}")
+        k, grid, override = blocks
+        return Rewrite(source, f"the atomics onto {what}{helpers} ({', '.join(verbs)}) combined per thread over {k} of the "
+                               f"original blocks in turn (the grid `{grid}` divided by {k}), reduced in the block with warp "
+                               f"shuffles, one atomic per target and block{note}", override, variant=f"blocks={k}",
+                       grid_divide=(k, 1, 1))
+
+
+#: Original blocks one block runs in turn, in the block-coarsened variants of :class:`AtomicToBlockReduce`.
+BLOCKS_PER_BLOCK = (8, 32)
+
+
+
+
 
 
 def _cast_pointer(address: Node) -> bool:

@@ -35,6 +35,7 @@ from kernel_lsp.core.spec import SpecError
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.transforms.block_reduce import _cast_pointer, _exits_refusal, _is_barrier, _returns
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
+from kernel_lsp.core.transforms.tree_model import c_text
 
 #: Shared memory a block may use without opting in (every GPU since compute capability 2.0).
 SHARED_BYTES = 48 * 1024
@@ -58,15 +59,6 @@ class _Private:
     count: int
     calls: tuple[tuple[int, int, str, str], ...]
     """Each atomic call's byte range, its address and its value as written."""
-
-
-def c_text(poly: Poly) -> str:
-    """``poly`` as a 64-bit C expression of scalar parameters and builtins."""
-    terms = []
-    for m, c in poly.terms:
-        factors = [str(c)] + [_BUILTIN.get(s, s) for s in m]
-        terms.append("*".join(f"(long long)({f})" for f in factors))
-    return " + ".join(terms) or "0"
 
 
 class SharedPrivatize(Rule):

@@ -224,6 +224,15 @@ def c_index(poly: Poly) -> str:
     return " + ".join(terms) or "0"
 
 
+def c_text(poly: Poly) -> str:
+    """``poly`` as a 64-bit C expression of scalar parameters and builtins."""
+    terms = []
+    for m, c in poly.terms:
+        factors = [str(c)] + [_BUILTIN_C.get(s, s) for s in m]
+        terms.append("*".join(f"(long long)({f})" for f in factors))
+    return " + ".join(terms) or "0"
+
+
 @dataclass(frozen=True)
 class Update:
     """``A[w] op= A[r]`` (or ``A[w] = A[w] op A[r]``, ``A[w] = max(A[w], A[r])``): the slots' index

@@ -1,0 +1,158 @@
+"""Atomics in the forms real code writes them (sums, minima and maxima side by side, in ``__device__``
+helpers, after cooperative-groups warp reductions, onto bins of any type) as one atomic per block,
+per-block coarsening, shared-memory privatisation and warp aggregation. Each rewrite runs on the CPU
+(cpu_cuda.py) against the original at ragged sizes and compiles with nvcc; each refusal names the
+missing fact."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from cpu_cuda import run_on_cpu
+from nvcc_check import compiles
+from rule_specs import outcome
+
+needs_gpp = pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+#: Integer atomics for the emulator (its own has float atomicAdd only).
+PRELUDE = """
+#include <mutex>
+#define __launch_bounds__(...)
+static std::mutex kl_atomics;
+template <class T> static T kl_rmw(T* p, T v, int op) {
+  std::lock_guard<std::mutex> hold(kl_atomics);
+  T old = *p;
+  *p = op == 0 ? old + v : op == 1 ? (v < old ? v : old) : (v > old ? v : old);
+  return old;
+}
+static int atomicAdd(int* p, int v) { return kl_rmw(p, v, 0); }
+static unsigned atomicAdd(unsigned* p, unsigned v) { return kl_rmw(p, v, 0); }
+static unsigned long long atomicAdd(unsigned long long* p, unsigned long long v) { return kl_rmw(p, v, 0); }
+static int atomicMin(int* p, int v) { return kl_rmw(p, v, 1); }
+static int atomicMax(int* p, int v) { return kl_rmw(p, v, 2); }
+static unsigned atomicMin(unsigned* p, unsigned v) { return kl_rmw(p, v, 1); }
+static unsigned atomicMax(unsigned* p, unsigned v) { return kl_rmw(p, v, 2); }
+"""
+
+
+def one_address_spec(kernel: str, params: list[dict], block: int = 256, n: int = 1 << 20, small: int = 1001) -> dict:
+    return {"kernel": kernel, "params": [*params, {"name": "n", "scalar": "int32", "value": n}],
+            "grid": [f"ceil_div(n,{block})", 1, 1], "block": [block, 1, 1], "variants": [{"n": small}],
+            "tolerance": {"rtol": 1e-4, "atol": 1e-4}}
+
+
+def arr(name: str, dtype: str, size: str, role: str, init: str = "zeros") -> dict:
+    return {"name": name, "array": dtype, "size": size, "init": init, "role": role}
+
+
+STATS = """
+typedef unsigned int uint;
+#define VALUE(k) (data[k] % 1000)
+__device__ __forceinline__ void count_positive(uint* counts, int v) {
+    if (v > 0) atomicAdd(&counts[0], 1u);
+}
+__global__ void __launch_bounds__(256) stats(const int* __restrict__ data, int* result, uint* counts, float* total, int n) {
+    const long i = (long)blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int v = VALUE(i);
+    atomicAdd(total, (float)v);
+    atomicMin(&result[0], v);
+    atomicMax(&result[1], v);
+    count_positive(counts, v);
+}
+"""
+STATS_SPEC = one_address_spec("stats", [arr("data", "int32", "n", "in", "randint(-5000,5000)"),
+                                        arr("result", "int32", "2", "inout", "list(100000,-100000)"),
+                                        arr("counts", "uint32", "1", "inout"), arr("total", "float32", "1", "inout")])
+STATS_MAIN = r"""
+int main() {
+  const int n = N;
+  std::vector<int> data(n); int result[2] = {100000, -100000}; unsigned counts[1] = {0}; float total[1] = {0};
+  for (int i = 0; i < n; i++) data[i] = (i * 7919) % 9001 - 4500;
+  kl_launch({GRID, 1, 1}, {256, 1, 1}, [&] { stats(data.data(), result, counts, total, n); });
+  printf("%d %d %u %a\n", result[0], result[1], counts[0], total[0]);
+}
+"""
+
+
+def stats_run(source: str, n: int, grid: int, tmp_path, name: str) -> str:
+    main = STATS_MAIN.replace("N;", f"{n};").replace("GRID", str(grid))
+    return run_on_cpu(PRELUDE + source, main, tmp_path, name)
+
+
+@needs_gpp
+def test_sums_minima_maxima_and_a_helpers_count_become_one_atomic_per_target_and_block(tmp_path):
+    found = outcome("atomic-to-block-reduce", STATS, STATS_SPEC)
+    assert found.applicable, found.why
+    base, *coarsened = found.rewrites
+    assert "count_positive_kl_stats(counts, v, kl_acc3, kl_hit3)" in base.source  # the helper's copy
+    assert base.source.count("__syncthreads();") == 1  # one pass for the four targets
+    assert [rw.variant for rw in coarsened] == ["blocks=8", "blocks=32"]
+    for n in (3000, 256 * 9 - 5):
+        grid = (n + 255) // 256
+        want = stats_run(STATS, n, grid, tmp_path, f"orig{n}")
+        # Small integers: the float sum is exact in any order.
+        assert stats_run(base.source, n, grid, tmp_path, f"base{n}") == want
+        for rw in coarsened:
+            k = rw.grid_divide[0]
+            assert stats_run(rw.source, n, (grid + k - 1) // k, tmp_path, f"c{k}_{n}") == want
+
+
+@needs_nvcc
+def test_atomic_combines_compile(tmp_path):
+    for k, rw in enumerate(outcome("atomic-to-block-reduce", STATS, STATS_SPEC).rewrites):
+        compiles(rw.source, tmp_path / str(k))
+
+
+CG_WARPS = """
+#include <cooperative_groups.h>
+#include <cooperative_groups/reduce.h>
+namespace cg = cooperative_groups;
+__global__ void dot(const float* x, const float* y, float* out, int n) {
+    cg::thread_block block = cg::this_thread_block();
+    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(block);
+    int i = block.group_index().x * block.size() + block.thread_rank();
+    float v = i < n ? x[i] * y[i] : 0.0f;
+    v = cg::reduce(warp, v, cg::plus<float>());
+    if (warp.thread_rank() == 0) atomicAdd(out, v);
+}
+"""
+
+
+@needs_nvcc
+def test_warp_totals_of_cooperative_groups_become_one_atomic_per_block(tmp_path):
+    spec = one_address_spec("dot", [arr("x", "float32", "n", "in", "uniform(-1,1)"), arr("y", "float32", "n", "in", "uniform(-1,1)"),
+                                    arr("out", "float32", "1", "inout")])
+    found = outcome("atomic-to-block-reduce", CG_WARPS, spec)
+    assert found.applicable, found.why
+    # The block index is read through the group: the blocks are not regrouped.
+    assert len(found.rewrites) == 1
+    assert "if (warp.thread_rank() == 0) (kl_acc0 += (float)(v), kl_hit0 = true);" in found.rewrites[0].source
+    compiles(found.rewrites[0].source, tmp_path)
+
+
+@pytest.mark.parametrize("change,why", [
+    (lambda s: s.replace("atomicMax(&result[1], v);", "atomicMax(&result[0], v);"), "are atomicMax and atomicMin: no one combine"),
+    (lambda s: s.replace("atomicMin(&result[0], v);", "atomicMin(&result[threadIdx.x & 1], v);"),
+     "do not all target one address per block"),
+    (lambda s: s.replace("float* total", "unsigned long long* total").replace("atomicAdd(total, (float)v);",
+                                                                              "atomicAdd(total, 1ull);").replace(
+        "atomicMin(&result[0], v);", "atomicMin((unsigned*)&result[0], (unsigned)v);"), "is cast"),
+    (lambda s: s.replace("__device__ __forceinline__ void count_positive(uint* counts, int v) {\n    if (v > 0) atomicAdd(&counts[0], 1u);\n}\n", "")
+     .replace("count_positive(counts, v);\n}\n", "count_positive(counts, v);\n}\n__device__ void count_positive(uint* counts, int v) { "
+              "atomicAdd(&counts[0], 1u); }\n").replace("typedef unsigned int uint;", "typedef unsigned int uint;\n"
+                                                         "__device__ void count_positive(uint* counts, int v);"),
+     "defined after the kernel"),
+])
+def test_atomic_combine_refusals_name_the_missing_fact(change, why):
+    found = outcome("atomic-to-block-reduce", change(STATS), STATS_SPEC)
+    assert not found.applicable and why in found.why, found.why
+
+
+def test_a_float_minimum_has_no_identity_the_rewrite_could_start_from():
+    source = STATS.replace("int* result", "float* result").replace("atomicMin(&result[0], v);", "atomicMin(&result[0], (float)v);")
+    found = outcome("atomic-to-block-reduce", source, STATS_SPEC)
+    assert not found.applicable and "no identity of `min` is known for that type" in found.why, found.why
