@@ -156,3 +156,68 @@ def test_a_float_minimum_has_no_identity_the_rewrite_could_start_from():
     source = STATS.replace("int* result", "float* result").replace("atomicMin(&result[0], v);", "atomicMin(&result[0], (float)v);")
     found = outcome("atomic-to-block-reduce", source, STATS_SPEC)
     assert not found.applicable and "no identity of `min` is known for that type" in found.why, found.why
+
+
+# ------------------------------------------------------------------------------------------- privatisation
+
+HISTO = """
+typedef unsigned long long u64;
+#define NBINS 64
+__device__ __forceinline__ void bump(BIN_T* hist, int key, BIN_T w) {
+    OP(&hist[key & (NBINS - 1)], w);
+}
+__global__ void histo(const int* __restrict__ keys, BIN_T* hist, int n) {
+    for (int i = blockIdx.x * blockDim.x + threadIdx.x; i < n; i += blockDim.x * gridDim.x)
+        bump(hist, keys[i], (BIN_T)(keys[i] >> 6));
+}
+"""
+HISTO_TYPES = {"int": "int32", "unsigned int": "uint32", "u64": "uint64", "float": "float32"}
+HISTO_MAIN = r"""
+int main() {
+  const int n = N;
+  std::vector<int> keys(n); std::vector<BIN_T> hist(64, (BIN_T)START);
+  for (int i = 0; i < n; i++) keys[i] = (i * 7919) % 4099;
+  kl_launch({GRID, 1, 1}, {128, 1, 1}, [&] { histo(keys.data(), hist.data(), n); });
+  for (BIN_T v : hist) printf("%.1f\n", (double)v);
+}
+"""
+
+
+def histo(bin_type: str, op: str) -> tuple[str, dict]:
+    source = HISTO.replace("BIN_T", bin_type).replace("OP(", f"{op}(")
+    spec = {"kernel": "histo", "params": [arr("keys", "int32", "n", "in", "randint(0,4098)"),
+                                          arr("hist", HISTO_TYPES[bin_type], "64", "inout"),
+                                          {"name": "n", "scalar": "int32", "value": 1 << 20}],
+            "grid": [264, 1, 1], "block": [128, 1, 1], "variants": [{"n": 1001}]}
+    return source, spec
+
+
+@needs_gpp
+@pytest.mark.parametrize("bin_type,op", [("int", "atomicAdd"), ("u64", "atomicAdd"), ("float", "atomicAdd"),
+                                         ("unsigned int", "atomicMax"), ("int", "atomicMin")])
+def test_bins_of_any_type_privatised_through_a_helper(bin_type, op, tmp_path):
+    source, spec = histo(bin_type, op)
+    found = outcome("shared-privatize", source, spec)
+    assert found.applicable, found.why
+    rw = found.rewrites[0].source
+    assert "kl_priv0[64]" in rw and "bump_kl_histo(hist, keys[i], (" in rw and "kl_pbase0, kl_priv0)" in rw
+    start = {"atomicAdd": "0", "atomicMax": "0", "atomicMin": "1000000"}[op]
+    cpu = "typedef unsigned long long u64;\n"
+    for n in (1001, 5000):
+        main = HISTO_MAIN.replace("N;", f"{n};").replace("BIN_T", bin_type if bin_type != "u64" else "unsigned long long") \
+            .replace("START", start).replace("GRID", "3")
+        want = run_on_cpu(PRELUDE + cpu + source, main, tmp_path, f"h{n}")
+        assert run_on_cpu(PRELUDE + cpu + rw, main, tmp_path, f"p{n}") == want
+
+
+@needs_nvcc
+@pytest.mark.parametrize("bin_type,op", [("u64", "atomicAdd"), ("float", "atomicAdd"), ("int", "atomicMin")])
+def test_privatised_bins_compile(bin_type, op, tmp_path):
+    source, spec = histo(bin_type, op)
+    compiles(outcome("shared-privatize", source, spec).rewrites[0].source, tmp_path)
+
+
+def test_a_float_maximum_is_not_privatised():
+    source, spec = histo("float", "atomicMax")
+    found = outcome("shared-privatize", source, spec)
+    assert not found.applicable and "no identity to start the private copy from" in found.why, found.why

@@ -224,30 +224,40 @@ def hist_spec(block: int = 256, bins: str = "256") -> dict:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("bin_expr,count", [("data[i] & 255", 256), ("data[i] & 1023", 1024),
-                                            ("(data[i] >> 4) & 63", 64)])
-def test_histograms_are_privatised_in_shared_memory(bin_expr, count, tmp_path):
-    found = outcome("shared-privatize", HIST.replace("BIN", bin_expr), hist_spec())
+@pytest.mark.parametrize("bin_expr,bins,count", [
+    ("data[i] & 255", "256", 256), ("data[i] & 1023", "1024", 1024), ("(data[i] >> 4) & 63", "64", 64),
+    # No bound from the analysis: the spec's own size of the bins (an in-bounds original reaches no other).
+    ("data[i]", "256", 256),
+    # A signed remainder may be negative for the analysis: the spec's size, a negative offset going to the
+    # global array as before.
+    ("data[i] % 1000", "1000", 1000),
+    # The smaller of the analysis' bound and the spec's size.
+    ("data[i] & 4095", "1000", 1000),
+])
+def test_histograms_are_privatised_in_shared_memory(bin_expr, bins, count, tmp_path):
+    found = outcome("shared-privatize", HIST.replace("BIN", bin_expr), hist_spec(bins=bins))
     assert found.applicable, found.why
     (rw,) = found.rewrites
     assert f"kl_priv0[{count}]" in rw.source and "kl_private_add(" in rw.source and "break;" in rw.source
     compiles(rw.source, tmp_path)
 
 
-@pytest.mark.parametrize("source,why", [
-    (HIST.replace("BIN", "data[i]"), "has no bound"),
-    (HIST.replace("BIN", "data[i] & 65535"), "do not fit"),
-    (HIST.replace("BIN", "i % 256"), "do not depend on loaded data"),
-    (HIST.replace("BIN", "(data[i] & 255) - (int)threadIdx.x"), "may be negative"),
+@pytest.mark.parametrize("source,bins,why", [
+    # A block's own window of bins: the spec's size bounds the whole array, not the window.
+    (HIST.replace("BIN", "256 * blockIdx.x + data[i]"), "256*ceil_div(n,256)", "has no bound"),
+    (HIST.replace("BIN", "data[i] & 65535"), "65536", "do not fit"),
+    (HIST.replace("BIN", "data[i]"), "n", "do not fit"),
+    (HIST.replace("BIN", "i % 256"), "256", "do not depend on loaded data"),
+    (HIST.replace("BIN", "256 * blockIdx.x + (data[i] & 255) - (int)threadIdx.x"), "256*ceil_div(n,256)", "may be negative"),
     # A signed remainder of a loaded value may be negative in C.
-    (HIST.replace("BIN", "data[i] % 1000"), "may be negative"),
-    (HIST.replace("&bins[BIN]", "(unsigned int*)&bins[data[i] & 255]"), "is cast"),
+    (HIST.replace("BIN", "1000 * blockIdx.x + data[i] % 1000"), "1000*ceil_div(n,256)", "may be negative"),
+    (HIST.replace("&bins[BIN]", "(unsigned int*)&bins[data[i] & 255]"), "256", "is cast"),
     (HIST.replace("BIN", "data[i] & 255").replace("if (i >= n) return;", "if (i >= n) return; if (bins[0] > 5u) return;"),
-     "reads it"),
-    (HIST.replace("BIN", "data[i] & 255").replace("int i =", "bins[0] = 0u; int i ="), "without a barrier"),
+     "256", "reads it"),
+    (HIST.replace("BIN", "data[i] & 255").replace("int i =", "bins[0] = 0u; int i ="), "256", "without a barrier"),
 ])
-def test_privatisation_refusals_name_the_missing_fact(source, why):
-    found = outcome("shared-privatize", source, hist_spec())
+def test_privatisation_refusals_name_the_missing_fact(source, bins, why):
+    found = outcome("shared-privatize", source, hist_spec(bins=bins))
     assert not found.applicable and why in found.why, found.why
 
 
@@ -264,7 +274,8 @@ def test_encoder_backward_targets_are_refused_with_their_facts():
     source, spec, _ = corpus("llmc_encoder_backward_kernel1")
     found = outcome("shared-privatize", source, spec)
     assert not found.applicable
-    assert "`dwte`" in found.why and "has no bound" in found.why
+    # The spec's size of the vocabulary's gradients bounds the targets, far beyond shared memory.
+    assert "`dwte`" in found.why and "do not fit" in found.why
     assert "`dwpe`" in found.why and "do not depend on loaded data" in found.why
 
 
