@@ -221,3 +221,122 @@ def test_a_float_maximum_is_not_privatised():
     source, spec = histo("float", "atomicMax")
     found = outcome("shared-privatize", source, spec)
     assert not found.applicable and "no identity to start the private copy from" in found.why, found.why
+
+
+# ------------------------------------------------------------------------------------------- warp aggregation
+
+#: Collectives among the lanes a mask names, for the emulator: its lanes run as threads that reach a call
+#: when they reach it, so ``__activemask`` is the lanes of the warp that arrive within a short while (those
+#: that left the loop or the kernel never do), which is what independent thread scheduling may give too.
+MASKED = r"""
+#include <chrono>
+#include <condition_variable>
+#include <map>
+struct kl_round { unsigned arrived = 0, gen = 0, readers = 0; bool closed = false; unsigned long long vals[32], out[32]; };
+struct kl_warp_sync { std::mutex m; std::condition_variable cv; std::map<unsigned, kl_round> rounds; kl_round active; };
+static kl_warp_sync kl_sync[32];
+static unsigned kl_lane_of() { return kl_flat & 31u; }
+static void kl_close(kl_warp_sync& w, kl_round& r) {
+  std::memcpy(r.out, r.vals, sizeof r.vals); r.out[0] = r.arrived == 0 ? 0 : r.out[0];
+  r.closed = true; r.readers = __builtin_popcount(r.arrived); r.gen++; w.cv.notify_all();
+}
+static void kl_leave(kl_warp_sync& w, kl_round& r) {
+  if (--r.readers == 0) { r.closed = false; r.arrived = 0; w.cv.notify_all(); }
+}
+static void kl_collect(unsigned mask, unsigned long long v, unsigned long long out[32]) {
+  kl_warp_sync& w = kl_sync[kl_flat / 32];
+  std::unique_lock<std::mutex> lk(w.m);
+  kl_round& r = w.rounds[mask];
+  w.cv.wait(lk, [&] { return !r.closed; });
+  r.vals[kl_lane_of()] = v; r.arrived |= 1u << kl_lane_of();
+  unsigned gen = r.gen;
+  if (r.arrived == mask) kl_close(w, r); else w.cv.wait(lk, [&] { return r.gen != gen; });
+  std::memcpy(out, r.out, sizeof r.out);
+  kl_leave(w, r);
+}
+static unsigned __activemask() {
+  kl_warp_sync& w = kl_sync[kl_flat / 32];
+  std::unique_lock<std::mutex> lk(w.m);
+  kl_round& r = w.active;
+  w.cv.wait(lk, [&] { return !r.closed; });
+  r.arrived |= 1u << kl_lane_of();
+  unsigned gen = r.gen, threads = blockDim.x * blockDim.y, first = kl_flat & ~31u;
+  unsigned lanes = threads - first < 32u ? threads - first : 32u;
+  unsigned full = lanes == 32u ? 0xffffffffu : (1u << lanes) - 1u;
+  if (r.arrived == full) { r.vals[0] = r.arrived; kl_close(w, r); }
+  else if (!w.cv.wait_for(lk, std::chrono::milliseconds(20), [&] { return r.gen != gen; })) { r.vals[0] = r.arrived; kl_close(w, r); }
+  unsigned mask = (unsigned)r.out[0];
+  kl_leave(w, r);
+  return mask;
+}
+static unsigned __match_any_sync(unsigned mask, unsigned long long key) {
+  unsigned long long all[32]; kl_collect(mask, key, all);
+  unsigned same = 0;
+  for (unsigned l = 0; l < 32; l++) if ((mask >> l & 1u) && all[l] == key) same |= 1u << l;
+  return same;
+}
+template <class T> static T kl_masked_shfl(unsigned mask, T v, int from) {
+  unsigned long long x = 0, all[32]; std::memcpy(&x, &v, sizeof(T)); kl_collect(mask, x, all);
+  T r; std::memcpy(&r, &all[from & 31], sizeof(T)); return r;
+}
+#define __shfl_sync kl_masked_shfl
+static int __ffs(unsigned x) { return x ? __builtin_ctz(x) + 1 : 0; }
+static int __popc(unsigned x) { return __builtin_popcount(x); }
+"""
+
+AGGREGATED = """
+#define BIN(x) ((x) & 7)
+__device__ void tally(unsigned* count, float* weight, int key, float w) {
+    atomicAdd(&count[BIN(key)], 1u);
+    atomicAdd(&weight[BIN(key)], w);
+}
+__global__ void __launch_bounds__(256) bins(const int* __restrict__ keys, unsigned* count, float* weight, int* top, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    const int k = keys[i];
+    if (k % 3 == 0) return;
+    tally(count, weight, k, (float)(k % 5));
+    atomicMax(&top[BIN(k)], k);
+}
+"""
+AGGREGATED_MAIN = r"""
+int main() {
+  const int n = N;
+  std::vector<int> keys(n), top(8, -1); std::vector<unsigned> count(8, 0); std::vector<float> weight(8, 0.0f);
+  for (int i = 0; i < n; i++) keys[i] = (i * 7919) % 1009;
+  kl_launch({(n + 63) / 64, 1, 1}, {64, 1, 1}, [&] { bins(keys.data(), count.data(), weight.data(), top.data(), n); });
+  for (int b = 0; b < 8; b++) printf("%u %a %d\n", count[b], weight[b], top[b]);
+}
+"""
+AGGREGATED_SPEC = one_address_spec("bins", [arr("keys", "int32", "n", "in", "randint(0,1008)"), arr("count", "uint32", "8", "inout"),
+                                            arr("weight", "float32", "8", "inout"), arr("top", "int32", "8", "inout", "fill(-1)")],
+                                   block=64)
+
+
+@needs_gpp
+def test_atomics_are_aggregated_per_warp_through_a_helper(tmp_path):
+    found = outcome("warp-aggregate", AGGREGATED, AGGREGATED_SPEC)
+    assert found.applicable, found.why
+    rw = found.rewrites[0].source
+    assert "kl_aggregated_count(&count[" in rw and "kl_aggregated_add(&weight[" in rw and "kl_aggregated_max(&top[BIN(k)], k);" in rw
+    assert "tally_kl_bins(count, weight, k, (float)(k % 5));" in rw
+    for n in (1001, 64 * 7):
+        main = AGGREGATED_MAIN.replace("N;", f"{n};")
+        want = run_on_cpu(PRELUDE + MASKED + AGGREGATED, main, tmp_path, f"o{n}")
+        # Small integer weights: the float sums are exact in any order.
+        assert run_on_cpu(PRELUDE + MASKED + rw, main, tmp_path, f"a{n}") == want
+
+
+@needs_nvcc
+def test_aggregated_atomics_compile(tmp_path):
+    compiles(outcome("warp-aggregate", AGGREGATED, AGGREGATED_SPEC).rewrites[0].source, tmp_path)
+
+
+@pytest.mark.parametrize("source,why", [
+    (AGGREGATED.replace("atomicMax(&top[BIN(k)], k);", "atomicMax(&top[(i + k) % 8], k);"), "move with the thread's own index"),
+    (AGGREGATED.replace("atomicMax(&top[BIN(k)], k);", "atomicMax(&top[0], k);"), "do not depend on loaded data"),
+    (AGGREGATED.replace("atomicMax(&top[BIN(k)], k);", "if (atomicMax(&top[BIN(k)], k) < 0) return;"), "uses the atomic's old value"),
+])
+def test_aggregation_refusals_name_the_missing_fact(source, why):
+    found = outcome("warp-aggregate", source, AGGREGATED_SPEC)
+    assert why in found.why, found.why

@@ -40,6 +40,7 @@ from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore, SharedTileTranspose
 from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
 from kernel_lsp.core.transforms.tile_contraction import TileContraction
+from kernel_lsp.core.transforms.warp_aggregate import WarpAggregate
 from kernel_lsp.core.transforms.warp_per_row import BlockPerRow, WarpPerRow
 
 #: Default order: the transformations that restructure the kernel (large wins where they apply) first,
@@ -58,6 +59,7 @@ RULES: tuple[Rule, ...] = (
     TreeCoarsen(),
     AtomicToBlockReduce(),
     SharedPrivatize(),
+    WarpAggregate(),
     SharedTileTranspose(),
     SharedTileStore(),
     SharedTileLoad(),

@@ -64,10 +64,12 @@ def _calls(node: Node) -> Iterable[Node]:
         stack.extend(n.children)
 
 
-def _append(list_node: Node, extra: str) -> tuple[int, int, str]:
-    """An insertion of ``extra`` as the last entry of a parameter or argument list."""
+def _append(list_node: Node, extra: str) -> list[tuple[int, int, str]]:
+    """An insertion of ``extra`` as the last entry of a parameter or argument list (none when empty)."""
+    if not extra:
+        return []
     at = list_node.end_byte - 1
-    return at, at, (", " if list_node.named_child_count else "") + extra
+    return [(at, at, (", " if list_node.named_child_count else "") + extra)]
 
 
 def _apply(src: bytes, lo: int, hi: int, edits: list[tuple[int, int, str]]) -> str:
@@ -119,7 +121,7 @@ def clone_helpers(facts: KernelFacts, src: bytes, root: Node, atomics: list[Acce
         plist = declarator.child_by_field_name("parameters") if declarator is not None else None
         if ident is None or ident.type != "identifier" or plist is None:
             return f"the helper `{name}` is not a plain function"
-        edits = [(ident.start_byte, ident.end_byte, clone_name(name, facts.kernel)), _append(plist, params)]
+        edits = [(ident.start_byte, ident.end_byte, clone_name(name, facts.kernel)), *_append(plist, params)]
         body = node.child_by_field_name("body")
         for a in atomics:
             if a.via and a.via[-1] == name and body.start_byte <= a.span[0] < body.end_byte:
@@ -146,5 +148,5 @@ def _call_edits(node: Node, src: bytes, needed: set[str], kernel: str, args: str
         if named is None or named[0] not in needed or arguments is None:
             continue
         ident = named[1]
-        edits += [(ident.start_byte, ident.end_byte, clone_name(named[0], kernel)), _append(arguments, args)]
+        edits += [(ident.start_byte, ident.end_byte, clone_name(named[0], kernel)), *_append(arguments, args)]
     return edits
