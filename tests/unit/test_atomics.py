@@ -35,6 +35,13 @@ static int atomicMin(int* p, int v) { return kl_rmw(p, v, 1); }
 static int atomicMax(int* p, int v) { return kl_rmw(p, v, 2); }
 static unsigned atomicMin(unsigned* p, unsigned v) { return kl_rmw(p, v, 1); }
 static unsigned atomicMax(unsigned* p, unsigned v) { return kl_rmw(p, v, 2); }
+static unsigned atomicInc(unsigned* p, unsigned limit) {
+  std::lock_guard<std::mutex> hold(kl_atomics);
+  unsigned old = *p; *p = old >= limit ? 0u : old + 1u; return old;
+}
+static unsigned atomicExch(unsigned* p, unsigned v) { std::lock_guard<std::mutex> hold(kl_atomics); unsigned old = *p; *p = v; return old; }
+static void __threadfence() { std::atomic_thread_fence(std::memory_order_seq_cst); }
+template <class T> static T __ldcg(const T* p) { return *p; }
 """
 
 
@@ -87,15 +94,21 @@ def stats_run(source: str, n: int, grid: int, tmp_path, name: str) -> str:
 def test_sums_minima_maxima_and_a_helpers_count_become_one_atomic_per_target_and_block(tmp_path):
     found = outcome("atomic-to-block-reduce", STATS, STATS_SPEC)
     assert found.applicable, found.why
-    base, *coarsened = found.rewrites
+    base, last, *coarsened = found.rewrites
     assert "count_positive_kl_stats(counts, v, kl_acc3, kl_hit3)" in base.source  # the helper's copy
     assert base.source.count("__syncthreads();") == 1  # one pass for the four targets
+    assert last.variant == "last-block" and "__device__ unsigned int kl_done_stats = 0u;" in last.source
     assert [rw.variant for rw in coarsened] == ["blocks=8", "blocks=32"]
     for n in (3000, 256 * 9 - 5):
         grid = (n + 255) // 256
         want = stats_run(STATS, n, grid, tmp_path, f"orig{n}")
         # Small integers: the float sum is exact in any order.
         assert stats_run(base.source, n, grid, tmp_path, f"base{n}") == want
+        # The same launch twice: the last block's counter is back at 0, the hit counts cleared.
+        twice = STATS_MAIN.replace("N;", f"{n};").replace("GRID", str(grid)).replace(
+            "kl_launch(", "for (int again = 0; again < 2; again++) { if (again) { result[0] = 100000; result[1] = -100000; "
+            "counts[0] = 0; total[0] = 0; } kl_launch(").replace("n); });", "n); }); }")
+        assert run_on_cpu(PRELUDE + last.source, twice, tmp_path, f"last{n}") == want
         for rw in coarsened:
             k = rw.grid_divide[0]
             assert stats_run(rw.source, n, (grid + k - 1) // k, tmp_path, f"c{k}_{n}") == want
@@ -128,10 +141,11 @@ def test_warp_totals_of_cooperative_groups_become_one_atomic_per_block(tmp_path)
                                     arr("out", "float32", "1", "inout")])
     found = outcome("atomic-to-block-reduce", CG_WARPS, spec)
     assert found.applicable, found.why
-    # The block index is read through the group: the blocks are not regrouped.
-    assert len(found.rewrites) == 1
+    # The block index is read through the group: the blocks are not regrouped (no blocks=k variant).
+    assert [rw.variant for rw in found.rewrites] == ["", "last-block"]
     assert "if (warp.thread_rank() == 0) (kl_acc0 += (float)(v), kl_hit0 = true);" in found.rewrites[0].source
-    compiles(found.rewrites[0].source, tmp_path)
+    for k, rw in enumerate(found.rewrites):
+        compiles(rw.source, tmp_path / str(k))
 
 
 @pytest.mark.parametrize("change,why", [

@@ -179,11 +179,14 @@ __global__ void total(const float* x, float* out, int n) {
 def test_atomics_onto_one_address_become_one_per_block(tmp_path):
     found = outcome("atomic-to-block-reduce", ATOMIC, spec_of("total", 256, [{"n": 1000}], out_size="1"))
     assert found.applicable, found.why
-    same, *coarsened = found.rewrites
+    same, last, *coarsened = found.rewrites
     assert same.launch_override is None and same.grid_divide is None
+    assert last.variant == "last-block" and last.launch_override is None and "atomicInc(&kl_done_total" in last.source
     assert [rw.grid_divide for rw in coarsened] == [(8, 1, 1), (32, 1, 1)]
     for k, rw in enumerate(found.rewrites):
-        assert rw.source.count("atomicAdd(") == 1 and "__syncthreads_or" in rw.source and "break;" in rw.source
+        # The last block's variant adds atomically only for a block past its slots, and counts hits.
+        assert rw.source.count("atomicAdd(") == (2 if rw is last else 1) and "__syncthreads_or" in rw.source
+        assert "break;" in rw.source
         compiles(rw.source, tmp_path / str(k))
 
 

@@ -338,6 +338,9 @@ class AtomicToBlockReduce(Rule):
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         plans, _ = self.plan(ctx)
         out = [self._rewrite(ctx, plans, None)]
+        slots = self._slots(ctx)
+        if slots is not None:
+            out.append(self._rewrite(ctx, plans, None, slots))
         grid, why = self._coarsening(ctx)
         if grid is not None:
             main = ctx.spec.launch.grid  # type: ignore[union-attr]
@@ -347,6 +350,49 @@ class AtomicToBlockReduce(Rule):
                 if all(launch.grid[0] >= 2 * k for launch in ctx.launches()[:1]) and ctx.launch_ok(override):
                     out.append(self._rewrite(ctx, plans, (k, grid, override)))
         return tuple(out)
+
+    @staticmethod
+    def _slots(ctx: RuleContext) -> int | None:
+        """Slots of device memory for the blocks' totals: the spec's largest grid, to a power of two (a block
+        past them at another size adds atomically as before); None beyond :data:`MAX_SLOTS`."""
+        blocks = [launch.grid[0] * launch.grid[1] * launch.grid[2] for launch in ctx.launches()]
+        if not blocks or max(blocks) > MAX_SLOTS:
+            return None
+        return 1 << max(0, (max(blocks) - 1).bit_length())
+
+    def _last_block(self, ctx: RuleContext, plans: list[_Target], slots: int, threads: str) -> str:
+        """Each block's totals to its slot (a block past the slots adds its own atomically, as before); the
+        block whose arrival completes the count combines the slots and updates each target once. The
+        counter's ``atomicInc`` wraps back to 0 on that arrival, and the last block clears the hit counts,
+        so every launch starts from the state the module was loaded with."""
+        name = ctx.kernel.name
+        parts = [(p.op, p.elem_type, f"kl_acc{k}", f"kl_part{k}", f"kl_total{k}") for k, p in enumerate(plans)]
+        final = [(p.op, p.elem_type, f"kl_gather{k}", f"kl_fpart{k}", f"kl_final{k}") for k, p in enumerate(plans)]
+        lines = [f"const int kl_any{k} = __syncthreads_or(kl_hit{k});" for k in range(len(plans))]
+        lines.append("{ // the block's totals to its slot; the last block to finish combines the slots into the targets")
+        inner = block_reduce_many(parts, "kl_t", threads).rstrip().split("\n    ")
+        inner += ["__shared__ bool kl_last;",
+                  "const unsigned kl_b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);",
+                  "const unsigned kl_nb = gridDim.x * gridDim.y * gridDim.z;",
+                  "if (kl_t == 0u) {"]
+        for k, p in enumerate(plans):
+            inner += [f"    if (kl_b < {slots}u) kl_slots_{name}_{k}[kl_b] = kl_any{k} ? kl_total{k} : {identity(p.op, p.elem_type)};",
+                      f"    else if (kl_any{k}) {p.atomic}({p.address}, kl_total{k});",
+                      f"    if (kl_any{k}) atomicAdd(&kl_hits_{name}_{k}, 1u);"]
+        inner += ["    __threadfence();", f"    kl_last = atomicInc(&kl_done_{name}, kl_nb - 1u) == kl_nb - 1u;", "}",
+                  "__syncthreads();", "if (kl_last) {"]
+        for k, p in enumerate(plans):
+            inner += [f"    {p.elem_type} kl_gather{k} = {identity(p.op, p.elem_type)};",
+                      f"    for (unsigned kl_j = kl_t; kl_j < kl_nb && kl_j < {slots}u; kl_j += {threads})",
+                      f"        {combine(p.op, f'kl_gather{k}', f'__ldcg(&kl_slots_{name}_{k}[kl_j])')};"]
+        inner += ["    " + line for line in block_reduce_many(final, "kl_t", threads).rstrip().split("\n    ")]
+        inner.append("    if (kl_t == 0u) {")
+        for k, p in enumerate(plans):
+            inner.append(f"        if (atomicExch(&kl_hits_{name}_{k}, 0u) != 0u) {{ {p.elem_type}* kl_at = {p.address}; "
+                         f"*kl_at = {_combined(p.op, '__ldcg(kl_at)', f'kl_final{k}')}; }}")
+        inner += ["    }", "}"]
+        lines += ["    " + line for line in inner] + ["}"]
+        return "\n".join("    " + line for line in lines)
 
     def _coarsening(self, ctx: RuleContext) -> tuple[str | None, str]:
         """The original grid's x extent as C over the kernel's parameters when a block may run several of
@@ -370,9 +416,10 @@ class AtomicToBlockReduce(Rule):
         params = {name for name, _, is_pointer in facts.params if not is_pointer and ctx.spec_scalar(name)} - assigned
         return original_grid(ctx, params)
 
-    def _rewrite(self, ctx: RuleContext, plans: list[_Target], blocks) -> Rewrite:  # noqa: ANN001 - (k, grid C, launch) or None
+    def _rewrite(self, ctx: RuleContext, plans: list[_Target], blocks, last: int | None = None) -> Rewrite:  # noqa: ANN001
         """The rewrite; with ``blocks`` = (k, the original grid as C, the new launch), each block also runs k
-        of the original blocks in turn, its registers carrying their combines to one atomic."""
+        of the original blocks in turn, its registers carrying their combines to one atomic; with ``last``,
+        the blocks' totals go to that many slots of device memory and the last block combines them."""
         facts = ctx.facts
         src, root = parse(ctx.preprocessed)
         clones = self._clones(plans, facts, src, root)
@@ -405,7 +452,13 @@ class AtomicToBlockReduce(Rule):
         tail = ["    } while (0);" + ("" if blocks is None else "\n    }"),
                 "    const unsigned kl_t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);"]
         threads = "blockDim.x * blockDim.y * blockDim.z"
-        if len(plans) == 1:
+        scratch = ""
+        if last is not None:
+            tail.append(self._last_block(ctx, plans, last, threads))
+            scratch = "".join(f"__device__ {p.elem_type} kl_slots_{ctx.kernel.name}_{k}[{last}];\n"
+                              f"__device__ unsigned int kl_hits_{ctx.kernel.name}_{k} = 0u;\n" for k, p in enumerate(plans))
+            scratch += f"__device__ unsigned int kl_done_{ctx.kernel.name} = 0u;\n"
+        elif len(plans) == 1:
             p = plans[0]
             core = _block_reduce(p.op, p.elem_type, "kl_acc0", "kl_part0", "kl_t", threads)
             # Only a block one of whose threads reached the atomic touches the address (it may be out of
@@ -425,11 +478,16 @@ class AtomicToBlockReduce(Rule):
                         + "        }\n    }")
         edit.insert(hi - 1, "\n".join(tail) + "\n")
         source, expanded = emit(edit, ctx.source, ctx.kernel,
-                                clones.helpers + warp_reduce_helpers({p.op for p in plans}, ctx.source))
+                                scratch + clones.helpers + warp_reduce_helpers({p.op for p in plans}, ctx.source))
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         what = ", ".join(dict.fromkeys(f"`{p.array}`" for p in plans))
         helpers = " (their helpers copied for this kernel)" if clones.helpers else ""
         verbs = sorted({p.atomic for p in plans})
+        if last is not None:
+            return Rewrite(source, f"the atomics onto {what}{helpers} ({', '.join(verbs)}) combined per thread and in the "
+                                   f"block, each block's totals kept in {last} slots of device memory, the last block to "
+                                   "finish combining them into the target once (its counter back at 0 after every launch); "
+                                   f"same grid and block{note}", variant="last-block")
         if blocks is None:
             if verbs == ["atomicAdd"]:
                 return Rewrite(source, f"the atomics onto {what}{helpers} summed per thread, reduced in the block with warp "
@@ -441,6 +499,14 @@ class AtomicToBlockReduce(Rule):
                                f"original blocks in turn (the grid `{grid}` divided by {k}), reduced in the block with warp "
                                f"shuffles, one atomic per target and block{note}", override, variant=f"blocks={k}",
                        grid_divide=(k, 1, 1))
+
+
+#: Most blocks whose totals the last-block variant of :class:`AtomicToBlockReduce` keeps in device memory.
+MAX_SLOTS = 1 << 16
+
+
+def _combined(op: str, a: str, b: str) -> str:
+    return f"{a} + {b}" if op == "+" else f"{op}({a}, {b})"
 
 
 #: Original blocks one block runs in turn, in the block-coarsened variants of :class:`AtomicToBlockReduce`.
