@@ -304,3 +304,41 @@ def test_coarsening_refusals_name_the_missing_fact(source, why):
     found = coarsened(source)
     assert not found.applicable and why in found.why, found.why
 
+
+
+CG_TREE = """
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void block_sums(const float* in, float* partial, long n) {
+    cg::thread_block cta = cg::this_thread_block();
+    __shared__ float s[256];
+    unsigned int tid = cta.thread_rank();
+    long i = blockIdx.x * (long)cta.size() + tid;
+    s[tid] = i < n ? in[i] : 0.0f;
+    cg::sync(cta);
+    for (unsigned int st = cta.size() / 2; st > 0; st >>= 1) {
+        if (tid < st) s[tid] += s[tid + st];
+        cta.sync();
+    }
+    if (tid == 0) partial[blockIdx.x] = s[0];
+}
+"""
+
+
+@needs_nvcc
+def test_a_cooperative_groups_reduction_is_coarsened_through_the_groups_rank_and_size(tmp_path):
+    found = coarsened(CG_TREE)
+    assert found.applicable, found.why
+    rw = next(r for r in found.rewrites if r.variant == "x4")
+    assert "unsigned int tid = (cta.thread_rank() + kl_k * blockDim.x);" in rw.source
+    assert "blockIdx.x * (long)(cta.size() * 4u) + tid;" in rw.source
+    compiles(rw.source, tmp_path)
+
+
+def test_a_tile_rank_before_the_tree_is_refused():
+    source = CG_TREE.replace("    unsigned int tid = cta.thread_rank();",
+                             "    cg::thread_block_tile<32> warp = cg::tiled_partition<32>(cta);\n"
+                             "    unsigned int tid = cta.thread_rank();\n    float lane = (float)warp.thread_rank();")
+    source = source.replace("s[tid] = i < n ? in[i] : 0.0f;", "s[tid] = i < n ? in[i] + lane : 0.0f;")
+    found = coarsened(source)
+    assert not found.applicable and "through a cooperative group" in found.why, found.why

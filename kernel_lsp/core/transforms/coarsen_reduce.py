@@ -20,10 +20,12 @@ Legality, in terms of the analysis (each refusal names the missing fact):
   every size;
 - before the tree the kernel's threads are independent: shared memory only at each thread's own
   slots of the tree (``root + threadIdx.x``), no warp-level operation, no loop (the copies of a
-  loop would run one after another: nothing more in flight, fewer threads to hide it), barriers only as statements
-  of the body (they stay where they are), every name it assigns declared there (a copy runs in its
-  own scope), no global array both written there and read by the kernel, no helper that reads the
-  thread index or the block's size itself, no index read through a cooperative group;
+  loop would run one after another: nothing more in flight, fewer threads to hide it), barriers
+  only as statements of the body (they stay where they are), every name it assigns declared there
+  (a copy runs in its own scope), no global array both written there and read by the kernel, no
+  helper that reads the thread index or the block's size itself; a cooperative group's rank and size
+  of the block (``cta.thread_rank()``, ``cta.size()``) are read as the builtins are, any other index
+  read through a group is refused;
 - after the tree only thread 0 does anything observable: every access there is the root's read or
   runs under a guard proving ``threadIdx.x == 0``, and it calls no helper of the file.
 """
@@ -41,7 +43,7 @@ from kernel_lsp.core.index import build_index
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.transforms.block_reduce import (
-    _block_reduce, _read_by_thread_zero, block_reduce_many, replace_by_lines, slot, value_type,
+    _block_reduce, block_reduce_many, replace_by_lines, slot, value_type,
 )
 from kernel_lsp.core.transforms.emit import (
     BodyEdit, UserText, builtin_fields, emit, expands_to, node_at, parse, warp_reduce_helpers,
@@ -80,8 +82,9 @@ class TreeCoarsen(Rule):
         block = ctx.constant_block()
         if block is None or block[1:] != (1, 1):
             return None, "the block is not the same 1-D shape at every size of the spec"
-        if facts.implicit_indices:
-            return None, f"the kernel reads its thread index through a cooperative group (`{facts.implicit_indices[0]}`)"
+        unknown = [call for call in facts.implicit_indices if "".join(call.split()) not in facts.group_values]
+        if unknown:
+            return None, f"the kernel reads an index through a cooperative group as `{unknown[0]}`, which the analysis does not model"
         src, root = parse(ctx.preprocessed)
         body = node_at(src, root, facts.body_span)
         stmts = [c for c in body.named_children if c.type != "comment"] if body is not None else []
@@ -93,16 +96,20 @@ class TreeCoarsen(Rule):
         why = self._before(facts, tree, before, src, root) or self._after(facts, tree, after, src, root)
         if why:
             return None, why
+        other = next((n for n, kind in group_reads(src, [*before, *after], facts) if kind == "other"), None)
+        if other is not None:
+            return None, (f"`{_text(src, other)}` reads the thread index through a cooperative group other than as the "
+                          "block's thread rank or size")
         return _Plan(tree, block[0], tuple(before), tuple(after)), ""
 
     def _before(self, facts, tree: SharedTree, before: list[Node], src: bytes, root: Node) -> str | None:
         if not before:
             return "nothing before the tree fills its slots"
         lo, hi = before[0].start_byte, before[-1].end_byte
-        slots = {(v.array, v.root + Poly.sym("tid.x")) for v in tree.values}
+        slots = {(v.array, flat(v.root + Poly.sym("tid.x"))) for v in tree.values}
         mine = [a for a in facts.accesses if lo <= a.span[0] < hi]
         for a in mine:
-            if a.space == "shared" and (a.array, a.index) not in slots:
+            if a.space == "shared" and (a.array, flat(a.index)) not in slots:
                 return f"`{a.text}` at line {(a.user_line or 0) + 1} reads or writes shared memory other than the thread's own slot"
         for b in facts.barriers:
             if lo <= b.span[0] < hi and not any(is_barrier(s, src, facts) and s.start_byte <= b.span[0] < s.end_byte for s in before):
@@ -133,13 +140,13 @@ class TreeCoarsen(Rule):
         if not after:
             return None
         lo, hi = after[0].start_byte, after[-1].end_byte
-        roots = {(v.array, v.root) for v in tree.values}
+        roots = {(v.array, flat(v.root)) for v in tree.values}
         for a in facts.accesses:
             if not lo <= a.span[0] < hi:
                 continue
-            if a.kind == "read" and (a.array, a.index) in roots:
+            if a.kind == "read" and (a.array, flat(a.index)) in roots:
                 continue
-            if not _read_by_thread_zero(facts, a):
+            if not _thread_zero(facts, a):
                 return (f"`{a.text}` at line {(a.user_line or 0) + 1} after the tree runs in threads other than thread 0 "
                         "(their original threads would not all exist)")
         if any(lo <= w.span[0] < hi for w in facts.warp_operations):
@@ -181,10 +188,14 @@ class TreeCoarsen(Rule):
         edit = BodyEdit(pre, facts)
         start = root.descendant_for_byte_range(*facts.body_span) or root
         width = {("blockDim", "x"): f"(blockDim.x * {c}u)"}
+        groups = dict(group_reads(src, [*plan.before, *plan.after], facts))
         for part in (plan.before, plan.after):
             if part:
                 for node, new in builtin_fields(src, start, part[0].start_byte, part[-1].end_byte, width):
                     edit.replace(node.start_byte, node.end_byte, new)
+        for node, kind in groups.items():
+            if kind == "width":
+                edit.replace(node.start_byte, node.end_byte, f"({_text(src, node)} * {c}u)")
         copies = [s for s in plan.before if not is_barrier(s, src, facts) and "__shared__" not in _text(src, s)]
         last = max(s.end_byte for s in copies)
         lanes = {("threadIdx", "x"): "(threadIdx.x + kl_k * blockDim.x)", **width}
@@ -192,6 +203,9 @@ class TreeCoarsen(Rule):
         texts = []
         for s in copies:
             subs = [(n.start_byte, n.end_byte, new) for n, new in builtin_fields(src, s, s.start_byte, s.end_byte, lanes)]
+            subs += [(n.start_byte, n.end_byte, f"({_text(src, n)} + kl_k * blockDim.x)" if kind == "thread"
+                      else f"({_text(src, n)} * {c}u)")
+                     for n, kind in groups.items() if kind in ("thread", "width") and s.start_byte <= n.start_byte < s.end_byte]
             expanded = _apply(src, s.start_byte, s.end_byte, subs)
             own = user.span(s.start_byte, s.end_byte, subs)
             texts.append(own if own is not None and expands_to(own, expanded, pre) else expanded)
@@ -238,6 +252,44 @@ class TreeCoarsen(Rule):
         return (f"{{ // the tree as warp shuffles over this thread's {c} slots: the total written to the root slot\n"
                 f"    __syncthreads();\n    {core}"
                 f"    if (threadIdx.x == 0u) {{ {stores} }}\n    __syncthreads();\n}}")
+
+
+def flat(poly: Poly) -> Poly:
+    """``poly`` on a 1-D block: ``threadIdx.y`` and ``.z`` are 0, ``blockDim.y`` and ``.z`` are 1 (a
+    cooperative group's rank is the block's linear thread index)."""
+    acc: dict = {}
+    for m, c in poly.terms:
+        if any(s in ("tid.y", "tid.z") for s in m):
+            continue
+        key = tuple(s for s in m if s not in ("bdim.y", "bdim.z"))
+        acc[key] = acc.get(key, 0) + c
+    return Poly._from({k: v for k, v in acc.items() if v})
+
+
+def _thread_zero(facts, access) -> bool:  # noqa: ANN001 - KernelFacts, Access
+    """Some guard of ``access`` proves the thread is thread 0 of a 1-D block."""
+    tid = Poly.sym("tid.x")
+    return any(c.op == "==" and {flat(c.left), flat(c.right)} == {tid, Poly()} for c in facts.constraints(access))
+
+
+def group_reads(src: bytes, stmts: list[Node], facts) -> list[tuple[Node, str]]:  # noqa: ANN001 - KernelFacts
+    """The cooperative-group calls in ``stmts`` that read a thread or block index (:attr:`KernelFacts.group_values`),
+    each as ``thread`` (the block's thread rank), ``width`` (the block's size), ``block`` (the same for the whole
+    block) or ``other``."""
+    tid, width = Poly.sym("tid.x"), Poly.sym("bdim.x")
+    found, stack = [], list(stmts)
+    while stack:
+        n = stack.pop()
+        key = "".join(_text(src, n).split()) if n.type in ("call_expression", "field_expression") else None
+        if key is not None and key in facts.group_values:
+            poly = facts.group_values[key]
+            poly = flat(poly)
+            kind = ("thread" if poly == tid else "width" if poly == width
+                    else "block" if not any(s.startswith(("tid.", "bdim.")) for s in poly.symbols) else "other")
+            found.append((n, kind))
+            continue
+        stack.extend(n.children)
+    return found
 
 
 def _apply(src: bytes, lo: int, hi: int, subs: list[tuple[int, int, str]]) -> str:
