@@ -14,21 +14,32 @@ a power of two from 32 to 1024 threads at every size of the spec; the tree reach
 the block), so the new barriers are reached by all; simulated at each size, race-free between warps,
 and each slot read afterwards ending with its block's total.
 
-:class:`AtomicToBlockReduce` — ``atomicAdd`` onto one address per block (an ``atomic``
-reduction: the address does not depend on the thread) becomes a per-thread register sum, reduced
-in the block with shuffles, added by one atomic per block at the kernel's end.
+:class:`AtomicToBlockReduce` — ``atomicAdd``, ``atomicMin`` and ``atomicMax`` onto addresses the same
+for the whole block (``atomic`` reductions: the address does not depend on the thread), one or several
+targets side by side, in the kernel's body or in its ``__device__`` helpers (changed in copies made for
+the kernel, :mod:`kernel_lsp.core.transforms.helper_clone`), become per-thread register combines
+(started from the operator's identity for the type), reduced in the block with shuffles in one pass,
+and one atomic per target and block at the kernel's end. Two more forms: each block runs 8 or 32 of
+the original blocks in turn (the grid divided, the original grid the spec's expression in the kernel's
+parameters), so there are that many times fewer atomics; or each block leaves its totals in a slot of
+``__device__`` memory and the last block to arrive (an ``atomicInc`` that wraps back to 0) combines the
+slots into each target once, its hit counts cleared, so each launch starts from the loaded module state.
 
 Legality:
-- every atomic onto the array is an ``atomicAdd`` statement (its old value unused) at that one
-  address, and the kernel accesses the array nowhere else (no order between them to keep);
+- every access to the array is an atomic statement (its old value unused) of one of those kinds, one
+  kind per address, and the kernel accesses the array nowhere else (no order between them to keep);
 - the address names only parameters that the kernel never assigns and the block's builtins, and
-  reads only arrays the kernel never writes (it is re-evaluated at the kernel's end);
-- the block has a multiple of 32 threads, at most 1024, at every size of the spec;
+  reads only arrays the kernel never writes (it is re-evaluated at the kernel's end); in a helper,
+  the analysis' index must be such an expression;
+- the block has a multiple of 32 threads, at most 1024, at every size of the spec; ``atomicMin`` and
+  ``atomicMax`` only on integer types whose identities are known;
 - every thread reaches the final reduction: a ``return`` becomes a ``break`` out of a
   ``do { … } while (0)`` around the original body, so none may sit in a loop or ``switch``; a
   kernel with barriers may not return at all (a thread that returned would now wait at them);
-- only a block one of whose threads reached an atomic adds its total (``__syncthreads_or``): the
-  address may be out of bounds for the others.
+- only a block one of whose threads reached an atomic updates its target (``__syncthreads_or``): the
+  address may be out of bounds for the others;
+- for the blocks in turn: no barrier or shared memory, a 1-D grid, no block index read through a
+  cooperative group or a helper.
 
 Thread coarsening of a tree is :mod:`kernel_lsp.core.transforms.coarsen_reduce`, privatisation
 :mod:`kernel_lsp.core.transforms.privatize`; scans are not rewritten.
