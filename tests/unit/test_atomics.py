@@ -354,3 +354,22 @@ def test_aggregated_atomics_compile(tmp_path):
 def test_aggregation_refusals_name_the_missing_fact(source, why):
     found = outcome("warp-aggregate", source, AGGREGATED_SPEC)
     assert why in found.why, found.why
+
+
+def test_sizes_written_into_a_rewrite_are_not_the_specs_own():
+    """The private copy and the last block's slots are never sized with a literal equal to one of the spec's sizes,
+    which the harness's static check takes for a size special-cased in the kernel."""
+    from kernel_lsp.core.spec import parse_spec
+    from kernel_lsp.core.static_check import check
+
+    source, spec = histo("int", "atomicAdd")
+    spec["params"][1]["size"] = "4096"
+    source = source.replace("#define NBINS 64", "#define NBINS 4096")
+    rw = outcome("shared-privatize", source, spec).rewrites[0]
+    assert "kl_priv0[4097]" in rw.source
+    parsed = parse_spec(spec)
+    assert check(source, rw.source, parsed).ok
+    data = one_address_spec("stats", STATS_SPEC["params"][:-1], n=256 * 4096)
+    data["params"][1] = arr("result", "int32", "4096", "inout", "fill(0)")
+    last = next(r for r in outcome("atomic-to-block-reduce", STATS, data).rewrites if r.variant == "last-block")
+    assert "[8192]" in last.source and check(STATS, last.source, parse_spec(data)).ok

@@ -59,6 +59,7 @@ from kernel_lsp.core.transforms.emit import (
     WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, rebuild_span, warp_reduce_helpers,
 )
 from kernel_lsp.core.analysis import helper_reading_thread_index
+from kernel_lsp.core.static_check import problem_sizes
 from kernel_lsp.core.transforms.grid_expr import original_grid
 from kernel_lsp.core.transforms.helper_clone import HelperEdits, clone_helpers
 from kernel_lsp.core.transforms.tree_model import (
@@ -367,9 +368,13 @@ class AtomicToBlockReduce(Rule):
         """Slots of device memory for the blocks' totals: the spec's largest grid, to a power of two (a block
         past them at another size adds atomically as before); None beyond :data:`MAX_SLOTS`."""
         blocks = [launch.grid[0] * launch.grid[1] * launch.grid[2] for launch in ctx.launches()]
-        if not blocks or max(blocks) > MAX_SLOTS:
+        if not blocks:
             return None
-        return 1 << max(0, (max(blocks) - 1).bit_length())
+        slots = 1 << max(0, (max(blocks) - 1).bit_length())
+        # A literal equal to one of the spec's sizes would read as that size written into the kernel.
+        while slots in problem_sizes(ctx.spec):  # type: ignore[arg-type]
+            slots *= 2
+        return slots if slots <= MAX_SLOTS else None
 
     def _last_block(self, ctx: RuleContext, plans: list[_Target], slots: int, threads: str) -> str:
         """Each block's totals to its slot (a block past the slots adds its own atomically, as before); the

@@ -37,6 +37,7 @@ from kernel_lsp.core.analysis import Binding, _data_dependent, assigned_names, s
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
+from kernel_lsp.core.static_check import problem_sizes
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.analysis import Access
 from kernel_lsp.core.transforms.block_reduce import _cast_pointer, _exits_refusal, _is_barrier, _returns, identity
@@ -165,6 +166,11 @@ class SharedPrivatize(Rule):
                 return f"the offset `{offset}` of its targets may be negative", None
             reach = size if rng is None or rng[0] < 0 else rng[1] + 1 if size is None else min(rng[1] + 1, size)
             count = max(count, reach)
+        # A literal equal to one of the spec's sizes would read as that size written into the kernel (the
+        # harness's static check): one more entry, never reached, is harmless.
+        sizes = problem_sizes(ctx.spec)
+        while count in sizes:
+            count += 1
         elem = atomics[0].elem_bytes or 4
         if count * elem > left:
             return (f"its {count} targets per block ({count * elem} bytes) do not fit the {max(left, 0)} bytes "
