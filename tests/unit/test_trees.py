@@ -342,3 +342,49 @@ def test_a_tile_rank_before_the_tree_is_refused():
     source = source.replace("s[tid] = i < n ? in[i] : 0.0f;", "s[tid] = i < n ? in[i] + lane : 0.0f;")
     found = coarsened(source)
     assert not found.applicable and "through a cooperative group" in found.why, found.why
+
+
+# A dot product as textbooks write it: a grid-stride accumulation, then a tree in a `while` loop whose counter
+# is set before it and halved by its last statement.
+WHILE_TREE = """
+const int threadsPerBlock = 256;
+__global__ void block_sums(const float* in, float* partial, long n) {
+    __shared__ float cache[threadsPerBlock];
+    long tid = threadIdx.x + blockIdx.x * blockDim.x;
+    int cacheIndex = threadIdx.x;
+    float temp = 0;
+    while (tid < n) {
+        temp += in[tid];
+        tid += blockDim.x * gridDim.x;
+    }
+    cache[cacheIndex] = temp;
+    __syncthreads();
+    int i = blockDim.x / 2;
+    while (i != 0) {
+        if (cacheIndex < i)
+            cache[cacheIndex] += cache[cacheIndex + i];
+        __syncthreads();
+        i /= 2;
+    }
+    if (cacheIndex == 0)
+        partial[blockIdx.x] = cache[0];
+}
+"""
+
+
+@needs_gpp
+def test_a_tree_in_a_while_loop_becomes_shuffles(tmp_path):
+    found = outcome("tree-to-shuffle", WHILE_TREE, spec("block_sums"))
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "i /= 2;" not in source and "__shfl_xor_sync" in source
+    for n in (1001, 512):
+        assert run(source, "block_sums(in.data(), partial.data(), n)", n, 256, 1, tmp_path, f"w{n}") == reference(n, ("+",))
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path / "nvcc")
+
+
+def test_a_while_loop_stepped_before_its_last_statement_is_refused():
+    source = WHILE_TREE.replace("        __syncthreads();\n        i /= 2;\n", "        i /= 2;\n        __syncthreads();\n")
+    found = outcome("tree-to-shuffle", source, spec("block_sums"))
+    assert not found.applicable and "stepped by the last statement of its body" in found.why, found.why

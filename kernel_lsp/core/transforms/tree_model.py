@@ -3,7 +3,8 @@
 A *tree* is a run of statements of the kernel's body that combine slots of shared arrays in place
 (``A[w] op= A[r]``, ``A[w] = A[w] op A[r]``, ``A[w] = max(A[w], A[r])``), with barriers between:
 a looped tree (``for (s = blockDim.x / 2; s > 0; s >>= 1) { if (tid < s) A[tid] += A[tid + s];
-__syncthreads(); }``), an unrolled one (``if (blockSize >= 512) { if (tid < 256) A[tid] += A[tid +
+__syncthreads(); }``, or a ``while`` whose counter is set right before it and stepped by its body's
+last statement), an unrolled one (``if (blockSize >= 512) { if (tid < 256) A[tid] += A[tid +
 256]; __syncthreads(); }`` …), a warp-synchronous tail without barriers (``if (tid < 32) { A[tid] +=
 A[tid + 32]; A[tid] += A[tid + 16]; … }``, written in the kernel or in a ``__device__`` helper on a
 ``volatile`` pointer), or all of them in a row, on one array or on several side by side (a sum, a
@@ -367,7 +368,8 @@ class SharedTree:
 class _LoopBody:
     node: Node
     loop: LoopFact
-    init: Node
+    start: Node
+    """The counter's first value (the ``for``'s initializer, or the declaration before a ``while``)."""
     cond: Node
     update: Node
     decls: tuple[Node, ...]
@@ -446,7 +448,7 @@ class _Reader:
             if isinstance(found, list) and any(i[0] == "loop" for i in found):
                 return f"{where} runs a tree's loop under a condition"
             return found
-        if t == "for_statement" and top:
+        if t in ("for_statement", "while_statement") and top:
             body = self.loop_body(stmt)
             return body if isinstance(body, str) else [("loop", body)]
         return f"{where} is not a step of a tree, a barrier or a condition around them"
@@ -471,15 +473,30 @@ class _Reader:
     def loop_body(self, node: Node, anchor: str = "a shared array") -> _LoopBody | str:
         src, facts = self.src, self.facts
         loop = self.loops.get((node.start_byte, node.end_byte))
-        if loop is None or node.type != "for_statement" or loop.var is None:
+        if loop is None or node.type not in ("for_statement", "while_statement") or loop.var is None:
             return "the analysis finds no counter of its loop (a variable started, tested and stepped)"
         if not facts.body_span[0] <= loop.span[0] < loop.span[1] <= facts.body_span[1]:
             return "the tree is in a helper function, not in the kernel's body"
-        init, cond, update = (node.child_by_field_name(f) for f in ("initializer", "condition", "update"))
-        if init is None or cond is None or update is None:
-            return "the loop header lacks a start, a condition or an update"
         loop_body = node.child_by_field_name("body")
         stmts = [c for c in loop_body.named_children if c.type != "comment"] if loop_body.type == "compound_statement" else [loop_body]
+        if node.type == "for_statement":
+            init, cond, update = (node.child_by_field_name(f) for f in ("initializer", "condition", "update"))
+            start = _start_value(init)
+        else:
+            # ``int s = blockDim.x / 2; while (s != 0) { …; s /= 2; }``: the counter set right before the loop,
+            # stepped by the body's last statement.
+            cond, start, update = node.child_by_field_name("condition"), self._start_before(node, loop.var), None
+            if stmts and stmts[-1].type == "expression_statement" and stmts[-1].named_child_count == 1 \
+                    and _steps_var(stmts[-1].named_children[0], loop.var, src):
+                update = stmts[-1].named_children[0]
+                stmts = stmts[:-1]
+            if cond is not None and cond.type == "condition_clause":
+                cond = cond.child_by_field_name("value") or cond.named_children[0]
+        if node.type == "while_statement" and (start is None or update is None):
+            return (f"its counter `{loop.var}` is not set by the statement right before the loop and stepped by the "
+                    "last statement of its body")
+        if start is None or cond is None or update is None:
+            return "the loop header lacks a start, a condition or an update"
         items: list[tuple] = []
         decls = []
         barrier = False
@@ -517,7 +534,27 @@ class _Reader:
         for i in updates:
             if i[2].op not in WARP_REDUCE:
                 return f"the operator `{i[2].op}` has no shuffle reduction here"
-        return _LoopBody(node, loop, init, cond, update, tuple(decls), tuple(items))
+        return _LoopBody(node, loop, start, cond, update, tuple(decls), tuple(items))
+
+    def _start_before(self, node: Node, var: str) -> Node | None:
+        """The value the statement right before ``node`` gives ``var`` (``int var = v;`` or ``var = v;``)."""
+        prev = node.prev_named_sibling
+        while prev is not None and prev.type == "comment":
+            prev = prev.prev_named_sibling
+        if prev is None:
+            return None
+        if prev.type == "declaration":
+            decls = prev.children_by_field_name("declarator")
+            if len(decls) == 1 and decls[0].type == "init_declarator" \
+                    and _text(self.src, decls[0].child_by_field_name("declarator")) == var:
+                return decls[0].child_by_field_name("value")
+            return None
+        if prev.type == "expression_statement" and prev.named_child_count == 1:
+            e = prev.named_children[0]
+            if e.type == "assignment_expression" and _text(self.src, e.child_by_field_name("operator")) == "=" \
+                    and _text(self.src, e.child_by_field_name("left")) == var:
+                return e.child_by_field_name("right")
+        return None
 
     def regions(self) -> list[tuple[list[Node], list[list]]]:
         """Maximal runs of sibling statements that are tree items, trimmed to those that combine slots;
@@ -616,16 +653,7 @@ def _loop_events(reader: _Reader, body: _LoopBody, sim: _Sim, n: int) -> str | N
     ev = Eval(src, reader.body, body.node.start_byte, facts.group_values, facts.constants)
     var = body.loop.var
     base = {"blockDim.x": n, "blockDim.y": 1, "blockDim.z": 1, "threadIdx.y": 0, "threadIdx.z": 0, "warpSize": 32}
-    init = body.init
-    if init.type == "declaration":
-        decl = next(iter(init.children_by_field_name("declarator")), None)
-        if decl is None or decl.type != "init_declarator":
-            return "the loop's start was not found"
-        s = ev.value(decl.child_by_field_name("value"), dict(base))
-    elif init.type == "assignment_expression":
-        s = ev.value(init.child_by_field_name("right"), dict(base))
-    else:
-        return "the loop's start was not found"
+    s = ev.value(body.start, dict(base))
     for _ in range(MAX_STEPS):
         env = dict(base, **{var: s})
         if not ev.value(body.cond, env):
@@ -650,6 +678,28 @@ def _loop_events(reader: _Reader, body: _LoopBody, sim: _Sim, n: int) -> str | N
                 return why
         s = _next(ev, body.update, var, env)
     return f"the tree does not end within {MAX_STEPS} steps"
+
+
+def _start_value(init: Node | None) -> Node | None:
+    """The first value of a ``for``'s counter: its declaration's or assignment's right side."""
+    if init is None:
+        return None
+    if init.type == "declaration":
+        decl = next(iter(init.children_by_field_name("declarator")), None)
+        return decl.child_by_field_name("value") if decl is not None and decl.type == "init_declarator" else None
+    if init.type == "assignment_expression":
+        return init.child_by_field_name("right")
+    return None
+
+
+def _steps_var(e: Node, var: str, src: bytes) -> bool:
+    """``e`` assigns or steps ``var`` alone (``var /= 2``, ``var >>= 1``, ``var++``)."""
+    if e.type == "assignment_expression":
+        return _text(src, e.child_by_field_name("left")) == var
+    if e.type == "update_expression":
+        arg = e.child_by_field_name("argument")
+        return arg is not None and _text(src, arg) == var
+    return False
 
 
 def _next(ev: Eval, update: Node, var: str, env: dict[str, int]) -> int:
