@@ -143,7 +143,7 @@ def test_warp_totals_of_cooperative_groups_become_one_atomic_per_block(tmp_path)
     assert found.applicable, found.why
     # The block index is read through the group: the blocks are not regrouped (no blocks=k variant).
     assert [rw.variant for rw in found.rewrites] == ["", "last-block"]
-    assert "if (warp.thread_rank() == 0) (kl_acc0 += (float)(v), kl_hit0 = true);" in found.rewrites[0].source
+    assert "if (warp.thread_rank() == 0) kl_acc0 += (float)(v), kl_hit0 = true;" in found.rewrites[0].source
     for k, rw in enumerate(found.rewrites):
         compiles(rw.source, tmp_path / str(k))
 
@@ -373,3 +373,40 @@ def test_sizes_written_into_a_rewrite_are_not_the_specs_own():
     data["params"][1] = arr("result", "int32", "4096", "inout", "fill(0)")
     last = next(r for r in outcome("atomic-to-block-reduce", STATS, data).rewrites if r.variant == "last-block")
     assert "[8192]" in last.source and check(STATS, last.source, parse_spec(data)).ok
+
+
+MIXED = """
+__global__ void mixed(const int* __restrict__ keys, unsigned* hist, unsigned long long* total, int n) {
+    const int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i >= n) return;
+    atomicAdd(total, (unsigned long long)keys[i]);
+    atomicAdd(&hist[keys[i] & 127], 1u);
+}
+"""
+
+
+def test_one_address_and_scattered_atomics_compose_in_sequences():
+    """The sum onto one address becomes one atomic per block; the histogram's atomics are then privatised or
+    aggregated per warp as later steps (each tried once the first is accepted); a privatised copy's fallback is
+    not aggregated."""
+    from kernel_lsp.core.candidates import OptimizeRequest
+    from kernel_lsp.core.rules import RuleGenerator
+
+    spec = one_address_spec("mixed", [arr("keys", "int32", "n", "in", "randint(0,100000)"), arr("hist", "uint32", "128", "inout"),
+                                      arr("total", "uint64", "1", "inout")])
+    names = [c.generator for c in RuleGenerator().generate(OptimizeRequest(MIXED, "mixed.cu", "mixed", spec))]
+    assert "rule:atomic-to-block-reduce+shared-privatize" in names
+    assert "rule:atomic-to-block-reduce+warp-aggregate" in names
+    assert not any(n.startswith("rule:shared-privatize") and "+warp-aggregate" in n for n in names), names
+
+
+@needs_gpp
+def test_aggregated_atomics_privatised_next_count_every_key(tmp_path):
+    """warp-aggregate then shared-privatize: the lanes of a warp with one bin add once, to the block's shared copy."""
+    aggregated = outcome("warp-aggregate", AGGREGATED, AGGREGATED_SPEC).rewrites[0].source
+    found = outcome("shared-privatize", aggregated, AGGREGATED_SPEC)
+    assert found.applicable, found.why
+    both = found.rewrites[0].source
+    assert "kl_aggregated_count_kl_bins(" in both and "kl_private_add(" in both
+    main = AGGREGATED_MAIN.replace("N;", "1001;")
+    assert run_on_cpu(PRELUDE + MASKED + both, main, tmp_path, "both") == run_on_cpu(PRELUDE + MASKED + AGGREGATED, main, tmp_path, "orig")

@@ -80,7 +80,7 @@ RULES: tuple[Rule, ...] = (
 COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "sector-per-row", "block-per-row",
                         "tile-contraction", "fixed-trip-unroll", "tree-to-shuffle", "tree-to-registers",
                         "atomic-to-block-reduce", "shared-privatize", "shared-tile-store", "shared-tile-load",
-                        "columns-per-warp"})
+                        "columns-per-warp", "warp-aggregate"})
 #: Rules whose rewrite needs a launch of its own (a spec ``candidate`` field) and may still be the first
 #: step of a sequence: the later steps see that launch as the kernel's (the output's rows on y, then
 #: the tiles of its dot product).

@@ -208,6 +208,12 @@ def combine(op: str, acc: str, value: str) -> str:
     return f"{acc} += {value}" if op == "+" else f"{acc} = {op}({acc}, {value})"
 
 
+def deferred(op: str, k: int, elem: str, value: str) -> str:
+    """What an atomic statement's call becomes: the value combined into the thread's register, the hit noted.
+    A comma expression without parentheses (the call is a whole statement), which tree-sitter reads too."""
+    return f"{combine(op, f'kl_acc{k}', f'({elem})({value})')}, kl_hit{k} = true"
+
+
 @dataclass(frozen=True)
 class _Target:
     array: str
@@ -342,7 +348,7 @@ class AtomicToBlockReduce(Rule):
             k = slot[id(access)]
             p = plans[k]
             value = _text(src, call.child_by_field_name("arguments").named_children[1])
-            return f"({combine(p.op, f'kl_acc{k}', f'({p.elem_type})({value})')}, kl_hit{k} = true)"
+            return deferred(p.op, k, p.elem_type, value)
 
         atomics = [a for _, p in in_helpers for a in p.accesses if a.via]
         return clone_helpers(facts, src, root, atomics, replace, params, args)
@@ -459,7 +465,7 @@ class AtomicToBlockReduce(Rule):
                 edit.replace(node.start_byte, node.end_byte, new_text)
         for k, p in enumerate(plans):
             for start, end, value in p.calls:
-                edit.replace(start, end, f"({combine(p.op, f'kl_acc{k}', f'({p.elem_type})({value})')}, kl_hit{k} = true)")
+                edit.replace(start, end, deferred(p.op, k, p.elem_type, value))
         for start, end, new in clones.calls:
             edit.replace(start, end, new)
         kernel = node_at(src, root, facts.span)

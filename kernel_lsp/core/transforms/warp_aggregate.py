@@ -37,6 +37,8 @@ from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
 from kernel_lsp.core.transforms.helper_clone import clone_helpers
 
 _LANE = "((threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z)) & 31u)"
+#: The helpers of :mod:`kernel_lsp.core.transforms.privatize` (a later step of a sequence sees their atomics).
+_PRIVATE = {"kl_private_add", "kl_private_min", "kl_private_max"}
 _COMBINE = {"atomicAdd": "total += x;", "atomicMin": "total = min(total, x);", "atomicMax": "total = max(total, x);"}
 
 
@@ -130,6 +132,9 @@ class WarpAggregate(Rule):
         return sites, "; ".join(reasons)
 
     def _refusal(self, facts: KernelFacts, mine: list[Access]) -> str | None:
+        if any(set(a.via) & _PRIVATE for a in mine):
+            # A privatised copy's global atomic is the rare miss of its shared copy: nothing to group.
+            return "its atomics are a privatised shared copy's fallback for targets outside it"
         if any(a.op not in _COMBINE for a in mine):
             return f"an atomic other than {', '.join(_COMBINE)}"
         index = mine[0].index
