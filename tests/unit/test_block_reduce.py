@@ -128,7 +128,7 @@ def corpus(name: str) -> tuple[str, dict, Path]:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", ["howto_reduce_v0", "llmc_matmul_backward_bias_kernel1"])
+@pytest.mark.parametrize("name", ["howto_reduce_v0", "llmc_matmul_backward_bias_kernel1", "shoc_reduction"])
 def test_corpus_trees_become_shuffles_and_compile(name, tmp_path):
     source, spec, folder = corpus(name)
     found = outcome("tree-to-shuffle", source, spec)
@@ -140,11 +140,12 @@ def test_corpus_trees_become_shuffles_and_compile(name, tmp_path):
 
 
 @pytest.mark.parametrize("name,rule,why", [
-    ("shoc_reduction", "tree-to-shuffle", "is unrolled"),
+    # The coarsening loop before SHOC's unrolled tree: copies of it would run one after another.
+    ("shoc_reduction", "tree-coarsen", "the code before the tree loops"),
     # A 16x16 block whose tree runs over threadIdx.y (its partial sums are also stored afterwards).
     ("rodinia_backprop_layerforward", "tree-to-shuffle", "not one-dimensional"),
-    # A scan: the up-sweep's partial sums are read by the down-sweep.
-    ("parboil_scan_l1", "tree-to-shuffle", "reads a slot other than the root after the tree"),
+    # A scan: the up-sweep computes its indices in locals of a guarded block.
+    ("parboil_scan_l1", "tree-to-shuffle", "does more than combine two slots of `s_data`"),
     ("llmc_crossentropy_forward_kernel1", "tree-to-shuffle", "no shared-memory reduction tree"),
     ("llmc_encoder_backward_kernel1", "atomic-to-block-reduce", "no atomics onto an address that is the same"),
     ("llmc_crossentropy_forward_kernel1", "atomic-to-block-reduce", "no atomics"),
@@ -178,14 +179,20 @@ __global__ void total(const float* x, float* out, int n) {
 def test_atomics_onto_one_address_become_one_per_block(tmp_path):
     found = outcome("atomic-to-block-reduce", ATOMIC, spec_of("total", 256, [{"n": 1000}], out_size="1"))
     assert found.applicable, found.why
-    (rw,) = found.rewrites
-    assert rw.source.count("atomicAdd(") == 1 and "__syncthreads_or" in rw.source and "break;" in rw.source
-    compiles(rw.source, tmp_path)
+    same, last, *coarsened = found.rewrites
+    assert same.launch_override is None and same.grid_divide is None
+    assert last.variant == "last-block" and last.launch_override is None and "atomicInc(&kl_done_total" in last.source
+    assert [rw.grid_divide for rw in coarsened] == [(8, 1, 1), (32, 1, 1)]
+    for k, rw in enumerate(found.rewrites):
+        # The last block's variant adds atomically only for a block past its slots, and counts hits.
+        assert rw.source.count("atomicAdd(") == (2 if rw is last else 1) and "__syncthreads_or" in rw.source
+        assert "break;" in rw.source
+        compiles(rw.source, tmp_path / str(k))
 
 
 @pytest.mark.parametrize("source,block,why", [
     (ATOMIC.replace("atomicAdd(&out[0], x[i] * 2.0f);", "float old = atomicAdd(&out[0], x[i]); if (old < 0) out[1] = 0;"),
-     256, "other atomics than atomicAdd"),
+     256, "other atomics than atomicAdd, atomicMin or atomicMax"),
     (ATOMIC.replace("atomicAdd(&out[0], x[i] * 2.0f);", "if (atomicAdd(&out[0], x[i]) > 1.0f) return;"),
      256, "uses the atomic's old value"),
     (ATOMIC.replace("int i =", "int k = n / 2; int i =").replace("&out[0]", "&out[k]"), 256, "names k"),
@@ -220,30 +227,40 @@ def hist_spec(block: int = 256, bins: str = "256") -> dict:
 
 
 @needs_nvcc
-@pytest.mark.parametrize("bin_expr,count", [("data[i] & 255", 256), ("data[i] & 1023", 1024),
-                                            ("(data[i] >> 4) & 63", 64)])
-def test_histograms_are_privatised_in_shared_memory(bin_expr, count, tmp_path):
-    found = outcome("shared-privatize", HIST.replace("BIN", bin_expr), hist_spec())
+@pytest.mark.parametrize("bin_expr,bins,count", [
+    ("data[i] & 255", "256", 256), ("data[i] & 1023", "1024", 1024), ("(data[i] >> 4) & 63", "64", 64),
+    # No bound from the analysis: the spec's own size of the bins (an in-bounds original reaches no other).
+    ("data[i]", "256", 256),
+    # A signed remainder may be negative for the analysis: the spec's size, a negative offset going to the
+    # global array as before.
+    ("data[i] % 1000", "1000", 1000),
+    # The smaller of the analysis' bound and the spec's size.
+    ("data[i] & 4095", "1000", 1000),
+])
+def test_histograms_are_privatised_in_shared_memory(bin_expr, bins, count, tmp_path):
+    found = outcome("shared-privatize", HIST.replace("BIN", bin_expr), hist_spec(bins=bins))
     assert found.applicable, found.why
     (rw,) = found.rewrites
     assert f"kl_priv0[{count}]" in rw.source and "kl_private_add(" in rw.source and "break;" in rw.source
     compiles(rw.source, tmp_path)
 
 
-@pytest.mark.parametrize("source,why", [
-    (HIST.replace("BIN", "data[i]"), "has no bound"),
-    (HIST.replace("BIN", "data[i] & 65535"), "do not fit"),
-    (HIST.replace("BIN", "i % 256"), "do not depend on loaded data"),
-    (HIST.replace("BIN", "(data[i] & 255) - (int)threadIdx.x"), "may be negative"),
+@pytest.mark.parametrize("source,bins,why", [
+    # A block's own window of bins: the spec's size bounds the whole array, not the window.
+    (HIST.replace("BIN", "256 * blockIdx.x + data[i]"), "256*ceil_div(n,256)", "has no bound"),
+    (HIST.replace("BIN", "data[i] & 65535"), "65536", "do not fit"),
+    (HIST.replace("BIN", "data[i]"), "n", "do not fit"),
+    (HIST.replace("BIN", "i % 256"), "256", "do not depend on loaded data"),
+    (HIST.replace("BIN", "256 * blockIdx.x + (data[i] & 255) - (int)threadIdx.x"), "256*ceil_div(n,256)", "may be negative"),
     # A signed remainder of a loaded value may be negative in C.
-    (HIST.replace("BIN", "data[i] % 1000"), "may be negative"),
-    (HIST.replace("&bins[BIN]", "(unsigned int*)&bins[data[i] & 255]"), "is cast"),
+    (HIST.replace("BIN", "1000 * blockIdx.x + data[i] % 1000"), "1000*ceil_div(n,256)", "may be negative"),
+    (HIST.replace("&bins[BIN]", "(unsigned int*)&bins[data[i] & 255]"), "256", "is cast"),
     (HIST.replace("BIN", "data[i] & 255").replace("if (i >= n) return;", "if (i >= n) return; if (bins[0] > 5u) return;"),
-     "reads it"),
-    (HIST.replace("BIN", "data[i] & 255").replace("int i =", "bins[0] = 0u; int i ="), "without a barrier"),
+     "256", "reads it"),
+    (HIST.replace("BIN", "data[i] & 255").replace("int i =", "bins[0] = 0u; int i ="), "256", "without a barrier"),
 ])
-def test_privatisation_refusals_name_the_missing_fact(source, why):
-    found = outcome("shared-privatize", source, hist_spec())
+def test_privatisation_refusals_name_the_missing_fact(source, bins, why):
+    found = outcome("shared-privatize", source, hist_spec(bins=bins))
     assert not found.applicable and why in found.why, found.why
 
 
@@ -260,7 +277,8 @@ def test_encoder_backward_targets_are_refused_with_their_facts():
     source, spec, _ = corpus("llmc_encoder_backward_kernel1")
     found = outcome("shared-privatize", source, spec)
     assert not found.applicable
-    assert "`dwte`" in found.why and "has no bound" in found.why
+    # The spec's size of the vocabulary's gradients bounds the targets, far beyond shared memory.
+    assert "`dwte`" in found.why and "do not fit" in found.why
     assert "`dwpe`" in found.why and "do not depend on loaded data" in found.why
 
 

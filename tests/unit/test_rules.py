@@ -328,7 +328,11 @@ SPEC_HIST = {
 def test_histogram_needs_a_bounded_bin_index() -> None:
     outcome = _rule("shared-privatize", HIST, SPEC_HIST)
     assert outcome.applicable and "at most 64 targets per block" in outcome.why
+    # No bound from the analysis: the spec's size of the bins sizes the copy (an in-bounds original reaches no other).
     outcome = _rule("shared-privatize", HIST.replace("d[i] & 63", "d[i]"), SPEC_HIST)
+    assert outcome.applicable and "at most 64 targets per block" in outcome.why
+    # A block's own window of the bins: the spec bounds the whole array, not the window.
+    outcome = _rule("shared-privatize", HIST.replace("d[i] & 63", "64 * blockIdx.x + d[i]"), SPEC_HIST)
     assert not outcome.applicable and "has no bound" in outcome.why
     # Any mask bounds the bins (not only a power of two minus one); an early return leaves the body for the merge.
     assert "at most 63 targets" in _rule("shared-privatize", HIST.replace("d[i] & 63", "d[i] & 62"), SPEC_HIST).why

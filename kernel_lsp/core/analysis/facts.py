@@ -267,6 +267,10 @@ class KernelFacts:
     implicit_indices: tuple[str, ...] = ()
     """Calls that read the thread or block index through a cooperative group (``cta.thread_rank()``,
     ``block.group_index().x``): a rewrite that renames ``threadIdx``/``blockIdx`` does not reach them."""
+    constants: Mapping[str, int] = field(default_factory=dict)
+    """Integer names the kernel's code reads as constants: the non-type template parameters of the
+    instance analysed (``blockSize`` of ``reduce<float, 256>``) and the file's ``const``/``constexpr``
+    integers."""
 
     def constraints(self, access: Access | Barrier) -> tuple[Comparison, ...]:
         """The comparisons known to hold whenever ``access`` runs, from its guards."""

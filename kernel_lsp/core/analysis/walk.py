@@ -1762,10 +1762,15 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
     walker = _Walker(src, pre, helpers, structs, constants)
     walker.functors = functors or {}
     walker.aliases = aliases or {}
+    top = node
+    while top.parent is not None:
+        top = top.parent
+    own_constants = set(_file_constants(top, src))
     if instance is not None:
         types, consts = walker.bind_template(node, list(instance))
         walker.types = types
         walker.constants = {**walker.constants, **consts}
+        own_constants |= set(consts)
     params = walker.params_of(node)
     walker.value_types.update(t for _, t, _ in params)
     for pname, ptype, is_pointer in params:
@@ -1811,7 +1816,18 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
         implicit_indices=tuple(dict.fromkeys(walker.implicit)),
         group_values=dict(walker.group_values),
         index_uses=tuple({(u.span, u.value): u for u in walker.index_uses}.values()),
+        constants=_integer_constants(walker.constants, own_constants),
     )
+
+
+def _integer_constants(constants: Mapping[str, str], names: Iterable[str]) -> dict[str, int]:
+    """The integer values of ``names`` (template constants, file constants) under ``constants``."""
+    out = {}
+    for name in names:
+        value = evaluate_int(constants[name], constants) if name in constants else None
+        if value is not None:
+            out[name] = value
+    return out
 
 
 def _unrolled_trees(walker: _Walker) -> None:

@@ -28,6 +28,7 @@ from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec, relaunched
 from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToRegisters, TreeToShuffle
+from kernel_lsp.core.transforms.coarsen_reduce import TreeCoarsen
 from kernel_lsp.core.transforms.columns_per_warp import ColumnsPerWarp
 from kernel_lsp.core.transforms.elementwise import BlockSizeSweep, GridStride, VectorizeElementwise
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
@@ -42,6 +43,7 @@ from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
 from kernel_lsp.core.transforms.stencil_window import StencilWindow
 from kernel_lsp.core.transforms.tile_contraction import TileContraction
 from kernel_lsp.core.transforms.tiled_coarsen import TiledCoarsen
+from kernel_lsp.core.transforms.warp_aggregate import WarpAggregate
 from kernel_lsp.core.transforms.warp_per_row import BlockPerRow, WarpPerRow
 
 #: Default order: the transformations that restructure the kernel (large wins where they apply) first,
@@ -60,8 +62,10 @@ RULES: tuple[Rule, ...] = (
     ColumnsPerWarp(),
     TreeToShuffle(),
     TreeToRegisters(),
+    TreeCoarsen(),
     AtomicToBlockReduce(),
     SharedPrivatize(),
+    WarpAggregate(),
     SharedTileTranspose(),
     SharedTileStore(),
     SharedTileLoad(),
@@ -82,7 +86,7 @@ RULES: tuple[Rule, ...] = (
 COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "sector-per-row", "block-per-row",
                         "tile-contraction", "fixed-trip-unroll", "tree-to-shuffle", "tree-to-registers",
                         "atomic-to-block-reduce", "shared-privatize", "shared-tile-store", "shared-tile-load",
-                        "columns-per-warp",
+                        "columns-per-warp", "warp-aggregate",
                         "stencil-shared-window", "tiled-register-block", "split-reduction"})
 #: Rules whose rewrite needs a launch of its own (a spec ``candidate`` field) and may still be the first
 #: step of a sequence: the later steps see that launch as the kernel's (the output's rows on y, then

@@ -2,46 +2,47 @@
 
 Two transformations on the reductions the analysis finds (:attr:`KernelFacts.reductions`):
 
-:class:`TreeToShuffle` — a looped shared-memory tree (``shared_tree`` with its loop) of any
-indexing (interleaved ``tid % (2*s) == 0``, strided ``index = 2*s*tid``, sequential halving
-``tid < s``) is replaced by a butterfly shuffle per warp, one slot per warp in shared memory
-and a last shuffle in the first warp, which writes the block's total to the tree's root slot.
-The number of blocks never changes, so a per-block output (``out[blockIdx.x] = sdata[0]``)
-keeps its size.
+:class:`TreeToShuffle` — a shared-memory tree in any of the forms
+:func:`~kernel_lsp.core.transforms.tree_model.find_trees` proves (looped of any indexing, unrolled
+under template guards, a ``volatile`` warp-synchronous tail in the kernel or in a helper, several
+values side by side, in several arrays or in one) is replaced by a butterfly shuffle per warp, one
+slot per warp and value in shared memory and a last shuffle in the first warp, which writes each
+value's block total to its root slot. The number of blocks never changes, so a per-block output
+(``out[blockIdx.x] = sdata[0]``) keeps its size. Legality is the proof's: the block one-dimensional,
+a power of two from 32 to 1024 threads at every size of the spec; the tree reached by every thread
+(not under a condition, no ``return`` before it, every enclosing loop the same for all threads of
+the block), so the new barriers are reached by all; simulated at each size, race-free between warps,
+and each slot read afterwards ending with its block's total.
 
-Legality, in terms of the analysis (each refusal names the fact that was missing):
-- the block is one-dimensional, a power of two from 32 to 1024 threads at every size of the spec;
-- the tree's loop is reached by every thread (not under a condition, no ``return`` before it,
-  every enclosing loop's start, bound and step the same for all threads of the block), so the
-  new barriers are reached by all;
-- its body is barriers, local declarations and one (guarded) update ``A[w] op= A[r]`` with
-  ``op`` in ``+``, ``max``, ``min``, with a barrier at its top level between the steps;
-- simulated at each size of the spec (the guard, indices and loop header evaluated for every
-  thread and step), the steps are race-free (no slot written by one thread is read or written by
-  another in the same step), stay within the block's slots, and leave in slot 0 every slot's
-  initial value exactly once: the tree computes the block's total;
-- afterwards (after the loop, or anywhere in an enclosing loop) the array is read only at slot 0
-  (the other slots' partial sums, which the shuffles do not produce, are never observed).
-
-:class:`AtomicToBlockReduce` — ``atomicAdd`` onto one address per block (an ``atomic``
-reduction: the address does not depend on the thread) becomes a per-thread register sum, reduced
-in the block with shuffles, added by one atomic per block at the kernel's end.
+:class:`AtomicToBlockReduce` — ``atomicAdd``, ``atomicMin`` and ``atomicMax`` onto addresses the same
+for the whole block (``atomic`` reductions: the address does not depend on the thread), one or several
+targets side by side, in the kernel's body or in its ``__device__`` helpers (changed in copies made for
+the kernel, :mod:`kernel_lsp.core.transforms.helper_clone`), become per-thread register combines
+(started from the operator's identity for the type), reduced in the block with shuffles in one pass,
+and one atomic per target and block at the kernel's end. Two more forms: each block runs 8 or 32 of
+the original blocks in turn (the grid divided, the original grid the spec's expression in the kernel's
+parameters), so there are that many times fewer atomics; or each block leaves its totals in a slot of
+``__device__`` memory and the last block to arrive (an ``atomicInc`` that wraps back to 0) combines the
+slots into each target once, its hit counts cleared, so each launch starts from the loaded module state.
 
 Legality:
-- every atomic onto the array is an ``atomicAdd`` statement (its old value unused) at that one
-  address, and the kernel accesses the array nowhere else (no order between them to keep);
+- every access to the array is an atomic statement (its old value unused) of one of those kinds, one
+  kind per address, and the kernel accesses the array nowhere else (no order between them to keep);
 - the address names only parameters that the kernel never assigns and the block's builtins, and
-  reads only arrays the kernel never writes (it is re-evaluated at the kernel's end);
-- the block has a multiple of 32 threads, at most 1024, at every size of the spec;
+  reads only arrays the kernel never writes (it is re-evaluated at the kernel's end); in a helper,
+  the analysis' index must be such an expression;
+- the block has a multiple of 32 threads, at most 1024, at every size of the spec; ``atomicMin`` and
+  ``atomicMax`` only on integer types whose identities are known;
 - every thread reaches the final reduction: a ``return`` becomes a ``break`` out of a
   ``do { … } while (0)`` around the original body, so none may sit in a loop or ``switch``; a
   kernel with barriers may not return at all (a thread that returned would now wait at them);
-- only a block one of whose threads reached an atomic adds its total (``__syncthreads_or``): the
-  address may be out of bounds for the others.
+- only a block one of whose threads reached an atomic updates its target (``__syncthreads_or``): the
+  address may be out of bounds for the others;
+- for the blocks in turn: no barrier or shared memory, a 1-D grid, no block index read through a
+  cooperative group or a helper.
 
-Not done here (privatisation is :mod:`kernel_lsp.core.transforms.privatize`): thread
-coarsening (no target needed it without changing a per-block output), unrolled and
-warp-synchronous (``volatile``) trees, scans.
+Thread coarsening of a tree is :mod:`kernel_lsp.core.transforms.coarsen_reduce`, privatisation
+:mod:`kernel_lsp.core.transforms.privatize`; scans are not rewritten.
 """
 
 from __future__ import annotations
@@ -51,359 +52,88 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from kernel_lsp.core.analysis import node_text as _text, has_node as _has, identifiers_in as _identifiers
-from kernel_lsp.core.analysis import Access, KernelFacts, LoopFact, assigned_names, shared_combine_loops, thread_dependence
+from kernel_lsp.core.analysis import Access, KernelFacts, LoopFact, assigned_names, thread_dependence
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.transforms.emit import (
-    WARP_REDUCE, BodyEdit, emit, node_at, parse, rebuild_span, warp_reduce_helpers,
+    WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, rebuild_span, warp_reduce_helpers,
+)
+from kernel_lsp.core.analysis import helper_reading_thread_index
+from kernel_lsp.core.static_check import problem_sizes
+from kernel_lsp.core.transforms.grid_expr import original_grid
+from kernel_lsp.core.transforms.helper_clone import HelperEdits, clone_helpers
+from kernel_lsp.core.transforms.tree_model import (
+    SharedTree, TreeValue, c_index, c_text, find_trees, first_line as _first_line, is_barrier as _is_barrier,
+    spec_blocks as _spec_blocks,
 )
 
-#: Most steps simulated for one tree (a 1024-thread tree has 10).
-_MAX_STEPS = 64
 _BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim"}
-_MINMAX = {"max": "max", "fmaxf": "max", "fmax": "max", "min": "min", "fminf": "min", "fmin": "min"}
-
-
-class _Unknown(Exception):
-    """An expression the evaluator cannot compute; its message names what."""
-
-
-class _Eval:
-    """Integer values of the small expressions trees are written with: the loop header, the guard,
-    the indices. Locals are resolved through their single declaration before ``limit`` (a byte
-    offset) when the kernel never assigns them again."""
-
-    def __init__(self, src: bytes, body: Node, limit: int, group_values=None):  # noqa: ANN001 - Mapping[str, Poly]
-        self.src = src
-        # ``cta.thread_rank()``, ``block.size()`` …: the thread-index polynomials they stand for.
-        self.group_values = group_values or {}
-        self.assigned = assigned_names(body, src)
-        self.decls: dict[str, Node] = {}
-        stack = [body]
-        while stack:
-            n = stack.pop()
-            if n.type == "init_declarator" and n.start_byte < limit:
-                name = n.child_by_field_name("declarator")
-                value = n.child_by_field_name("value")
-                if name is not None and name.type == "identifier" and value is not None:
-                    key = _text(src, name)
-                    self.decls[key] = None if key in self.decls else value  # type: ignore[assignment]
-            stack.extend(n.children)
-
-    def value(self, node: Node, env: dict[str, int], depth: int = 0) -> int:
-        v = self._value(node, env, depth)
-        # Non-negative values below 2**31 behave the same in signed and unsigned C arithmetic, whose
-        # types the evaluator does not track: anything else is refused rather than guessed.
-        if not 0 <= v < 2 ** 31:
-            raise _Unknown(f"a value outside 0..2^31 ({v} for `{_text(self.src, node)}`), whose signedness is not modelled")
-        return v
-
-    def _value(self, node: Node, env: dict[str, int], depth: int = 0) -> int:
-        if depth > 40:
-            raise _Unknown("an expression nested too deeply")
-        t, src = node.type, self.src
-        if t == "number_literal":
-            text = _text(src, node).rstrip("uUlL")
-            try:
-                return int(text, 0)
-            except ValueError:
-                raise _Unknown(f"the literal `{_text(src, node)}`") from None
-        if t == "parenthesized_expression":
-            return self.value(node.named_children[0], env, depth + 1)
-        if t == "cast_expression":
-            return self.value(node.child_by_field_name("value"), env, depth + 1)
-        if t in ("field_expression", "call_expression") and "".join(_text(src, node).split()) in self.group_values:
-            poly = self.group_values["".join(_text(src, node).split())]
-            names = {"tid": "threadIdx", "bid": "blockIdx", "bdim": "blockDim", "gdim": "gridDim"}
-            bound = {s: env.get(f"{names[s.split('.')[0]]}.{s.split('.')[1]}") for s in poly.symbols if "." in s}
-            value = poly.evaluate(bound) if None not in bound.values() else None
-            if value is None:
-                raise _Unknown(f"`{_text(src, node)}`")
-            return value
-        if t == "field_expression":
-            key = _text(src, node).replace(" ", "")
-            if key in env:
-                return env[key]
-            raise _Unknown(f"`{key}`")
-        if t == "identifier":
-            name = _text(src, node)
-            if name in env:
-                return env[name]
-            value = self.decls.get(name)
-            if value is None or name in self.assigned:
-                raise _Unknown(f"`{name}`, which is not one value for the whole tree")
-            return self.value(value, env, depth + 1)
-        if t == "unary_expression":
-            op = _text(src, node.child_by_field_name("operator"))
-            v = self.value(node.child_by_field_name("argument"), env, depth + 1)
-            return {"-": -v, "+": v, "!": int(not v), "~": ~v}[op]
-        if t == "conditional_expression":
-            cond = self.value(node.child_by_field_name("condition"), env, depth + 1)
-            return self.value(node.child_by_field_name("consequence" if cond else "alternative"), env, depth + 1)
-        if t == "binary_expression":
-            op = _text(src, node.child_by_field_name("operator"))
-            a = self.value(node.child_by_field_name("left"), env, depth + 1)
-            if op == "&&" and not a:
-                return 0
-            if op == "||" and a:
-                return 1
-            b = self.value(node.child_by_field_name("right"), env, depth + 1)
-            return _binary(op, a, b)
-        raise _Unknown(f"`{_text(src, node)}`")
-
-
-def _binary(op: str, a: int, b: int) -> int:
-    if op in ("/", "%"):
-        if b == 0:
-            raise _Unknown("a division by zero")
-        q = abs(a) // abs(b) * (1 if (a >= 0) == (b >= 0) else -1)
-        return q if op == "/" else a - q * b
-    table = {"+": a + b, "-": a - b, "*": a * b, "<<": a << b if 0 <= b < 64 else 0, ">>": a >> b if 0 <= b < 64 else 0,
-             "&": a & b, "|": a | b, "^": a ^ b, "<": int(a < b), "<=": int(a <= b), ">": int(a > b),
-             ">=": int(a >= b), "==": int(a == b), "!=": int(a != b), "&&": int(bool(a and b)), "||": int(bool(a or b))}
-    if op not in table:
-        raise _Unknown(f"the operator `{op}`")
-    return table[op]
-
-
-@dataclass(frozen=True)
-class _Update:
-    """``A[w] op= A[r]`` (or ``A[w] = A[w] op A[r]``, ``A[w] = max(A[w], A[r])``)."""
-    op: str
-    write: Node
-    read: Node
-
-
-@dataclass(frozen=True)
-class _Tree:
-    loop: LoopFact
-    array: str
-    elem_type: str
-    op: str
-
-
-def _subscript(node: Node, src: bytes, array: str) -> Node | None:
-    """The index of ``array[i]`` (one dimension), else None."""
-    if node.type == "parenthesized_expression":
-        return _subscript(node.named_children[0], src, array)
-    if node.type != "subscript_expression":
-        return None
-    arg = node.child_by_field_name("argument")
-    if arg is None or arg.type != "identifier" or _text(src, arg) != array:
-        return None
-    idx = node.child_by_field_name("indices") or node.child_by_field_name("index")
-    if idx is not None and idx.type == "subscript_argument_list":
-        return idx.named_children[0] if idx.named_child_count == 1 else None
-    return idx
-
-
-def _update(stmt: Node, src: bytes, array: str) -> _Update | None:
-    if stmt.type == "compound_statement":
-        inner = [c for c in stmt.named_children if c.type != "comment"]
-        return _update(inner[0], src, array) if len(inner) == 1 else None
-    if stmt.type != "expression_statement" or not stmt.named_children:
-        return None
-    e = stmt.named_children[0]
-    if e.type != "assignment_expression":
-        return None
-    op = _text(src, e.child_by_field_name("operator"))
-    left, right = e.child_by_field_name("left"), e.child_by_field_name("right")
-    w = _subscript(left, src, array)
-    if w is None:
-        return None
-    if op == "+=":
-        r = _subscript(right, src, array)
-        return _Update("+", w, r) if r is not None else None
-    if op != "=":
-        return None
-    while right.type == "parenthesized_expression":
-        right = right.named_children[0]
-    if right.type == "binary_expression" and _text(src, right.child_by_field_name("operator")) == "+":
-        operands = [right.child_by_field_name("left"), right.child_by_field_name("right")]
-        kind = "+"
-    elif right.type == "call_expression" and _text(src, right.child_by_field_name("function")) in _MINMAX:
-        args = right.child_by_field_name("arguments")
-        operands = list(args.named_children) if args is not None else []
-        kind = _MINMAX[_text(src, right.child_by_field_name("function"))]
-    else:
-        return None
-    if len(operands) != 2:
-        return None
-    idx = [_subscript(o, src, array) for o in operands]
-    if any(i is None for i in idx):
-        return None
-    same = [i for i in idx if _text(src, i).replace(" ", "") == _text(src, w).replace(" ", "")]
-    if not same:
-        return None
-    other = idx[1] if idx[0] is same[0] else idx[0]
-    return _Update(kind, w, other)
-
-
-def _is_barrier(stmt: Node, src: bytes, facts: KernelFacts) -> bool:
-    """The statement is a block barrier and nothing else (``__syncthreads();``, ``cta.sync();``,
-    ``cg::sync(block);``), as the analysis found it."""
-    if stmt.type != "expression_statement" or stmt.named_child_count != 1:
-        return False
-    call = stmt.named_children[0]
-    return any(b.scope == "block" and b.span == (call.start_byte, call.end_byte) for b in facts.barriers)
-
-
-def _spec_blocks(ctx: RuleContext) -> list[tuple[int, int, int]]:
-    return [launch.block for launch in ctx.launches()]
 
 
 class TreeToShuffle(Rule):
     name = "tree-to-shuffle"
     technique = "warp-shuffle-reduction"
-    summary = "a shared-memory reduction tree of any indexing replaced by warp shuffles (same grid)"
+    summary = "a shared-memory reduction tree (looped, unrolled or warp-synchronous, one value or several) as warp shuffles"
 
-    def plan(self, ctx: RuleContext) -> tuple[list[_Tree], str]:
-        facts = ctx.facts
-        if facts is None or not facts.complete:
-            return [], "the kernel's analysis is missing or incomplete"
-        unrolled = [r for r in facts.reductions if r.kind == "shared_tree" and r.loop is None]
-        trees = [*unrolled, *shared_combine_loops(facts)]
-        if not trees:
-            return [], "no shared-memory reduction tree (no loop combines a shared array's slots in place)"
-        if ctx.spec is None:
-            return [], "needs a launch spec (the tree is simulated at each of its block sizes)"
-        blocks = _spec_blocks(ctx)
-        if not blocks or any(b[1] != 1 or b[2] != 1 for b in blocks):
-            return [], "the block is not one-dimensional at every size (a tree over threadIdx.y is not modelled)"
-        sizes = sorted({b[0] for b in blocks})
-        if any(n < 32 or n > MAX_THREADS_PER_BLOCK or n & (n - 1) for n in sizes):
-            return [], f"the block ({', '.join(map(str, sizes))} threads) is not a power of two from 32 to 1024 at every size"
-        src, root = parse(ctx.preprocessed)
-        kernel = node_at(src, root, facts.span)
-        body = kernel.child_by_field_name("body") if kernel is not None else None
-        if body is None:
-            return [], "the kernel's definition was not found in the preprocessed view"
-        plans, reasons = [], []
-        for red in trees:
-            if red.loop is None:
-                reasons.append(f"the tree on `{red.target}` at line {(red.user_line or 0) + 1} is unrolled "
-                               "(only a looped tree is simulated)")
-                continue
-            loop = facts.loops[red.loop]
-            why, op = self._refusal(facts, loop, red.target, body, root, src, sizes)
-            if why:
-                reasons.append(f"the tree on `{red.target}` at line {(loop.user_line or 0) + 1}: {why}")
-                continue
-            elem = next(a.elem_type for a in facts.accesses if a.array == red.target and a.space == "shared")
-            plans.append(_Tree(loop, red.target, elem, op))
-        if not plans:
-            return [], "; ".join(reasons)
-        return plans, ""
+    def plan(self, ctx: RuleContext) -> tuple[list[SharedTree], str]:
+        return find_trees(ctx)
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         plans, why = self.plan(ctx)
         if not plans:
             return False, why
         return True, "; ".join(
-            f"the tree on `{p.array}` at line {(p.loop.user_line or 0) + 1} reduces every slot into slot 0 at each "
+            f"the tree on {_names(p)} at line {(p.user_line or 0) + 1} reduces every slot into its root at each "
             "block size of the spec (simulated, race-free), every thread reaches it, and only the root is read afterwards"
             for p in plans)
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         plans, _ = self.plan(ctx)
         edit = BodyEdit(ctx.preprocessed, ctx.facts)
+        ops = set()
         for k, p in enumerate(plans):
-            indent = edit.indent_at(p.loop.span[0])
-            core = _block_reduce(p.op, p.elem_type, f"{p.array}[threadIdx.x]", f"kl_part{k}", "threadIdx.x", "blockDim.x")
-            text = ("{ // the tree as warp shuffles: every slot reduced, the total written to the root slot\n"
-                    f"    __syncthreads();\n    {core}"
-                    f"    if (threadIdx.x == 0u) {p.array}[0] = kl_total;\n    __syncthreads();\n}}")
-            replace_by_lines(edit, p.loop.span[0], p.loop.span[1], text.replace("\n", "\n" + indent))
-        source, expanded = emit(edit, ctx.source, ctx.kernel, warp_reduce_helpers({p.op for p in plans}, ctx.source))
+            indent = edit.indent_at(p.span[0])
+            replace_by_lines(edit, p.span[0], p.span[1], tree_shuffles(ctx, p, k).replace("\n", "\n" + indent))
+            ops |= {v.op for v in p.values}
+        source, expanded = emit(edit, ctx.source, ctx.kernel, warp_reduce_helpers(ops, ctx.source))
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
-        what = ", ".join(f"`{p.array}`" for p in plans)
+        what = ", ".join(_names(p) for p in plans)
         return (Rewrite(source, f"the shared-memory tree on {what} replaced by warp shuffles and one slot per warp; "
                                 f"same grid and block{note}"),)
 
-    def _refusal(self, facts: KernelFacts, loop: LoopFact, array: str, body: Node, root: Node, src: bytes,
-                 sizes: list[int]) -> tuple[str | None, str]:
-        node = node_at(src, root, loop.span)
-        if node is None or node.type != "for_statement" or loop.var is None:
-            return "the analysis finds no counter of its loop (a variable started, tested and stepped)", ""
-        if not facts.body_span[0] <= loop.span[0] < loop.span[1] <= facts.body_span[1]:
-            return "the tree is in a helper function, not in the kernel's body", ""
-        if "volatile" in next((a.elem_type for a in facts.accesses if a.array == array), ""):
-            return "the array is volatile (warp-synchronous code the shuffles would have to reproduce)", ""
-        # Every thread reaches the loop: only blocks and thread-uniform loops above it.
-        parent = node.parent
-        while parent is not None and parent != body:
-            if parent.type in ("if_statement", "while_statement", "do_statement", "switch_statement",
-                               "conditional_expression", "case_statement"):
-                return f"it sits under a condition (`{_text(src, parent).split(chr(10), 1)[0][:60]}`): " \
-                       "not every thread would reach the new barriers", ""
-            if parent.type == "for_statement":
-                outer = next((lp for lp in facts.loops if lp.span == (parent.start_byte, parent.end_byte)), None)
-                if outer is None or any(p is None or thread_dependence(p, facts.opaque) for p in (outer.start, outer.bound, outer.step)):
-                    return "an enclosing loop's start, bound or step is not proven the same for every thread", ""
-            parent = parent.parent
-        if _has_before(body, node.start_byte, ("return_statement", "goto_statement")):
-            return "a thread may return before the tree (it would miss the new barriers)", ""
-        # The partial sums the shuffles do not produce must never be read.
-        outermost = node
-        p = node.parent
-        while p is not None and p != body:
-            if p.type == "for_statement":
-                outermost = p
-            p = p.parent
-        if outermost is not node and _has(outermost, ("return_statement", "break_statement", "continue_statement")):
-            return "an enclosing loop holds a return, break or continue: a thread may skip a later iteration's tree", ""
-        for a in facts.accesses:
-            if a.array != array or not a.reads:
-                continue
-            inside = loop.span[0] <= a.span[0] < loop.span[1]
-            later = a.span[0] >= loop.span[1] or outermost.start_byte <= a.span[0] < outermost.end_byte
-            root_slot = a.index.constant == 0
-            if later and not inside and not root_slot:
-                return f"`{a.text}` at line {(a.user_line or 0) + 1} reads a slot other than the root after the tree", ""
-        header_and_body = self._steps(node, src, array, facts)
-        if isinstance(header_and_body, str):
-            return header_and_body, ""
-        init, cond, update, stmts, upd = header_and_body
-        ev = _Eval(src, body, node.start_byte, facts.group_values)
-        for n in sizes:
-            why = _simulate(ev, loop.var, init, cond, update, stmts, upd, n)
-            if why:
-                return f"at {n} threads per block: {why}", ""
-        return None, upd[1].op
 
-    def _steps(self, node: Node, src: bytes, array: str, facts: KernelFacts):
-        init, cond, update = (node.child_by_field_name(f) for f in ("initializer", "condition", "update"))
-        if init is None or cond is None or update is None:
-            return "the loop header lacks a start, a condition or an update"
-        loop_body = node.child_by_field_name("body")
-        stmts = [c for c in loop_body.named_children if c.type != "comment"] if loop_body.type == "compound_statement" else [loop_body]
-        updates, barrier = [], False
-        for s in stmts:
-            if _is_barrier(s, src, facts):
-                barrier = True
-            elif s.type == "declaration":
-                continue
-            elif s.type == "if_statement" and s.child_by_field_name("alternative") is None:
-                u = _update(s.child_by_field_name("consequence"), src, array)
-                if u is None:
-                    return f"the guarded statement `{_first_line(_text(src, s))}` does more than combine two slots of `{array}`"
-                updates.append((s, u))
-            elif _update(s, src, array) is not None:
-                updates.append((s, _update(s, src, array)))
-            else:
-                return f"its loop also runs `{_first_line(_text(src, s))}`, besides combining slots of `{array}` and barriers"
-        if len(updates) != 1:
-            return "its body does not hold exactly one tree step"
-        if not barrier:
-            return "no barrier at the top level of its body separates the steps"
-        if updates[0][1].op not in WARP_REDUCE:
-            return f"the operator `{updates[0][1].op}` has no shuffle reduction here"
-        return init, cond, update, [s for s in stmts if s.type == "declaration"], updates[0]
+def _names(tree: SharedTree) -> str:
+    return ", ".join(dict.fromkeys(f"`{v.array}`" for v in tree.values))
 
 
-def _first_line(text: str) -> str:
-    line = text.split("\n", 1)[0].strip()
-    return line if len(line) <= 60 and "\n" not in text else line[:60] + " …"
+def value_type(ctx: RuleContext, value: TreeValue) -> str:
+    """The type a value is reduced in: the array's element type, or, in a template (whose element
+    type the analysis read for one instance), the type of the slot itself."""
+    if ctx.kernel.is_template:
+        return f"decltype(+{value.name}[0])"
+    return " ".join(w for w in value.elem_type.split() if w not in ("volatile", "const"))
+
+
+def slot(value: TreeValue, thread: str) -> str:
+    """The slot of ``value`` that ``thread`` filled."""
+    return f"{value.name}[{thread}]" if value.root == Poly() else f"{value.name}[({c_index(value.root)}) + {thread}]"
+
+
+def tree_shuffles(ctx: RuleContext, tree: SharedTree, k: int) -> str:
+    """The statements replacing ``tree``: each value reduced by warp shuffles, its total in its root."""
+    if len(tree.values) == 1 and tree.values[0].root == Poly() and not ctx.kernel.is_template:
+        v = tree.values[0]
+        core = _block_reduce(v.op, value_type(ctx, v), slot(v, "threadIdx.x"), f"kl_part{k}", "threadIdx.x", "blockDim.x")
+        return ("{ // the tree as warp shuffles: every slot reduced, the total written to the root slot\n"
+                f"    __syncthreads();\n    {core}"
+                f"    if (threadIdx.x == 0u) {v.name}[0] = kl_total;\n    __syncthreads();\n}}")
+    parts = [(v.op, value_type(ctx, v), slot(v, "threadIdx.x"), f"kl_part{k}_{j}", f"kl_total{j}")
+             for j, v in enumerate(tree.values)]
+    core = block_reduce_many(parts, "threadIdx.x", "blockDim.x")
+    stores = " ".join(f"{v.name}[{c_index(v.root)}] = kl_total{j};" for j, v in enumerate(tree.values))
+    return ("{ // the tree as warp shuffles: every value reduced, each total written to its root slot\n"
+            f"    __syncthreads();\n    {core}"
+            f"    if (threadIdx.x == 0u) {{ {stores} }}\n    __syncthreads();\n}}")
 
 
 def replace_by_lines(edit: BodyEdit, start: int, end: int, new: str) -> None:
@@ -417,96 +147,6 @@ def replace_by_lines(edit: BodyEdit, start: int, end: int, new: str) -> None:
         edit.replace(at, stop, new if first else "")
         first = False
         at = stop + 1
-
-
-def _has_before(body: Node, at: int, types: tuple[str, ...]) -> bool:
-    stack = [body]
-    while stack:
-        n = stack.pop()
-        if n.start_byte >= at:
-            continue
-        if n.type in types:
-            return True
-        stack.extend(n.children)
-    return False
-
-
-def _simulate(ev: _Eval, var: str, init: Node, cond: Node, update: Node, decls: list[Node], step, n: int) -> str | None:
-    """Runs the tree for a block of ``n`` threads on multisets of the slots' initial values; the reason
-    it is not a reduction of the ``n`` slots into slot 0, or None."""
-    stmt, upd = step
-    guard = stmt.child_by_field_name("condition") if stmt.type == "if_statement" else None
-    if guard is not None and guard.type == "condition_clause":
-        guard = guard.child_by_field_name("value") or guard.named_children[0]
-    base = {"blockDim.x": n, "blockDim.y": 1, "blockDim.z": 1, "threadIdx.y": 0, "threadIdx.z": 0, "warpSize": 32}
-    src = ev.src
-    try:
-        if init.type == "declaration":
-            decl = next(iter(init.children_by_field_name("declarator")), None)
-            if decl is None or decl.type != "init_declarator":
-                return "the loop's start was not found"
-            s = ev.value(decl.child_by_field_name("value"), dict(base))
-        elif init.type == "assignment_expression":
-            s = ev.value(init.child_by_field_name("right"), dict(base))
-        else:
-            return "the loop's start was not found"
-        slots: list[dict[int, int]] = [{j: 1} for j in range(n)]
-        for _ in range(_MAX_STEPS):
-            env = dict(base, **{var: s})
-            if not ev.value(cond, env):
-                break
-            writes: dict[int, int] = {}
-            reads: dict[int, set[int]] = {}
-            for t in range(n):
-                tenv = dict(env, **{"threadIdx.x": t})
-                for d in decls:
-                    for sub in d.children_by_field_name("declarator"):
-                        if sub.type == "init_declarator":
-                            tenv[_text(src, sub.child_by_field_name("declarator"))] = ev.value(sub.child_by_field_name("value"), tenv)
-                if guard is not None and not ev.value(guard, tenv):
-                    continue
-                w, r = ev.value(upd.write, tenv), ev.value(upd.read, tenv)
-                if not (0 <= w < n and 0 <= r < n):
-                    return f"a step reads or writes slot {r if not 0 <= r < n else w}, outside the block's slots"
-                if w in writes or w == r:
-                    return f"slot {w} is written twice in one step"
-                writes[w] = r
-                reads.setdefault(r, set()).add(t)
-                reads.setdefault(w, set()).add(t)
-            for w in writes:
-                if len(reads.get(w, ())) > 1:
-                    return f"slot {w} is written and read by different threads in one step (a race)"
-            new = list(slots)
-            for w, r in writes.items():
-                merged = dict(slots[w])
-                for k, c in slots[r].items():
-                    merged[k] = merged.get(k, 0) + c
-                new[w] = merged
-            slots = new
-            s = _next(ev, update, var, env)
-        else:
-            return f"the tree does not end within {_MAX_STEPS} steps"
-    except _Unknown as exc:
-        return f"the tree's loop, guard or indices use {exc}, which the simulation cannot evaluate"
-    if slots[0] != {j: 1 for j in range(n)}:
-        return "slot 0 does not end with every slot's value exactly once"
-    return None
-
-
-def _next(ev: _Eval, update: Node, var: str, env: dict[str, int]) -> int:
-    src = ev.src
-    if update.type == "assignment_expression":
-        left = update.child_by_field_name("left")
-        if _text(src, left) != var:
-            raise _Unknown(f"the update `{_text(src, update)}`")
-        op = _text(src, update.child_by_field_name("operator"))
-        v = ev.value(update.child_by_field_name("right"), env)
-        if op == "=":
-            return v
-        return _binary(op[:-1], env[var], v)
-    if update.type == "update_expression":
-        return env[var] + (1 if "++" in _text(src, update) else -1)
-    raise _Unknown(f"the update `{_text(src, update)}`")
 
 
 def _identity(op: str, part: str, elem: str) -> str:
@@ -527,20 +167,75 @@ def _block_reduce(op: str, elem: str, value: str, part: str, linear: str, nthrea
             f"    }}\n")
 
 
+def block_reduce_many(parts: list[tuple[str, str, str, str, str]], linear: str, nthreads: str) -> str:
+    """Statements leaving each value's block total in its variable in thread 0: ``parts`` are (operator,
+    type, value, shared array for the warps' totals, total variable); one barrier for them all."""
+    lines = []
+    for op, elem, value, part, total in parts:
+        lines += [f"__shared__ {elem} {part}[32];", f"{elem} {total} = {WARP_REDUCE[op]}(({elem})({value}));"]
+    stores = " ".join(f"{part}[{linear} >> 5] = {total};" for _, _, _, part, total in parts)
+    lines += [f"if (({linear} & 31u) == 0u) {{ {stores} }}", "__syncthreads();", f"if ({linear} < 32u) {{"]
+    for op, elem, _, part, total in parts:
+        lines += [f"    {total} = {linear} < (({nthreads}) >> 5) ? {part}[{linear}] : {_identity(op, part, elem)};",
+                  f"    {total} = {WARP_REDUCE[op]}({total});"]
+    lines.append("}")
+    return "\n    ".join(lines) + "\n"
+
+
+#: The atomics a register combine replaces, with the combine's operator.
+ATOMIC_OPS = {"atomicAdd": "+", "atomicMin": "min", "atomicMax": "max"}
+#: (largest, smallest) value of the integer types atomicMin and atomicMax take: the identities of min and max.
+_LIMITS = {
+    "int": ("2147483647", "(-2147483647 - 1)"),
+    "unsigned int": ("0xffffffffu", "0u"),
+    "unsigned": ("0xffffffffu", "0u"),
+    "long long": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
+    "long long int": ("9223372036854775807LL", "(-9223372036854775807LL - 1)"),
+    "unsigned long long": ("0xffffffffffffffffull", "0ull"),
+    "unsigned long long int": ("0xffffffffffffffffull", "0ull"),
+}
+
+
+def identity(op: str, elem: str) -> str | None:
+    """The value that ``op`` leaves any value of ``elem`` unchanged with, or None when not known."""
+    if op == "+":
+        return f"({elem})0"
+    limits = _LIMITS.get(" ".join(elem.split()))
+    return None if limits is None else limits[0 if op == "min" else 1]
+
+
+def combine(op: str, acc: str, value: str) -> str:
+    return f"{acc} += {value}" if op == "+" else f"{acc} = {op}({acc}, {value})"
+
+
+def deferred(op: str, k: int, elem: str, value: str) -> str:
+    """What an atomic statement's call becomes: the value combined into the thread's register, the hit noted.
+    A comma expression without parentheses (the call is a whole statement), which tree-sitter reads too."""
+    return f"{combine(op, f'kl_acc{k}', f'({elem})({value})')}, kl_hit{k} = true"
+
+
 @dataclass(frozen=True)
 class _Target:
     array: str
     elem_type: str
     address: str
-    """The atomics' address as written (re-evaluated at the kernel's end)."""
+    """The atomics' address as written (re-evaluated at the kernel's end), or rebuilt from the analysis'
+    index when the atomics are in a helper."""
     calls: tuple[tuple[int, int, str], ...]
-    """Each atomic call's byte range and the value it adds."""
+    """Each atomic call in the kernel's body: its byte range and the value it adds."""
+    op: str = "+"
+    atomic: str = "atomicAdd"
+    accesses: tuple[Access, ...] = ()
 
 
 class AtomicToBlockReduce(Rule):
+    """Atomics onto addresses the same for the whole block (``atomicAdd``, ``atomicMin``, ``atomicMax``,
+    several targets side by side, in the kernel or in its helpers) as per-thread register combines,
+    a block reduction and one atomic per target and block."""
+
     name = "atomic-to-block-reduce"
     technique = "one-atomic-per-block"
-    summary = "per-element atomicAdd onto one address: summed in registers, reduced in the block, one atomic per block"
+    summary = "atomics onto one address per block: combined in registers, reduced in the block, one atomic per block"
 
     def plan(self, ctx: RuleContext) -> tuple[list[_Target], str]:
         facts = ctx.facts
@@ -567,85 +262,281 @@ class AtomicToBlockReduce(Rule):
         plans, reasons = [], []
         for array in arrays:
             mine = [a for a in facts.accesses if a.array == array]
-            if any(a.kind != "atomic" or a.op != "atomicAdd" for a in mine):
-                reasons.append(f"`{array}` is also read, written or updated by other atomics than atomicAdd: "
-                               "their order against the deferred sum is not kept")
+            if any(a.kind != "atomic" or a.op not in ATOMIC_OPS for a in mine):
+                reasons.append(f"`{array}` is also read, written or updated by other atomics than atomicAdd, atomicMin "
+                               "or atomicMax: their order against the deferred combine is not kept")
                 continue
-            if any(a.via for a in mine):
-                reasons.append(f"an atomic onto `{array}` is in a helper function, not in the kernel's body")
-                continue
-            calls, addresses = [], set()
+            groups: dict[Poly, list[Access]] = {}
             for a in mine:
-                call = node_at(src, root, a.span)
-                args = call.child_by_field_name("arguments") if call is not None and call.type == "call_expression" else None
-                if args is None or args.named_child_count != 2 or call.parent is None or call.parent.type != "expression_statement":
-                    reasons.append(f"`{a.text}` at line {(a.user_line or 0) + 1} uses the atomic's old value")
-                    break
-                address, value = args.named_children
-                if _cast_pointer(address):
-                    reasons.append(f"the address of `{a.text}` is cast: the element type it adds is not the array's")
-                    break
-                addresses.add(_text(src, address).replace(" ", ""))
-                names = _identifiers(address, src)
-                if names - params - _BUILTINS:
-                    reasons.append(f"the address of `{a.text}` names {', '.join(sorted(names - params - _BUILTINS))}, "
-                                   "not an unassigned parameter or builtin: it cannot be re-evaluated at the kernel's end")
-                    break
-                loaded = (names & {n for n, _, is_pointer in facts.params if is_pointer}) - {array} - set(facts.read_only)
-                if loaded:
-                    reasons.append(f"the address of `{a.text}` reads {', '.join(sorted(loaded))}, which the kernel may "
-                                   "write: it may differ at the kernel's end")
-                    break
-                calls.append((a.span[0], a.span[1], _text(src, value)))
-            else:
-                if len(addresses) != 1:
-                    reasons.append(f"the atomics onto `{array}` are written with different addresses")
-                    continue
-                plans.append(_Target(array, mine[0].elem_type, _text(src, node_at(src, root, mine[0].span)
-                                                                        .child_by_field_name("arguments").named_children[0]),
-                                     tuple(calls)))
+                groups.setdefault(a.index, []).append(a)
+            for index, group in groups.items():
+                found = self._target(ctx, facts, array, index, group, params, src, root)
+                (reasons if isinstance(found, str) else plans).append(found)
         if reasons:
             return [], "; ".join(reasons)
         return plans, ""
+
+    def _target(self, ctx, facts: KernelFacts, array: str, index: Poly, group: list[Access], params: set[str],
+                src: bytes, root: Node) -> _Target | str:
+        if thread_dependence(index, facts.opaque) or any(s.startswith("tid.") for s in index.symbols):
+            return f"the atomics onto `{array}` at `{group[0].text}` do not all target one address per block"
+        ops = {a.op for a in group}
+        if len(ops) != 1:
+            return f"the atomics onto `{array}` at one address are {' and '.join(sorted(ops))}: no one combine"
+        atomic = group[0].op
+        op = ATOMIC_OPS[atomic]
+        elem = " ".join(w for w in group[0].elem_type.split() if w not in ("volatile", "const"))
+        if identity(op, elem) is None:
+            return f"{atomic} onto `{array}` of `{elem}`: no identity of `{op}` is known for that type"
+        calls, addresses = [], set()
+        for a in group:
+            call = node_at(src, root, a.span)
+            args = call.child_by_field_name("arguments") if call is not None and call.type == "call_expression" else None
+            if args is None or args.named_child_count != 2 or call.parent is None or call.parent.type != "expression_statement":
+                return f"`{a.text}` at line {(a.user_line or 0) + 1} uses the atomic's old value"
+            address, value = args.named_children
+            if _cast_pointer(address):
+                return f"the address of `{a.text}` is cast: the element type it adds is not the array's"
+            if a.via:
+                continue
+            addresses.add(_text(src, address).replace(" ", ""))
+            names = _identifiers(address, src)
+            if names - params - _BUILTINS:
+                return (f"the address of `{a.text}` names {', '.join(sorted(names - params - _BUILTINS))}, "
+                        "not an unassigned parameter or builtin: it cannot be re-evaluated at the kernel's end")
+            loaded = (names & {n for n, _, is_pointer in facts.params if is_pointer}) - {array} - set(facts.read_only)
+            if loaded:
+                return (f"the address of `{a.text}` reads {', '.join(sorted(loaded))}, which the kernel may "
+                        "write: it may differ at the kernel's end")
+            calls.append((a.span[0], a.span[1], _text(src, value)))
+        if len(addresses) > 1:
+            return f"the atomics onto `{array}` are written with different addresses"
+        if addresses:
+            first = next(a for a in group if not a.via)
+            address_text = _text(src, node_at(src, root, first.span).child_by_field_name("arguments").named_children[0])
+        else:
+            # Only in helpers: the address from the analysis' index, in the kernel's own terms.
+            scalars = {n for n, _, is_pointer in facts.params if not is_pointer} & params
+            if any(s not in scalars and not s.startswith(("bid.", "bdim.", "gdim.")) for s in index.symbols):
+                return (f"the index of `{group[0].text}` in the helper `{group[0].via[-1]}` is not an expression of the "
+                        "kernel's unassigned parameters and block indices")
+            address_text = f"&{array}[{c_text(index)}]"
+        return _Target(array, elem, address_text, tuple(calls), op, atomic, tuple(group))
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         plans, why = self.plan(ctx)
         if not plans:
             return False, why
+        facts = ctx.facts
+        src, root = parse(ctx.preprocessed)
+        clones = self._clones(plans, facts, src, root)
+        if isinstance(clones, str):
+            return False, clones
         return True, "; ".join(
-            f"every atomic onto `{p.array}` is an atomicAdd at `{p.address}`, the same address for the whole block, "
+            f"every atomic onto `{p.array}` at `{p.address}` is an {p.atomic}, the same address for the whole block, "
             "its old value unused, the array touched nowhere else" for p in plans) + "; every thread reaches the kernel's end"
+
+    def _clones(self, plans: list[_Target], facts: KernelFacts, src: bytes, root: Node):
+        in_helpers = [(k, p) for k, p in enumerate(plans) if any(a.via for a in p.accesses)]
+        if not in_helpers:
+            return HelperEdits("", ())
+        params = ", ".join(f"{p.elem_type}& kl_acc{k}, bool& kl_hit{k}" for k, p in in_helpers)
+        args = ", ".join(f"kl_acc{k}, kl_hit{k}" for k, _ in in_helpers)
+        slot = {id(a): k for k, p in in_helpers for a in p.accesses}
+
+        def replace(access: Access, call: Node) -> str:
+            k = slot[id(access)]
+            p = plans[k]
+            value = _text(src, call.child_by_field_name("arguments").named_children[1])
+            return deferred(p.op, k, p.elem_type, value)
+
+        atomics = [a for _, p in in_helpers for a in p.accesses if a.via]
+        return clone_helpers(facts, src, root, atomics, replace, params, args)
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         plans, _ = self.plan(ctx)
+        out = [self._rewrite(ctx, plans, None)]
+        slots = self._slots(ctx)
+        if slots is not None:
+            out.append(self._rewrite(ctx, plans, None, slots))
+        grid, why = self._coarsening(ctx)
+        if grid is not None:
+            main = ctx.spec.launch.grid  # type: ignore[union-attr]
+            for k in BLOCKS_PER_BLOCK:
+                override = {"grid": [f"(({main[0]}) + {k - 1}) / {k}", main[1], main[2]],
+                            "block": list(ctx.spec.launch.block), "dynamic_smem": ctx.spec.launch.dynamic_smem}  # type: ignore[union-attr]
+                if all(launch.grid[0] >= 2 * k for launch in ctx.launches()[:1]) and ctx.launch_ok(override):
+                    out.append(self._rewrite(ctx, plans, (k, grid, override)))
+        return tuple(out)
+
+    @staticmethod
+    def _slots(ctx: RuleContext) -> int | None:
+        """Slots of device memory for the blocks' totals: the spec's largest grid, to a power of two (a block
+        past them at another size adds atomically as before); None beyond :data:`MAX_SLOTS`."""
+        blocks = [launch.grid[0] * launch.grid[1] * launch.grid[2] for launch in ctx.launches()]
+        if not blocks:
+            return None
+        slots = 1 << max(0, (max(blocks) - 1).bit_length())
+        # A literal equal to one of the spec's sizes would read as that size written into the kernel.
+        while slots in problem_sizes(ctx.spec):  # type: ignore[arg-type]
+            slots *= 2
+        return slots if slots <= MAX_SLOTS else None
+
+    def _last_block(self, ctx: RuleContext, plans: list[_Target], slots: int, threads: str) -> str:
+        """Each block's totals to its slot (a block past the slots adds its own atomically, as before); the
+        block whose arrival completes the count combines the slots and updates each target once. The
+        counter's ``atomicInc`` wraps back to 0 on that arrival, and the last block clears the hit counts,
+        so every launch starts from the state the module was loaded with."""
+        name = ctx.kernel.name
+        parts = [(p.op, p.elem_type, f"kl_acc{k}", f"kl_part{k}", f"kl_total{k}") for k, p in enumerate(plans)]
+        final = [(p.op, p.elem_type, f"kl_gather{k}", f"kl_fpart{k}", f"kl_final{k}") for k, p in enumerate(plans)]
+        lines = [f"const int kl_any{k} = __syncthreads_or(kl_hit{k});" for k in range(len(plans))]
+        lines.append("{ // the block's totals to its slot; the last block to finish combines the slots into the targets")
+        inner = block_reduce_many(parts, "kl_t", threads).rstrip().split("\n    ")
+        inner += ["__shared__ bool kl_last;",
+                  "const unsigned kl_b = blockIdx.x + gridDim.x * (blockIdx.y + gridDim.y * blockIdx.z);",
+                  "const unsigned kl_nb = gridDim.x * gridDim.y * gridDim.z;",
+                  "if (kl_t == 0u) {"]
+        for k, p in enumerate(plans):
+            inner += [f"    if (kl_b < {slots}u) kl_slots_{name}_{k}[kl_b] = kl_any{k} ? kl_total{k} : {identity(p.op, p.elem_type)};",
+                      f"    else if (kl_any{k}) {p.atomic}({p.address}, kl_total{k});",
+                      f"    if (kl_any{k}) atomicAdd(&kl_hits_{name}_{k}, 1u);"]
+        inner += ["    __threadfence();", f"    kl_last = atomicInc(&kl_done_{name}, kl_nb - 1u) == kl_nb - 1u;", "}",
+                  "__syncthreads();", "if (kl_last) {"]
+        for k, p in enumerate(plans):
+            inner += [f"    {p.elem_type} kl_gather{k} = {identity(p.op, p.elem_type)};",
+                      f"    for (unsigned kl_j = kl_t; kl_j < kl_nb && kl_j < {slots}u; kl_j += {threads})",
+                      f"        {combine(p.op, f'kl_gather{k}', f'__ldcg(&kl_slots_{name}_{k}[kl_j])')};"]
+        inner += ["    " + line for line in block_reduce_many(final, "kl_t", threads).rstrip().split("\n    ")]
+        inner.append("    if (kl_t == 0u) {")
+        for k, p in enumerate(plans):
+            inner.append(f"        if (atomicExch(&kl_hits_{name}_{k}, 0u) != 0u) {{ {p.elem_type}* kl_at = {p.address}; "
+                         f"*kl_at = {_combined(p.op, '__ldcg(kl_at)', f'kl_final{k}')}; }}")
+        inner += ["    }", "}"]
+        lines += ["    " + line for line in inner] + ["}"]
+        return "\n".join("    " + line for line in lines)
+
+    def _coarsening(self, ctx: RuleContext) -> tuple[str | None, str]:
+        """The original grid's x extent as C over the kernel's parameters when a block may run several of
+        the original blocks in turn (fewer blocks, fewer atomics), else why not."""
+        facts = ctx.facts
+        if facts.syncs or any(a.space == "shared" for a in facts.accesses):
+            return None, "the kernel has barriers or shared memory (its blocks' work is not a loop over original blocks)"
+        if any(launch.grid[1:] != (1, 1) for launch in ctx.launches()):
+            return None, "the grid is not one-dimensional at every size"
+        if any(s.startswith(("bid.y", "bid.z", "gdim.y", "gdim.z")) for s in facts.thread_dims):
+            return None, "the kernel reads a block index along y or z"
+        src, root = parse(ctx.preprocessed)
+        if facts.implicit_indices and any(
+                call not in facts.group_values or any(s.startswith(("bid.", "gdim.")) for s in facts.group_values[call].symbols)
+                for call in facts.implicit_indices):
+            return None, "the kernel reads an index through a cooperative group that may be its block's"
+        if (helper := helper_reading_thread_index(facts, root, src)) is not None:
+            return None, f"the helper `{helper}` reads the thread or block index itself"
+        kernel = node_at(src, root, facts.span)
+        assigned = assigned_names(kernel.child_by_field_name("body"), src) if kernel is not None else set()
+        params = {name for name, _, is_pointer in facts.params if not is_pointer and ctx.spec_scalar(name)} - assigned
+        return original_grid(ctx, params)
+
+    def _rewrite(self, ctx: RuleContext, plans: list[_Target], blocks, last: int | None = None) -> Rewrite:  # noqa: ANN001
+        """The rewrite; with ``blocks`` = (k, the original grid as C, the new launch), each block also runs k
+        of the original blocks in turn, its registers carrying their combines to one atomic; with ``last``,
+        the blocks' totals go to that many slots of device memory and the last block combines them."""
         facts = ctx.facts
         src, root = parse(ctx.preprocessed)
+        clones = self._clones(plans, facts, src, root)
         edit = BodyEdit(ctx.preprocessed, facts)
         lo, hi = facts.body_span
-        decls = "".join(f"    {p.elem_type} kl_acc{k} = ({p.elem_type})0;\n    bool kl_hit{k} = false;\n"
+        decls = "".join(f"    {p.elem_type} kl_acc{k} = {identity(p.op, p.elem_type)};\n    bool kl_hit{k} = false;\n"
                         for k, p in enumerate(plans))
-        edit.insert(lo + 1, f"\n{decls}    do {{ // the original body; a return leaves it for the block's sums")
+        if blocks is None:
+            edit.insert(lo + 1, f"\n{decls}    do {{ // the original body; a return leaves it for the block's sums")
+        else:
+            k, grid, _ = blocks
+            # Unrolled, the original blocks' loads are in flight together.
+            edit.insert(lo + 1, f"\n{decls}    #pragma unroll {min(k, 8)}\n"
+                                f"    for (unsigned kl_j = 0u; kl_j < {k}u; ++kl_j) {{ // {k} of the original blocks in turn\n"
+                                f"    const unsigned kl_vbid = blockIdx.x * {k}u + kl_j;\n"
+                                f"    if (kl_vbid >= (unsigned)({grid})) break;\n"
+                                "    do { // the original body; a return leaves it for the next block")
+            start = root.descendant_for_byte_range(lo, hi) or root
+            for node, new_text in builtin_fields(src, start, lo, hi, {("blockIdx", "x"): "kl_vbid",
+                                                                       ("gridDim", "x"): f"((unsigned)({grid}))"}):
+                edit.replace(node.start_byte, node.end_byte, new_text)
         for k, p in enumerate(plans):
             for start, end, value in p.calls:
-                edit.replace(start, end, f"(kl_acc{k} += ({p.elem_type})({value}), kl_hit{k} = true)")
+                edit.replace(start, end, deferred(p.op, k, p.elem_type, value))
+        for start, end, new in clones.calls:
+            edit.replace(start, end, new)
         kernel = node_at(src, root, facts.span)
         for ret in _returns(kernel.child_by_field_name("body")):
             edit.replace(ret.start_byte, ret.end_byte, "break;")
-        tail = ["    } while (0);",
+        tail = ["    } while (0);" + ("" if blocks is None else "\n    }"),
                 "    const unsigned kl_t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);"]
-        for k, p in enumerate(plans):
-            core = _block_reduce("+", p.elem_type, f"kl_acc{k}", f"kl_part{k}", "kl_t", "blockDim.x * blockDim.y * blockDim.z")
+        threads = "blockDim.x * blockDim.y * blockDim.z"
+        scratch = ""
+        if last is not None:
+            tail.append(self._last_block(ctx, plans, last, threads))
+            scratch = "".join(f"__device__ {p.elem_type} kl_slots_{ctx.kernel.name}_{k}[{last}];\n"
+                              f"__device__ unsigned int kl_hits_{ctx.kernel.name}_{k} = 0u;\n" for k, p in enumerate(plans))
+            scratch += f"__device__ unsigned int kl_done_{ctx.kernel.name} = 0u;\n"
+        elif len(plans) == 1:
+            p = plans[0]
+            core = _block_reduce(p.op, p.elem_type, "kl_acc0", "kl_part0", "kl_t", threads)
             # Only a block one of whose threads reached the atomic touches the address (it may be out of
             # bounds for the others).
-            tail.append(f"    if (__syncthreads_or(kl_hit{k})) {{ // one atomic per block\n        "
+            tail.append("    if (__syncthreads_or(kl_hit0)) { // one atomic per block\n        "
                         + core.replace("\n", "\n    ").rstrip() + "\n"
-                        f"        if (kl_t == 0u) atomicAdd({p.address}, kl_total);\n    }}")
+                        f"        if (kl_t == 0u) {p.atomic}({p.address}, kl_total);\n    }}")
+        else:
+            # Every target's combine in one pass (one barrier for the warps' totals); a target's atomic only
+            # where one of the block's threads reached it.
+            tail += [f"    const int kl_any{k} = __syncthreads_or(kl_hit{k});" for k in range(len(plans))]
+            parts = [(p.op, p.elem_type, f"kl_acc{k}", f"kl_part{k}", f"kl_total{k}") for k, p in enumerate(plans)]
+            tail.append("    { // one atomic per target and block\n        "
+                        + block_reduce_many(parts, "kl_t", threads).replace("\n", "\n    ").rstrip() + "\n"
+                        "        if (kl_t == 0u) {\n"
+                        + "".join(f"            if (kl_any{k}) {p.atomic}({p.address}, kl_total{k});\n" for k, p in enumerate(plans))
+                        + "        }\n    }")
         edit.insert(hi - 1, "\n".join(tail) + "\n")
-        source, expanded = emit(edit, ctx.source, ctx.kernel, warp_reduce_helpers({"+"}, ctx.source))
+        source, expanded = emit(edit, ctx.source, ctx.kernel,
+                                scratch + clones.helpers + warp_reduce_helpers({p.op for p in plans}, ctx.source))
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
-        what = ", ".join(f"`{p.array}`" for p in plans)
-        return (Rewrite(source, f"the atomics onto {what} summed per thread, reduced in the block with warp shuffles, "
-                                f"one atomicAdd per block; same grid and block{note}"),)
+        what = ", ".join(dict.fromkeys(f"`{p.array}`" for p in plans))
+        helpers = " (their helpers copied for this kernel)" if clones.helpers else ""
+        verbs = sorted({p.atomic for p in plans})
+        if last is not None:
+            return Rewrite(source, f"the atomics onto {what}{helpers} ({', '.join(verbs)}) combined per thread and in the "
+                                   f"block, each block's totals kept in {last} slots of device memory, the last block to "
+                                   "finish combining them into the target once (its counter back at 0 after every launch); "
+                                   f"same grid and block{note}", variant="last-block")
+        if blocks is None:
+            if verbs == ["atomicAdd"]:
+                return Rewrite(source, f"the atomics onto {what}{helpers} summed per thread, reduced in the block with warp "
+                                       f"shuffles, one atomicAdd per block; same grid and block{note}")
+            return Rewrite(source, f"the atomics onto {what}{helpers} ({', '.join(verbs)}) combined per thread, reduced in "
+                                   f"the block with warp shuffles, one atomic per target and block; same grid and block{note}")
+        k, grid, override = blocks
+        return Rewrite(source, f"the atomics onto {what}{helpers} ({', '.join(verbs)}) combined per thread over {k} of the "
+                               f"original blocks in turn (the grid `{grid}` divided by {k}), reduced in the block with warp "
+                               f"shuffles, one atomic per target and block{note}", override, variant=f"blocks={k}",
+                       grid_divide=(k, 1, 1))
+
+
+#: Most blocks whose totals the last-block variant of :class:`AtomicToBlockReduce` keeps in device memory.
+MAX_SLOTS = 1 << 16
+
+
+def _combined(op: str, a: str, b: str) -> str:
+    return f"{a} + {b}" if op == "+" else f"{op}({a}, {b})"
+
+
+#: Original blocks one block runs in turn, in the block-coarsened variants of :class:`AtomicToBlockReduce`.
+BLOCKS_PER_BLOCK = (8, 32)
+
+
+
+
 
 
 def _cast_pointer(address: Node) -> bool:
@@ -740,6 +631,8 @@ class TreeToRegisters(Rule):
         return None, "; ".join(reasons)
 
     def _hoist(self, ctx, facts: KernelFacts, tree: _Tree, src: bytes, root: Node) -> _Hoist | str:
+        if tree.loop is None or len(tree.values) != 1 or tree.values[0].root != Poly():
+            return "it is not one loop reducing one value into slot 0"
         if tree.op != "+":
             return f"its operator `{tree.op}` (only sums are regrouped over the iterations)"
         if tree.loop.parent is None:
@@ -774,7 +667,7 @@ class TreeToRegisters(Rule):
             return "the slot's store is nested deeper than the loop's body, or follows the tree"
         # The tree's own array, or any shared array, declared in the loop is not copied into the sums.
         decls = tuple(s for s in before if s.type == "declaration" and "__shared__" not in _text(src, s)
-                      and tree.array not in _identifiers(s, src))
+                      and tree.values[0].name not in _identifiers(s, src))
         for s in before:
             if s is write_stmt or s.type == "declaration" or _is_barrier(s, src, facts):
                 continue  # a declaration of the tree's array or of another shared array stays where it is
@@ -794,7 +687,7 @@ class TreeToRegisters(Rule):
         if not _read_by_thread_zero(facts, root_read):
             return "the root is read by threads other than thread 0"
         accumulator = next((r for r in facts.reductions if r.kind == "accumulator" and r.loop == loop.id and r.op == "+"), None)
-        if accumulator is None or _identifiers(consumer, src) - {accumulator.target, tree.array} - _identifiers_of_condition(consumer, src):
+        if accumulator is None or _identifiers(consumer, src) - {accumulator.target, tree.values[0].name} - _identifiers_of_condition(consumer, src):
             return "the root is not added to a sum the loop accumulates"
         return _Hoist(tree, loop, node, decls, value, consumer, root_read, start, bound, step)
 
@@ -811,7 +704,7 @@ class TreeToRegisters(Rule):
         assert plan is not None
         facts = ctx.facts
         src, root = parse(ctx.preprocessed)
-        elem, var = plan.tree.elem_type, plan.loop.var
+        elem, var = value_type(ctx, plan.tree.values[0]), plan.loop.var
         indent = BodyEdit(ctx.preprocessed, facts).indent_at(plan.loop.span[0])
 
         def copies(text, at: str) -> str:

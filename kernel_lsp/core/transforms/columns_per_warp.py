@@ -54,8 +54,10 @@ from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.static_check import problem_sizes
-from kernel_lsp.core.transforms.block_reduce import TreeToShuffle, _is_barrier, replace_by_lines
+from kernel_lsp.core.transforms.block_reduce import _is_barrier, replace_by_lines
 from kernel_lsp.core.transforms.emit import BodyEdit, builtin_fields, emit, node_at, parse
+from kernel_lsp.core.transforms.grid_expr import grid_c as _grid_c, literals as _literals
+from kernel_lsp.core.transforms.tree_model import loop_tree
 from kernel_lsp.core.transforms.warp_per_row import _only_updated
 
 #: (columns per block, rows of threads per block): 16 columns give 64 row-threads per column and twice
@@ -89,40 +91,6 @@ class _Plan:
     """The rows loop is preceded by a ``#pragma`` of the user's."""
     outputs: tuple[str, ...]
     """The per-block outputs (for the description)."""
-
-
-def _grid_c(node: expr.Node, params: set[str]) -> str | None:
-    """A spec expression as C over the kernel's parameters (None when it names anything else)."""
-    if isinstance(node, expr.Num):
-        return str(node.value)
-    if isinstance(node, expr.Name):
-        return node.name if node.name in params else None
-    if isinstance(node, expr.Unary):
-        inner = _grid_c(node.operand, params)
-        return None if inner is None else f"({node.op}{inner})"
-    if isinstance(node, expr.Binary):
-        a, b = _grid_c(node.left, params), _grid_c(node.right, params)
-        return None if a is None or b is None else f"({a} {node.op} {b})"
-    if isinstance(node, expr.Call) and len(node.args) == 2:
-        a, b = (_grid_c(x, params) for x in node.args)
-        if a is None or b is None:
-            return None
-        if node.func == "ceil_div":
-            return f"(({a} + {b} - 1) / {b})"
-        return f"({a} {'<' if node.func == 'min' else '>'} {b} ? {a} : {b})"
-    return None
-
-
-def _literals(node: expr.Node) -> list[expr.Num]:
-    if isinstance(node, expr.Num):
-        return [node]
-    if isinstance(node, expr.Unary):
-        return _literals(node.operand)
-    if isinstance(node, expr.Binary):
-        return _literals(node.left) + _literals(node.right)
-    if isinstance(node, expr.Call):
-        return [n for a in node.args for n in _literals(a)]
-    return []
 
 
 def _is_zero(literal: str) -> bool:
@@ -263,7 +231,7 @@ class ColumnsPerWarp(Rule):
         if assigned_names(body, src) & params:
             return None, f"the kernel assigns its parameter `{sorted(assigned_names(body, src) & params)[0]}`"
         sizes = sorted({launch.block[0] for launch in launches})
-        tree_why, tree_op = TreeToShuffle()._refusal(facts, tree, tree_red.target, body, root, src, sizes)
+        tree_why, tree_op = loop_tree(ctx, tree, sizes)
         if tree_why:
             return None, f"the tree on `{tree_red.target}` at line {(tree.user_line or 0) + 1}: {tree_why}"
         if acc.op != tree_op:
