@@ -12,8 +12,8 @@
 # Each step has its own time limit; exit status 0 when every step passed.
 set -u
 . "$(dirname "$0")/_env.sh"
-python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > "$OUT/pip.log" 2>&1 \
-  || echo "pip install failed: see $OUT/pip.log"
+python3 -m pip install -q --no-index --no-deps --no-compile --target /tmp/site .whl/*.whl > /tmp/pip.log 2>&1 \
+  || { echo "pip install failed:"; tail -n 5 /tmp/pip.log; }
 export PYTHONPATH=/tmp/site:$PWD PYTHONUNBUFFERED=1 OUT
 start=$(date +%s)
 nvidia-smi --query-gpu=name,driver_version,clocks.sm --format=csv,noheader || true
