@@ -31,10 +31,12 @@ failure is a value (missing nvcc, timeout, cancel), never an exception.
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import hashlib
 import logging
 import os
+import shutil
 import tempfile
 import threading
 import time
@@ -273,8 +275,7 @@ class _InFlight:
     A save starts the diagnostics' compile and, a debounce later, the profiler's compile of the same
     text with the same flags (one command and one :class:`CompileResult` for both, by design): the
     second waits for the first and takes its result and a copy of its cubin instead of running nvcc
-    again. Only compiles that overlap in time share: a result is never kept past its run, so an
-    edited header is always read anew by the next compile.
+    again. Compiles that do not overlap share through :class:`_Finished` instead.
     """
 
     def __init__(self) -> None:
@@ -299,6 +300,137 @@ class _InFlight:
 
 _IN_FLIGHT = _InFlight()
 
+def _include_folders(argv: list[str]) -> list[str]:
+    """The folders an ``#include`` is looked up in, from ``-I``/``-isystem`` (joined or separate)."""
+    folders = []
+    for i, arg in enumerate(argv):
+        for flag in ("-I", "-isystem", "--include-path"):
+            if arg == flag and i + 1 < len(argv):
+                folders.append(argv[i + 1])
+            elif arg.startswith(flag) and len(arg) > len(flag):
+                folders.append(arg[len(flag):].lstrip("="))
+    return folders
+
+
+def read_dependencies(text: str, workdir: str) -> tuple[str, ...] | None:
+    """The files a compile read, from nvcc's ``-MD`` output (``buffer.cubin : buffer.cu a.h \\ ...``), as
+    real paths (a link in the scratch folder resolved to the user's folder); None when it cannot be read."""
+    _, sep, rest = text.replace("\\\n", " ").partition(": ")
+    if not sep:
+        return None
+    paths, word, escaped = [], "", False
+    for char in rest:
+        if escaped:
+            word, escaped = word + char, False
+        elif char == "\\":
+            escaped = True
+        elif char.isspace():
+            if word:
+                paths.append(word)
+            word = ""
+        else:
+            word += char
+    if word:
+        paths.append(word)
+    return tuple(os.path.realpath(os.path.join(workdir, path)) for path in paths)
+
+
+def _stamp(path: str) -> tuple[int, int, int] | None:
+    try:
+        info = os.stat(path)
+    except OSError:
+        return None
+    return (info.st_mtime_ns, info.st_size, info.st_ino)
+
+
+def _shadowing(dependencies: tuple[str, ...], folders: list[str]) -> list[str]:
+    """The paths a new header could appear at and be read instead of one of ``dependencies``: for each file
+    read from under an include folder as ``name``, ``name`` in every include folder."""
+    names = {os.path.relpath(path, folder) for path in dependencies for folder in folders
+             if path.startswith(folder + os.sep)}
+    return [os.path.join(folder, name) for name in sorted(names) for folder in folders]
+
+
+@dataclass(frozen=True)
+class _Reusable:
+    """A finished compile, and what its result depended on besides its text and flags."""
+
+    stamps: tuple[tuple[str, tuple[int, int, int] | None], ...]
+    result: CompileResult
+    cubin: bytes | None
+
+    def still_valid(self) -> bool:
+        return all(_stamp(path) == stamp for path, stamp in self.stamps)
+
+
+class _Finished:
+    """The last finished compiles, by the same key as :class:`_InFlight`, each reused while what it read is
+    unchanged.
+
+    The file opened is compiled for its diagnostics; the first save of the same text compiles it again,
+    for the diagnostics and the profiler alike (the profile waits for it), and so does a save after
+    ``compileOnChange`` already compiled what is saved. That compile is the largest part of a save's
+    time to its profile. A result is reused only while every file nvcc read for it (its ``-MD`` list:
+    local headers, the toolkit's, the system's) has the modification time, size and inode it had, each
+    path of an ``-I`` folder where a header of the same name could appear in front of one read is as it
+    was (absent, mostly), and nvcc itself is the same file. Folders' own times are not compared: an
+    editor's swap and backup files change them all the time.
+    A compile that timed out, was cancelled, could not run or left no dependency list is never kept.
+    """
+
+    LIMIT = 16
+    #: Larger cubins are not kept in memory (the server's compiles are of one file; a verifier's candidates
+    #: are small): a compile that makes one runs again.
+    MAX_CUBIN_BYTES = 16 << 20
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._done: dict[tuple, _Reusable] = {}
+
+    def get(self, key: tuple) -> _Reusable | None:
+        with self._lock:
+            entry = self._done.get(key)
+        if entry is None or not entry.still_valid():
+            return None
+        with self._lock:
+            self._done.pop(key, None)
+            self._done[key] = entry  # the most recently used last
+        return entry
+
+    def put(self, key: tuple, entry: _Reusable) -> None:
+        with self._lock:
+            self._done.pop(key, None)
+            self._done[key] = entry
+            while len(self._done) > self.LIMIT:
+                self._done.pop(next(iter(self._done)))
+
+    def clear(self) -> None:
+        with self._lock:
+            self._done.clear()
+
+
+_FINISHED = _Finished()
+
+
+def _reusable(result: CompileResult, dependencies: tuple[str, ...] | None, flags: BuildFlags,
+              workdir: str) -> _Reusable | None:
+    """What to keep of a finished compile in ``workdir``, or None. The scratch folder's own files (the
+    buffer, whose text is part of the key) are not watched: the folder goes when its caller is done."""
+    if dependencies is None or result.timed_out or result.cancelled or result.tool_missing is not None:
+        return None
+    scratch = os.path.realpath(workdir) + os.sep
+    folders = (os.path.realpath(os.path.join(workdir, folder)) for folder in _include_folders(list(flags.flags)))
+    cubin = None
+    if result.cubin_path is not None:
+        if os.path.getsize(result.cubin_path) > _Finished.MAX_CUBIN_BYTES:
+            return None
+        with open(result.cubin_path, "rb") as handle:
+            cubin = handle.read()
+    nvcc = shutil.which(flags.nvcc) or flags.nvcc
+    watched = dict.fromkeys([os.path.realpath(nvcc), *dependencies, *_shadowing(dependencies, list(folders))])
+    stamps = tuple((path, _stamp(path)) for path in watched if not (path + os.sep).startswith(scratch))
+    return _Reusable(stamps=stamps, result=dataclasses.replace(result, cubin_path=None), cubin=cubin)
+
 
 def compile_in(
     source: str | bytes,
@@ -316,10 +448,14 @@ def compile_in(
     is checked once more (:func:`~kernel_lsp.core.argv_policy.safe_flags`): one the shell would act on
     (a scratch folder under an odd ``TMPDIR``) stops the compile with an error, nothing runs.
     The cubin stays in ``workdir``: the caller's folder decides how long it lives. A compile of the same
-    text, name and flags that is running at the same time is waited for and shared (:class:`_InFlight`).
+    text, name and flags that is running at the same time is waited for and shared (:class:`_InFlight`);
+    one that finished earlier is reused while nothing it read has changed (:class:`_Finished`).
     """
     data = source.encode("utf-8", errors="replace") if isinstance(source, str) else source
     key = (hashlib.sha256(data).digest(), file_name, flags, document_path)
+    finished = _FINISHED.get(key)
+    if finished is not None:
+        return _shared(finished.result, finished.cubin, workdir, file_name)
     lead, done, box = _IN_FLIGHT.join_or_lead(key)
     if not lead:
         while not done.wait(0.05):
@@ -330,13 +466,17 @@ def compile_in(
         # The leader was cancelled, failed to run or was given up on: compile here.
         return _compile_in(data, workdir, file_name, flags, document_path=document_path, cancel=cancel)
     try:
-        result = _compile_in(data, workdir, file_name, flags, document_path=document_path, cancel=cancel)
+        result, dependencies = _compile_with_dependencies(data, workdir, file_name, flags,
+                                                          document_path=document_path, cancel=cancel)
         if not (result.cancelled or result.timed_out):
             cubin = None
             if result.cubin_path is not None:
                 with open(result.cubin_path, "rb") as handle:
                     cubin = handle.read()
             box.append((result, cubin))
+            reusable = _reusable(result, dependencies, flags, workdir)
+            if reusable is not None:
+                _FINISHED.put(key, reusable)
         return result
     finally:
         _IN_FLIGHT.finish(key)
@@ -352,6 +492,30 @@ def _shared(result: CompileResult, cubin: bytes | None, workdir: str, file_name:
     return dataclasses.replace(result, cubin_path=cubin_path)
 
 
+def _compile_with_dependencies(
+    data: bytes,
+    workdir: str,
+    file_name: str,
+    flags: BuildFlags,
+    *,
+    document_path: str | None,
+    cancel: threading.Event | None,
+) -> tuple[CompileResult, tuple[str, ...] | None]:
+    """The compile, with nvcc asked for the files it read (``-MD -MF``; the flag policy drops a database's or
+    a setting's own dependency flags): (the result, those files' real paths, or None)."""
+    deps_name = (Path(file_name).stem or "buffer") + ".d"
+    deps_path = os.path.join(workdir, deps_name)
+    with contextlib.suppress(FileNotFoundError):
+        os.unlink(deps_path)  # a stale list from an earlier compile in the same folder is never read
+    result = _compile_in(data, workdir, file_name, flags, document_path=document_path, cancel=cancel,
+                         dependency_file=deps_name)
+    try:
+        with open(deps_path, encoding="utf-8", errors="surrogateescape") as handle:
+            return result, read_dependencies(handle.read(), workdir)
+    except OSError:
+        return result, None
+
+
 def _compile_in(
     data: bytes,
     workdir: str,
@@ -360,6 +524,7 @@ def _compile_in(
     *,
     document_path: str | None,
     cancel: threading.Event | None,
+    dependency_file: str | None = None,
 ) -> CompileResult:
     links: dict[str, str] = {}
     for folder in flags.linked_folders:
@@ -369,6 +534,8 @@ def _compile_in(
             os.symlink(folder, link, target_is_directory=True)
         links[folder] = link
     argv = flags.argv(file_name, links)
+    if dependency_file is not None:
+        argv[-3:-3] = ["-MD", "-MF", dependency_file]
     unsafe = safe_flags(argv[1:])[1]
     if unsafe:
         flag, why = unsafe[0]

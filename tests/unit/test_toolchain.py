@@ -5,6 +5,7 @@ from __future__ import annotations
 import json
 import shutil
 import stat
+import sys
 import threading
 import time
 from pathlib import Path
@@ -161,8 +162,8 @@ def test_overlapping_compiles_of_one_text_run_nvcc_once_and_each_gets_its_cubin(
     for folder, result in zip(folders, results):
         assert result.ok and result.cubin_path == str(folder / "buffer.cubin")
         assert Path(result.cubin_path).read_bytes() == b"cubin"
-    # Finished compiles are not kept: the next one (a header may have changed) runs nvcc again, as does
-    # another text at the same time.
+    # A finished compile that left no dependency list (this nvcc writes none) is not kept: the next one
+    # runs nvcc again, as does another text at the same time.
     compile(0, "same")
     assert runs.read_text().splitlines() == ["run", "run"]
     other = threading.Thread(target=compile, args=(1, "other"))
@@ -170,3 +171,109 @@ def test_overlapping_compiles_of_one_text_run_nvcc_once_and_each_gets_its_cubin(
     compile(0, "same")
     other.join()
     assert runs.read_text().splitlines() == ["run"] * 4
+
+
+#: A fake nvcc that resolves ``#include "name"`` through its ``-I`` folders as nvcc does, writes the
+#: ``-MF`` dependency list and a cubin made of what it read, and logs each run.
+FAKE_NVCC_WITH_DEPENDENCIES = """#!{python}
+import re, sys
+from pathlib import Path
+args = sys.argv[1:]
+with open({runs!r}, "a") as log:
+    log.write("run\\n")
+value = lambda flag: args[args.index(flag) + 1] if flag in args else None
+folders = [args[i + 1] for i, a in enumerate(args) if a == "-I"]
+source = Path(args[-1])
+read, text = [], source.read_text()
+for name in re.findall(r'#include "([^"]+)"', text):
+    found = next((Path(f) / name for f in folders if (Path(f) / name).exists()), None)
+    if found is None:
+        print(f"{{source}}(1): error: cannot open source file \\"{{name}}\\"", file=sys.stderr)
+        sys.exit(1)
+    read.append(str(found))
+    text += found.read_text()
+if value("-MF"):
+    Path(value("-MF")).write_text(value("-o") + " : " + " \\\\\\n    ".join([str(source), *read]) + "\\n")
+Path(value("-o")).write_text("cubin of " + text)
+"""
+
+
+@pytest.fixture
+def reusing(tmp_path: Path):
+    """(compile(text, settings_changes) -> result, the number of nvcc runs so far, the include folders)."""
+    from kernel_lsp.services import toolchain
+
+    toolchain._FINISHED.clear()
+    runs = tmp_path / "runs"
+    fake = tmp_path / "fake-nvcc"
+    fake.write_text(FAKE_NVCC_WITH_DEPENDENCIES.format(python=sys.executable, runs=str(runs)))
+    fake.chmod(0o755)
+    project, extra = tmp_path / "project", tmp_path / "extra"
+    project.mkdir()
+    extra.mkdir()
+    document = project / "k.cu"
+    scratch = iter(range(1000))
+
+    def compile(text: str, **settings) -> object:
+        flags = build_flags(Settings(nvcc_path=str(fake), include_paths=(str(extra),), **settings), str(document))
+        folder = tmp_path / f"scratch{next(scratch)}"
+        folder.mkdir()
+        return compile_in(text, str(folder), "buffer.cu", flags, document_path=str(document))
+
+    def count() -> int:
+        return len(runs.read_text().splitlines()) if runs.exists() else 0
+
+    yield compile, count, project, extra
+    toolchain._FINISHED.clear()
+
+
+def test_a_finished_compile_is_reused_while_nothing_it_read_changed(reusing) -> None:
+    compile, count, project, extra = reusing
+    (extra / "common.cuh").write_text("#define COMMON 1\n")
+    text = '#include "common.cuh"\n__global__ void k() {}\n'
+    first = compile(text)
+    again = compile(text)
+    assert first.ok and again.ok and count() == 1
+    # The cubin is the caller's own copy, in its own folder.
+    assert again.cubin_path != first.cubin_path
+    assert Path(again.cubin_path).read_text() == Path(first.cubin_path).read_text()
+    # Editors write swap and backup files beside the sources: nothing nvcc read changed.
+    (project / ".k.cu.swp").write_text("swap")
+    (extra / "common.cuh~").write_text("backup")
+    compile(text)
+    assert count() == 1
+    # Another text, other flags: compiled.
+    compile(text + "// edit\n")
+    compile(text, extra_flags=("-DX=1",))
+    assert count() == 3
+
+
+def test_an_edited_header_is_read_again(reusing) -> None:
+    compile, count, project, extra = reusing
+    header = extra / "common.cuh"
+    header.write_text("#define COMMON 1\n")
+    text = '#include "common.cuh"\n'
+    compile(text)
+    header.write_text("#define COMMON 22\n")
+    edited = compile(text)
+    assert count() == 2 and "COMMON 22" in Path(edited.cubin_path).read_text()
+
+
+def test_a_header_that_appears_in_front_of_the_one_read_is_read(reusing) -> None:
+    compile, count, project, extra = reusing
+    # The file's own folder comes before the include paths: a header added there shadows extra's.
+    (extra / "common.cuh").write_text("#define FROM_EXTRA\n")
+    text = '#include "common.cuh"\n'
+    compile(text)
+    (project / "common.cuh").write_text("#define FROM_PROJECT\n")
+    shadowed = compile(text)
+    assert count() == 2 and "FROM_PROJECT" in Path(shadowed.cubin_path).read_text()
+
+
+def test_a_compile_that_failed_for_a_missing_header_runs_again(reusing) -> None:
+    compile, count, project, extra = reusing
+    text = '#include "later.cuh"\n'
+    failed = compile(text)
+    assert not failed.ok and "later.cuh" in failed.log
+    (project / "later.cuh").write_text("\n")
+    assert compile(text).ok and count() == 2
