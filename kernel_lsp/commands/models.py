@@ -1,4 +1,4 @@
-"""``kernel-lsp models list | install NAME | path NAME | verify NAME``."""
+"""``kernel-lsp models list | install NAME | path NAME | verify NAME | convert-lora ADAPTER --base MODEL --out FILE``."""
 
 from __future__ import annotations
 
@@ -34,6 +34,12 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     ver = actions.add_parser("verify", help="check the installed file's size and sha256")
     ver.add_argument("name")
     ver.set_defaults(func=_verify)
+
+    lora = actions.add_parser("convert-lora", help="write a PEFT LoRA adapter folder as a GGUF LoRA for modelLora")
+    lora.add_argument("adapter", help="folder with adapter_config.json and adapter_model.safetensors")
+    lora.add_argument("--base", required=True, help="the base model: a manifest name or a GGUF path")
+    lora.add_argument("--out", required=True, help="the GGUF file to write")
+    lora.set_defaults(func=_convert_lora)
 
 
 def _spec(args: argparse.Namespace) -> models.ModelSpec:
@@ -108,3 +114,14 @@ def _verify(args: argparse.Namespace) -> int:
     result = models.verify(_spec(args))
     print(f"{result.name}: {result.path}: {result.message}")
     return EXIT_OK if result.ok else EXIT_FAILED
+
+
+@_guard
+def _convert_lora(args: argparse.Namespace) -> int:
+    from kernel_lsp.services import lora_gguf
+
+    base = models.resolve_model(args.base, models.load_manifest(args.manifest))
+    result = lora_gguf.convert(args.adapter, base, args.out)
+    print(f"{result.path}: {result.tensor_pairs} LoRA pairs, rank {result.rank}, alpha {result.alpha:g}, "
+          f"{result.architecture}, {result.size_bytes} bytes, sha256 {result.sha256}")
+    return EXIT_OK
