@@ -9,7 +9,8 @@ commit gives the "before" figures) with the real nvcc on PATH:
   server (``didOpen``, then the compile's diagnostics): did the marker file appear?
 * **bounded**: the server on generated files (a 66 KB line of 4,400 ``__global__ int;``, whose 8,800 nvcc
   warnings each echo the whole line: 1.36 GB of nvcc output; 4.9 MB and 50 MB of small kernels; 20,000
-  diagnostics from a stand-in nvcc), with a probe request every 50 ms for the whole run (its slowest answer
+  diagnostics from a stand-in nvcc; ``macros``: a macro of 2**40 tokens in a directive, in code and in a
+  launch), with a probe request every 50 ms for the whole run (its slowest answer
   is the longest the event loop was held) and the server's peak RSS (``VmHWM``); ``check`` on the same files
   (wall time, peak RSS). A process past ``--rss-cap-gb`` is killed and the row says so.
 * **smaller**: NUL bytes, ``compileTimeoutS: -1``, a spec's missing or outside ``file(...)``, a spec of 1,005
@@ -334,6 +335,11 @@ def bounded_rows(repo: Path, tmp: Path, cap: int, which: set[str]) -> list[dict[
         text = "__global__ void k(float* a) {\n  a[0] = 1.0f;\n}\n"
         rows.append(server_on(repo, tmp, "diagnostics-20k", text, cap, hover_at=(0, 17),
                               init_options={"nvccPath": str(fake)}))
+    if "macros" in which:
+        # A40 expands to 2**40 tokens: the macro budget stops it in a directive, in code and in a launch.
+        for use, text in sorted(hostile.MACRO_BOMBS.items()):
+            rows.append(server_on(repo, tmp, f"macro-bomb-{use}", text, cap, hover_at=(41, 0),
+                                  init_options={"nvccPath": "/nonexistent/nvcc"}))
     return rows
 
 
@@ -512,7 +518,7 @@ def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--label", default="after", help="the name of this run in the JSON (before, after, ...)")
     parser.add_argument("--repo", type=Path, default=ROOT, help="the kernel-lsp checkout to measure")
-    parser.add_argument("--rows", default="injection,66k,4.9mb,50mb,20k,smaller")
+    parser.add_argument("--rows", default="injection,66k,4.9mb,50mb,20k,macros,smaller")
     parser.add_argument("--rss-cap-gb", type=float, default=8.0, help="kill a process past this peak RSS")
     parser.add_argument("--output", type=Path, default=RESULTS)
     parser.add_argument("--replace", action="store_true", help="replace the label's earlier run instead of merging")

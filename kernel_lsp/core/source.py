@@ -26,9 +26,11 @@ its budget is the raw text, unexpanded, with :attr:`Preprocessed.over_budget` sa
 from __future__ import annotations
 
 import functools
+import gc
 import io
 import posixpath
 import re
+import threading
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any
@@ -63,6 +65,40 @@ class Budget:
     give_way: Callable[[], None] | None = None
     """Called at the same steps: a yield point where the caller's other work may go first (the server's
     event loop, see :mod:`kernel_lsp.server.foreground`)."""
+
+
+class _CollectorPause:
+    """The cyclic garbage collector held off while any run expands macros, on whichever thread.
+
+    A run makes up to :data:`MAX_EXPANSION_TOKENS` pcpp tokens (~1 KB each, freed by reference counting,
+    no cycles), and the allocations set off full collections that scan all of them while holding the
+    GIL: the server's event loop, on another thread, waited 112-144 ms in one go for a run on a
+    2**40-token macro (``benchmarks/security_bounds.py --rows macros``). The collector is off from the
+    first run's start to the last one's end, and only where it was on; a run's own frame (its expander
+    and token lists) is gone before the collector is back, or the first collection after it would scan
+    them instead (gen0 and gen1 collections of ~100 ms were seen when it came back one frame too early).
+    """
+
+    def __init__(self) -> None:
+        self._lock = threading.Lock()
+        self._runs = 0
+        self._resume = False
+
+    def __enter__(self) -> None:
+        with self._lock:
+            if self._runs == 0:
+                self._resume = gc.isenabled()
+                gc.disable()
+            self._runs += 1
+
+    def __exit__(self, *_exc: object) -> None:
+        with self._lock:
+            self._runs -= 1
+            if self._runs == 0 and self._resume:
+                gc.enable()
+
+
+_COLLECTOR_PAUSE = _CollectorPause()
 
 
 class OverBudget(Exception):
@@ -348,6 +384,12 @@ def preprocess(
     Never raises on bad input: malformed directives become ``errors`` and expansion goes on; a run
     over its budget gives the raw text with :attr:`~Preprocessed.over_budget` set.
     """
+    with _COLLECTOR_PAUSE:
+        return _preprocess(text, path, read_file, include_dirs, defines, budget)
+
+
+def _preprocess(text: str, path: str | None, read_file: ReadFile | None, include_dirs: tuple[str, ...],
+                defines: Mapping[str, str] | None, budget: Budget | None) -> Preprocessed:
     # pcpp names the main file by its absolute path in its markers: give it one, so the map can
     # tell the main file's lines from a header's without asking for the working directory.
     main = path if path and posixpath.isabs(path) else posixpath.join("/", path or "<buffer>")
@@ -393,6 +435,11 @@ def expand_snippet(view: Preprocessed, text: str, budget: Budget | None = None) 
     stands for. Its ``origins`` are 0-based lines of ``text``. Nothing is read: an ``#include`` in the
     piece is passed through. Over ``budget``, the piece itself with :attr:`~Preprocessed.over_budget` set.
     """
+    with _COLLECTOR_PAUSE:
+        return _expand_snippet(view, text, budget)
+
+
+def _expand_snippet(view: Preprocessed, text: str, budget: Budget | None) -> Preprocessed:
     expander = _Expander(lambda _p: None, budget)
     expander.macros.update(view.pcpp_macros)
     out = io.StringIO()

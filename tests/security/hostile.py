@@ -146,3 +146,13 @@ name = sys.argv[-1]
 sys.stderr.write("".join(f"{{name}}({{i % 3 + 1}}): warning #177-D: variable \\"v{{i}}\\" was declared but never referenced\\n"
                          for i in range(20_000)))
 """
+
+
+# --------------------------------------------------------------------------- macros that expand to 2**40 tokens
+MACRO_DEFINES = "#define A0 x\n" + "".join(f"#define A{i} A{i - 1} A{i - 1}\n" for i in range(1, 41))
+#: A40 (2**40 tokens if expanded) in a directive, in a kernel's code and in a launch.
+MACRO_BOMBS = {
+    "directive": MACRO_DEFINES + "#if A40\nint y;\n#endif\n",
+    "code": MACRO_DEFINES + "__global__ void k(float *x) { int A40; x[0] = 1.0f; }\n",
+    "launch": MACRO_DEFINES + "__global__ void k(float *x) { x[0] = 1.0f; }\nvoid h(float *x) { k<<<A40, 256>>>(x); }\n",
+}
