@@ -46,9 +46,11 @@ DEVICE_DEFINES: Mapping[str, str] = {"__CUDACC__": "1", "__CUDA_ARCH__": "900", 
 _LINE_MARKER = re.compile(r'^#line (\d+)(?: "((?:[^"\\]|\\.)*)")?\s*$')
 _MAX_INCLUDE_DEPTH = 32
 #: Tokens macro replacement may produce in one run (nested replacements counted at every level): at
-#: pcpp's ~1 KB a token, well under 1 GB however they nest. A file using a 15-token statement macro
-#: 5,000 times spends ~75,000.
-MAX_EXPANSION_TOKENS = 200_000
+#: pcpp's ~1 KB a token, ~100 MB however they nest. The corpus's most macro-heavy file (SHOC's md5hash)
+#: spends 9,136, a 15-token statement macro used 5,000 times ~75,000. The bound is also a stall: when a
+#: run stops, its largest token lists are freed in one go with the GIL held (in one process, the other
+#: thread waited up to 36-45 ms at 200,000 tokens, 24 ms at 100,000).
+MAX_EXPANSION_TOKENS = 100_000
 #: Expansion steps (a line, a directive's expression or a replacement list) between two checks of the
 #: budget's clock and yield point: pcpp spends ~50 µs a token, so a check every few milliseconds.
 _CHECK_EVERY = 32
