@@ -59,13 +59,14 @@ def _recording_nvcc(folder: Path) -> str:
 
 
 def _device_flags(argv: list[str]) -> list[str]:
-    """The flags that decide how the file is compiled: everything but the architecture, output and input."""
+    """The flags that decide how the file is compiled: everything but the architecture, outputs (the cubin
+    and the dependency list) and input."""
     out, skip = [], False
     for i, a in enumerate(argv):
         if skip:
             skip = False
             continue
-        if a == "-o":
+        if a in ("-o", "-MF"):
             skip = True
             continue
         if a.startswith("-arch") or i == len(argv) - 1 or a in ("-cubin", "-Xptxas", "-v", "-lineinfo"):
