@@ -53,11 +53,12 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", type=Path, default=ROOT / "training" / "data" / "chats.jsonl")
     parser.add_argument("--variants", type=int, default=2, help="renamed variants per rewrite")
     args = parser.parse_args(argv)
-    accepted = dd.merge_accepted([
-        dd.accepted_in_corpus_run(load("corpus_suite.json")),
-        dd.accepted_in_corpus_run(load("corpus_heldout_before.json")),
-        {f"example:{k}": v for k, v in dd.accepted_in_examples_run(load("optimize_suite.json")).items()},
+    outcomes = dd.merge_outcomes([
+        dd.outcomes_in_corpus_run(load("corpus_suite.json")),
+        dd.outcomes_in_corpus_run(load("corpus_heldout_before.json")),
+        {f"example:{k}": v for k, v in dd.outcomes_in_examples_run(load("optimize_suite.json")).items()},
     ])
+    accepted = {name: by for name, by in dd.faster(outcomes).items() if by}
     found: list[dd.Rewrite] = []
     planner_rows: list[dict] = []
     left_out: dict[str, str] = {}
@@ -68,7 +69,7 @@ def main(argv: list[str] | None = None) -> int:
             spec = parse_spec(spec_json, str(path.parent))
             heldout = bool((spec.notes or {}).get("heldout"))
             got = dd.rewrites(name, source, str(path), spec, accepted[name], session, heldout)
-            plan = dd.planner_chat(name, source, str(path), spec, accepted[name], session, heldout)
+            plan = dd.planner_chat(name, source, str(path), spec, outcomes[name], session, heldout)
             if plan is not None:
                 planner_rows.append(plan)
             missing = sorted(set(accepted[name]) - {r.generator for r in got})
@@ -90,10 +91,10 @@ def main(argv: list[str] | None = None) -> int:
     kernels = {s: len({r['metadata']['name'] for r in rows if r['metadata']['split'] == s}) for s in ("train", "heldout")}
     print(f"{len(rows)} rows from {len(found)} rewrites of {sum(kernels.values())} kernels "
           f"(train {kernels['train']}, held out {kernels['heldout']}); written to {args.out}")
-    unwritable = len(found) * (1 + args.variants) - len(editor_rows)
-    if unwritable:
-        print(f"{unwritable} rewrites or variants have no hunks the editor's grammar can write (a changed line "
-              "that is blank or not unique), or no new names to rename to")
+    kinds = collections.Counter(r["metadata"]["variant"].split(":", 1)[0] for r in editor_rows)
+    print(f"editor rows: {kinds['original']} of the {len(found)} rewrites (the others change a line that is blank "
+          f"or not unique, which the editor's one-line hunks cannot write), {kinds['renamed']} with renamed "
+          f"locals, {kinds['long-indices']} with long thread indices")
     for name, why in sorted(left_out.items()):
         print(f"left out of {name}: {why}")
     return 0

@@ -2,6 +2,7 @@
 
     python3 training/train_lora.py --base MODEL.gguf --data training/data/chats.jsonl --out DIR
         [--epochs 2] [--rank 16] [--alpha 32] [--lr 2e-4] [--max-tokens 3072] [--max-steps N] [--device cuda]
+        [--dtype f16] [--heldout-rows N]
 
 Runs where torch, transformers, peft and the gguf package are (the GPU machine; a CPU works for a few
 steps). The base is the same GGUF the editor loads: transformers dequantizes it into a torch model
@@ -78,6 +79,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--max-steps", type=int, default=None, help="stop after this many steps (a smoke run)")
     parser.add_argument("--device", default=None, help="cuda or cpu (default: cuda when there is one)")
     parser.add_argument("--seed", type=int, default=0)
+    parser.add_argument("--dtype", choices=("f16", "f32"), default="f16", help="the GGUF adapter's tensor type")
+    parser.add_argument("--heldout-rows", type=int, default=None, help="score only the first N held-out rows")
     args = parser.parse_args(argv)
 
     import torch
@@ -98,6 +101,7 @@ def main(argv: list[str] | None = None) -> int:
     train_rows, heldout_rows = read_rows(args.data, "train"), read_rows(args.data, "heldout")
     train = [e for e in (encode(tokenizer, r, args.max_tokens) for r in train_rows) if e is not None]
     heldout = [e for e in (encode(tokenizer, r, args.max_tokens) for r in heldout_rows) if e is not None]
+    heldout = heldout[:args.heldout_rows] if args.heldout_rows is not None else heldout
     model = get_peft_model(model, LoraConfig(r=args.rank, lora_alpha=args.alpha, lora_dropout=0.05,
                                              target_modules=list(TARGETS), bias="none", task_type="CAUSAL_LM"))
     heldout_before = mean_loss(model, torch, heldout, device)
@@ -120,12 +124,12 @@ def main(argv: list[str] | None = None) -> int:
             group["lr"] = args.lr * (1.0 - 0.9 * step / max(steps - 1, 1))
         optimizer.step()
         optimizer.zero_grad()
-        losses.append(float(out.loss))
+        losses.append(float(out.loss.detach()))
         print(f"step {step + 1}/{steps}: loss {losses[-1]:.4f}", flush=True)
     heldout_after = mean_loss(model, torch, heldout, device)
     args.out.mkdir(parents=True, exist_ok=True)
     model.save_pretrained(str(args.out / "adapter"))
-    converted = lora_gguf.convert(args.out / "adapter", args.base, args.out / "adapter.gguf")
+    converted = lora_gguf.convert(args.out / "adapter", args.base, args.out / "adapter.gguf", dtype=args.dtype)
     log = {
         "command": " ".join(["python3", *sys.argv]),
         "date": datetime.datetime.now(datetime.timezone.utc).isoformat(timespec="seconds"),
@@ -133,7 +137,7 @@ def main(argv: list[str] | None = None) -> int:
                     "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"},
         "base": {"file": name, "size_bytes": os.path.getsize(args.base)},
         "settings": {"epochs": args.epochs, "rank": args.rank, "alpha": args.alpha, "lr": args.lr,
-                     "max_tokens": args.max_tokens, "targets": list(TARGETS), "seed": args.seed},
+                     "max_tokens": args.max_tokens, "targets": list(TARGETS), "seed": args.seed, "dtype": args.dtype},
         "rows": {"train": len(train_rows), "train_used": len(train), "heldout": len(heldout_rows),
                  "heldout_used": len(heldout)},
         "steps": steps,

@@ -39,6 +39,7 @@ def add_parser(subparsers: argparse._SubParsersAction) -> None:
     lora.add_argument("adapter", help="folder with adapter_config.json and adapter_model.safetensors")
     lora.add_argument("--base", required=True, help="the base model: a manifest name or a GGUF path")
     lora.add_argument("--out", required=True, help="the GGUF file to write")
+    lora.add_argument("--dtype", choices=("f32", "f16"), default="f32", help="the factors' tensor type")
     lora.set_defaults(func=_convert_lora)
 
 
@@ -121,7 +122,7 @@ def _convert_lora(args: argparse.Namespace) -> int:
     from kernel_lsp.services import lora_gguf
 
     base = models.resolve_model(args.base, models.load_manifest(args.manifest))
-    result = lora_gguf.convert(args.adapter, base, args.out)
+    result = lora_gguf.convert(args.adapter, base, args.out, dtype=args.dtype)
     print(f"{result.path}: {result.tensor_pairs} LoRA pairs, rank {result.rank}, alpha {result.alpha:g}, "
           f"{result.architecture}, {result.size_bytes} bytes, sha256 {result.sha256}")
     return EXIT_OK

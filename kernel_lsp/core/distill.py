@@ -111,3 +111,45 @@ def rename_locals(texts: Sequence[str], mapping: Mapping[str, str]) -> tuple[str
             data = data[:start] + name.encode() + data[end:]
         out.append(data.decode("utf-8", "replace"))
     return tuple(out)
+
+
+_THREAD_INDICES = ("threadIdx", "blockIdx", "blockDim", "gridDim")
+
+
+def _int_declarations(src: bytes, root) -> list[tuple[object, str, str]]:  # noqa: ANN001 - tree-sitter nodes
+    """(the ``int`` type node, the name, its initial value's text) of every one-name ``int`` declaration."""
+    found = []
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "declaration":
+            kind = node.child_by_field_name("type")
+            declarators = node.children_by_field_name("declarator")
+            if kind is not None and node_text(src, kind) == "int" and len(declarators) == 1 \
+                    and declarators[0].type == "init_declarator":
+                name = _declared(declarators[0], src)
+                value = declarators[0].child_by_field_name("value")
+                if name is not None and value is not None:
+                    found.append((kind, name, node_text(src, value)))
+        stack.extend(node.children)
+    return found
+
+
+def widen_indices(texts: Sequence[str]) -> tuple[str, ...] | None:
+    """``texts`` (a kernel before and after a rewrite) with the ``int`` locals that the kernel's first text
+    computes from thread and block indices declared ``long`` instead, in each text alike; None when there
+    is no such local, or one of the texts does not declare it as ``int`` too."""
+    src, root = parse_text(texts[0])
+    names = {name for _, name, value in _int_declarations(src, root) if any(i in value for i in _THREAD_INDICES)}
+    if not names:
+        return None
+    out = []
+    for text in texts:
+        data, root = parse_text(text)
+        declared = _int_declarations(data, root)
+        if {name for _, name, _ in declared} & names != names:
+            return None
+        for kind in sorted((k for k, name, _ in declared if name in names), key=lambda k: k.start_byte, reverse=True):
+            data = data[:kind.start_byte] + b"long" + data[kind.end_byte:]
+        out.append(data.decode("utf-8", "replace"))
+    return tuple(out)

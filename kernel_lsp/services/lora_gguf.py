@@ -99,9 +99,16 @@ def _base_tensors(gguf, base_gguf: Path) -> tuple[str, int, dict[str, tuple[int,
     return arch, blocks, {t.name: tuple(int(n) for n in t.shape) for t in reader.tensors}
 
 
+#: Tensor types the factors may be written in (llama.cpp applies either): f16 halves the file.
+DTYPES = ("f32", "f16")
+
+
 def convert(adapter_dir: str | os.PathLike[str], base_gguf: str | os.PathLike[str],
-            out_path: str | os.PathLike[str]) -> ConvertedLora:
-    """Write the PEFT adapter in ``adapter_dir`` as a GGUF LoRA for ``base_gguf`` at ``out_path``."""
+            out_path: str | os.PathLike[str], dtype: str = "f32") -> ConvertedLora:
+    """Write the PEFT adapter in ``adapter_dir`` as a GGUF LoRA for ``base_gguf`` at ``out_path``, its factors
+    as ``dtype`` (one of :data:`DTYPES`)."""
+    if dtype not in DTYPES:
+        raise LoraConversionError(f"tensor type {dtype!r}: one of {', '.join(DTYPES)}")
     gguf, numpy, load_file = _imports()
     adapter_dir, base_gguf, out_path = Path(adapter_dir), Path(base_gguf), Path(out_path)
     rank, alpha, _ = read_config(adapter_dir)
@@ -146,7 +153,8 @@ def convert(adapter_dir: str | os.PathLike[str], base_gguf: str | os.PathLike[st
     writer.add_float32(gguf.Keys.Adapter.LORA_ALPHA, alpha)
     for target, factors in sorted(pairs.items()):
         for factor in ("lora_a", "lora_b"):
-            writer.add_tensor(f"{target}.{factor}", numpy.ascontiguousarray(factors[factor], dtype=numpy.float32))
+            writer.add_tensor(f"{target}.{factor}", numpy.ascontiguousarray(
+                factors[factor], dtype=numpy.float16 if dtype == "f16" else numpy.float32))
     writer.write_header_to_file()
     writer.write_kv_data_to_file()
     writer.write_tensors_to_file()

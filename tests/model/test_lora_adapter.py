@@ -74,6 +74,10 @@ def test_the_cli_writes_an_adapter_llama_cpp_reads_as_a_lora_of_the_base(base_mo
     assert shapes["blk.0.attn_q.weight.lora_a"] == (WIDTH, RANK)
     assert shapes["blk.23.attn_v.weight.lora_b"] == (RANK, KV_WIDTH)
     assert not (tmp_path / "adapter.gguf.partial").exists()
+    assert {t.tensor_type.name for t in reader.tensors} == {"F32"}
+    half = convert(adapter, base_model, tmp_path / "half.gguf", dtype="f16")
+    assert {t.tensor_type.name for t in gguf.GGUFReader(str(half.path)).tensors} == {"F16"}
+    assert half.size_bytes < 0.6 * out.stat().st_size
 
 
 def test_an_adapter_of_another_model_or_form_is_refused_with_the_reason(base_model: Path, tmp_path: Path) -> None:
@@ -108,7 +112,8 @@ def test_the_editor_loads_the_adapter_over_the_05b_and_runs_the_planner(base_mod
     from kernel_lsp.services.llm import model_from_settings
     from kernel_lsp.services.model_jobs import JobBudgets, ModelJobs
 
-    adapter = convert(write_adapter(tmp_path / "adapter", scale=0.5), base_model, tmp_path / "adapter.gguf").path
+    adapter = convert(write_adapter(tmp_path / "adapter", scale=0.5), base_model, tmp_path / "adapter.gguf",
+                      dtype="f16").path
     question = [{"role": "user", "content": "Name one CUDA memory space, in one word."}]
     plain = LlamaModel(base_model, LoadOptions(n_ctx=1024, threads=2), name=MODEL)
     try:

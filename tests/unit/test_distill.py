@@ -8,7 +8,7 @@ from pathlib import Path
 import pytest
 
 from kernel_lsp.config import Settings
-from kernel_lsp.core.distill import declared_names, hunks_between, rename_locals
+from kernel_lsp.core.distill import declared_names, hunks_between, rename_locals, widen_indices
 from kernel_lsp.core.hunks import apply_hunks
 from kernel_lsp.core.spec import parse_spec
 from kernel_lsp.services import distill_data as dd
@@ -62,6 +62,15 @@ def test_locals_are_renamed_alike_and_parameters_kept() -> None:
     assert hunks_between(before2, after2) is not None
 
 
+def test_thread_indices_are_widened_alike_or_not_at_all() -> None:
+    after = BEFORE.replace("        float v = in[i];", "        float v = __ldg(&in[i]);")
+    before2, after2 = widen_indices((BEFORE, after))
+    assert "    long i = blockIdx.x" in before2 and "    long i = blockIdx.x" in after2 and "__ldg" in after2
+    # A rewrite that no longer declares the index as int: no variant (it would not carry the same change).
+    assert widen_indices((BEFORE, after.replace("int i =", "unsigned i ="))) is None
+    assert widen_indices(("__global__ void k(int n) { int m = n; }",) * 2) is None
+
+
 @pytest.fixture(scope="module")
 def session(tmp_path_factory):
     return Session(Settings(kb_path=str(tmp_path_factory.mktemp("kb") / "kb.sqlite")), workspace_root=str(ROOT),
@@ -76,7 +85,8 @@ def _corpus(name: str):
 
 def test_a_corpus_kernels_verified_rewrites_become_editor_and_planner_chats(session) -> None:
     run = json.loads((ROOT / "benchmarks" / "results" / "corpus_suite.json").read_text())
-    accepted = dd.accepted_in_corpus_run(run)
+    outcomes = dd.outcomes_in_corpus_run(run)
+    accepted = dd.faster(outcomes)
     name = "rodinia_hotspot"
     assert accepted[name], "the recorded run accepted candidates of this kernel"
     source, path, spec = _corpus(name)
@@ -99,8 +109,12 @@ def test_a_corpus_kernels_verified_rewrites_become_editor_and_planner_chats(sess
         if meta["variant"] == "original":
             assert [line for line in made.splitlines() if line.strip()] == \
                 [line for line in rewrite.after.splitlines() if line.strip()]
-    plan = dd.planner_chat(name, source, path, spec, accepted[name], session, heldout=True)
+    plan = dd.planner_chat(name, source, path, spec, outcomes[name], session, heldout=True)
     assert plan is not None and plan["metadata"]["split"] == "heldout"
+    recorded = plan["metadata"]["recorded"]
+    # The answer is the entry recorded fastest; entries none of whose candidates ran are unknown, not slow.
+    assert recorded[plan["metadata"]["choice"]] == max(v for v in recorded.values() if v is not None) > 1.0
+    assert set(recorded) == set(plan["metadata"]["menu"])
     choice = parse_choice(plan["messages"][2]["content"], plan["metadata"]["menu"])
     assert choice is not None and choice[0] == plan["metadata"]["choice"]
 
