@@ -2,7 +2,7 @@
 
     python3 training/train_lora.py --base MODEL.gguf --data training/data/chats.jsonl --out DIR
         [--epochs 2] [--rank 16] [--alpha 32] [--lr 2e-4] [--max-tokens 3072] [--max-steps N] [--device cuda]
-        [--dtype f16] [--heldout-rows N]
+        [--dtype f16] [--heldout-rows N] [--jobs planner,editor]
 
 Runs where torch, transformers, peft and the gguf package are (the GPU machine; a CPU works for a few
 steps). The base is the same GGUF the editor loads: transformers dequantizes it into a torch model
@@ -35,9 +35,9 @@ sys.path.insert(0, str(ROOT))
 TARGETS = ("q_proj", "k_proj", "v_proj", "o_proj", "gate_proj", "up_proj", "down_proj")
 
 
-def read_rows(path: Path, split: str) -> list[dict]:
+def read_rows(path: Path, split: str, jobs: set[str]) -> list[dict]:
     return [row for row in (json.loads(line) for line in path.read_text(encoding="utf-8").splitlines() if line.strip())
-            if row["metadata"]["split"] == split]
+            if row["metadata"]["split"] == split and row["metadata"]["job"] in jobs]
 
 
 def encode(tokenizer, row: dict, max_tokens: int) -> tuple[list[int], list[int]] | None:
@@ -81,6 +81,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--seed", type=int, default=0)
     parser.add_argument("--dtype", choices=("f16", "f32"), default="f16", help="the GGUF adapter's tensor type")
     parser.add_argument("--heldout-rows", type=int, default=None, help="score only the first N held-out rows")
+    parser.add_argument("--jobs", default="planner,editor", help="the jobs whose chats are read")
     args = parser.parse_args(argv)
 
     import torch
@@ -98,7 +99,8 @@ def main(argv: list[str] | None = None) -> int:
     dtype = torch.bfloat16 if device == "cuda" else torch.float32
     model = AutoModelForCausalLM.from_pretrained(folder, gguf_file=name, dtype=dtype).to(device)
     loaded_s = time.monotonic() - started
-    train_rows, heldout_rows = read_rows(args.data, "train"), read_rows(args.data, "heldout")
+    jobs = set(args.jobs.split(","))
+    train_rows, heldout_rows = read_rows(args.data, "train", jobs), read_rows(args.data, "heldout", jobs)
     train = [e for e in (encode(tokenizer, r, args.max_tokens) for r in train_rows) if e is not None]
     heldout = [e for e in (encode(tokenizer, r, args.max_tokens) for r in heldout_rows) if e is not None]
     heldout = heldout[:args.heldout_rows] if args.heldout_rows is not None else heldout
@@ -137,7 +139,8 @@ def main(argv: list[str] | None = None) -> int:
                     "device": torch.cuda.get_device_name(0) if device == "cuda" else "cpu"},
         "base": {"file": name, "size_bytes": os.path.getsize(args.base)},
         "settings": {"epochs": args.epochs, "rank": args.rank, "alpha": args.alpha, "lr": args.lr,
-                     "max_tokens": args.max_tokens, "targets": list(TARGETS), "seed": args.seed, "dtype": args.dtype},
+                     "max_tokens": args.max_tokens, "targets": list(TARGETS), "seed": args.seed, "dtype": args.dtype,
+                     "jobs": sorted(jobs)},
         "rows": {"train": len(train_rows), "train_used": len(train), "heldout": len(heldout_rows),
                  "heldout_used": len(heldout)},
         "steps": steps,
