@@ -69,16 +69,15 @@ def _declared(node, src: bytes) -> str | None:
     return node_text(src, node) if node is not None else None
 
 
-def declared_names(kernel_text: str, *, parameters: bool = False) -> tuple[str, ...]:
-    """The kernel's local variable names (and its parameters' first, with ``parameters``), in the order
-    they are declared. A launch spec names the parameters, so a variant renames only the locals."""
+def declared_names(kernel_text: str) -> tuple[str, ...]:
+    """The kernel's local variable names, in the order they are declared (not its parameters: a launch
+    spec names them, so a variant renames only the locals)."""
     src, root = parse_text(kernel_text)
     names: list[str] = []
-    kinds = ("parameter_declaration", "declaration") if parameters else ("declaration",)
     stack = [root]
     while stack:
         node = stack.pop()
-        if node.type in kinds:
+        if node.type == "declaration":
             for declarator in node.children_by_field_name("declarator"):
                 name = _declared(declarator, src)
                 if name is not None and name not in names:

@@ -26,6 +26,7 @@ from collections.abc import Iterable, Iterator, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
+from kernel_lsp.core.analysis.syntax import identifiers_in, parse_text
 from kernel_lsp.core.candidates import OptimizeRequest, TechniqueHint
 from kernel_lsp.core.distill import declared_names, hunks_between, rename_locals, widen_indices
 from kernel_lsp.core.index import build_index
@@ -120,8 +121,11 @@ def editor_chat(rewrite: Rewrite, before: str, after: str, example: Rewrite | No
 
 def variant_mapping(before: str, after: str) -> dict[str, str]:
     """New names for the kernel's locals, none of them an identifier of either text."""
-    taken = set(declared_names(before, parameters=True)) | set(declared_names(after, parameters=True))
-    fresh = (n for n in VARIANT_NAMES if n not in taken and n not in before and n not in after)
+    taken: set[str] = set()
+    for text in (before, after):
+        src, root = parse_text(text)
+        taken |= identifiers_in(root, src)
+    fresh = (n for n in VARIANT_NAMES if n not in taken)
     return {old: new for old, new in zip(declared_names(before), fresh)}
 
 
