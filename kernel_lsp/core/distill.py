@@ -14,12 +14,7 @@ import difflib
 from collections.abc import Mapping, Sequence
 
 from kernel_lsp.core.analysis.syntax import node_text, parse_text
-from kernel_lsp.core.hunks import Hunk, apply_hunks
-
-
-def _searchable(text: str, line: str) -> bool:
-    """What the editor's grammar lets a hunk search for (``model_jobs.searchable_lines``)."""
-    return bool(line.strip()) and text.count(line) == 1
+from kernel_lsp.core.hunks import Hunk, apply_hunks, searchable_lines
 
 
 def _without_blank_lines(text: str) -> list[str]:
@@ -30,6 +25,7 @@ def hunks_between(before: str, after: str) -> list[Hunk] | None:
     """The editor's hunks that turn kernel ``before`` into ``after``, or None when they cannot be written
     (a changed line that is blank or not unique, an insertion with no unique neighbour)."""
     old, new = before.splitlines(), after.splitlines()
+    searchable = set(searchable_lines(before))
     hunks: list[Hunk] = []
     used: set[int] = set()
     for tag, i1, i2, j1, j2 in difflib.SequenceMatcher(None, old, new, autojunk=False).get_opcodes():
@@ -37,17 +33,17 @@ def hunks_between(before: str, after: str) -> list[Hunk] | None:
             continue
         if tag == "insert":
             inserted = new[j1:j2]
-            if i1 > 0 and i1 - 1 not in used and _searchable(before, old[i1 - 1]):
+            if i1 > 0 and i1 - 1 not in used and old[i1 - 1] in searchable:
                 hunks.append(Hunk(old[i1 - 1], "\n".join([old[i1 - 1], *inserted])))
                 used.add(i1 - 1)
-            elif i1 < len(old) and _searchable(before, old[i1]):
+            elif i1 < len(old) and old[i1] in searchable:
                 hunks.append(Hunk(old[i1], "\n".join([*inserted, old[i1]])))
                 used.add(i1)
             else:
                 return None
             continue
         lines = range(i1, i2)
-        if any(i in used or not _searchable(before, old[i]) for i in lines):
+        if any(i in used or old[i] not in searchable for i in lines):
             return None
         hunks.append(Hunk(old[i1], "\n".join(new[j1:j2])))
         hunks.extend(Hunk(old[i], "") for i in lines[1:])

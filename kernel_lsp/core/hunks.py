@@ -41,6 +41,16 @@ class HunkResult:
         return "\n".join(f"hunk {f.index}: {f.why}" for f in self.failures)
 
 
+def searchable_lines(kernel_text: str) -> list[str]:
+    """The kernel's lines a hunk may search for: those with text that occur exactly once in it (the editor's
+    grammar offers only these)."""
+    lines = []
+    for line in kernel_text.splitlines():
+        if line.strip() and line not in lines and kernel_text.count(line) == 1:
+            lines.append(line)
+    return lines
+
+
 def _exact(text: str, search: str) -> tuple[int, int] | str:
     first = text.find(search)
     if first < 0:

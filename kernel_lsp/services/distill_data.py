@@ -29,9 +29,8 @@ from typing import Any
 from kernel_lsp.core.analysis.syntax import identifiers_in, parse_text
 from kernel_lsp.core.candidates import OptimizeRequest, TechniqueHint
 from kernel_lsp.core.distill import declared_names, hunks_between, rename_locals, widen_indices
-from kernel_lsp.core.index import build_index
 from kernel_lsp.core.spec import Spec
-from kernel_lsp.services.agent import splice_kernel
+from kernel_lsp.services.agent import find_kernel, splice_kernel
 from kernel_lsp.core.rules import RuleGenerator
 from kernel_lsp.services.model_jobs import (
     PLANNER_REASON_CHARS,
@@ -70,9 +69,9 @@ class Rewrite:
 
 def kernel_text(source: str, kernel: str) -> str | None:
     """The definition of ``kernel`` in ``source`` (its text from the declaration to the closing brace)."""
-    data = source.encode("utf-8")
-    found = next((f for f in build_index(data).kernels if f.name == kernel and f.body_span is not None), None)
-    return data[found.span.start_byte:found.span.end_byte].decode("utf-8", "replace") if found else None
+    found = find_kernel(source, kernel)
+    return source.encode("utf-8")[found.span.start_byte:found.span.end_byte].decode("utf-8", "replace") \
+        if found else None
 
 
 def rewrites(name: str, source: str, path: str, spec: Spec, accepted: Mapping[str, float], session: Any,

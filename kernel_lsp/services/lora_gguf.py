@@ -60,8 +60,8 @@ def _imports():
     return gguf, numpy, load_file
 
 
-def read_config(adapter_dir: Path) -> tuple[int, float, str]:
-    """(rank, the GGUF alpha, the base model PEFT names) of a PEFT LoRA adapter folder."""
+def read_config(adapter_dir: Path) -> tuple[int, float]:
+    """(rank, the GGUF alpha) of a PEFT LoRA adapter folder."""
     try:
         config = json.loads((adapter_dir / ADAPTER_CONFIG).read_text(encoding="utf-8"))
     except (OSError, ValueError) as exc:
@@ -81,7 +81,7 @@ def read_config(adapter_dir: Path) -> tuple[int, float, str]:
     if not isinstance(rank, int) or rank <= 0 or not isinstance(alpha, (int, float)):
         raise LoraConversionError(f"{ADAPTER_CONFIG}: r={rank!r} and lora_alpha={alpha!r} are not a rank and an alpha")
     scale_alpha = float(alpha) * math.sqrt(rank) if config.get("use_rslora") else float(alpha)
-    return rank, scale_alpha, str(config.get("base_model_name_or_path") or "")
+    return rank, scale_alpha
 
 
 def _base_tensors(gguf, base_gguf: Path) -> tuple[str, int, dict[str, tuple[int, ...]]]:
@@ -111,7 +111,7 @@ def convert(adapter_dir: str | os.PathLike[str], base_gguf: str | os.PathLike[st
         raise LoraConversionError(f"tensor type {dtype!r}: one of {', '.join(DTYPES)}")
     gguf, numpy, load_file = _imports()
     adapter_dir, base_gguf, out_path = Path(adapter_dir), Path(base_gguf), Path(out_path)
-    rank, alpha, _ = read_config(adapter_dir)
+    rank, alpha = read_config(adapter_dir)
     arch, blocks, base = _base_tensors(gguf, base_gguf)
     archs = {name: value for value, name in gguf.MODEL_ARCH_NAMES.items()}
     if arch not in archs:
@@ -123,10 +123,10 @@ def convert(adapter_dir: str | os.PathLike[str], base_gguf: str | os.PathLike[st
         raise LoraConversionError(f"{adapter_dir / ADAPTER_WEIGHTS}: not readable safetensors ({exc})") from exc
     pairs: dict[str, dict[str, object]] = {}
     for key, value in weights.items():
-        factor = next((f for suffix, f in _FACTORS.items() if key.endswith(suffix)), None)
-        if factor is None or not key.startswith(PEFT_PREFIX):
+        suffix = next((s for s in _FACTORS if key.endswith(s)), None)
+        if suffix is None or not key.startswith(PEFT_PREFIX):
             raise LoraConversionError(f"{ADAPTER_WEIGHTS}: tensor {key!r} is not a LoRA factor of a base module")
-        module = key[len(PEFT_PREFIX):-len(next(s for s, f in _FACTORS.items() if f == factor))]
+        factor, module = _FACTORS[suffix], key[len(PEFT_PREFIX):-len(suffix)]
         target = names.get_name(module + ".weight", try_suffixes=(".weight",))
         if target is None or not target.startswith("blk."):
             raise LoraConversionError(f"{ADAPTER_WEIGHTS}: {module!r} is not a block's weight of a {arch} model")

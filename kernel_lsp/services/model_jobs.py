@@ -47,7 +47,7 @@ from typing import Any
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest, TechniqueHint
 from kernel_lsp.core.chat_template import tool_exchange
 from kernel_lsp.core.features import static_features
-from kernel_lsp.core.hunks import Hunk, HunkResult, apply_hunks
+from kernel_lsp.core.hunks import Hunk, HunkResult, apply_hunks, searchable_lines
 from kernel_lsp.core.index import build_index
 from kernel_lsp.core.rules import RuleGenerator
 from kernel_lsp.core.verdict import Reason, Verdict
@@ -163,15 +163,6 @@ def _object(properties: Mapping[str, Any]) -> dict[str, Any]:
 def planner_schema(ids: Sequence[str]) -> dict[str, Any]:
     return _object({"choice": {"type": "string", "enum": list(ids)},
                     "reason": {"type": "string", "maxLength": PLANNER_REASON_CHARS}})
-
-
-def searchable_lines(kernel_text: str) -> list[str]:
-    """The kernel's lines a hunk may search for: those with text that occur exactly once in it."""
-    lines = []
-    for line in kernel_text.splitlines():
-        if line.strip() and line not in lines and kernel_text.count(line) == 1:
-            lines.append(line)
-    return lines
 
 
 def edit_schema(lines: Sequence[str] | None = None) -> dict[str, Any]:

@@ -300,6 +300,7 @@ class _InFlight:
 
 _IN_FLIGHT = _InFlight()
 
+
 def _include_folders(argv: list[str]) -> list[str]:
     """The folders an ``#include`` is looked up in, from ``-I``/``-isystem`` (joined or separate)."""
     folders = []
@@ -412,20 +413,17 @@ class _Finished:
 _FINISHED = _Finished()
 
 
-def _reusable(result: CompileResult, dependencies: tuple[str, ...] | None, flags: BuildFlags,
+def _reusable(result: CompileResult, cubin: bytes | None, dependencies: tuple[str, ...] | None, flags: BuildFlags,
               workdir: str) -> _Reusable | None:
-    """What to keep of a finished compile in ``workdir``, or None. The scratch folder's own files (the
-    buffer, whose text is part of the key) are not watched: the folder goes when its caller is done."""
-    if dependencies is None or result.timed_out or result.cancelled or result.tool_missing is not None:
+    """What to keep of a finished compile in ``workdir`` (``cubin``: the bytes it wrote), or None. The scratch
+    folder's own files (the buffer, whose text is part of the key) are not watched: the folder goes when its
+    caller is done."""
+    if dependencies is None or result.tool_missing is not None:
+        return None
+    if cubin is not None and len(cubin) > _Finished.MAX_CUBIN_BYTES:
         return None
     scratch = os.path.realpath(workdir) + os.sep
     folders = (os.path.realpath(os.path.join(workdir, folder)) for folder in _include_folders(list(flags.flags)))
-    cubin = None
-    if result.cubin_path is not None:
-        if os.path.getsize(result.cubin_path) > _Finished.MAX_CUBIN_BYTES:
-            return None
-        with open(result.cubin_path, "rb") as handle:
-            cubin = handle.read()
     nvcc = shutil.which(flags.nvcc) or flags.nvcc
     watched = dict.fromkeys([os.path.realpath(nvcc), *dependencies, *_shadowing(dependencies, list(folders))])
     stamps = tuple((path, _stamp(path)) for path in watched if not (path + os.sep).startswith(scratch))
@@ -474,7 +472,7 @@ def compile_in(
                 with open(result.cubin_path, "rb") as handle:
                     cubin = handle.read()
             box.append((result, cubin))
-            reusable = _reusable(result, dependencies, flags, workdir)
+            reusable = _reusable(result, cubin, dependencies, flags, workdir)
             if reusable is not None:
                 _FINISHED.put(key, reusable)
         return result

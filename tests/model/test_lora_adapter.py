@@ -95,7 +95,7 @@ def test_rslora_keeps_its_scale(tmp_path: Path) -> None:
 
     (tmp_path / "adapter_config.json").write_text(json.dumps({"peft_type": "LORA", "r": 16, "lora_alpha": 8,
                                                               "use_rslora": True}))
-    rank, alpha, _ = read_config(tmp_path)
+    rank, alpha = read_config(tmp_path)
     # rsLoRA scales by alpha / sqrt(r), llama.cpp by alpha / r: the alpha written is 8 * sqrt(16).
     assert rank == 16 and alpha / rank == pytest.approx(8 / 16**0.5)
 
