@@ -24,6 +24,8 @@ the best accepted speedup, 1.0 when none).
     PYTHONPATH=. python benchmarks/model_suite.py --verify /tmp/model_suite \\
         --generation benchmarks/results/model_suite.json --out benchmarks/results/model_suite.json
 
+A ``NAME+lora=FILE.gguf`` model is that GGUF with the adapter (``modelLora``): the distilled editor.
+
 ``--endpoint URL`` adds a model behind an OpenAI-compatible server (``--endpoint-model`` its name).
 
 ``--refine-from benchmarks/results/corpus_suite.json`` runs only the editor's refinement: for each
@@ -184,7 +186,10 @@ def _model(spec: str, threads: int, n_ctx: int) -> Any:
     if spec.startswith(("http://", "https://")):
         url, _, served = spec.partition("#")
         return EndpointModel(url, model=served or None)
-    return LlamaModel(resolve_model(spec), LoadOptions(n_ctx=n_ctx, threads=threads), name=os.path.basename(spec))
+    # NAME+lora=FILE.gguf: the same GGUF with that adapter (``modelLora``), as in planner_offline.
+    name, _, lora = spec.partition("+lora=")
+    return LlamaModel(resolve_model(name), LoadOptions(n_ctx=n_ctx, threads=threads, lora_path=lora or None),
+                      name=os.path.basename(name) + ("+lora" if lora else ""))
 
 
 def generation_summary(rows: list[dict[str, Any]]) -> dict[str, Any]:
@@ -232,8 +237,8 @@ def generate(args: argparse.Namespace) -> dict[str, Any]:
     out: dict[str, Any] = {"models": {}}
     with tempfile.TemporaryDirectory(prefix="model-suite-") as scratch:
         for spec in models:
-            label = spec.split("#")[0].rstrip("/").rsplit("/", 1)[-1] if spec.startswith("http") else os.path.basename(spec)
             model = _model(spec, args.threads, args.n_ctx)
+            label = spec.split("#")[0].rstrip("/").rsplit("/", 1)[-1] if spec.startswith("http") else model.name
             settings = Settings(kb_path=os.path.join(scratch, f"{label}.kb.sqlite"), model_mode="jobs")
             (root / label).mkdir(parents=True, exist_ok=True)
             session = Session(settings, workspace_root=str(ROOT), traces_path=str(root / label / "traces.sqlite3"))

@@ -157,6 +157,7 @@ def main() -> int:
     parser.add_argument("--ncu", default="ncu")
     parser.add_argument("--arch", default="sm_90")
     parser.add_argument("--no-programs", action="store_true", help="only the examples (no fixture programs)")
+    parser.add_argument("--no-examples", action="store_true", help="leave out the examples (with --corpus: only those)")
     parser.add_argument("--budget-s", type=float, default=None,
                         help="start no new kernel after this many seconds; the kernels left are listed as skipped")
     parser.add_argument("--cupti", action="store_true", help="add the GPU worker's CUPTI profiles (kernels with a spec)")
@@ -187,7 +188,7 @@ def main() -> int:
         for name, source, kernel, exe in programs(build_dir, args.arch):
             with open(source, encoding="utf-8") as f:
                 targets.append((name, prof.Target(source, f.read(), kernel, program=exe)))
-    for name, original, spec_path in examples():
+    for name, original, spec_path in [] if args.no_examples else examples():
         with open(spec_path, encoding="utf-8") as f:
             kernel = json.load(f)["kernel"]
         with open(original, encoding="utf-8") as f:
