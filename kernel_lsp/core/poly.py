@@ -10,7 +10,7 @@ exactly and leaves the rest visible as opaque terms.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Mapping
 from dataclasses import dataclass
 
 Monomial = tuple[str, ...]

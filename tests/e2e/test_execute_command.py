@@ -59,5 +59,5 @@ async def test_execute_command_answers_whatever_show_document_replies(workspace:
     assert replies == [sidecar.as_uri()]
     assert written == sidecar.as_uri() and sidecar.is_file()
     # Not shown by the editor: the message names the file's path instead.
-    assert any(f"wrote saxpy.cu.saxpy.spec.json" in m.message and str(sidecar) in m.message for m in client.messages)
+    assert any("wrote saxpy.cu.saxpy.spec.json" in m.message and str(sidecar) in m.message for m in client.messages)
     assert hover is not None

@@ -22,6 +22,8 @@ from kernel_lsp.services.harness import VerifyOptions, verify
 sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit"))
 
 import test_atomics as atomics  # noqa: E402
+import test_block_reduce as block_reduce  # noqa: E402
+import test_load_batch as load_batch  # noqa: E402
 import test_trees as trees  # noqa: E402
 
 pytestmark = pytest.mark.gpu
@@ -34,6 +36,11 @@ CASES = [
     ("tree-coarsen", "unrolled", trees.UNROLLED, trees.spec("block_sums")),
     ("tree-coarsen", "cooperative-groups", trees.CG_TREE, trees.spec("block_sums")),
     ("atomic-to-block-reduce", "stats", atomics.STATS, atomics.STATS_SPEC),
+    ("atomic-to-block-reduce", "tree-then-tile", block_reduce.TREE_THEN_TILE,
+     {**block_reduce.spec_of("total", 256, [{"n": 1000}, {"n": 77777}], out_size="1"), "dynamic_smem": "1024"}),
+    ("tree-to-shuffle", "under-a-block-uniform-if", block_reduce.UNDER_IF.replace("TEST", "blockIdx.x != gridDim.x - 1"),
+     block_reduce.spec_of("partial", 256, [{"n": 1000}])),
+    ("load-batch", "grid-stride", load_batch.NORMS, load_batch.NORMS_SPEC),
     ("warp-aggregate", "helpers", atomics.AGGREGATED, atomics.AGGREGATED_SPEC),
     *[("shared-privatize", f"{t}-{op}", *atomics.histo(t, op))
       for t, op in (("int", "atomicAdd"), ("u64", "atomicAdd"), ("float", "atomicAdd"), ("int", "atomicMin"))],

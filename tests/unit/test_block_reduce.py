@@ -88,7 +88,7 @@ def test_trees_of_any_indexing_become_shuffles(loop, index, tmp_path):
     (tree("""for (unsigned int st = 1; st < blockDim.x; st *= 2) {
         if (tid % (2 * st) == 0) s[tid] += s[tid + st];
     }"""), 256, "no barrier"),
-    (tree("if (blockIdx.x < n) { " + INTERLEAVED + " }"), 256, "sits under a condition"),
+    (tree("if (tid < n) { " + INTERLEAVED + " }"), 256, "sits under a condition"),
     (tree(INTERLEAVED).replace("if (tid == 0) out[blockIdx.x] = s[0];", "out[i] = s[tid];"), 256,
      "reads a slot other than the root"),
     (tree(INTERLEAVED).replace("unsigned int tid = threadIdx.x;", "unsigned int tid = threadIdx.x; if (n < 0) return;"),
@@ -368,3 +368,86 @@ def test_a_tree_per_tile_is_summed_in_registers(tmp_path):
 def test_a_tree_per_tile_refuses_what_it_cannot_regroup(change, why):
     found = outcome("tree-to-registers", change(TILES), spec_of("chunks", 256, [{"n": 1000}]))
     assert not found.applicable and why in found.why, found.why
+
+
+# A tree in shared memory down to a warp, then a cooperative-groups tile's shuffles and one atomic.
+TREE_THEN_TILE = """
+#include <cooperative_groups.h>
+namespace cg = cooperative_groups;
+__global__ void total(const float* x, float* out, int n) {
+    extern __shared__ float s[];
+    const int t = threadIdx.x;
+    const int i = blockIdx.x * blockDim.x + t;
+    s[t] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    for (int half = blockDim.x >> 1; half >= 32; half >>= 1) {
+        if (t < half) s[t] += s[t + half];
+        __syncthreads();
+    }
+    float v = s[t];
+    cg::thread_block_tile<32> tile = cg::tiled_partition<32>(cg::this_thread_block());
+    for (int d = tile.size() >> 1; d > 0; d >>= 1)
+        v += tile.shfl_down(v, d);
+    if (t == 0) atomicAdd(out, v);
+}
+"""
+
+
+@needs_nvcc
+def test_blocks_in_turn_keep_a_barrier_between_original_blocks_that_share_memory(tmp_path):
+    """A tile's size() is its constant, not a thread index; each original block run in turn ends at a
+    barrier, so the next one's stores into the shared tree wait for this one's reads."""
+    spec = spec_of("total", 256, [{"n": 1000}], out_size="1")
+    spec["dynamic_smem"] = "1024"
+    found = outcome("atomic-to-block-reduce", TREE_THEN_TILE, spec)
+    assert found.applicable, found.why
+    coarsened = [rw for rw in found.rewrites if rw.grid_divide is not None]
+    assert [rw.grid_divide for rw in coarsened] == [(8, 1, 1), (32, 1, 1)]
+    for k, rw in enumerate(coarsened):
+        assert rw.source.count("__syncthreads(); // the next original block reuses the shared arrays") == 1
+        compiles(rw.source, tmp_path / str(k))
+
+
+def test_blocks_in_turn_without_shared_memory_add_no_barrier():
+    found = outcome("atomic-to-block-reduce", ATOMIC, spec_of("total", 256, [{"n": 1000}], out_size="1"))
+    assert all("the next original block" not in rw.source for rw in found.rewrites)
+
+
+def test_a_kernel_with_barriers_that_returns_is_refused():
+    source = TREE_THEN_TILE.replace("    const int i =", "    if (blockIdx.x > 4096) return;\n    const int i =")
+    spec = spec_of("total", 256, [{"n": 1000}], out_size="1")
+    spec["dynamic_smem"] = "1024"
+    found = outcome("atomic-to-block-reduce", source, spec)
+    assert not found.applicable and "return" in found.why, found.why
+
+
+UNDER_IF = """
+__global__ void partial(const float* x, float* out, int n) {
+    __shared__ float s[256];
+    unsigned int tid = threadIdx.x;
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    s[tid] = i < n ? x[i] : 0.0f;
+    __syncthreads();
+    if (TEST) {
+        for (unsigned int st = blockDim.x / 2; st > 0; st >>= 1) {
+            if (tid < st) s[tid] += s[tid + st];
+            __syncthreads();
+        }
+        if (tid == 0) out[blockIdx.x] = s[0];
+    }
+}
+"""
+
+
+@needs_nvcc
+@pytest.mark.parametrize("test", ["n > 64", "blockIdx.x != gridDim.x - 1 || n % 256 == 0"])
+def test_a_tree_under_a_test_every_thread_of_the_block_shares_is_rewritten(test, tmp_path):
+    found = outcome("tree-to-shuffle", UNDER_IF.replace("TEST", test), spec_of("partial", 256, [{"n": 1000}]))
+    assert found.applicable, found.why
+    compiles(found.rewrites[0].source, tmp_path)
+
+
+@pytest.mark.parametrize("test", ["tid < 200", "x[i] > 0.5f", "i < n"])
+def test_a_tree_under_a_thread_dependent_test_is_refused(test):
+    found = outcome("tree-to-shuffle", UNDER_IF.replace("TEST", test), spec_of("partial", 256, [{"n": 1000}]))
+    assert not found.applicable and "sits under a condition" in found.why, found.why

@@ -202,6 +202,19 @@ def test_ldg_refuses_a_written_pointer_and_wraps_reads_through_a_local_pointer()
     assert "__ldg(&x[(int)__ldg(&x[i])])" in _rule("ldg", nested).rewrites[0].source
 
 
+def test_ldg_keeps_a_macro_expanded_on_both_sides_of_the_read() -> None:
+    """``NY`` expands before and after ``x[i * NY + j]`` on its line: the insertions are placed by the
+    tokens around them, so the candidate keeps ``NY`` as written (a literal 64 would be a problem size the
+    original does not hold)."""
+    source = "#define NY 64\n" + _kernel("    int i = threadIdx.y, j = threadIdx.x;\n"
+                                       "    if (i < n) y[i * NY + j] = x[i * NY + j] - x[(i + 1) * NY + j] + (float)NY;")
+    outcome = _rule("ldg", source)
+    assert outcome.applicable, outcome.why
+    rewritten = outcome.rewrites[0].source
+    assert "y[i * NY + j] = __ldg(&x[i * NY + j]) - __ldg(&x[(i + 1) * NY + j]) + (float)NY;" in rewritten, rewritten
+    assert "64 +" not in rewritten and "expanded" not in outcome.rewrites[0].description
+
+
 def test_unroll_only_fixed_trip_loops() -> None:
     fixed = _kernel("    float a = 0.0f;\n    for (int k = 0; k < 8; ++k) {\n        a += x[k];\n    }\n    y[0] = a;")
     outcome = _rule("pragma-unroll", fixed)

@@ -344,3 +344,62 @@ def test_tap_loops_are_unrolled_into_each_row_and_compute_what_the_original_did(
             assert after == before
         if shutil.which("nvcc"):
             compiles(rw.source, tmp_path)
+
+
+# One row per block along y, the grid as tall as the interior (Parboil's naive stencil, in 2-D): the
+# grid's extent `h - 2` is a multiple of the rows per thread at no size but the test's by chance.
+GRID_ROWS = """
+__global__ void rows(const float* A, float* B, int w, int h) {
+  int c = threadIdx.x;
+  int r = blockIdx.y + 1;
+  if (c > 0 && c < w - 1)
+    B[r * w + c] = 0.25f * (A[(r - 1) * w + c] + A[(r + 1) * w + c] + A[r * w + c - 1] + A[r * w + c + 1]);
+}
+"""
+GRID_ROWS_MAIN = r"""
+int main() {
+  const int w = 40, h = 41;
+  std::vector<float> in(h * w), out(h * w, 9.0f);
+  for (int i = 0; i < h * w; i++) in[i] = (float)((i * 29) % 31) - 15.0f;
+  kl_launch({1, GY, 1}, {w, 1, 1}, [&] { rows(in.data(), out.data(), w, h); });
+  for (float v : out) printf("%a\n", v);
+}
+"""
+
+
+def grid_rows_spec(grid_y="h-2"):
+    return {"kernel": "rows", "params": [arr("A", "w*h"), arr("B", "w*h", "out"), {"name": "w", "scalar": "int32", "value": 1024},
+                                        {"name": "h", "scalar": "int32", "value": 2048}],
+            "grid": [1, grid_y, 1], "block": ["w", 1, 1], "tolerance": {"rtol": 1e-5, "atol": 1e-6},
+            "variants": [{"w": 64, "h": 66}]}
+
+
+def test_a_grid_extent_that_varies_is_rounded_up_and_its_missing_rows_skipped(tmp_path):
+    found = outcome(GRID_ROWS, grid_rows_spec())
+    assert found.applicable, found.why
+    assert [r.variant for r in found.rewrites] == ["rows=8", "rows=6"]
+    for rw in found.rewrites:
+        rows = int(rw.variant.split("=")[1])
+        assert rw.launch_override["grid"][1] == f"((h-2) + {rows - 1}) / {rows}"
+        assert rw.source.count("if (kl_vrow >= ((unsigned)(h-2)))") == 2
+        if shutil.which("g++"):
+            from cpu_cuda import run_on_cpu
+            # h - 2 = 39 rows: neither 8 nor 6 divides it, so the last thread of each column has rows that do not exist.
+            before = run_on_cpu(GRID_ROWS, GRID_ROWS_MAIN.replace("GY", "h - 2"), tmp_path, "rows")
+            after = run_on_cpu(rw.source, GRID_ROWS_MAIN.replace("GY", f"(h - 2 + {rows - 1}) / {rows}"), tmp_path, f"rows{rows}")
+            assert after == before
+        if shutil.which("nvcc"):
+            compiles(rw.source, tmp_path)
+
+
+@pytest.mark.parametrize(("grid_y", "why"), [
+    ("ceil_div(h,1)", "is not integer arithmetic the kernel can evaluate"),
+])
+def test_a_grid_extent_the_kernel_cannot_compute_is_refused(grid_y, why):
+    found = outcome(GRID_ROWS, grid_rows_spec(grid_y))
+    assert not found.applicable and why in found.why, found.why
+
+
+def test_a_grid_extent_over_a_parameter_the_kernel_assigns_is_refused():
+    found = outcome(GRID_ROWS.replace("int c = threadIdx.x;", "int c = threadIdx.x; h = h + 0;"), grid_rows_spec())
+    assert not found.applicable and "reads h, which the kernel assigns" in found.why, found.why

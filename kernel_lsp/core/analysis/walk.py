@@ -1167,6 +1167,9 @@ class _Walker:
         if method == "sync":
             self.barrier({"block": "block", "grid": "grid"}.get(group.kind, "warp"), node)
             return None
+        if group.kind == "tile" and group.size and method in ("size", "num_threads"):
+            # A tile's size is its template argument: a constant, no thread index read.
+            return Poly.const(group.size)
         if method in ("thread_rank", "size", "num_threads", "meta_group_rank", "meta_group_size"):
             self.builtins.update({"tid.x", "tid.y", "tid.z", "bdim.x", "bdim.y", "bdim.z"} & linear.symbols)
             self.implicit.append(text[:80])
@@ -1181,8 +1184,6 @@ class _Walker:
             size = Poly.const(group.size)
             if method == "thread_rank":
                 return self.fresh(text, [linear], ("%", linear, size))
-            if method in ("size", "num_threads"):
-                return size
             if method == "meta_group_rank":
                 return self.fresh(text, [linear], ("/", linear, size))
             if method == "meta_group_size":

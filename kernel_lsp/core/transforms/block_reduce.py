@@ -38,8 +38,11 @@ Legality:
   kernel with barriers may not return at all (a thread that returned would now wait at them);
 - only a block one of whose threads reached an atomic updates its target (``__syncthreads_or``): the
   address may be out of bounds for the others;
-- for the blocks in turn: no barrier or shared memory, a 1-D grid, no block index read through a
-  cooperative group or a helper.
+- for the blocks in turn: a 1-D grid, no block index read through a cooperative group or a helper.
+  A kernel with barriers or shared memory (a tree in the block before its atomic) runs each original
+  block's body between barriers: a ``__syncthreads()`` after each one keeps the next from writing the
+  shared arrays while this one reads them, and every thread reaches it (the loop's exit depends on
+  the block only, and such kernels may not return).
 
 Thread coarsening of a tree is :mod:`kernel_lsp.core.transforms.coarsen_reduce`, privatisation
 :mod:`kernel_lsp.core.transforms.privatize`; scans are not rewritten.
@@ -420,8 +423,6 @@ class AtomicToBlockReduce(Rule):
         """The original grid's x extent as C over the kernel's parameters when a block may run several of
         the original blocks in turn (fewer blocks, fewer atomics), else why not."""
         facts = ctx.facts
-        if facts.syncs or any(a.space == "shared" for a in facts.accesses):
-            return None, "the kernel has barriers or shared memory (its blocks' work is not a loop over original blocks)"
         if any(launch.grid[1:] != (1, 1) for launch in ctx.launches()):
             return None, "the grid is not one-dimensional at every size"
         if any(s.startswith(("bid.y", "bid.z", "gdim.y", "gdim.z")) for s in facts.thread_dims):
@@ -437,6 +438,10 @@ class AtomicToBlockReduce(Rule):
         assigned = assigned_names(kernel.child_by_field_name("body"), src) if kernel is not None else set()
         params = {name for name, _, is_pointer in facts.params if not is_pointer and ctx.spec_scalar(name)} - assigned
         return original_grid(ctx, params)
+
+    @staticmethod
+    def _shares_memory(facts: KernelFacts) -> bool:
+        return bool(facts.syncs) or any(a.space == "shared" for a in facts.accesses)
 
     def _rewrite(self, ctx: RuleContext, plans: list[_Target], blocks, last: int | None = None) -> Rewrite:  # noqa: ANN001
         """The rewrite; with ``blocks`` = (k, the original grid as C, the new launch), each block also runs k
@@ -471,7 +476,15 @@ class AtomicToBlockReduce(Rule):
         kernel = node_at(src, root, facts.span)
         for ret in _returns(kernel.child_by_field_name("body")):
             edit.replace(ret.start_byte, ret.end_byte, "break;")
-        tail = ["    } while (0);" + ("" if blocks is None else "\n    }"),
+        if blocks is None:
+            close = "    } while (0);"
+        elif self._shares_memory(facts):
+            # The next original block writes the shared arrays this one may still be reading; every thread
+            # gets here (a return only leaves the do … while, and kernels with barriers have none).
+            close = "    } while (0);\n    __syncthreads(); // the next original block reuses the shared arrays\n    }"
+        else:
+            close = "    } while (0);\n    }"
+        tail = [close,
                 "    const unsigned kl_t = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);"]
         threads = "blockDim.x * blockDim.y * blockDim.z"
         scratch = ""
@@ -583,7 +596,7 @@ _PARTIALS = 4
 
 @dataclass(frozen=True)
 class _Hoist:
-    tree: _Tree
+    tree: SharedTree
     loop: LoopFact
     loop_node: Node
     decls: tuple[Node, ...]
@@ -630,7 +643,7 @@ class TreeToRegisters(Rule):
                 return found, ""
         return None, "; ".join(reasons)
 
-    def _hoist(self, ctx, facts: KernelFacts, tree: _Tree, src: bytes, root: Node) -> _Hoist | str:
+    def _hoist(self, ctx, facts: KernelFacts, tree: SharedTree, src: bytes, root: Node) -> _Hoist | str:
         if tree.loop is None or len(tree.values) != 1 or tree.values[0].root != Poly():
             return "it is not one loop reducing one value into slot 0"
         if tree.op != "+":

@@ -89,32 +89,20 @@ class BodyEdit:
         data = source.encode("utf-8")
         body_lo, body_hi = function.body_span.start_byte, function.body_span.end_byte
         placed: list[tuple[int, int, str]] = []
+        aligned: _Aligned | None = None
         for start, end, new in self.edits:
             if start == end == self.facts.body_span[0] + 1:
                 placed.append((body_lo + 1, body_lo + 1, new))
                 continue
-            cs, ce = len(self.src[:start].decode("utf-8")), len(self.src[:end].decode("utf-8"))
-            line = _line_of(line_starts_pre, cs)
-            if _line_of(line_starts_pre, ce) != line:
-                return None
-            user = self.pre.user_line(line)
-            if user is None or user >= len(user_lines):
-                return None
-            pre_line, user_line = pre_lines[line], user_lines[user]
-            c1, c2 = cs - line_starts_pre[line], ce - line_starts_pre[line]
-            old = pre_line[c1:c2]
-            if pre_line[:c1] == user_line[:c1] and user_line[c1:c2] == old:
-                u1 = c1
-            else:
-                tail = pre_line[c2:]
-                u2 = len(user_line) - len(tail)
-                if not user_line.endswith(tail) or u2 - len(old) < 0 or user_line[u2 - len(old):u2] != old:
+            found = self._by_line(start, end, pre_lines, user_lines, raw_lines, line_starts_pre, byte_starts)
+            if found is None:
+                # A macro expanded on both sides of the edit (``a[i * NY + j]``): the tokens around it
+                # place it, and the whole result is checked against the preprocessed edit below.
+                aligned = aligned or _Aligned(UserText(self.pre, self.facts, source, function))
+                found = aligned.place(start, end)
+                if found is None:
                     return None
-                u1 = u2 - len(old)
-            raw = raw_lines[user]
-            # The file is addressed in bytes: the line's start, then the column's characters encoded.
-            b1 = byte_starts[user] + len(raw[:u1].encode("utf-8"))
-            b2 = b1 + len(raw[u1:u1 + len(old)].encode("utf-8"))
+            b1, b2 = found
             if not body_lo < b1 <= b2 < body_hi:
                 return None
             placed.append((b1, b2, new))
@@ -125,7 +113,39 @@ class BodyEdit:
                 return None
             out = out[:b1] + new.encode("utf-8") + out[b2:]
             last = b1
-        return out.decode("utf-8")
+        text = out.decode("utf-8")
+        if aligned is not None:
+            grown = sum(len(new.encode("utf-8")) - (b2 - b1) for b1, b2, new in placed)
+            if not expands_to(out[body_lo:body_hi + grown].decode("utf-8"), self.body(), self.pre):
+                return None
+        return text
+
+    def _by_line(self, start: int, end: int, pre_lines: list[str], user_lines: list[str], raw_lines: list[str],
+                 line_starts_pre: list[int], byte_starts: list[int]) -> tuple[int, int] | None:
+        """The file's byte range of the edit ``start..end`` when its line reads the same before it or
+        after it in both texts."""
+        cs, ce = len(self.src[:start].decode("utf-8")), len(self.src[:end].decode("utf-8"))
+        line = _line_of(line_starts_pre, cs)
+        if _line_of(line_starts_pre, ce) != line:
+            return None
+        user = self.pre.user_line(line)
+        if user is None or user >= len(user_lines):
+            return None
+        pre_line, user_line = pre_lines[line], user_lines[user]
+        c1, c2 = cs - line_starts_pre[line], ce - line_starts_pre[line]
+        old = pre_line[c1:c2]
+        if pre_line[:c1] == user_line[:c1] and user_line[c1:c2] == old:
+            u1 = c1
+        else:
+            tail = pre_line[c2:]
+            u2 = len(user_line) - len(tail)
+            if not user_line.endswith(tail) or u2 - len(old) < 0 or user_line[u2 - len(old):u2] != old:
+                return None
+            u1 = u2 - len(old)
+        raw = raw_lines[user]
+        # The file is addressed in bytes: the line's start, then the column's characters encoded.
+        b1 = byte_starts[user] + len(raw[:u1].encode("utf-8"))
+        return b1, b1 + len(raw[u1:u1 + len(old)].encode("utf-8"))
 
 
 def _line_starts(lines: list[str]) -> list[int]:
@@ -322,6 +342,29 @@ class UserText:
             at = e
         out.append(text[at:outer[1]].decode("utf-8"))
         return "".join(out)
+
+
+class _Aligned:
+    """Edits of the preprocessed body placed in the user's text through :class:`UserText`'s token
+    alignment: an insertion at an aligned token's start or end, a replacement of aligned tokens whose
+    text is the same in both (no macro inside what it replaces)."""
+
+    def __init__(self, user: UserText):
+        self.user = user
+        if user.ok:
+            self.at_start = {user.starts[i]: user.user_tokens[j][0] for i, j in user.match.items()}
+            self.at_end = {user.ends[i]: user.user_tokens[j][1] for i, j in user.match.items()}
+
+    def place(self, start: int, end: int) -> tuple[int, int] | None:
+        if not self.user.ok:
+            return None
+        if start == end:
+            at = self.at_start.get(start, self.at_end.get(start))
+            return None if at is None else (at, at)
+        found = self.user.user_range(start, end)
+        if found is None or self.user.user_src[found[0]:found[1]] != self.user.pre_src[start:end]:
+            return None
+        return found
 
 
 def expands_to(user_text: str, pre_text: str, pre: Preprocessed) -> bool:

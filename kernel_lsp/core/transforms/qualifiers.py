@@ -192,19 +192,11 @@ class ReadOnlyLoads(Rule):
         edit = BodyEdit(ctx.preprocessed, ctx.facts)
         spans = sorted({a.span for a in targets})
 
-        def wrapped(lo: int, hi: int) -> str:
-            """``__ldg(&…)`` around the read at ``lo..hi``, the reads inside its index wrapped too."""
-            out, at = [], lo
-            for s, e in spans:
-                if lo < s and e <= hi and s >= at:
-                    out += [edit.text(at, s), wrapped(s, e)]
-                    at = e
-            out.append(edit.text(at, hi))
-            return "__ldg(&" + "".join(out) + ")"
-
-        outer = [s for s in spans if not any(o != s and o[0] <= s[0] and s[1] <= o[1] for o in spans)]
-        for lo, hi in outer:
-            edit.replace(lo, hi, wrapped(lo, hi))
+        # Insertions around each read, nested reads too: they fall between tokens, so they map into the
+        # user's text even where a macro expands inside the read (``hz[i * NY + j]``).
+        for lo, hi in spans:
+            edit.insert(lo, "__ldg(&")
+            edit.insert(hi, ")")
         source, expanded = emit(edit, ctx.source, ctx.kernel)
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         return (Rewrite(source, "__ldg on reads of " + ", ".join(sorted({a.array for a in targets})) + note),)

@@ -42,6 +42,7 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 
 from __future__ import annotations
 
+import re
 from dataclasses import dataclass
 
 from tree_sitter import Node
@@ -125,6 +126,9 @@ class _Plan:
     axis: Axis
     rows: tuple[int, ...]
     """Rows per thread that the launch allows at every size, largest first."""
+    extent: str | None
+    """The original launch's extent along the axis as the kernel computes it from its parameters
+    (the spec's expression), or None when it is one constant that every choice of rows divides."""
 
 
 def _pragma(node: Node) -> bool:
@@ -276,7 +280,7 @@ class StencilRowReuse(Rule):
         reads = [a for a in globals_ if a.kind == "read" and a.array not in {w.array for w in writes}]
         limit = max(ROWS_PER_THREAD) + 1
         reasons = []
-        best: tuple[Axis, tuple[int, ...], str] | None = None
+        best: tuple[Axis, tuple[int, ...], str, str | None] | None = None
         for axis in AXES:
             if axis.symbol not in facts.thread_dims:
                 continue
@@ -290,17 +294,21 @@ class StencilRowReuse(Rule):
             if reuse is None:
                 reasons.append(f"no array is read at neighbouring rows along {axis.label} (nothing to reuse)")
                 continue
-            rows = self._rows(ctx, axis)
+            extent, why = _extent(ctx, axis, facts, body, src)
+            if why:
+                reasons.append(why)
+                continue
+            rows = self._rows(ctx, axis, exact=extent is None)
             if not rows:
-                reasons.append(f"the {axis.launch}'s {'xyz'[axis.dim]} extent is not a multiple of 2 or 3 at every size of the "
-                               f"spec, or the launch would keep fewer than {MIN_THREADS} threads")
+                reasons.append(f"the {axis.launch}'s {'xyz'[axis.dim]} extent is not a multiple of 2 or 3, "
+                               f"or the launch would keep fewer than {MIN_THREADS} threads")
                 continue
             if best is None or rows[0] > best[1][0]:
-                best = (axis, rows, reuse)
+                best = (axis, rows, reuse, extent)
         if best is None:
             return None, "; ".join(reasons)
-        axis, rows, reuse = best
-        return _Plan(tuple(prelude), guard, tuple(block), tuple(stores), reuse, kernel, axis, rows), ""
+        axis, rows, reuse, extent = best
+        return _Plan(tuple(prelude), guard, tuple(block), tuple(stores), reuse, kernel, axis, rows, extent), ""
 
     def _shape(self, body: Node) -> tuple[tuple[list[Node], Node | None, list[Node]] | None, str]:
         stmts = _statements(body)
@@ -348,21 +356,24 @@ class StencilRowReuse(Rule):
             stores.append(_Store(stmt, left, right, params[w.array][0]))
         return stores, ""
 
-    def _rows(self, ctx: RuleContext, axis: Axis) -> tuple[int, ...]:
+    def _rows(self, ctx: RuleContext, axis: Axis, exact: bool) -> tuple[int, ...]:
+        """Rows per thread to try; ``exact``: the extent is one constant, which they must divide (a
+        thread cannot be told that its last rows do not exist otherwise)."""
         launches = ctx.launches()
         if not launches:
             return ()
         shapes = [getattr(launch, axis.launch) for launch in launches]
         main = launches[0]
         threads = _product(main.grid) * _product(main.block)
-        return tuple(c for c in ROWS_PER_THREAD if all(s[axis.dim] % c == 0 for s in shapes)
+        return tuple(c for c in ROWS_PER_THREAD if (not exact or all(s[axis.dim] % c == 0 for s in shapes))
                      and threads // c >= MIN_THREADS)[:MAX_VARIANTS]
 
     def _launch(self, ctx: RuleContext, axis: Axis, rows: int) -> dict:
         launch = ctx.spec.launch  # type: ignore[union-attr]
         shape = {"grid": list(launch.grid), "block": list(launch.block)}
         extent = str(shape[axis.launch][axis.dim]).strip()
-        shape[axis.launch][axis.dim] = int(extent) // rows if extent.isdigit() else f"({extent}) / {rows}"
+        # An extent that varies with the sizes is rounded up: the kernel skips the rows past it.
+        shape[axis.launch][axis.dim] = int(extent) // rows if extent.isdigit() else f"(({extent}) + {rows - 1}) / {rows}"
         return shape
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
@@ -414,7 +425,8 @@ class StencilRowReuse(Rule):
         text when ``user`` is given (:class:`_Unmapped` when a statement does not map there)."""
         lo, hi = facts.body_span
         axis = plan.axis
-        replaced = {axis.index: "kl_vrow", axis.extent: f"({axis.extent[0]}.{axis.extent[1]} * {rows}u)"}
+        extent = f"(unsigned)({plan.extent})" if plan.extent is not None else f"{axis.extent[0]}.{axis.extent[1]} * {rows}u"
+        replaced = {axis.index: "kl_vrow", axis.extent: f"({extent})"}
         builtins = list(builtin_fields(src, plan.kernel, lo, hi, replaced))
 
         def render(node: Node, extra: list[tuple[int, int, str]] = ()) -> str:
@@ -442,7 +454,9 @@ class StencilRowReuse(Rule):
         ind = "\n        "
         head = f"for (unsigned kl_s = 0; kl_s < {rows}u; ++kl_s) {{{ind}const unsigned kl_vrow = {axis.label} * {rows}u + kl_s;"
         # 1. The interior test: each row's prefix as the original ran it, then its guard.
-        check = []
+        # A rounded-up launch's rows past the original extent did not exist: they take neither path.
+        missing = [] if plan.extent is None else [f"if (kl_vrow >= ({extent})) {{ kl_all = false; continue; }}"]
+        check = list(missing)
         for s in plan.prelude:
             cond = _early_return(s)
             if cond is not None:
@@ -476,7 +490,7 @@ class StencilRowReuse(Rule):
             fast.append(f"kl_p{store}[kl_s] = &({render(st.left)}); kl_v{store}[kl_s] = {render(st.right)};")
         flush = " ".join(f"*kl_p{k}[kl_s] = kl_v{k}[kl_s];" for k in range(len(plan.stores)))
         # 3. The general path: the original body once per row, an early return ending that row only.
-        general = []
+        general = [] if plan.extent is None else [f"if (kl_vrow >= ({extent})) continue;"]
         for s in [*plan.prelude, *([plan.guard] if plan.guard is not None else plan.block)]:
             cond = _early_return(s)
             general.append(f"if {render(cond)} continue;" if cond is not None else render(s))
@@ -499,3 +513,25 @@ def _pragma_in(stmts: tuple[Node, ...], stmt: Node) -> bool:
 def _product(shape: tuple[int, int, int]) -> int:
     return shape[0] * shape[1] * shape[2]
 
+
+#: Integer scalar types a launch extent may be computed from in the kernel.
+_INTEGER = re.compile(r"(const\s+)?(unsigned\s+|signed\s+)?(int|long|long\s+long|short|size_t|u?int(8|16|32|64)_t)(\s+int)?")
+
+
+def _extent(ctx: RuleContext, axis: Axis, facts: KernelFacts, body: Node, src: bytes) -> tuple[str | None, str]:
+    """The spec's launch extent along ``axis`` as the kernel can compute it (None: one constant), or why
+    it cannot: a launch rounded up to whole threads of C rows has rows past the original extent, which
+    each thread must recognise at every size, not only at the spec's."""
+    text = str(getattr(ctx.spec.launch, axis.launch)[axis.dim]).strip()  # type: ignore[union-attr]
+    if text.isdigit():
+        return None, ""
+    where = f"the {axis.launch}'s {'xyz'[axis.dim]} extent `{text}`"
+    if not re.fullmatch(r"[\w\s+\-*/%()]+", text):
+        return None, f"{where} is not integer arithmetic the kernel can evaluate"
+    integers = {name for name, type_, pointer in facts.params if not pointer and _INTEGER.fullmatch(type_.strip())}
+    names = set(re.findall(r"[A-Za-z_]\w*", text))
+    if names - integers:
+        return None, f"{where} reads {', '.join(sorted(names - integers))}, not an integer parameter of the kernel"
+    if names & assigned_names(body, src):
+        return None, f"{where} reads {', '.join(sorted(names & assigned_names(body, src)))}, which the kernel assigns"
+    return text, ""

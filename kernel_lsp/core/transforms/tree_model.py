@@ -856,6 +856,9 @@ class TreeReading:
         facts, src, body = self.ctx.facts, self.src, self.body
         parent = first.parent
         while parent is not None and parent != body:
+            if parent.type == "if_statement" and self._block_uniform(parent):
+                parent = parent.parent
+                continue
             if parent.type in ("if_statement", "while_statement", "do_statement", "switch_statement",
                                "conditional_expression", "case_statement"):
                 return (f"it sits under a condition (`{_text(src, parent).split(chr(10), 1)[0][:60]}`): "
@@ -871,6 +874,13 @@ class TreeReading:
         if outermost is not first and _has(outermost, ("return_statement", "break_statement", "continue_statement")):
             return "an enclosing loop holds a return, break or continue: a thread may skip a later iteration's tree"
         return None
+
+    def _block_uniform(self, statement: Node) -> bool:
+        """The ``if`` statement's test has one value for every thread of a block (it reads no thread index,
+        directly or through locals, loaded data or helpers): all of them take the same branch."""
+        span = (statement.start_byte, statement.end_byte)
+        found = [c for c in self.ctx.facts.conditions if c.kind == "if" and c.statement_span == span]
+        return bool(found) and not any(c.thread_dependent for c in found)
 
     def _outermost(self, first: Node) -> Node:
         outermost, p = first, first.parent

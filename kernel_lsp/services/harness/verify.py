@@ -384,8 +384,8 @@ def _speed_verdict(samples: dict, options: VerifyOptions, verdict, common: dict)
     for name, (original, candidate) in series.items():
         if not samples.get(original) or not samples.get(candidate):
             continue
-        for which in (original, candidate):
-            timings[which] = KernelTiming(**vars(stats.distribution(samples[which])))
+        for series_name in (original, candidate):
+            timings[series_name] = KernelTiming(**vars(stats.distribution(samples[series_name])))
         cis[name] = stats.ratio_of_medians_ci(samples[original], samples[candidate], seed=options.bootstrap_seed, level=options.ci_level)
     shown = min(cis.values(), key=lambda ci: ci.low)
     timing = dict(timings=timings, speedup=shown.ratio, speedup_ci_low=shown.low, speedup_ci_high=shown.high, ci_level=shown.level,

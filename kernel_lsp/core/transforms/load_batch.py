@@ -1,0 +1,268 @@
+"""A strided load loop run in batches of iterations the compiler can prove all execute.
+
+Grid-stride and lane-stride loops (``for (i = tid; i < n; i += blockDim.x * gridDim.x) acc += x[i];``)
+keep one load in flight per thread: the compiler cannot know how many iterations remain, so each
+iteration's load waits behind the previous iteration's test, and ``#pragma unroll`` alone leaves a
+test between the copies (an unsigned counter may wrap, so the trip count is not computed). The
+rewrite keeps every iteration and its order, and runs them ``U`` at a time while at least ``U``
+remain:
+
+    {
+        size_t i = index;
+        for (; i < count && (long long)(count) - (long long)(i) > (U - 1) * (long long)(grid_width); ) {
+    #pragma unroll
+            for (int kl_u = 0; kl_u < U; ++kl_u) { { BODY } i += grid_width; }
+        }
+        for (; i < count; i += grid_width) BODY
+    }
+
+Inside a batch no test separates the copies, so the ``U`` loads issue before the first is used:
+memory-level parallelism where the loop is latency-bound (few threads, long strides).
+
+Legality, in terms of the analysis (each refusal names the fact that was missing):
+- a ``for`` loop whose test is ``var < bound`` and whose update adds a step the analysis evaluates to
+  a positive constant or a product of launch dimensions (``i++``, ``i += 32``, ``i += blockDim.x *
+  gridDim.x``, ``i += warp.size()``); the counter is of an integer type;
+- the body assigns neither the counter nor a name the bound or the step reads, and neither has side
+  effects (the batch test evaluates them again);
+- the body has no ``break``, ``continue``, ``return`` or ``goto`` (a batch runs its iterations whole),
+  no barrier or warp operation (threads of a warp may take the batch and the remainder differently),
+  no store, atomic or unknown call (a batched load could not move ahead of them), and no inner loop;
+- the body loads global memory at an index that moves with the counter (else there is nothing to
+  batch); the loop has no unroll pragma of its own and a trip count the compiler does not know.
+
+The guard's arithmetic is in ``long long``: a batch starts only when all ``U`` counters of it are
+below the bound, so every iteration runs exactly as in the original loop, in the same order, and the
+results are bit-identical.
+"""
+
+from __future__ import annotations
+
+import re
+from dataclasses import dataclass
+
+from tree_sitter import Node
+
+from kernel_lsp.core.analysis import LoopFact
+from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifiers_in as _identifiers, node_text as _text
+from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
+from kernel_lsp.core.transforms.emit import node_at, parse, pragma_before, rebuild, rebuild_span
+
+#: Iterations per batch, one rewrite each.
+BATCHES = (4, 8)
+#: Loops batched in one kernel.
+MAX_LOOPS = 4
+#: Symbols a step may multiply: launch dimensions are positive.
+LAUNCH_DIMS = frozenset(f"{d}.{a}" for d in ("bdim", "gdim") for a in "xyz")
+_INTEGER = re.compile(r"^(?:(?:const|unsigned|signed|long|short|int|char)\s*)+$|^(?:u?int(?:8|16|32|64)?_t|size_t|"
+                      r"ssize_t|ptrdiff_t|uint|ushort|ulong|index_t|Index)$")
+_JUMPS = ("break_statement", "continue_statement", "return_statement", "goto_statement")
+_EFFECTS = ("assignment_expression", "update_expression", "call_expression", "subscript_expression",
+            "pointer_expression", "field_expression")
+
+
+@dataclass(frozen=True)
+class _Loop:
+    loop: LoopFact
+    init: tuple[int, int]
+    """From after ``for (`` to the test: the initializer with its ``;``."""
+    test: tuple[int, int]
+    bound: tuple[int, int]
+    step: tuple[int, int] | None
+    """The added step's expression; None for ``++``."""
+    update: tuple[int, int]
+    body: tuple[int, int]
+    """The body's statements (inside its braces when it has them)."""
+    indent: str
+    """The loop's indentation."""
+
+
+def _positive_step(loop: LoopFact) -> bool:
+    step = loop.step
+    if step is None or not step.terms:
+        return False
+    return all(coef > 0 and all(s in LAUNCH_DIMS for s in mono) for mono, coef in step.terms)
+
+
+def _counter_type(src: bytes, root: Node, lo: int, at: int, var: str, init: Node | None) -> str | None:
+    """The declared type of ``var``: from the loop's initializer, else the last declaration of it in the
+    kernel's body before the loop."""
+    candidates: list[Node] = []
+    if init is not None and init.type == "declaration":
+        candidates.append(init)
+    else:
+        stack = [root]
+        while stack:
+            n = stack.pop()
+            if n.end_byte <= lo or n.start_byte >= at:
+                continue
+            if n.type == "declaration" and n.end_byte <= at:
+                candidates.append(n)
+            stack.extend(n.children)
+        candidates.sort(key=lambda n: n.start_byte, reverse=True)
+    for decl in candidates:
+        for child in decl.children_by_field_name("declarator"):
+            name = child.child_by_field_name("declarator") if child.type == "init_declarator" else child
+            if name is not None and name.type == "identifier" and _text(src, name) == var:
+                kind = decl.child_by_field_name("type")
+                quals = " ".join(_text(src, c) for c in decl.children if c.type == "type_qualifier")
+                return f"{quals} {_text(src, kind)}".strip() if kind is not None else None
+    return None
+
+
+class LoadBatch(Rule):
+    name = "load-batch"
+    technique = "loop-unrolling"
+    summary = "a strided load loop run in batches of iterations that all execute, its loads in flight together"
+
+    def plan(self, ctx: RuleContext) -> tuple[list[_Loop] | None, str]:
+        facts = ctx.facts
+        if facts is None or not facts.complete:
+            return None, "the kernel's analysis is missing or incomplete"
+        if not facts.loops:
+            return None, "the kernel has no loop"
+        src, root = parse(ctx.preprocessed)
+        lo, hi = facts.body_span
+        found: list[_Loop] = []
+        reasons: list[str] = []
+        for loop in facts.loops:
+            if not (lo < loop.span[0] and loop.span[1] < hi):
+                continue
+            why, plan = self._loop(ctx, loop, src, root)
+            if plan is None:
+                reasons.append(f"the loop at line {(loop.user_line or 0) + 1}: {why}")
+            else:
+                found.append(plan)
+        if not found:
+            return None, "; ".join(reasons) or "no loop in the kernel's own body"
+        return found[:MAX_LOOPS], ""
+
+    def _loop(self, ctx: RuleContext, loop: LoopFact, src: bytes, root: Node) -> tuple[str, _Loop | None]:
+        facts = ctx.facts
+        assert facts is not None
+        node = node_at(src, root, loop.span)
+        if node is None or node.type != "for_statement" or loop.var is None:
+            return "the analysis finds no counter of the loop (a variable started, tested and stepped)", None
+        if not _positive_step(loop):
+            return "its step is not a positive constant or a product of launch dimensions", None
+        cond, update, body = (node.child_by_field_name(f) for f in ("condition", "update", "body"))
+        if cond is None or cond.type != "binary_expression" or _text(src, cond.child_by_field_name("operator")) != "<":
+            return "its test is not 'counter < bound'", None
+        left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
+        if left is None or right is None or left.type != "identifier" or _text(src, left) != loop.var:
+            return "its test is not 'counter < bound'", None
+        if loop.bound is not None and loop.start is not None and not (loop.bound.symbols | loop.start.symbols) \
+                and not loop.step.symbols:  # type: ignore[union-attr]
+            return "its trip count is a constant (the compiler unrolls such a loop itself)", None
+        if update is None or body is None:
+            return "it has no update or no body", None
+        step = _step_node(src, update, loop.var)
+        if step is False:
+            return "its update is not 'counter += step' or '++counter'", None
+        init = node.child_by_field_name("initializer")
+        kind = _counter_type(src, root, facts.body_span[0], node.start_byte, loop.var, init)
+        if kind is None or not _INTEGER.match(kind):
+            return f"its counter's type is {kind or 'not known'}, not an integer type", None
+        if _has(right, _EFFECTS) or (step is not None and _has(step, ("assignment_expression", "update_expression"))):
+            return "its bound or step has side effects or reads memory (the batch test evaluates them again)", None
+        changed = assigned_names(body, src) | _addressed(body, src)
+        reads = {loop.var} | _identifiers(right, src) | _identifiers(step, src)
+        if changed & reads:
+            return f"its body assigns {', '.join(sorted(changed & reads))}, which the counter, bound or step read", None
+        if _has(body, _JUMPS):
+            return "its body leaves an iteration early (break, continue, return or goto)", None
+        inside = [a for a in facts.accesses if loop.id in a.loops]
+        if any(b for b in facts.barriers if loop.id in b.loops) or any(w for w in facts.warp_operations
+                                                                          if loop.id in w.loops):
+            return "its body has a barrier or a warp operation", None
+        if loop.calls_unknown:
+            return "its body calls code the analysis does not see", None
+        stores = sorted({a.array for a in inside if a.kind != "read" and a.space in ("global", "shared")})
+        if stores:
+            return f"its body writes {', '.join(stores)} (the batched loads could not move ahead of the stores)", None
+        if any(inner.parent == loop.id for inner in facts.loops):
+            return "its body has a loop of its own", None
+        if not any(a.space == "global" and a.reads and loop.trip_symbol in a.index.symbols for a in inside):
+            return "its body loads no global memory at an index that moves with the counter", None
+        if pragma_before(src, node.start_byte) is not None:
+            return "it has a pragma of its own", None
+        open_paren = next(c for c in node.children if c.type == "(")
+        inner = body.named_children if body.type == "compound_statement" else [body]
+        body_span = ((inner[0].start_byte, inner[-1].end_byte) if inner else (body.end_byte - 1, body.end_byte - 1))
+        return "", _Loop(loop, (open_paren.end_byte, cond.start_byte), (cond.start_byte, cond.end_byte),
+                         (right.start_byte, right.end_byte),
+                         None if step is None else (step.start_byte, step.end_byte),
+                         (update.start_byte, update.end_byte), body_span,
+                         _indent(src, node.start_byte))
+
+    def check(self, ctx: RuleContext) -> tuple[bool, str]:
+        plans, why = self.plan(ctx)
+        if plans is None:
+            return False, why
+        lines = ", ".join(str((p.loop.user_line or 0) + 1) for p in plans)
+        return True, (f"loops at line {lines}: a positive step, a bound and step the body does not change, "
+                      "loads that move with the counter, no store, barrier or early exit")
+
+    def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
+        plans, _ = self.plan(ctx)
+        facts = ctx.facts
+        assert plans is not None and facts is not None
+        out = []
+        for batch in BATCHES:
+            if len(plans) == 1:
+                source, expanded = rebuild_span(ctx.preprocessed, facts, ctx.source, ctx.kernel, plans[0].loop.span,
+                                                lambda text: _batched(plans[0], batch, text))
+            else:
+                # Accepted loops have no inner loop, so they are disjoint: one rebuild of the body replaces each.
+                lo, hi = facts.body_span
+                source, expanded = rebuild(ctx.preprocessed, facts, ctx.source, ctx.kernel, lambda text: text(
+                    lo + 1, hi - 1, [(p.loop.span[0], p.loop.span[1], _batched(p, batch, text)) for p in plans]))
+            note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
+            out.append(Rewrite(source, f"{len(plans)} strided loop(s) run {batch} iterations at a time while "
+                                       f"{batch} remain, the rest one at a time; same iterations in the same "
+                                       f"order{note}", variant=f"batch={batch}"))
+        return tuple(out)
+
+
+def _batched(p: _Loop, batch: int, text) -> str:
+    """The loop ``p`` in batches of ``batch``, from pieces ``text(lo, hi)`` of the preprocessed body."""
+    var = p.loop.var
+    bound = text(*p.bound)
+    step = text(*p.step) if p.step is not None else "1"
+    guard = f"(long long)({bound}) - (long long)({var}) > {batch - 1} * (long long)({step})"
+    body, test, update, at = text(*p.body), text(*p.test), text(*p.update), p.indent
+    return (f"{{\n{at}    {text(*p.init).strip()}\n{at}    for (; {test} && {guard}; ) {{\n#pragma unroll\n"
+            f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {{ {body} }} {update}; }}\n{at}    }}\n"
+            f"{at}    for (; {test}; {update}) {{ {body} }}\n{at}}}")
+
+
+def _step_node(src: bytes, update: Node, var: str) -> Node | None | bool:
+    """The step expression of ``var += step``; None for ``++var``/``var++``; False for anything else."""
+    if update.type == "update_expression":
+        arg = update.child_by_field_name("argument")
+        op = _text(src, update.child_by_field_name("operator"))
+        return None if arg is not None and _text(src, arg) == var and op == "++" else False
+    if update.type == "assignment_expression" and _text(src, update.child_by_field_name("operator")) == "+=":
+        left = update.child_by_field_name("left")
+        if left is not None and left.type == "identifier" and _text(src, left) == var:
+            return update.child_by_field_name("right")
+    return False
+
+
+def _indent(src: bytes, at: int) -> str:
+    line = src[src.rfind(b"\n", 0, at) + 1:at].decode("utf-8")
+    return line[: len(line) - len(line.lstrip())]
+
+
+def _addressed(node: Node | None, src: bytes) -> set[str]:
+    """Names whose address is taken under ``node`` (``&x``): a callee may assign them."""
+    found: set[str] = set()
+    stack = [node] if node is not None else []
+    while stack:
+        n = stack.pop()
+        if n.type == "pointer_expression" and _text(src, n.child_by_field_name("operator")) == "&":
+            arg = n.child_by_field_name("argument")
+            if arg is not None and arg.type == "identifier":
+                found.add(_text(src, arg))
+        stack.extend(n.children)
+    return found

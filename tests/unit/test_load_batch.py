@@ -1,0 +1,194 @@
+"""Load batching: a strided load loop run ``U`` iterations at a time while ``U`` remain. Where it applies,
+each refusal's missing fact, the candidates compiled by nvcc, and the rewritten loop run as C on the
+host beside the original: the same iterations in the same order for every thread and count."""
+
+from __future__ import annotations
+
+import shutil
+import subprocess
+from pathlib import Path
+
+import pytest
+
+from kernel_lsp.core.rules import evaluate, rule_by_name
+from kernel_lsp.core.spec import parse_spec
+from nvcc_check import compiles
+
+ROOT = Path(__file__).resolve().parents[2]
+CORPUS = ROOT / "benchmarks" / "corpus"
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+needs_cc = pytest.mark.skipif(shutil.which("cc") is None, reason="no C compiler (cc) on PATH")
+
+
+def outcome(source: str, kernel: str = "total", spec: dict | None = None):
+    return evaluate(source, kernel, parse_spec(spec) if spec else None, [rule_by_name("load-batch")])[0]
+
+
+GRID_STRIDE = """
+__global__ void total(const long long* x, long long* out, size_t count) {
+    size_t index = threadIdx.x + blockDim.x * blockIdx.x;
+    size_t stride = blockDim.x * gridDim.x;
+    long long acc = 0;
+    for (size_t i = index; i < count; i += stride) {
+        acc = acc * 31 + x[i];
+    }
+    out[index] = acc;
+}
+"""
+# Two loops, a unit step, a macro in the body and a counter declared before its loop.
+TWO_LOOPS = """
+#define TAKE(a, k) (a)[k]
+__global__ void total(const long long* x, long long* out, size_t count) {
+    int t = threadIdx.x + blockDim.x * blockIdx.x;
+    long long acc = 0, other = 7;
+    int j;
+    for (j = t; j < (int)count; ++j)
+        acc = acc * 3 + TAKE(x, j);
+    for (int k = threadIdx.x; k < (int)count; k += 32) {
+        long long v = x[k] ^ (long long)k;
+        other = other * 5 + v;
+    }
+    out[t] = acc + other + j;
+}
+"""
+
+#: The rewritten kernels compiled as C: the launch dimensions are globals the driver sets.
+DRIVER = r"""
+#include <stdio.h>
+#include <stddef.h>
+struct kl_dim { unsigned x, y, z; };
+static struct kl_dim threadIdx, blockIdx, blockDim, gridDim;
+#define __global__
+#define total total_original
+#include "original.c"
+#undef total
+#define total total_batched
+#include "batched.c"
+#undef total
+int main(void) {
+    static long long x[1000], a[64], b[64];
+    for (int i = 0; i < 1000; ++i) x[i] = (i * 7919) % 1009 - 500;
+    const int counts[] = {0, 1, 3, 7, 8, 9, 31, 63, 64, 65, 127, 511, 1000};
+    blockDim.x = 4; gridDim.x = 3; blockDim.y = blockDim.z = gridDim.y = gridDim.z = 1;
+    for (unsigned c = 0; c < sizeof counts / sizeof counts[0]; ++c) {
+        for (int t = 0; t < 64; ++t) a[t] = b[t] = -1;
+        for (blockIdx.x = 0; blockIdx.x < gridDim.x; ++blockIdx.x)
+            for (threadIdx.x = 0; threadIdx.x < blockDim.x; ++threadIdx.x) {
+                total_original(x, a, (size_t)counts[c]);
+                total_batched(x, b, (size_t)counts[c]);
+            }
+        for (int t = 0; t < 64; ++t)
+            if (a[t] != b[t]) { printf("count %d thread %d: %lld != %lld\n", counts[c], t, a[t], b[t]); return 1; }
+    }
+    puts("same");
+    return 0;
+}
+"""
+
+
+def run_beside(original: str, batched: str, folder: Path) -> None:
+    """The original and the batched kernel run on the host for every thread of a 3 x 4 launch at counts
+    around the batch sizes; they must leave the same output."""
+    (folder / "original.c").write_text(original)
+    (folder / "batched.c").write_text(batched)
+    (folder / "driver.c").write_text(DRIVER)
+    build = subprocess.run(["cc", "-std=c99", "-o", str(folder / "driver"), str(folder / "driver.c")],
+                           capture_output=True, text=True, cwd=folder, timeout=60)
+    assert build.returncode == 0, build.stderr
+    ran = subprocess.run([str(folder / "driver")], capture_output=True, text=True, timeout=60)
+    assert ran.returncode == 0 and ran.stdout.strip() == "same", ran.stdout
+
+
+@needs_cc
+@pytest.mark.parametrize("source", [GRID_STRIDE, TWO_LOOPS], ids=["grid-stride", "two-loops"])
+def test_batched_loops_run_the_same_iterations_in_the_same_order(source, tmp_path):
+    found = outcome(source)
+    assert found.applicable, found.why
+    assert [rw.variant for rw in found.rewrites] == ["batch=4", "batch=8"]
+    for k, rw in enumerate(found.rewrites):
+        assert "#pragma unroll" in rw.source and "kl_u <" in rw.source
+        folder = tmp_path / str(k)
+        folder.mkdir()
+        run_beside(source, rw.source, folder)
+
+
+def test_the_batch_test_is_in_long_long_and_macros_stay_as_written():
+    found = outcome(TWO_LOOPS)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "(long long)((int)count) - (long long)(j) > 3 * (long long)(1)" in source
+    assert "(long long)((int)count) - (long long)(k) > 3 * (long long)(32)" in source
+    assert source.count("TAKE(x, j)") == 2 and "(x)[j]" not in source
+
+
+@needs_nvcc
+def test_candidates_compile(tmp_path):
+    for k, rw in enumerate(outcome(GRID_STRIDE).rewrites):
+        compiles(rw.source, tmp_path / str(k))
+
+
+@pytest.mark.parametrize("change,why", [
+    (("acc = acc * 31 + x[i];", "acc = acc * 31 + x[i]; out[i] = acc;"), "its body writes out"),
+    (("acc = acc * 31 + x[i];", "if (x[i] < 0) break; acc += x[i];"), "leaves an iteration early"),
+    (("acc = acc * 31 + x[i];", "acc += x[i]; __syncthreads();"), "a barrier or a warp operation"),
+    (("acc = acc * 31 + x[i];", "acc += x[i]; i += 1;"), "its body assigns i"),
+    (("acc = acc * 31 + x[i];", "acc += x[i]; stride = 1;"), "its body assigns stride"),
+    (("acc = acc * 31 + x[i];", "acc += x[0];"), "loads no global memory at an index that moves"),
+    (("i < count;", "i <= count;"), "its test is not 'counter < bound'"),
+    (("i += stride", "i += count"), "not a positive constant or a product of launch dimensions"),
+    (("size_t i = index;", "float i = index;"), "its counter's type is float"),
+    (("    for (size_t", "#pragma unroll 2\n    for (size_t"), "a pragma of its own"),
+    (("acc = acc * 31 + x[i];", "for (int q = 0; q < 2; ++q) acc += x[i + q];"), "a loop of its own"),
+    (("acc = acc * 31 + x[i];", "for (int q = 0; q < 2; ++q) acc += x[i + q];"), "its trip count is a constant"),
+    (("i < count;", "i < count + x[0];"), "its bound or step has side effects or reads memory"),
+])
+def test_refusals_name_the_missing_fact(change, why):
+    found = outcome(GRID_STRIDE.replace(*change))
+    assert not found.applicable and why in found.why, found.why
+
+
+@needs_nvcc
+@pytest.mark.parametrize("name", ["llmc_global_norm_kernel1", "llmc_matmul_backward_bias_kernel2"])
+def test_corpus_strided_reductions_are_batched_and_compile(name, tmp_path):
+    import json
+    from kernel_lsp.core.source import preprocess
+    from kernel_lsp.core.index import build_index
+    from kernel_lsp.core.rules.base import RuleContext
+
+    folder = CORPUS / name
+    source = (folder / "kernel.cu").read_text()
+    spec = parse_spec(json.loads((folder / "spec.json").read_text()))
+    index = build_index(source)
+    kernel = next(k for k in index.kernels if k.name == spec.kernel)
+    ctx = RuleContext(source, index, kernel, spec, preprocess(source, path=str(folder / "kernel.cu")))
+    rule = rule_by_name("load-batch")
+    ok, why = rule.preconditions(ctx)
+    assert ok, why
+    for k, rw in enumerate(rule.apply(ctx)):
+        compiles(rw.source, tmp_path / str(k), include=folder)
+
+
+# The GPU test's kernel (tests/gpu/test_reduce_family_gpu.py): every thread's sum of squares over its
+# grid-stride share, under an unsigned counter.
+NORMS = """
+__global__ void norms(const float* x, float* out, long long count) {
+    size_t n = (size_t)count;
+    size_t index = threadIdx.x + blockDim.x * blockIdx.x;
+    float acc = 0.0f;
+    for (size_t i = index; i < n; i += blockDim.x * gridDim.x)
+        acc += x[i] * x[i];
+    out[index] = acc;
+}
+"""
+NORMS_SPEC = {"kernel": "norms", "params": [
+    {"name": "x", "array": "float32", "size": "count", "init": "uniform(-1,1)", "role": "in"},
+    {"name": "out", "array": "float32", "size": "8192", "init": "zeros", "role": "out"},
+    {"name": "count", "scalar": "int64", "value": 1000000}],
+    "grid": [64, 1, 1], "block": [128, 1, 1], "variants": [{"count": 8191}, {"count": 5}, {"count": 32771}],
+    "tolerance": {"rtol": 1e-6, "atol": 1e-6}}
+
+
+def test_the_gpu_tests_kernel_is_batched():
+    found = outcome(NORMS, "norms", NORMS_SPEC)
+    assert found.applicable, found.why
+    assert "(long long)(n) - (long long)(i) > 7 * (long long)(blockDim.x * gridDim.x)" in found.rewrites[1].source
