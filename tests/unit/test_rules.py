@@ -215,6 +215,21 @@ def test_ldg_keeps_a_macro_expanded_on_both_sides_of_the_read() -> None:
     assert "64 +" not in rewritten and "expanded" not in outcome.rewrites[0].description
 
 
+def test_register_accumulate_keeps_a_macro_inside_the_element_it_keeps() -> None:
+    """The element ``y[i * NY + j]`` is replaced in the loop and loaded and stored around it: both in
+    the user's text, so the candidate keeps ``NY`` (PolyBench's gramschmidt writes ``r[k*NJ + j]``)."""
+    source = "#define NY 64\n" + _kernel("    int i = threadIdx.y, j = threadIdx.x;\n"
+                                       "    for (int k = 0; k < n; ++k) {\n"
+                                       "        y[i * NY + j] += x[k * NY + j];\n"
+                                       "    }")
+    outcome = _rule("register-accumulate", source)
+    assert outcome.applicable, outcome.why
+    rewritten = outcome.rewrites[0].source
+    assert "{ float kl_acc0 = y[i * NY + j];" in rewritten, rewritten
+    assert "kl_acc0 += x[k * NY + j];" in rewritten and "y[i * NY + j] = kl_acc0; }" in rewritten, rewritten
+    assert "64 +" not in rewritten and "expanded" not in outcome.rewrites[0].description
+
+
 def test_unroll_only_fixed_trip_loops() -> None:
     fixed = _kernel("    float a = 0.0f;\n    for (int k = 0; k < 8; ++k) {\n        a += x[k];\n    }\n    y[0] = a;")
     outcome = _rule("pragma-unroll", fixed)

@@ -32,7 +32,8 @@ class EmitError(ValueError):
 class BodyEdit:
     pre: Preprocessed
     facts: KernelFacts
-    edits: list[tuple[int, int, str]] = field(default_factory=list)
+    edits: list[tuple[int, int, str, str | None]] = field(default_factory=list)
+    """(start, end, new text, the new text as the user's file writes it, macros kept, or None: the same)."""
 
     def __post_init__(self) -> None:
         self.src = self.pre.text.encode("utf-8")
@@ -46,20 +47,23 @@ class BodyEdit:
         line = self.src[line_start:at].decode("utf-8")
         return line[: len(line) - len(line.lstrip())]
 
-    def replace(self, start: int, end: int, new: str) -> None:
+    def replace(self, start: int, end: int, new: str, user: str | None = None) -> None:
+        """``user``: ``new`` as the user's text writes it (``r[k*NJ + j]`` for ``r[k*2048 + j]``; ``new``
+        itself when it holds nothing expanded), used when the edits go onto the user's text; what it
+        replaces may then hold a macro, and the result is checked to expand to the edit."""
         lo, hi = self.facts.body_span
         if not lo <= start <= end <= hi:
             raise EmitError(f"edit {start}-{end} outside the kernel body {lo}-{hi}")
-        self.edits.append((start, end, new))
+        self.edits.append((start, end, new, user))
 
-    def insert(self, at: int, new: str) -> None:
-        self.replace(at, at, new)
+    def insert(self, at: int, new: str, user: str | None = None) -> None:
+        self.replace(at, at, new, user)
 
     def body(self) -> str:
         lo, hi = self.facts.body_span
         out: list[bytes] = []
         at = lo
-        for start, end, new in sorted(self.edits, key=lambda e: (e[0], e[1])):
+        for start, end, new, _ in sorted(self.edits, key=lambda e: (e[0], e[1])):
             if start < at:
                 raise EmitError(f"overlapping edits at byte {start}")
             out.append(self.src[at:start])
@@ -90,7 +94,8 @@ class BodyEdit:
         body_lo, body_hi = function.body_span.start_byte, function.body_span.end_byte
         placed: list[tuple[int, int, str]] = []
         aligned: _Aligned | None = None
-        for start, end, new in self.edits:
+        for start, end, pre_new, user_new in self.edits:
+            new = pre_new if user_new is None else user_new
             if start == end == self.facts.body_span[0] + 1:
                 placed.append((body_lo + 1, body_lo + 1, new))
                 continue
@@ -99,7 +104,7 @@ class BodyEdit:
                 # A macro expanded on both sides of the edit (``a[i * NY + j]``): the tokens around it
                 # place it, and the whole result is checked against the preprocessed edit below.
                 aligned = aligned or _Aligned(UserText(self.pre, self.facts, source, function))
-                found = aligned.place(start, end)
+                found = aligned.place(start, end, user_new is not None)
                 if found is None:
                     return None
             b1, b2 = found
@@ -114,7 +119,7 @@ class BodyEdit:
             out = out[:b1] + new.encode("utf-8") + out[b2:]
             last = b1
         text = out.decode("utf-8")
-        if aligned is not None:
+        if aligned is not None or any(e[3] is not None for e in self.edits):
             grown = sum(len(new.encode("utf-8")) - (b2 - b1) for b1, b2, new in placed)
             if not expands_to(out[body_lo:body_hi + grown].decode("utf-8"), self.body(), self.pre):
                 return None
@@ -346,8 +351,8 @@ class UserText:
 
 class _Aligned:
     """Edits of the preprocessed body placed in the user's text through :class:`UserText`'s token
-    alignment: an insertion at an aligned token's start or end, a replacement of aligned tokens whose
-    text is the same in both (no macro inside what it replaces)."""
+    alignment: an insertion at an aligned token's start or end, a replacement of the user's tokens
+    from the one aligned with its first to the one aligned with its last."""
 
     def __init__(self, user: UserText):
         self.user = user
@@ -355,14 +360,17 @@ class _Aligned:
             self.at_start = {user.starts[i]: user.user_tokens[j][0] for i, j in user.match.items()}
             self.at_end = {user.ends[i]: user.user_tokens[j][1] for i, j in user.match.items()}
 
-    def place(self, start: int, end: int) -> tuple[int, int] | None:
+    def place(self, start: int, end: int, written: bool) -> tuple[int, int] | None:
+        """``written``: the edit's new text is written for the user's text, so what it replaces may hold
+        a macro (``r[k*NJ + j]`` replaced by ``kl_acc0``); other replacements carry preprocessed text,
+        which would stand where the user wrote a macro, and need the same text in both."""
         if not self.user.ok:
             return None
         if start == end:
             at = self.at_start.get(start, self.at_end.get(start))
             return None if at is None else (at, at)
         found = self.user.user_range(start, end)
-        if found is None or self.user.user_src[found[0]:found[1]] != self.user.pre_src[start:end]:
+        if found is None or not written and self.user.user_src[found[0]:found[1]] != self.user.pre_src[start:end]:
             return None
         return found
 

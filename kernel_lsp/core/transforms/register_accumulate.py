@@ -26,7 +26,7 @@ from dataclasses import dataclass
 from kernel_lsp.core.analysis import Access, Binding, KernelFacts, LoopFact, declared_anywhere, trip_count
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
+from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, node_at, parse
 
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -168,16 +168,28 @@ class RegisterAccumulate(Rule):
         for n, plan in enumerate(plans):
             name = f"kl_acc{n}"
             for a in plan.accesses:
-                edit.replace(a.span[0], a.span[1], name)
+                edit.replace(a.span[0], a.span[1], name, name)
             by_loop.setdefault(plan.loop.id, []).append((name, plan))
         types = {n: t for n, t, _ in facts.params}
+        user = UserText(ctx.preprocessed, facts, ctx.source, ctx.kernel)
+
+        def element(p: Plan, own: bool) -> str:
+            """The element's text, as the user wrote it when ``own`` and it maps (``r[k*NJ + j]``, not the
+            ``r[k*2048 + j]`` it expands to: a size literal the file never wrote would tie the candidate to it)."""
+            return (own and user.span(*p.accesses[0].span)) or edit.text(*p.accesses[0].span)
+
         for loop_id, items in by_loop.items():
             loop = facts.loops[loop_id]
-            loads = " ".join(f"{types[p.array]} {name} = {edit.text(*p.accesses[0].span)};" for name, p in items)
-            stores = " ".join(f"{edit.text(*p.accesses[0].span)} = {name};" for name, p in items)
             indent = edit.indent_at(loop.span[0])
-            edit.insert(loop.span[0], "{ " + loads + "\n" + indent)
-            edit.insert(loop.span[1], "\n" + indent + stores + " }")
+
+            def around(own: bool) -> tuple[str, str]:
+                loads = " ".join(f"{types[p.array]} {name} = {element(p, own)};" for name, p in items)
+                stores = " ".join(f"{element(p, own)} = {name};" for name, p in items)
+                return "{ " + loads + "\n" + indent, "\n" + indent + stores + " }"
+
+            (head, tail), (own_head, own_tail) = around(False), around(True)
+            edit.insert(loop.span[0], head, own_head)
+            edit.insert(loop.span[1], tail, own_tail)
         source, expanded = emit(edit, ctx.source, ctx.kernel)
         what = ", ".join(f"`{p.accesses[0].text}`" for p in plans)
         macro_note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
