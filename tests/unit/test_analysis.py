@@ -22,6 +22,7 @@ from kernel_lsp.core.analysis import (
     thread_mapping,
     trip_count,
 )
+from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.source import preprocess
 
 
@@ -204,6 +205,25 @@ def test_wide_index_and_grid_stride_trip_count():
     binding = Binding({"n": 1 << 20}, (256, 1, 1), (1024, 1, 1))
     assert trip_count(facts, facts.loops[0], binding) == 4
     assert thread_mapping(facts) == "grid-stride"
+
+
+@pytest.mark.parametrize("header", [
+    "for (int i = threadIdx.x; n > i; i = 32 + i)",
+    "for (int i = threadIdx.x; (n >= i + 0) && (i < n); i += 32)",
+    "for (int i = threadIdx.x; (i <= n - 1); i = i + 32)",
+    "for (int i = threadIdx.x; (n - 1 >= i); i += 32)",
+])
+def test_loop_bound_and_step_in_other_spellings(header):
+    """A bound named first (``n > i``) or in parentheses, and a step written before the counter
+    (``i = 32 + i``), are the same loop as ``i < n; i += 32``; a test of two comparisons is not a bound."""
+    src = "__global__ void k(float* y, const float* x, int n) {\n  " + header + "\n    y[i] = x[i];\n}"
+    loop = facts_of(src).loops[0]
+    assert loop.var == "i" and loop.step == Poly.const(32)
+    binding = Binding({"n": 1000}, (32, 1, 1))
+    if "&&" in header:
+        assert loop.bound is None
+    else:
+        assert trip_count(facts_of(src), loop, binding) == 32
 
 
 def test_array_of_structs_is_strided():

@@ -51,6 +51,18 @@ __global__ void total(const long long* x, long long* out, size_t count) {
     out[t] = acc + other + j;
 }
 """
+# Tests that let the counter reach the bound or name it first, and steps written out as sums.
+BOUNDS = """
+__global__ void total(const long long* x, long long* out, size_t count) {
+    int index = threadIdx.x + blockDim.x * blockIdx.x;
+    long long acc = 0, other = 1;
+    for (int i = index; i <= (int)count - 1; i = i + 12)
+        acc = acc * 31 + x[i];
+    for (int k = index; ((int)count > k); k = 5 + k)
+        other = other * 7 + x[k];
+    out[index] = acc + other;
+}
+"""
 
 #: The rewritten kernels compiled as C: the launch dimensions are globals the driver sets.
 DRIVER = r"""
@@ -100,7 +112,7 @@ def run_beside(original: str, batched: str, folder: Path) -> None:
 
 
 @needs_cc
-@pytest.mark.parametrize("source", [GRID_STRIDE, TWO_LOOPS], ids=["grid-stride", "two-loops"])
+@pytest.mark.parametrize("source", [GRID_STRIDE, TWO_LOOPS, BOUNDS], ids=["grid-stride", "two-loops", "bounds"])
 def test_batched_loops_run_the_same_iterations_in_the_same_order(source, tmp_path):
     found = outcome(source)
     assert found.applicable, found.why
@@ -119,6 +131,11 @@ def test_the_batch_test_is_in_long_long_and_macros_stay_as_written():
     assert "(long long)((int)count) - (long long)(j) > 3 * (long long)(1)" in source
     assert "(long long)((int)count) - (long long)(k) > 3 * (long long)(32)" in source
     assert source.count("TAKE(x, j)") == 2 and "(x)[j]" not in source
+    bounds = outcome(BOUNDS)
+    assert bounds.applicable, bounds.why
+    # The counter may reach an inclusive bound: U more steps may end on it.
+    assert "(long long)((int)count - 1) - (long long)(i) >= 3 * (long long)(12)" in bounds.rewrites[0].source
+    assert "(long long)((int)count) - (long long)(k) > 3 * (long long)(5)" in bounds.rewrites[0].source
 
 
 @needs_nvcc
@@ -134,7 +151,9 @@ def test_candidates_compile(tmp_path):
     (("acc = acc * 31 + x[i];", "acc += x[i]; i += 1;"), "its body assigns i"),
     (("acc = acc * 31 + x[i];", "acc += x[i]; stride = 1;"), "its body assigns stride"),
     (("acc = acc * 31 + x[i];", "acc += x[0];"), "loads no global memory at an index that moves"),
-    (("i < count;", "i <= count;"), "its test is not 'counter < bound'"),
+    (("i < count;", "i != count;"), "no upper bound of its counter as its whole test"),
+    (("i < count;", "i < count && x[i] > 0;"), "no upper bound of its counter as its whole test"),
+    (("i += stride", "i = stride + 2 * i"), "its step is not a positive constant"),
     (("i += stride", "i += count"), "not a positive constant or a product of launch dimensions"),
     (("size_t i = index;", "float i = index;"), "its counter's type is float"),
     (("    for (size_t", "#pragma unroll 2\n    for (size_t"), "a pragma of its own"),

@@ -1664,6 +1664,12 @@ class _Walker:
         if op == "=" and right.type == "binary_expression":
             r_left = right.child_by_field_name("left")
             r_op = right.child_by_field_name("operator")
+            r_right = right.child_by_field_name("right")
+            if r_right is not None and r_right.type == "identifier" and node_text(self.src, r_right) == name and \
+                    r_op is not None and node_text(self.src, r_op) == "+" and r_left is not None:
+                # ``i = step + i``: the step written first.
+                value = self.expr(r_left)
+                return name, value if isinstance(value, Poly) else None, None
             if r_left is not None and r_left.type == "identifier" and node_text(self.src, r_left) == name and r_op is not None:
                 text = node_text(self.src, r_op)
                 if text in ("+", "-"):
@@ -1680,11 +1686,17 @@ class _Walker:
         if cond is None:
             return None
         node = cond.named_children[-1] if cond.type == "condition_clause" and cond.named_children else cond
+        while node.type == "parenthesized_expression" and node.named_child_count == 1:
+            node = node.named_children[0]
         if node.type != "binary_expression":
             return None
         op_node = node.child_by_field_name("operator")
         left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
         op = node_text(self.src, op_node) if op_node is not None else ""
+        if left is not None and right is not None and op in (">", ">=") and right.type == "identifier" \
+                and node_text(self.src, right) == var:
+            # ``n > i`` bounds ``i`` as ``i < n`` does.
+            left, right, op = right, left, {">": "<", ">=": "<="}[op]
         if left is None or right is None or left.type != "identifier" or node_text(self.src, left) != var:
             return None
         saved = self.env
