@@ -228,6 +228,8 @@ def test_register_accumulate_keeps_a_macro_inside_the_element_it_keeps() -> None
     assert "{ float kl_acc0 = y[i * NY + j];" in rewritten, rewritten
     assert "kl_acc0 += x[k * NY + j];" in rewritten and "y[i * NY + j] = kl_acc0; }" in rewritten, rewritten
     assert "64 +" not in rewritten and "expanded" not in outcome.rewrites[0].description
+    typed = _rule("register-accumulate", "#define real float\n" + source.replace("float* y", "real* y"))
+    assert "{ real kl_acc0 = y[i * NY + j];" in typed.rewrites[0].source, typed.rewrites[0].source
 
 
 def test_unroll_only_fixed_trip_loops() -> None:

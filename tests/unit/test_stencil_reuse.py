@@ -403,3 +403,40 @@ def test_a_grid_extent_the_kernel_cannot_compute_is_refused(grid_y, why):
 def test_a_grid_extent_over_a_parameter_the_kernel_assigns_is_refused():
     found = outcome(GRID_ROWS.replace("int c = threadIdx.x;", "int c = threadIdx.x; h = h + 0;"), grid_rows_spec())
     assert not found.applicable and "reads h, which the kernel assigns" in found.why, found.why
+
+
+def _applied(source, found, rewrite):
+    from kernel_lsp.core.candidates import Candidate
+    from kernel_lsp.core.transforms.launch_edit import applied_source
+
+    kernel = found.rewrites[0].source.split("__global__ void ", 1)[1].split("(", 1)[0]
+    candidate = Candidate(kernel, rewrite.source, found.technique, f"rule:stencil-row-reuse[{rewrite.variant}]",
+                          rewrite.description, rewrite.launch_override, block=rewrite.block, grid_divide=rewrite.grid_divide)
+    return applied_source(candidate, source)
+
+
+def test_apply_gives_the_host_launch_the_smaller_block_or_grid():
+    """The host's own launch gets what the harness verified: a block of 8 / C rows (the grid kept), or
+    the grid divided along the rows' axis, rounded up (the kernel skips the rows past the extent)."""
+    host = "\nvoid run(int n, float* A, float* B) { dim3 block(32, 8); dim3 grid((n + 31) / 32, (n + 7) / 8); " \
+           "jacobi<<<grid, block>>>(n, A, B); }\n"
+    found = outcome(JACOBI + host, spec("jacobi"))
+    rw = found.rewrites[1]
+    assert rw.variant == "rows=4" and rw.block == (32, 2, 1)
+    edited = _applied(JACOBI + host, found, rw)
+    assert edited.instruction is None and "jacobi<<<dim3(dim3(grid).x, dim3(grid).y, dim3(grid).z), dim3(32, 2, 1)>>>" \
+        in edited.source, edited.source
+    host = "\nvoid run(float* A, float* B, int w, int h) { rows<<<dim3(1, h - 2), w>>>(A, B, w, h); }\n"
+    found = outcome(GRID_ROWS + host, grid_rows_spec())
+    rw = found.rewrites[0]
+    assert rw.variant == "rows=8" and rw.block is None and rw.grid_divide == (1, 8, 1)
+    edited = _applied(GRID_ROWS + host, found, rw)
+    assert edited.instruction is None
+    assert "rows<<<dim3(dim3(dim3(1, h - 2)).x, (dim3(dim3(1, h - 2)).y + 7) / 8, dim3(dim3(1, h - 2)).z), w>>>" \
+        in edited.source, edited.source
+
+
+def test_refuses_a_block_that_changes_with_the_sizes():
+    data = spec("jacobi", block=(32, "n/128", 1))
+    found = outcome(JACOBI, data)
+    assert not found.applicable and "the block is not the same at every size" in found.why, found.why

@@ -171,6 +171,10 @@ class RegisterAccumulate(Rule):
                 edit.replace(a.span[0], a.span[1], name, name)
             by_loop.setdefault(plan.loop.id, []).append((name, plan))
         types = {n: t for n, t, _ in facts.params}
+        # The element type as the user wrote it where that is a macro (``DATA_TYPE``): the candidate keeps
+        # following it if the file's definition changes.
+        written = {q.name: q.base_type for q in ctx.kernel.params
+                   if q.pointer_depth == 1 and q.base_type in ctx.preprocessed.macros}
         user = UserText(ctx.preprocessed, facts, ctx.source, ctx.kernel)
 
         def element(p: Plan, own: bool) -> str:
@@ -183,7 +187,8 @@ class RegisterAccumulate(Rule):
             indent = edit.indent_at(loop.span[0])
 
             def around(own: bool) -> tuple[str, str]:
-                loads = " ".join(f"{types[p.array]} {name} = {element(p, own)};" for name, p in items)
+                loads = " ".join(f"{written.get(p.array, types[p.array]) if own else types[p.array]} {name} = "
+                                 f"{element(p, own)};" for name, p in items)
                 stores = " ".join(f"{element(p, own)} = {name};" for name, p in items)
                 return "{ " + loads + "\n" + indent, "\n" + indent + stores + " }"
 

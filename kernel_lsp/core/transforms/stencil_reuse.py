@@ -22,7 +22,9 @@ guard itself). Only when every row passes does it take the fast path (guard drop
 deferred); otherwise it runs the original body once per row, unchanged (ragged tiles, borders).
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
-- a launch spec whose block height (or grid extent) is a multiple of C at every size; every pointer parameter its
+- a launch spec whose block is the same at every size, its height a multiple of C, or whose grid
+  extent along the axis is a multiple of C at every size or an expression of the kernel's integer
+  parameters (the grid is then rounded up and the kernel skips the rows past it); every pointer parameter its
   own array (the virtual threads' reads move before the other virtual threads' stores, which the
   original's unordered threads allowed only if no thread reads what another writes);
 - no barrier, shared memory, warp intrinsic or atomic, no helper that reads the thread
@@ -298,6 +300,10 @@ class StencilRowReuse(Rule):
             if why:
                 reasons.append(why)
                 continue
+            if axis.launch == "block" and len({launch.block for launch in ctx.launches()}) > 1:
+                reasons.append("the block is not the same at every size of the spec (the host's launch could not be "
+                               "given one smaller block)")
+                continue
             rows = self._rows(ctx, axis, exact=extent is None)
             if not rows:
                 reasons.append(f"the {axis.launch}'s {'xyz'[axis.dim]} extent is not a multiple of 2 or 3, "
@@ -417,8 +423,20 @@ class StencilRowReuse(Rule):
                 f"{rows} rows of {axis.label} per thread: `{plan.reuse}`'s neighbour rows reused from registers, "
                 f"stores deferred; a {axis.launch} {rows} times smaller along {'xyz'[axis.dim]}, borders on the "
                 f"original path{note}",
-                self._launch(ctx, axis, rows), variant=f"rows={rows}"))
+                self._launch(ctx, axis, rows), variant=f"rows={rows}", **self._host(ctx, axis, rows)))
         return tuple(out)
+
+    @staticmethod
+    def _host(ctx: RuleContext, axis: Axis, rows: int) -> dict:
+        """How "Apply" edits the host's launches: the grid divided along the axis (rounded up, as the
+        spec's), or the block given ``rows`` times fewer rows with the grid kept."""
+        divide = [1, 1, 1]
+        if axis.launch == "grid":
+            divide[axis.dim] = rows
+            return {"grid_divide": tuple(divide)}
+        block = list(ctx.launches()[0].block)
+        block[axis.dim] //= rows
+        return {"grid_divide": tuple(divide), "block": tuple(block)}
 
     def _body(self, src: bytes, plan: _Plan, rows: int, facts: KernelFacts, user: UserText | None = None) -> str:
         """The new body, its statements copied from the preprocessed text, or from the user's own
