@@ -84,6 +84,15 @@ class LoopFact:
     """Byte range of the whole loop statement in the preprocessed text."""
     calls_unknown: bool = False
     """The body calls code the analysis does not see."""
+    bound_span: tuple[int, int] | None = None
+    """Where the bound is written, when the whole test bounds the counter from above (``n`` of
+    ``i < n``, ``i <= n``, ``n > i``) and :attr:`bound` is known."""
+    bound_inclusive: bool = False
+    """The test lets the counter reach the written bound (``i <= n``)."""
+    step_span: tuple[int, int] | None = None
+    """Where the ``for`` update's added step is written (``s`` of ``i += s``, ``i = i + s``, ``i = s + i``)."""
+    increments: bool = False
+    """The ``for`` update is ``++i`` or ``i++``."""
 
 
 @dataclass(frozen=True)

@@ -1523,11 +1523,17 @@ class _Walker:
                 if name == var:
                     extra = [old]
                 self.env[name] = self.fresh(name, [old, *extra])
-        bound = self.bound(cond, var, before) if var is not None else None
+        upper = _upper_bound(cond, var, self.src) if var is not None else None
+        bound = self.bound(upper, before)
+        added = _added_step(update, var, self.src) if update is not None and var is not None else False
         line = node.start_point[0]
         self.loops.append(LoopFact(loop_id, line, self.user_line(line), kind, var, start_poly if var else None,
                                    step, bound, geometric, self.loop_stack[-1] if self.loop_stack else None, trip_symbol,
-                                   span=(node.start_byte, node.end_byte)))
+                                   span=(node.start_byte, node.end_byte),
+                                   bound_span=(upper[0].start_byte, upper[0].end_byte) if upper and bound is not None else None,
+                                   bound_inclusive=bool(upper and upper[1]),
+                                   step_span=(added.start_byte, added.end_byte) if isinstance(added, Node) else None,
+                                   increments=added is None))
         escaped_before = set(self.escaped)
         unknown_calls_before = self.unknown_calls
         self.loop_stack.append(loop_id)
@@ -1682,36 +1688,19 @@ class _Walker:
                     return name, None, "doubling"
         return name, None, None
 
-    def bound(self, cond: Node | None, var: str, env: Mapping[str, _Value]) -> Poly | None:
-        if cond is None:
-            return None
-        node = cond.named_children[-1] if cond.type == "condition_clause" and cond.named_children else cond
-        while node.type == "parenthesized_expression" and node.named_child_count == 1:
-            node = node.named_children[0]
-        if node.type != "binary_expression":
-            return None
-        op_node = node.child_by_field_name("operator")
-        left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
-        op = node_text(self.src, op_node) if op_node is not None else ""
-        if left is not None and right is not None and op in (">", ">=") and right.type == "identifier" \
-                and node_text(self.src, right) == var:
-            # ``n > i`` bounds ``i`` as ``i < n`` does.
-            left, right, op = right, left, {">": "<", ">=": "<="}[op]
-        if left is None or right is None or left.type != "identifier" or node_text(self.src, left) != var:
+    def bound(self, upper: tuple[Node, bool] | None, env: Mapping[str, _Value]) -> Poly | None:
+        """The exclusive bound of the counter from :func:`_upper_bound`'s reading of the test."""
+        if upper is None:
             return None
         saved = self.env
         self.env = dict(env)
         try:
-            value = self.expr(right)
+            value = self.expr(upper[0])
         finally:
             self.env = saved
         if not isinstance(value, Poly):
             return None
-        if op == "<":
-            return value
-        if op == "<=":
-            return value + ONE
-        return None
+        return value + ONE if upper[1] else value
 
     def shared_tree(self, loop_id: int) -> None:
         """A halving/doubling loop that updates a shared array from another element of it."""
@@ -1723,6 +1712,56 @@ class _Walker:
             if partners or w.kind == "update":
                 self.reductions.append(Reduction("shared_tree", w.array, w.op or "+", w.line, w.user_line, loop_id))
                 return
+
+
+def _upper_bound(cond: Node | None, var: str, src: bytes) -> tuple[Node, bool] | None:
+    """The bound of a test ``var < b``, ``var <= b``, ``b > var`` or ``b >= var`` (parentheses around it
+    dropped) and whether the counter may reach it; None for any other test."""
+    if cond is None:
+        return None
+    node = cond.named_children[-1] if cond.type == "condition_clause" and cond.named_children else cond
+    while node.type == "parenthesized_expression" and node.named_child_count == 1:
+        node = node.named_children[0]
+    if node.type != "binary_expression":
+        return None
+    left, right = node.child_by_field_name("left"), node.child_by_field_name("right")
+    op_node = node.child_by_field_name("operator")
+    op = node_text(src, op_node) if op_node is not None else ""
+    if left is None or right is None:
+        return None
+
+    def counter(n: Node) -> bool:
+        return n.type == "identifier" and node_text(src, n) == var
+
+    if op in ("<", "<=") and counter(left):
+        return right, op == "<="
+    # ``n > i`` bounds ``i`` as ``i < n`` does.
+    if op in (">", ">=") and counter(right):
+        return left, op == ">="
+    return None
+
+
+def _added_step(update: Node, var: str, src: bytes) -> Node | None | bool:
+    """The step expression of the update ``var += step`` or ``var = var + step`` (``step + var``); None
+    for ``++var``/``var++``; False for anything else."""
+    if update.type == "update_expression":
+        arg = update.child_by_field_name("argument")
+        op = node_text(src, update.child_by_field_name("operator"))
+        return None if arg is not None and node_text(src, arg) == var and op == "++" else False
+    if update.type != "assignment_expression":
+        return False
+    left, value = update.child_by_field_name("left"), update.child_by_field_name("right")
+    if left is None or left.type != "identifier" or node_text(src, left) != var or value is None:
+        return False
+    op = node_text(src, update.child_by_field_name("operator"))
+    if op == "+=":
+        return value
+    if op == "=" and value.type == "binary_expression" and node_text(src, value.child_by_field_name("operator")) == "+":
+        a, b = value.child_by_field_name("left"), value.child_by_field_name("right")
+        for mine, other in ((a, b), (b, a)):
+            if mine is not None and other is not None and mine.type == "identifier" and node_text(src, mine) == var:
+                return other
+    return False
 
 
 def _arith(op: str, left: Poly, right: Poly) -> Poly | None:

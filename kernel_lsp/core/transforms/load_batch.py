@@ -149,17 +149,16 @@ class LoadBatch(Rule):
         if not _positive_step(loop):
             return "its step is not a positive constant or a product of launch dimensions", None
         cond, update, body = (node.child_by_field_name(f) for f in ("condition", "update", "body"))
-        upper = _upper_bound(src, cond, loop.var) if loop.bound is not None else None
-        if upper is None:
+        right = node_at(src, root, loop.bound_span) if loop.bound_span is not None else None
+        if cond is None or right is None:
             return "the analysis finds no upper bound of its counter as its whole test", None
-        right, inclusive = upper
         if loop.bound is not None and loop.start is not None and not (loop.bound.symbols | loop.start.symbols) \
                 and not loop.step.symbols:  # type: ignore[union-attr]
             return "its trip count is a constant (the compiler unrolls such a loop itself)", None
         if update is None or body is None:
             return "it has no update or no body", None
-        step = _step_node(src, update, loop.var)
-        if step is False:
+        step = node_at(src, root, loop.step_span) if loop.step_span is not None else None
+        if step is None and not loop.increments:
             return "its update is not the counter's step added to it", None
         init = node.child_by_field_name("initializer")
         kind = _counter_type(src, root, facts.body_span[0], node.start_byte, loop.var, init)
@@ -192,7 +191,7 @@ class LoadBatch(Rule):
         inner = body.named_children if body.type == "compound_statement" else [body]
         body_span = ((inner[0].start_byte, inner[-1].end_byte) if inner else (body.end_byte - 1, body.end_byte - 1))
         return "", _Loop(loop, (open_paren.end_byte, cond.start_byte), (cond.start_byte, cond.end_byte),
-                         (right.start_byte, right.end_byte), inclusive,
+                         (right.start_byte, right.end_byte), loop.bound_inclusive,
                          None if step is None else (step.start_byte, step.end_byte),
                          (update.start_byte, update.end_byte), body_span,
                          _indent(src, node.start_byte))
@@ -236,52 +235,6 @@ def _batched(p: _Loop, batch: int, text) -> str:
     return (f"{{\n{at}    {text(*p.init).strip()}\n{at}    for (; {test} && {guard}; ) {{\n#pragma unroll\n"
             f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {{ {body} }} {update}; }}\n{at}    }}\n"
             f"{at}    for (; {test}; {update}) {{ {body} }}\n{at}}}")
-
-
-def _upper_bound(src: bytes, cond: Node | None, var: str) -> tuple[Node, bool] | None:
-    """The bound of a test ``var < b``, ``var <= b``, ``b > var`` or ``b >= var`` and whether the
-    counter may reach it; None for any other test (the batch test must say that U more steps stay
-    inside the same bound)."""
-    while cond is not None and cond.type == "parenthesized_expression" and cond.named_child_count == 1:
-        cond = cond.named_children[0]
-    if cond is None or cond.type != "binary_expression":
-        return None
-    left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")
-    op = _text(src, cond.child_by_field_name("operator"))
-    if left is None or right is None:
-        return None
-
-    def counter(n: Node) -> bool:
-        return n.type == "identifier" and _text(src, n) == var
-
-    if op in ("<", "<=") and counter(left):
-        return right, op == "<="
-    if op in (">", ">=") and counter(right):
-        return left, op == ">="
-    return None
-
-
-def _step_node(src: bytes, update: Node, var: str) -> Node | None | bool:
-    """The step expression of ``var += step`` or ``var = var + step`` (``step + var``); None for
-    ``++var``/``var++``; False for anything else."""
-    if update.type == "update_expression":
-        arg = update.child_by_field_name("argument")
-        op = _text(src, update.child_by_field_name("operator"))
-        return None if arg is not None and _text(src, arg) == var and op == "++" else False
-    if update.type != "assignment_expression":
-        return False
-    left, value = update.child_by_field_name("left"), update.child_by_field_name("right")
-    if left is None or left.type != "identifier" or _text(src, left) != var or value is None:
-        return False
-    op = _text(src, update.child_by_field_name("operator"))
-    if op == "+=":
-        return value
-    if op == "=" and value.type == "binary_expression" and _text(src, value.child_by_field_name("operator")) == "+":
-        a, b = value.child_by_field_name("left"), value.child_by_field_name("right")
-        for mine, other in ((a, b), (b, a)):
-            if mine is not None and other is not None and mine.type == "identifier" and _text(src, mine) == var:
-                return other
-    return False
 
 
 def _indent(src: bytes, at: int) -> str:
