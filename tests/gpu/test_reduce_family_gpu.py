@@ -37,7 +37,7 @@ CASES = [
     ("tree-coarsen", "cooperative-groups", trees.CG_TREE, trees.spec("block_sums")),
     ("atomic-to-block-reduce", "stats", atomics.STATS, atomics.STATS_SPEC),
     ("atomic-to-block-reduce", "tree-then-tile", block_reduce.TREE_THEN_TILE,
-     {**block_reduce.spec_of("total", 256, [{"n": 1000}, {"n": 77777}], out_size="1"), "dynamic_smem": "1024"}),
+     block_reduce.tree_then_tile_spec(({"n": 1000}, {"n": 77777}))),
     ("tree-to-shuffle", "under-a-block-uniform-if", block_reduce.UNDER_IF.replace("TEST", "blockIdx.x != gridDim.x - 1"),
      block_reduce.spec_of("partial", 256, [{"n": 1000}])),
     ("load-batch", "grid-stride", load_batch.NORMS, load_batch.NORMS_SPEC),

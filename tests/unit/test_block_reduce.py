@@ -393,13 +393,15 @@ __global__ void total(const float* x, float* out, int n) {
 """
 
 
+def tree_then_tile_spec(variants=({"n": 1000},)) -> dict:
+    return {**spec_of("total", 256, list(variants), out_size="1"), "dynamic_smem": "1024"}
+
+
 @needs_nvcc
 def test_blocks_in_turn_keep_a_barrier_between_original_blocks_that_share_memory(tmp_path):
     """A tile's size() is its constant, not a thread index; each original block run in turn ends at a
     barrier, so the next one's stores into the shared tree wait for this one's reads."""
-    spec = spec_of("total", 256, [{"n": 1000}], out_size="1")
-    spec["dynamic_smem"] = "1024"
-    found = outcome("atomic-to-block-reduce", TREE_THEN_TILE, spec)
+    found = outcome("atomic-to-block-reduce", TREE_THEN_TILE, tree_then_tile_spec())
     assert found.applicable, found.why
     coarsened = [rw for rw in found.rewrites if rw.grid_divide is not None]
     assert [rw.grid_divide for rw in coarsened] == [(8, 1, 1), (32, 1, 1)]
@@ -410,14 +412,14 @@ def test_blocks_in_turn_keep_a_barrier_between_original_blocks_that_share_memory
 
 def test_blocks_in_turn_without_shared_memory_add_no_barrier():
     found = outcome("atomic-to-block-reduce", ATOMIC, spec_of("total", 256, [{"n": 1000}], out_size="1"))
-    assert all("the next original block" not in rw.source for rw in found.rewrites)
+    coarsened = [rw for rw in found.rewrites if rw.grid_divide is not None]
+    assert [rw.grid_divide for rw in coarsened] == [(8, 1, 1), (32, 1, 1)]
+    assert all("the next original block" not in rw.source for rw in coarsened)
 
 
 def test_a_kernel_with_barriers_that_returns_is_refused():
     source = TREE_THEN_TILE.replace("    const int i =", "    if (blockIdx.x > 4096) return;\n    const int i =")
-    spec = spec_of("total", 256, [{"n": 1000}], out_size="1")
-    spec["dynamic_smem"] = "1024"
-    found = outcome("atomic-to-block-reduce", source, spec)
+    found = outcome("atomic-to-block-reduce", source, tree_then_tile_spec())
     assert not found.applicable and "return" in found.why, found.why
 
 

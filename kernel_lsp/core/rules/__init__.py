@@ -32,8 +32,8 @@ from kernel_lsp.core.transforms.coarsen_reduce import TreeCoarsen
 from kernel_lsp.core.transforms.columns_per_warp import ColumnsPerWarp
 from kernel_lsp.core.transforms.elementwise import BlockSizeSweep, GridStride, VectorizeElementwise
 from kernel_lsp.core.transforms.fixed_trip import FixedTripUnroll
-from kernel_lsp.core.transforms.load_batch import LoadBatch
 from kernel_lsp.core.transforms.index_swap import IndexSwap
+from kernel_lsp.core.transforms.load_batch import LoadBatch
 from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SectorPerRow, SmallerBlocks, SplitLoop
 from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.qualifiers import LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst

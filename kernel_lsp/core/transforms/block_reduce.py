@@ -439,10 +439,6 @@ class AtomicToBlockReduce(Rule):
         params = {name for name, _, is_pointer in facts.params if not is_pointer and ctx.spec_scalar(name)} - assigned
         return original_grid(ctx, params)
 
-    @staticmethod
-    def _shares_memory(facts: KernelFacts) -> bool:
-        return bool(facts.syncs) or any(a.space == "shared" for a in facts.accesses)
-
     def _rewrite(self, ctx: RuleContext, plans: list[_Target], blocks, last: int | None = None) -> Rewrite:  # noqa: ANN001
         """The rewrite; with ``blocks`` = (k, the original grid as C, the new launch), each block also runs k
         of the original blocks in turn, its registers carrying their combines to one atomic; with ``last``,
@@ -478,7 +474,7 @@ class AtomicToBlockReduce(Rule):
             edit.replace(ret.start_byte, ret.end_byte, "break;")
         if blocks is None:
             close = "    } while (0);"
-        elif self._shares_memory(facts):
+        elif facts.syncs or any(a.space == "shared" for a in facts.accesses):
             # The next original block writes the shared arrays this one may still be reading; every thread
             # gets here (a return only leaves the do … while, and kernels with barriers have none).
             close = "    } while (0);\n    __syncthreads(); // the next original block reuses the shared arrays\n    }"
