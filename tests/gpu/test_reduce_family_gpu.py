@@ -25,6 +25,7 @@ import test_atomics as atomics  # noqa: E402
 import test_block_reduce as block_reduce  # noqa: E402
 import test_load_batch as load_batch  # noqa: E402
 import test_trees as trees  # noqa: E402
+import test_warp_columns as warp_columns  # noqa: E402
 
 pytestmark = pytest.mark.gpu
 
@@ -41,6 +42,9 @@ CASES = [
     ("tree-to-shuffle", "under-a-block-uniform-if", block_reduce.UNDER_IF.replace("TEST", "blockIdx.x != gridDim.x - 1"),
      block_reduce.spec_of("partial", 256, [{"n": 1000}])),
     ("load-batch", "grid-stride", load_batch.NORMS, load_batch.NORMS_SPEC),
+    ("load-batch", "while", load_batch.WHILE, load_batch.WHILE_SPEC),
+    ("warp-columns", "cooperative-groups", warp_columns.COLUMNS, warp_columns.SPEC),
+    ("warp-columns", "shuffles", warp_columns.SHUFFLES, warp_columns.SPEC),
     ("warp-aggregate", "helpers", atomics.AGGREGATED, atomics.AGGREGATED_SPEC),
     *[("shared-privatize", f"{t}-{op}", *atomics.histo(t, op))
       for t, op in (("int", "atomicAdd"), ("u64", "atomicAdd"), ("float", "atomicAdd"), ("int", "atomicMin"))],

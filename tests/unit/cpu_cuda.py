@@ -1,5 +1,7 @@
 """CUDA kernels run on the CPU for the transformation tests: every thread of a block a ``std::thread``,
-``__syncthreads`` a real barrier, warp shuffles an exchange between the 32 threads of a warp.
+``__syncthreads`` a real barrier (a thread that has returned is not waited for, as on Volta and
+later), warp shuffles an exchange between the 32 threads of a warp, cooperative groups' block and
+32-thread tiles with their ranks, sizes and ``reduce``.
 
 ``run_on_cpu(source, main, tmp_path, name)`` compiles the kernel with ``main`` (which launches it
 through ``kl_launch(grid, block, body)`` and prints its outputs) with g++ and returns what it printed.
@@ -67,6 +69,33 @@ static float atomicAdd(float* p, float v) {
 }
 using std::max;
 using std::min;
+// Cooperative groups: the block and its tiles of 32 (a tile is a warp), their ranks, sizes and reductions.
+namespace cooperative_groups {
+struct thread_block {
+  unsigned long long thread_rank() const { return kl_flat; }
+  unsigned long long size() const { return blockDim.x * blockDim.y * blockDim.z; }
+  unsigned long long num_threads() const { return size(); }
+  void sync() const { __syncthreads(); }
+};
+template <unsigned N> struct thread_block_tile {
+  static_assert(N == 32, "the emulator's tiles are warps");
+  unsigned long long thread_rank() const { return kl_flat % N; }
+  unsigned long long size() const { return N; }
+  unsigned long long num_threads() const { return N; }
+  unsigned long long meta_group_rank() const { return kl_flat / N; }
+  unsigned long long meta_group_size() const { return (blockDim.x * blockDim.y * blockDim.z + N - 1) / N; }
+};
+inline thread_block this_thread_block() { return {}; }
+template <unsigned N, class G> thread_block_tile<N> tiled_partition(const G&) { return {}; }
+template <class T> struct plus { T operator()(T a, T b) const { return a + b; } };
+template <class T> struct greater { T operator()(T a, T b) const { return b < a ? a : b; } };
+template <class T> struct less { T operator()(T a, T b) const { return a < b ? a : b; } };
+template <unsigned N, class T, class Op> T reduce(const thread_block_tile<N>&, T v, Op op) {
+  for (unsigned o = N / 2; o > 0; o >>= 1) v = op(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+inline void sync(const thread_block&) { __syncthreads(); }
+}  // namespace cooperative_groups
 #define __global__
 #define __device__
 #define __forceinline__
@@ -84,7 +113,9 @@ template <class F> void kl_launch(kl_dim3 grid, kl_dim3 block, F body) {
     for (unsigned w = 0; w * 32 < threads; w++) kl_warps.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
     std::vector<std::thread> workers;
     for (unsigned tz = 0; tz < block.z; tz++) for (unsigned ty = 0; ty < block.y; ty++) for (unsigned tx = 0; tx < block.x; tx++)
-      workers.emplace_back([=] { threadIdx = {tx, ty, tz}; kl_flat = tx + (ty + tz * block.y) * block.x; body(); });
+      // A thread that returns is no longer waited for at the block's barriers (Volta on: "all non-exited threads").
+      workers.emplace_back([=] { threadIdx = {tx, ty, tz}; kl_flat = tx + (ty + tz * block.y) * block.x; body();
+                                 kl_barrier->arrive_and_drop(); });
     for (auto& t : workers) t.join();
   }
 }
@@ -93,7 +124,9 @@ template <class F> void kl_launch(kl_dim3 grid, kl_dim3 block, F body) {
 
 def run_on_cpu(source: str, main: str, tmp_path, name: str) -> str:
     path = tmp_path / f"{name}.cpp"
-    path.write_text(CPU_CUDA + source.replace('extern "C"', "") + main)
+    kept = "\n".join(line for line in source.replace('extern "C"', "").split("\n")
+                     if not line.lstrip().startswith("#include <cooperative_groups"))
+    path.write_text(CPU_CUDA + kept + main)
     exe = tmp_path / name
     build = subprocess.run(["g++", "-std=c++20", "-O1", "-ffp-contract=off", "-pthread", "-o", str(exe), str(path)],
                            capture_output=True, text=True, timeout=120)

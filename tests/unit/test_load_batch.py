@@ -63,6 +63,22 @@ __global__ void total(const long long* x, long long* out, size_t count) {
     out[index] = acc + other;
 }
 """
+# A while loop whose body steps its counter between other statements, a second counter beside it.
+WHILE = """
+__global__ void total(const long long* x, long long* out, size_t count) {
+    int index = threadIdx.x + blockDim.x * blockIdx.x;
+    int i = index;
+    long long acc = 0;
+    unsigned n = 0;
+    while (i < (int)count) {
+        acc = acc * 31 + x[i];
+        i += blockDim.x * gridDim.x;
+        acc ^= (long long)i;
+        n++;
+    }
+    out[index] = acc + n;
+}
+"""
 
 #: The rewritten kernels compiled as C: the launch dimensions are globals the driver sets.
 DRIVER = r"""
@@ -112,7 +128,8 @@ def run_beside(original: str, batched: str, folder: Path) -> None:
 
 
 @needs_cc
-@pytest.mark.parametrize("source", [GRID_STRIDE, TWO_LOOPS, BOUNDS], ids=["grid-stride", "two-loops", "bounds"])
+@pytest.mark.parametrize("source", [GRID_STRIDE, TWO_LOOPS, BOUNDS, WHILE], ids=["grid-stride", "two-loops", "bounds",
+                                                                               "while"])
 def test_batched_loops_run_the_same_iterations_in_the_same_order(source, tmp_path):
     found = outcome(source)
     assert found.applicable, found.why
@@ -166,8 +183,34 @@ def test_refusals_name_the_missing_fact(change, why):
     assert not found.applicable and why in found.why, found.why
 
 
+def test_a_while_body_copied_whole_with_its_step():
+    found = outcome(WHILE)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "while (i < (int)count && (long long)((int)count) - (long long)(i) > 3 * (long long)(blockDim.x * gridDim.x))" \
+        in source
+    assert source.count("i += blockDim.x * gridDim.x;") == 2 and "for (;" not in source
+
+
+@pytest.mark.parametrize("change,why", [
+    (("i += blockDim.x * gridDim.x;", "if (acc > 0) i += blockDim.x * gridDim.x; else i += blockDim.x * gridDim.x;"),
+     "the analysis finds no counter of the loop"),
+    (("i += blockDim.x * gridDim.x;\n", "i += blockDim.x * gridDim.x;\n        i += 1;\n"),
+     "its counter `i` is not stepped by one statement at the top level of its body"),
+    (("while (i < (int)count) {", "do {"), "it is a do loop"),
+    (("n++;", "n++; count = 0;"), "its body assigns count"),
+    (("n++;", "if (n > 9) continue; n++;"), "leaves an iteration early"),
+])
+def test_while_refusals_name_the_missing_fact(change, why):
+    source = WHILE.replace(*change)
+    if "do {" in source and "} while" not in source:
+        source = source.replace("n++;\n    }", "n++;\n    } while (i < (int)count);")
+    found = outcome(source)
+    assert not found.applicable and why in found.why, found.why
+
+
 @needs_nvcc
-@pytest.mark.parametrize("name", ["llmc_global_norm_kernel1", "llmc_matmul_backward_bias_kernel2"])
+@pytest.mark.parametrize("name", ["llmc_global_norm_kernel1", "llmc_matmul_backward_bias_kernel2", "parboil_histo_prescan"])
 def test_corpus_strided_reductions_are_batched_and_compile(name, tmp_path):
     import json
     from kernel_lsp.core.source import preprocess
@@ -206,8 +249,17 @@ NORMS_SPEC = {"kernel": "norms", "params": [
     "grid": [64, 1, 1], "block": [128, 1, 1], "variants": [{"count": 8191}, {"count": 5}, {"count": 32771}],
     "tolerance": {"rtol": 1e-6, "atol": 1e-6}}
 
+WHILE_SPEC = {"kernel": "total", "params": [
+    {"name": "x", "array": "int64", "size": "count", "init": "randint(-500,500)", "role": "in"},
+    {"name": "out", "array": "int64", "size": "8192", "init": "zeros", "role": "out"},
+    {"name": "count", "scalar": "int64", "value": 1000000}],
+    "grid": [64, 1, 1], "block": [128, 1, 1], "variants": [{"count": 8191}, {"count": 5}, {"count": 32771}],
+    "tolerance": {"rtol": 0, "atol": 0}}
+
 
 def test_the_gpu_tests_kernel_is_batched():
     found = outcome(NORMS, "norms", NORMS_SPEC)
     assert found.applicable, found.why
     assert "(long long)(n) - (long long)(i) > 7 * (long long)(blockDim.x * gridDim.x)" in found.rewrites[1].source
+    found = outcome(WHILE, "total", WHILE_SPEC)
+    assert found.applicable, found.why

@@ -90,9 +90,12 @@ class LoopFact:
     bound_inclusive: bool = False
     """The test lets the counter reach the written bound (``i <= n``)."""
     step_span: tuple[int, int] | None = None
-    """Where the ``for`` update's added step is written (``s`` of ``i += s``, ``i = i + s``, ``i = s + i``)."""
+    """Where the update's added step is written (``s`` of ``i += s``, ``i = i + s``, ``i = s + i``)."""
     increments: bool = False
-    """The ``for`` update is ``++i`` or ``i++``."""
+    """The update is ``++i`` or ``i++``."""
+    update_span: tuple[int, int] | None = None
+    """Where the counter's update is written: the ``for`` header's update, or the expression of the one
+    statement at the top level of a ``while`` body that steps the counter (assigned nowhere else in it)."""
 
 
 @dataclass(frozen=True)

@@ -1525,7 +1525,8 @@ class _Walker:
                 self.env[name] = self.fresh(name, [old, *extra])
         upper = _upper_bound(cond, var, self.src) if var is not None else None
         bound = self.bound(upper, before)
-        added = _added_step(update, var, self.src) if update is not None and var is not None else False
+        stepped = update if update is not None else (_body_step(body, var, self.src) if kind == "while" and var else None)
+        added = _added_step(stepped, var, self.src) if stepped is not None and var is not None else False
         line = node.start_point[0]
         self.loops.append(LoopFact(loop_id, line, self.user_line(line), kind, var, start_poly if var else None,
                                    step, bound, geometric, self.loop_stack[-1] if self.loop_stack else None, trip_symbol,
@@ -1533,7 +1534,8 @@ class _Walker:
                                    bound_span=(upper[0].start_byte, upper[0].end_byte) if upper and bound is not None else None,
                                    bound_inclusive=bool(upper and upper[1]),
                                    step_span=(added.start_byte, added.end_byte) if isinstance(added, Node) else None,
-                                   increments=added is None))
+                                   increments=added is None,
+                                   update_span=(stepped.start_byte, stepped.end_byte) if stepped is not None and var else None))
         escaped_before = set(self.escaped)
         unknown_calls_before = self.unknown_calls
         self.loop_stack.append(loop_id)
@@ -1738,6 +1740,19 @@ def _upper_bound(cond: Node | None, var: str, src: bytes) -> tuple[Node, bool] |
     # ``n > i`` bounds ``i`` as ``i < n`` does.
     if op in (">", ">=") and counter(right):
         return left, op == ">="
+    return None
+
+
+def _body_step(body: Node | None, var: str, src: bytes) -> Node | None:
+    """The expression of the one statement at the top level of a ``while`` body that steps ``var``
+    (``var += s;``, ``var++;``), when the body assigns ``var`` nowhere else."""
+    if body is None or _assignment_counts(body, src).get(var) != 1:
+        return None
+    statements = body.named_children if body.type == "compound_statement" else [body]
+    for st in statements:
+        if st.type == "expression_statement" and st.named_children and var in assigned_names(st, src):
+            e = st.named_children[0]
+            return e if e.type in ("assignment_expression", "update_expression") else None
     return None
 
 

@@ -45,6 +45,7 @@ from kernel_lsp.core.transforms.stencil_window import StencilWindow
 from kernel_lsp.core.transforms.tile_contraction import TileContraction
 from kernel_lsp.core.transforms.tiled_coarsen import TiledCoarsen
 from kernel_lsp.core.transforms.warp_aggregate import WarpAggregate
+from kernel_lsp.core.transforms.warp_columns import WarpColumns
 from kernel_lsp.core.transforms.warp_per_row import BlockPerRow, WarpPerRow
 
 #: Default order: the transformations that restructure the kernel (large wins where they apply) first,
@@ -61,6 +62,7 @@ RULES: tuple[Rule, ...] = (
     StencilRowReuse(),
     StencilWindow(),
     ColumnsPerWarp(),
+    WarpColumns(),
     TreeToShuffle(),
     TreeToRegisters(),
     TreeCoarsen(),

@@ -20,12 +20,14 @@ Inside a batch no test separates the copies, so the ``U`` loads issue before the
 memory-level parallelism where the loop is latency-bound (few threads, long strides).
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
-- a ``for`` loop whose whole test is an upper bound of its counter (``i < n``, ``i <= n``, ``n > i``,
-  ``n >= i``; the batch test then keeps U more steps at most on it) and whose update adds a step the analysis evaluates to
-  a positive constant or a product of launch dimensions (``i++``, ``i += 32``, ``i += blockDim.x *
-  gridDim.x``, ``i += warp.size()``); the counter is of an integer type;
-- the body assigns neither the counter nor a name the bound or the step reads, and neither has side
-  effects (the batch test evaluates them again);
+- a ``for`` or ``while`` loop whose whole test is an upper bound of its counter (``i < n``, ``i <= n``,
+  ``n > i``, ``n >= i``; the batch test then keeps U more steps at most on it) and whose update adds a
+  step the analysis evaluates to a positive constant or a product of launch dimensions (``i++``,
+  ``i += 32``, ``i += blockDim.x * gridDim.x``, ``i += warp.size()``): the ``for`` header's update, or
+  the one statement of a ``while`` body's top level that steps the counter (``LoopFact.update_span``;
+  such a body is copied whole, its step included); the counter is of an integer type;
+- the body assigns neither the counter (a ``while`` body's step aside) nor a name the bound or the
+  step reads, and neither has side effects (the batch test evaluates them again);
 - the body has no ``break``, ``continue``, ``return`` or ``goto`` (a batch runs its iterations whole),
   no barrier or warp operation (threads of a warp may take the batch and the remainder differently),
   no store, atomic or unknown call (a batched load could not move ahead of them), and no inner loop;
@@ -65,15 +67,16 @@ _EFFECTS = ("assignment_expression", "update_expression", "call_expression", "su
 @dataclass(frozen=True)
 class _Loop:
     loop: LoopFact
-    init: tuple[int, int]
-    """From after ``for (`` to the test: the initializer with its ``;``."""
+    init: tuple[int, int] | None
+    """From after ``for (`` to the test: the initializer with its ``;``; None for a ``while`` loop."""
     test: tuple[int, int]
     bound: tuple[int, int]
     inclusive: bool
     """The test lets the counter reach the bound (``i <= n``)."""
     step: tuple[int, int] | None
     """The added step's expression; None for ``++``."""
-    update: tuple[int, int]
+    update: tuple[int, int] | None
+    """The ``for`` header's update; None for a ``while`` loop, whose body steps its counter."""
     body: tuple[int, int]
     """The body's statements (inside its braces when it has them)."""
     indent: str
@@ -144,11 +147,17 @@ class LoadBatch(Rule):
         facts = ctx.facts
         assert facts is not None
         node = node_at(src, root, loop.span)
-        if node is None or node.type != "for_statement" or loop.var is None:
+        if node is None or loop.var is None:
             return "the analysis finds no counter of the loop (a variable started, tested and stepped)", None
+        if loop.kind == "do":
+            return "it is a do loop (its first iteration runs before the test)", None
+        if loop.update_span is None:
+            return (f"its counter `{loop.var}` is not stepped by one statement at the top level of its body", None) \
+                if loop.kind == "while" else ("it has no update", None)
         if not _positive_step(loop):
             return "its step is not a positive constant or a product of launch dimensions", None
-        cond, update, body = (node.child_by_field_name(f) for f in ("condition", "update", "body"))
+        cond, body = node.child_by_field_name("condition"), node.child_by_field_name("body")
+        update = node_at(src, root, loop.update_span)
         right = node_at(src, root, loop.bound_span) if loop.bound_span is not None else None
         if cond is None or right is None:
             return "the analysis finds no upper bound of its counter as its whole test", None
@@ -166,7 +175,10 @@ class LoadBatch(Rule):
             return f"its counter's type is {kind or 'not known'}, not an integer type", None
         if _has(right, _EFFECTS) or (step is not None and _has(step, ("assignment_expression", "update_expression"))):
             return "its bound or step has side effects or reads memory (the batch test evaluates them again)", None
-        changed = assigned_names(body, src) | _addressed(body, src)
+        # A while body steps its counter itself: that one statement aside, it may assign none of them.
+        stepping = update.parent if loop.kind == "while" else None
+        kept = [c for c in body.named_children if c != stepping] if body.type == "compound_statement" else [body]
+        changed = {n for c in kept for n in assigned_names(c, src) | _addressed(c, src)}
         reads = {loop.var} | _identifiers(right, src) | _identifiers(step, src)
         if changed & reads:
             return f"its body assigns {', '.join(sorted(changed & reads))}, which the counter, bound or step read", None
@@ -187,14 +199,18 @@ class LoadBatch(Rule):
             return "its body loads no global memory at an index that moves with the counter", None
         if pragma_before(src, node.start_byte) is not None:
             return "it has a pragma of its own", None
-        open_paren = next(c for c in node.children if c.type == "(")
         inner = body.named_children if body.type == "compound_statement" else [body]
         body_span = ((inner[0].start_byte, inner[-1].end_byte) if inner else (body.end_byte - 1, body.end_byte - 1))
-        return "", _Loop(loop, (open_paren.end_byte, cond.start_byte), (cond.start_byte, cond.end_byte),
+        if loop.kind == "while":
+            init, test = None, cond.named_children[-1] if cond.type == "condition_clause" else cond
+            stepped = None
+        else:
+            open_paren = next(c for c in node.children if c.type == "(")
+            init, test, stepped = (open_paren.end_byte, cond.start_byte), cond, (update.start_byte, update.end_byte)
+        return "", _Loop(loop, init, (test.start_byte, test.end_byte),
                          (right.start_byte, right.end_byte), loop.bound_inclusive,
                          None if step is None else (step.start_byte, step.end_byte),
-                         (update.start_byte, update.end_byte), body_span,
-                         _indent(src, node.start_byte))
+                         stepped, body_span, _indent(src, node.start_byte))
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         plans, why = self.plan(ctx)
@@ -231,7 +247,12 @@ def _batched(p: _Loop, batch: int, text) -> str:
     bound = text(*p.bound)
     step = text(*p.step) if p.step is not None else "1"
     guard = f"(long long)({bound}) - (long long)({var}) {'>=' if p.inclusive else '>'} {batch - 1} * (long long)({step})"
-    body, test, update, at = text(*p.body), text(*p.test), text(*p.update), p.indent
+    body, test, at = text(*p.body), text(*p.test), p.indent
+    if p.update is None:
+        return (f"{{\n{at}    while ({test} && {guard}) {{\n#pragma unroll\n"
+                f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {body} }}\n{at}    }}\n"
+                f"{at}    while ({test}) {{ {body} }}\n{at}}}")
+    update = text(*p.update)
     return (f"{{\n{at}    {text(*p.init).strip()}\n{at}    for (; {test} && {guard}; ) {{\n#pragma unroll\n"
             f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {{ {body} }} {update}; }}\n{at}    }}\n"
             f"{at}    for (; {test}; {update}) {{ {body} }}\n{at}}}")
