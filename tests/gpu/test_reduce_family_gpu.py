@@ -43,6 +43,7 @@ CASES = [
      block_reduce.spec_of("partial", 256, [{"n": 1000}])),
     ("load-batch", "grid-stride", load_batch.NORMS, load_batch.NORMS_SPEC),
     ("load-batch", "while", load_batch.WHILE, load_batch.WHILE_SPEC),
+    ("load-batch", "search", load_batch.SEARCH, load_batch.WHILE_SPEC),
     ("warp-columns", "cooperative-groups", warp_columns.COLUMNS, warp_columns.SPEC),
     ("warp-columns", "shuffles", warp_columns.SHUFFLES, warp_columns.SPEC),
     ("warp-aggregate", "helpers", atomics.AGGREGATED, atomics.AGGREGATED_SPEC),

@@ -63,6 +63,22 @@ __global__ void total(const long long* x, long long* out, size_t count) {
     out[index] = acc + other;
 }
 """
+# A search: the first element at least as large as the thread's key; the counter read after the loop.
+SEARCH = """
+__global__ void total(const long long* x, long long* out, size_t count) {
+    int t = threadIdx.x + blockDim.x * blockIdx.x;
+    long long want = (long long)(t * 37 % 1000) - 500;
+    int found = -1;
+    int k;
+    for (k = 0; k < (int)count; ++k) {
+        if (x[k] >= want) {
+            found = k;
+            break;
+        }
+    }
+    out[t] = found * 100000LL + k + x[0];
+}
+"""
 # A while loop whose body steps its counter between other statements, a second counter beside it.
 WHILE = """
 __global__ void total(const long long* x, long long* out, size_t count) {
@@ -82,6 +98,7 @@ __global__ void total(const long long* x, long long* out, size_t count) {
 
 #: The rewritten kernels compiled as C: the launch dimensions are globals the driver sets.
 DRIVER = r"""
+#include <stdbool.h>
 #include <stdio.h>
 #include <stddef.h>
 struct kl_dim { unsigned x, y, z; };
@@ -128,8 +145,8 @@ def run_beside(original: str, batched: str, folder: Path) -> None:
 
 
 @needs_cc
-@pytest.mark.parametrize("source", [GRID_STRIDE, TWO_LOOPS, BOUNDS, WHILE], ids=["grid-stride", "two-loops", "bounds",
-                                                                               "while"])
+@pytest.mark.parametrize("source", [GRID_STRIDE, TWO_LOOPS, BOUNDS, WHILE, SEARCH],
+                         ids=["grid-stride", "two-loops", "bounds", "while", "search"])
 def test_batched_loops_run_the_same_iterations_in_the_same_order(source, tmp_path):
     found = outcome(source)
     assert found.applicable, found.why
@@ -163,7 +180,8 @@ def test_candidates_compile(tmp_path):
 
 @pytest.mark.parametrize("change,why", [
     (("acc = acc * 31 + x[i];", "acc = acc * 31 + x[i]; out[i] = acc;"), "its body writes out"),
-    (("acc = acc * 31 + x[i];", "if (x[i] < 0) break; acc += x[i];"), "leaves an iteration early"),
+    (("acc = acc * 31 + x[i];", "if (x[i] < 0) continue; acc += x[i];"), "leaves an iteration early"),
+    (("acc = acc * 31 + x[i];", "if (acc > 100) break; acc += x[i];"), "is not decided by data the loop loads"),
     (("acc = acc * 31 + x[i];", "acc += x[i]; __syncthreads();"), "a barrier or a warp operation"),
     (("acc = acc * 31 + x[i];", "acc += x[i]; i += 1;"), "its body assigns i"),
     (("acc = acc * 31 + x[i];", "acc += x[i]; stride = 1;"), "its body assigns stride"),
@@ -192,6 +210,28 @@ def test_a_while_body_copied_whole_with_its_step():
     assert source.count("i += blockDim.x * gridDim.x;") == 2 and "for (;" not in source
 
 
+def test_a_search_makes_its_batchs_loads_first():
+    found = outcome(SEARCH)
+    assert found.applicable, found.why
+    source = found.rewrites[1].source
+    assert "for (int kl_u = 0; kl_u < 8; ++kl_u) kl_load0[kl_u] = x[(k + kl_u * (1))];" in source
+    assert "if (kl_load0[kl_u] >= want)" in source and "{ kl_left = true; break; }" in source
+    assert "for (; !kl_left && k < (int)count; ++k)" in source
+    # The load the counter does not move stays as written.
+    assert "x[0]" in source and "kl_load1" not in source
+
+
+@pytest.mark.parametrize("change,why", [
+    (("if (x[k] >= want) {", "want ^= x[k];\n        if (k == 7) {"), "is not decided by data the loop loads"),
+    (("found = k;", "found = k; out[k] = 1;"), "its body writes out"),
+    (("out[t] = found", "((long long*)x)[t] = 0; out[t] = found"), "which the kernel may write"),
+    (("if (x[k] >= want) {", "if (x[k + found + 1] >= want) {"), "depends on found, which the loop changes"),
+])
+def test_search_refusals_name_the_missing_fact(change, why):
+    found = outcome(SEARCH.replace(*change))
+    assert not found.applicable and why in found.why, found.why
+
+
 @pytest.mark.parametrize("change,why", [
     (("i += blockDim.x * gridDim.x;", "if (acc > 0) i += blockDim.x * gridDim.x; else i += blockDim.x * gridDim.x;"),
      "the analysis finds no counter of the loop"),
@@ -210,7 +250,8 @@ def test_while_refusals_name_the_missing_fact(change, why):
 
 
 @needs_nvcc
-@pytest.mark.parametrize("name", ["llmc_global_norm_kernel1", "llmc_matmul_backward_bias_kernel2", "parboil_histo_prescan"])
+@pytest.mark.parametrize("name", ["llmc_global_norm_kernel1", "llmc_matmul_backward_bias_kernel2", "parboil_histo_prescan",
+                                  "rodinia_particlefilter_find_index"])
 def test_corpus_strided_reductions_are_batched_and_compile(name, tmp_path):
     import json
     from kernel_lsp.core.source import preprocess
@@ -261,5 +302,6 @@ def test_the_gpu_tests_kernel_is_batched():
     found = outcome(NORMS, "norms", NORMS_SPEC)
     assert found.applicable, found.why
     assert "(long long)(n) - (long long)(i) > 7 * (long long)(blockDim.x * gridDim.x)" in found.rewrites[1].source
-    found = outcome(WHILE, "total", WHILE_SPEC)
-    assert found.applicable, found.why
+    for source in (WHILE, SEARCH):
+        found = outcome(source, "total", WHILE_SPEC)
+        assert found.applicable, found.why

@@ -465,7 +465,8 @@ class BlockSizeSweep(Rule):
         if why:
             return False, why
         bound = index_bound(facts, "x")
-        note = f"guard `i < {bound}`" if bound is not None else "no guard on the global index (only launches with the same threads)"
+        note = (f"guard `i < {bound}`" if bound is not None else
+                "no guard on the global index (only blocks that divide the original, the same threads at every size)")
         return True, f"the threads differ by their global index only; {note}"
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
@@ -475,7 +476,9 @@ class BlockSizeSweep(Rule):
         bound = index_bound(ctx.facts, "x") if ctx.facts is not None else None
         out = []
         for size in _BLOCK_SIZES:
-            if size == bx:
+            # Without a guard every thread works: a block that does not divide the original one rounds the
+            # grid up past the original's threads at sizes the spec does not name.
+            if size == bx or bound is None and bx % size:
                 continue
             override = {"grid": [f"(({gx})*{bx}+{size - 1})/{size}", "1", "1"], "block": [size, 1, 1],
                         "dynamic_smem": ctx.spec.launch.dynamic_smem}

@@ -28,9 +28,15 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   such a body is copied whole, its step included); the counter is of an integer type;
 - the body assigns neither the counter (a ``while`` body's step aside) nor a name the bound or the
   step reads, and neither has side effects (the batch test evaluates them again);
-- the body has no ``break``, ``continue``, ``return`` or ``goto`` (a batch runs its iterations whole),
-  no barrier or warp operation (threads of a warp may take the batch and the remainder differently),
-  no store, atomic or unknown call (a batched load could not move ahead of them), and no inner loop;
+- the body has no ``continue``, ``return``, ``goto`` or ``switch``, no barrier or warp operation
+  (threads of a warp may take the batch and the remainder differently), no store, atomic or unknown
+  call (a batched load could not move ahead of them), and no inner loop;
+- a ``for`` body may ``break`` (a search): each break decided by data the loop loads (so the loop
+  reaches its bound for some input and every iteration below the bound may load), every global load
+  of the body from an array the kernel never writes, at an index of the counter and names the loop
+  does not change. Then a batch makes its U iterations' loads first, into registers, and runs the
+  bodies in order on them; a break leaves the batch and the loop with the counter where the
+  original's stops;
 - the body loads global memory at an index that moves with the counter (else there is nothing to
   batch); the loop has no unroll pragma of its own and a trip count the compiler does not know.
 
@@ -59,7 +65,6 @@ MAX_LOOPS = 4
 LAUNCH_DIMS = frozenset(f"{d}.{a}" for d in ("bdim", "gdim") for a in "xyz")
 _INTEGER = re.compile(r"^(?:(?:const|unsigned|signed|long|short|int|char)\s*)+$|^(?:u?int(?:8|16|32|64)?_t|size_t|"
                       r"ssize_t|ptrdiff_t|uint|ushort|ulong|index_t|Index)$")
-_JUMPS = ("break_statement", "continue_statement", "return_statement", "goto_statement")
 _EFFECTS = ("assignment_expression", "update_expression", "call_expression", "subscript_expression",
             "pointer_expression", "field_expression")
 
@@ -81,6 +86,11 @@ class _Loop:
     """The body's statements (inside its braces when it has them)."""
     indent: str
     """The loop's indentation."""
+    breaks: tuple[tuple[int, int], ...] = ()
+    """The body's ``break`` statements (an early-exit loop: its loads are made first, then its bodies run)."""
+    loads: tuple[tuple[tuple[int, int], str, tuple[tuple[int, int], ...]], ...] = ()
+    """For an early-exit loop, each global load of the body: its span, its element type and the spans
+    of the counter in it."""
 
 
 def _positive_step(loop: LoopFact) -> bool:
@@ -182,8 +192,8 @@ class LoadBatch(Rule):
         reads = {loop.var} | _identifiers(right, src) | _identifiers(step, src)
         if changed & reads:
             return f"its body assigns {', '.join(sorted(changed & reads))}, which the counter, bound or step read", None
-        if _has(body, _JUMPS):
-            return "its body leaves an iteration early (break, continue, return or goto)", None
+        if _has(body, ("continue_statement", "return_statement", "goto_statement", "switch_statement")):
+            return "its body leaves an iteration early (continue, return or goto) or has a switch", None
         inside = [a for a in facts.accesses if loop.id in a.loops]
         if any(b for b in facts.barriers if loop.id in b.loops) or any(w for w in facts.warp_operations
                                                                           if loop.id in w.loops):
@@ -199,6 +209,12 @@ class LoadBatch(Rule):
             return "its body loads no global memory at an index that moves with the counter", None
         if pragma_before(src, node.start_byte) is not None:
             return "it has a pragma of its own", None
+        breaks = [n for n in _nodes(body) if n.type == "break_statement"]
+        loads: list[tuple[tuple[int, int], str, tuple[tuple[int, int], ...]]] = []
+        if breaks:
+            why, loads = self._early_exit(ctx, loop, breaks, inside, changed, src, root)
+            if why:
+                return why, None
         inner = body.named_children if body.type == "compound_statement" else [body]
         body_span = ((inner[0].start_byte, inner[-1].end_byte) if inner else (body.end_byte - 1, body.end_byte - 1))
         if loop.kind == "while":
@@ -210,15 +226,58 @@ class LoadBatch(Rule):
         return "", _Loop(loop, init, (test.start_byte, test.end_byte),
                          (right.start_byte, right.end_byte), loop.bound_inclusive,
                          None if step is None else (step.start_byte, step.end_byte),
-                         stepped, body_span, _indent(src, node.start_byte))
+                         stepped, body_span, _indent(src, node.start_byte),
+                         tuple((b.start_byte, b.end_byte) for b in breaks), tuple(loads))
+
+    def _early_exit(self, ctx: RuleContext, loop: LoopFact, breaks: list[Node], inside, changed: set[str],  # noqa: ANN001
+                    src: bytes, root: Node) -> tuple[str, list]:
+        """The facts an early-exit batch needs: the loop's loads, made for U iterations before any of them
+        runs, read arrays the kernel never writes at indices of the counter and names the loop does not
+        change; every ``break`` decided by data the loop loads, so the loop reaches its bound for some
+        input and every iteration the bound admits may load (none of the batch's loads is one the loop
+        could never make)."""
+        facts = ctx.facts
+        assert facts is not None
+        if loop.kind == "while":
+            return "a while loop with a break (only for loops are batched with an early exit)", []
+        read_only = set(facts.read_only)
+        loads = []
+        for a in inside:
+            if a.space != "global":
+                continue
+            if a.via:
+                return f"`{a.text}` is loaded in the helper `{a.via[-1]}` (its load could not be made early)", []
+            if a.array not in read_only:
+                return f"`{a.text}` reads {a.array}, which the kernel may write (its loads could not be made early)", []
+            node = node_at(src, root, a.span)
+            if node is None or node.type != "subscript_expression" or not a.elem_type:
+                return f"`{a.text}` is not a subscript of a known element type", []
+            names = _identifiers(node, src)
+            if names & changed:
+                return f"`{a.text}` depends on {', '.join(sorted(names & changed))}, which the loop changes", []
+            counter = tuple((n.start_byte, n.end_byte) for n in _nodes(node)
+                            if n.type == "identifier" and _text(src, n) == loop.var)
+            if counter:  # a load the counter does not move stays where it is: one load, the same each iteration
+                loads.append(((a.span[0], a.span[1]), a.elem_type, counter))
+        conditions = [c for c in facts.conditions if c.kind in ("if", "exit") and loop.id in c.loops]
+        for b in breaks:
+            deciding = [c for c in conditions if c.statement_span[0] <= b.start_byte < c.statement_span[1]]
+            if not any(c.span[0] <= a.span[0] < c.span[1] for c in deciding for a in inside if a.space == "global"):
+                line = ctx.preprocessed.user_line(b.start_point[0])
+                return (f"the break at line {(line or 0) + 1} is not decided by data the loop loads (iterations past it could "
+                        "be ones the loop never reaches, their loads out of bounds)"), []
+        return "", loads
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         plans, why = self.plan(ctx)
         if plans is None:
             return False, why
         lines = ", ".join(str((p.loop.user_line or 0) + 1) for p in plans)
+        exits = [str((p.loop.user_line or 0) + 1) for p in plans if p.breaks]
         return True, (f"loops at line {lines}: a positive step, a bound and step the body does not change, "
-                      "loads that move with the counter, no store, barrier or early exit")
+                      "loads that move with the counter, no store or barrier"
+                      + (f"; the loop at line {', '.join(exits)} leaves on data it loads, its loads made a batch ahead"
+                         if exits else ", no early exit"))
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         plans, _ = self.plan(ctx)
@@ -247,6 +306,8 @@ def _batched(p: _Loop, batch: int, text) -> str:
     bound = text(*p.bound)
     step = text(*p.step) if p.step is not None else "1"
     guard = f"(long long)({bound}) - (long long)({var}) {'>=' if p.inclusive else '>'} {batch - 1} * (long long)({step})"
+    if p.breaks:
+        return _batched_exit(p, batch, text, guard, step)
     body, test, at = text(*p.body), text(*p.test), p.indent
     if p.update is None:
         return (f"{{\n{at}    while ({test} && {guard}) {{\n#pragma unroll\n"
@@ -256,6 +317,35 @@ def _batched(p: _Loop, batch: int, text) -> str:
     return (f"{{\n{at}    {text(*p.init).strip()}\n{at}    for (; {test} && {guard}; ) {{\n#pragma unroll\n"
             f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {{ {body} }} {update}; }}\n{at}    }}\n"
             f"{at}    for (; {test}; {update}) {{ {body} }}\n{at}}}")
+
+
+def _batched_exit(p: _Loop, batch: int, text, guard: str, step: str) -> str:
+    """An early-exit loop in batches: the batch's loads made first into registers (iteration k's with the
+    counter advanced k steps), then its bodies in order on them; a ``break`` leaves the batch, the loop
+    and the rest (``kl_left``), the counter where the original's stops."""
+    var, at = p.loop.var, p.indent
+    prefetch, subs = [], [(lo, hi, "{ kl_left = true; break; }") for lo, hi in p.breaks]
+    for k, ((lo, hi), elem, counter) in enumerate(p.loads):
+        moved = text(lo, hi, [(s, e, f"({var} + kl_u * ({step}))") for s, e in counter])
+        prefetch.append(f"{at}        {elem} kl_load{k}[{batch}];\n#pragma unroll\n"
+                        f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) kl_load{k}[kl_u] = {moved};\n")
+        subs.append((lo, hi, f"kl_load{k}[kl_u]"))
+    body = text(*p.body, subs)
+    original = text(*p.body)
+    test, update = text(*p.test), text(*p.update)
+    return (f"{{\n{at}    bool kl_left = false;\n{at}    {text(*p.init).strip()}\n"
+            f"{at}    for (; {test} && {guard}; ) {{\n{''.join(prefetch)}#pragma unroll\n"
+            f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {{ {body} }} {update}; }}\n"
+            f"{at}        if (kl_left) break;\n{at}    }}\n"
+            f"{at}    for (; !kl_left && {test}; {update}) {{ {original} }}\n{at}}}")
+
+
+def _nodes(node: Node):
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        yield n
+        stack.extend(n.children)
 
 
 def _indent(src: bytes, at: int) -> str:
