@@ -24,6 +24,7 @@ sys.path.insert(0, os.path.join(os.path.dirname(__file__), "..", "unit"))
 import test_atomics as atomics  # noqa: E402
 import test_block_reduce as block_reduce  # noqa: E402
 import test_load_batch as load_batch  # noqa: E402
+import test_transforms as transforms  # noqa: E402
 import test_trees as trees  # noqa: E402
 import test_warp_columns as warp_columns  # noqa: E402
 
@@ -44,6 +45,7 @@ CASES = [
     ("load-batch", "grid-stride", load_batch.NORMS, load_batch.NORMS_SPEC),
     ("load-batch", "while", load_batch.WHILE, load_batch.WHILE_SPEC),
     ("load-batch", "search", load_batch.SEARCH, load_batch.WHILE_SPEC),
+    ("register-accumulate", "shared-slot", transforms.SHARED_SUM, transforms.SHARED_SUM_SPEC),
     ("warp-columns", "cooperative-groups", warp_columns.COLUMNS, warp_columns.SPEC),
     ("warp-columns", "shuffles", warp_columns.SHUFFLES, warp_columns.SPEC),
     ("warp-aggregate", "helpers", atomics.AGGREGATED, atomics.AGGREGATED_SPEC),

@@ -218,6 +218,28 @@ __global__ void k(float* a, float* b, float* c, float* d, float* e, float* out, 
     assert set(f.read_only) == {"a", "b", "c", "d", "e"}
 
 
+def test_accesses_through_volatile_data_however_it_is_reached():
+    f = facts_of("""
+__device__ void tail(volatile float* c, int t) { c[t] += c[t + 1]; }
+__global__ void k(volatile float* g, float* h) {
+  __shared__ float s[64];
+  __shared__ volatile float v[4];
+  float* q = s;
+  volatile float* r = s + 1;
+  tail(s, 0);
+  ((volatile float*)h)[1] = 1;
+  volatile float& ref = s[2];
+  ref = 3; q[3] = 1; r[4] = 2; v[0] = 1; g[0] = 2; h[5] = 1; s[6] = 1;
+}
+""")
+    seen = {(a.text, a.kind): a.volatile for a in f.accesses}
+    assert seen == {("c[t]", "update"): True, ("c[t + 1]", "read"): True, ("((volatile float*)h)[1]", "write"): True,
+                    ("s[2]", "write"): True, ("q[3]", "write"): False, ("r[4]", "write"): True, ("v[0]", "write"): True,
+                    ("g[0]", "write"): True, ("h[5]", "write"): False, ("s[6]", "write"): False}
+    # A volatile pointer reaches the array it was made from: its own accesses stay what they are.
+    assert {a.array for a in f.accesses if a.volatile} == {"s", "h", "v", "g"}
+
+
 # --------------------------------------------------------------------------- templates
 
 def test_a_template_is_analysed_as_its_launch_instantiates_it():

@@ -62,6 +62,81 @@ def test_register_accumulate_needs_a_loop_that_runs_at_every_size():
     assert not found.applicable and "zero times" in found.why
 
 
+# Each thread adds its inputs into its own shared slot before the tree (a generic pointer may point into
+# shared memory, so each load waits for the slot's store), under the user's pragma.
+SHARED_SUM = """
+#define BS 128
+__global__ void partial_sums(const float* in, float* out, int n) {
+  __shared__ float acc[BS];
+  unsigned tid = threadIdx.x;
+  unsigned base = blockIdx.x * (BS * 4) + tid;
+  acc[tid] = 0.0f;
+  #pragma unroll
+  for (int k = 0; k < 4; k++)
+    acc[tid] += (base + k * BS < n) ? in[base + k * BS] : 0.0f;
+  __syncthreads();
+  for (unsigned s = BS / 2; s > 0; s >>= 1) {
+    if (tid < s) acc[tid] += acc[tid + s];
+    __syncthreads();
+  }
+  if (tid == 0) out[blockIdx.x] = acc[0];
+}
+"""
+SHARED_SUM_SPEC = spec_of("partial_sums", [arr("in", "n"), arr("out", "ceil_div(n,512)", "out"), scalar("n", 1 << 20)],
+                          ["ceil_div(n,512)", 1, 1], [128, 1, 1], [{"n": 1000}])
+SHARED_SUM_MAIN = r"""
+int main() {
+  const int n = N;
+  const unsigned blocks = (n + 511) / 512;
+  std::vector<float> in(n), out(blocks, -7.0f);
+  for (int i = 0; i < n; i++) in[i] = (float)((i * 7919) % 2003) / 1001.0f - 1.0f;
+  kl_launch({blocks, 1, 1}, {128, 1, 1}, [&] { partial_sums(in.data(), out.data(), n); });
+  for (unsigned b = 0; b < blocks; b++) printf("%.7e\n", out[b]);
+}
+"""
+
+
+def test_register_accumulate_keeps_a_threads_shared_slot_in_a_register_before_the_pragma():
+    found = outcome("register-accumulate", SHARED_SUM, SHARED_SUM_SPEC)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert ("  { float kl_acc0 = acc[tid];\n  #pragma unroll\n  for (int k = 0; k < 4; k++)\n"
+            "    kl_acc0 += (base + k * BS < n) ? in[base + k * BS] : 0.0f;\n  acc[tid] = kl_acc0; }") in source
+    # The tree after the barrier reads other threads' slots: it is not touched.
+    assert "if (tid < s) acc[tid] += acc[tid + s];" in source
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("n", [1000, 512, 77])
+def test_the_shared_slot_in_a_register_gives_the_originals_sums(n, tmp_path):
+    from cpu_cuda import run_on_cpu
+
+    main = SHARED_SUM_MAIN.replace("N;", f"{n};")
+    original = [float(v) for v in run_on_cpu(SHARED_SUM, main, tmp_path, "original").split()]
+    assert original and all(v != -7.0 for v in original)
+    rewritten = outcome("register-accumulate", SHARED_SUM, SHARED_SUM_SPEC).rewrites[0].source
+    assert [float(v) for v in run_on_cpu(rewritten, main, tmp_path, "rewritten").split()] == original
+
+
+@needs_nvcc
+def test_the_shared_slot_rewrite_compiles(tmp_path):
+    compiles(outcome("register-accumulate", SHARED_SUM, SHARED_SUM_SPEC).rewrites[0].source, tmp_path)
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (("__shared__ float acc", "__shared__ volatile float acc"), "volatile"),
+    (("    acc[tid] += (base", "    { __syncthreads(); acc[tid] += (base"), "a barrier or a warp operation"),
+    (("    acc[tid] += (base", "    { __syncwarp(); acc[tid] += (base"), "a barrier or a warp operation"),
+    (("acc[tid] += (base", "acc[(tid + k) % BS] += (base"), "changes inside the loop"),
+])
+def test_register_accumulate_refuses_shared_slots_other_threads_may_reach(change, why):
+    source = SHARED_SUM.replace(*change)
+    if "{ __sync" in source:
+        source = source.replace(": 0.0f;\n  __syncthreads();", ": 0.0f; }\n  __syncthreads();", 1)
+    found = outcome("register-accumulate", source, SHARED_SUM_SPEC)
+    assert not found.applicable and why in found.why, found.why
+
+
 SOFTMAX = """
 __global__ void rows(float* out, const float* in, int N, int C) {
   int r = blockIdx.x * blockDim.x + threadIdx.x;

@@ -51,6 +51,9 @@ class Access:
     """The conditions (:attr:`KernelFacts.conditions` ids) that decide whether it runs, outermost
     first, each with the value it must have: ``if (i < n) a[i] = 0;`` runs under ``(id, True)``,
     whatever follows ``if (i >= n) return;`` under ``(id, False)``."""
+    volatile: bool = False
+    """It goes through ``volatile`` data: an array declared so, a volatile pointer, cast or reference, or a
+    helper's volatile parameter (it is meant to reach memory; warp-synchronous code relies on that)."""
 
     @property
     def writes(self) -> bool:

@@ -55,6 +55,9 @@ class _Pointer:
     elem_type: str
     field: str | None = None
     """The member path it points to inside its element (``&p[i].count``), None for a whole element."""
+    volatile: bool = False
+    """It points to ``volatile`` data (declared so, or reached through a volatile pointer, cast or helper
+    parameter): each access through it is meant to reach memory."""
 
 
 @dataclass(frozen=True)
@@ -100,6 +103,7 @@ class _Array:
     elem_type: str
     dims: tuple[int | None, ...]
     """Extents of a shared or local array, outermost first; () for a pointer parameter."""
+    volatile: bool = False
 
 
 _Value = Poly | _Pointer
@@ -172,8 +176,8 @@ def _ends_in_exit(node: Node | None) -> bool:
     return node is not None and node.type in ("return_statement", "continue_statement", "break_statement")
 
 
-def _param_shapes(fn: Node, src: bytes) -> list[tuple[bool, bool]]:
-    """(is a reference, points to or names const data) for each parameter of ``fn``."""
+def _param_shapes(fn: Node, src: bytes) -> list[tuple[bool, bool, bool]]:
+    """(is a reference, points to or names const data, volatile data) for each parameter of ``fn``."""
     declarator = fn.child_by_field_name("declarator")
     while declarator is not None and declarator.type != "function_declarator":
         declarator = declarator.child_by_field_name("declarator")
@@ -184,7 +188,7 @@ def _param_shapes(fn: Node, src: bytes) -> list[tuple[bool, bool]]:
             continue
         decl = p.child_by_field_name("declarator")
         is_ref = decl is not None and decl.type == "reference_declarator"
-        out.append((is_ref, _data_const(p, src)))
+        out.append((is_ref, _data_const(p, src), _data_volatile(p, src)))
     return out
 
 
@@ -197,6 +201,22 @@ def _data_const(declaration: Node, src: bytes) -> bool:
         if c.type == "placeholder_type_specifier":
             return True
     return False
+
+
+def _data_volatile(declaration: Node, src: bytes) -> bool:
+    """The declared array, pointer or reference is to ``volatile`` data (``volatile float* v``)."""
+    return any(c.type == "type_qualifier" and node_text(src, c) == "volatile" for c in declaration.children)
+
+
+def _volatile(value, volatile: bool):
+    """``value`` seen through a declaration to volatile data when ``volatile`` (a pointer or a place)."""
+    if not volatile:
+        return value
+    if isinstance(value, _Pointer):
+        return replace(value, volatile=True)
+    if isinstance(value, _Place):
+        return replace(value, pointer=replace(value.pointer, volatile=True))
+    return value
 
 
 def _join(path: str | None, name: str | None) -> str | None:
@@ -323,7 +343,7 @@ class _Walker:
             line=line, user_line=self.user_line(line), text=node_text(self.src, node)[:120],
             loops=tuple(self.loop_stack), via=tuple(self.via), wide=wide,
             field_offset_bytes=member[0] if member else None, field_bytes=member[1] if member else None,
-            span=(node.start_byte, node.end_byte), guards=tuple(self.guards),
+            span=(node.start_byte, node.end_byte), guards=tuple(self.guards), volatile=pointer.volatile,
         ))
 
     def member(self, elem_type: str, path: str) -> tuple[int, int] | None:
@@ -379,7 +399,7 @@ class _Walker:
                 return self.refs[name]
             if name in self.arrays and not self.arrays[name].dims and name not in self.env:
                 a = self.arrays[name]
-                return _Place(_Pointer(a.name, a.space, ZERO, a.elem_type), ZERO, None, False, node)
+                return _Place(_Pointer(a.name, a.space, ZERO, a.elem_type, volatile=a.volatile), ZERO, None, False, node)
             return None
         if kind == "field_expression":
             arg, fld = node.child_by_field_name("argument"), node.child_by_field_name("field")
@@ -565,7 +585,7 @@ class _Walker:
             return self.env[name]
         if name in self.arrays:
             a = self.arrays[name]
-            return _Pointer(a.name, a.space, ZERO, a.elem_type)
+            return _Pointer(a.name, a.space, ZERO, a.elem_type, volatile=a.volatile)
         if name == "warpSize":
             return Poly.const(_WARP)
         value = evaluate_int(name, self.constants) if name in self.constants else None
@@ -591,7 +611,8 @@ class _Walker:
         if isinstance(value, Poly) and any(w in type_text for w in ("float", "double", "half")):
             return self.fresh(node_text(self.src, node), [value])
         if isinstance(value, _Pointer) and "*" in type_text:
-            return self.retype(value, self.ty(_strip_qualifiers(type_text)), node, "const" in type_text.split("*")[0])
+            return _volatile(self.retype(value, self.ty(_strip_qualifiers(type_text)), node, "const" in type_text.split("*")[0]),
+                             "volatile" in type_text.split("*")[0].split())
         return value
 
     def ty(self, name: str) -> str:
@@ -643,7 +664,7 @@ class _Walker:
         scaled = pointer.offset.scale(old).exact_div(new)
         if scaled is None:
             return self.fresh(node_text(self.src, node), [pointer])
-        return _Pointer(pointer.base, pointer.space, scaled, elem_type)
+        return _Pointer(pointer.base, pointer.space, scaled, elem_type, volatile=pointer.volatile)
 
     def regroup_misread_cast(self, node: Node) -> _Value | None:
         """``(i)+a*b`` parses as ``((i)+a) * b`` once the cast is misread (see :meth:`misread_cast`):
@@ -672,7 +693,7 @@ class _Walker:
         if isinstance(base, Poly) and isinstance(rest, Poly):
             return base + rest if sign == "+" else base - rest
         if isinstance(base, _Pointer) and isinstance(rest, Poly):
-            return _Pointer(base.base, base.space, base.offset + (rest if sign == "+" else -rest), base.elem_type)
+            return _Pointer(base.base, base.space, base.offset + (rest if sign == "+" else -rest), base.elem_type, volatile=base.volatile)
         return self.fresh(node_text(self.src, node), [base, rest])
 
     def misread_cast(self, name: str, value_node: Node | None) -> _Value | None:
@@ -687,10 +708,11 @@ class _Walker:
         op = node_text(self.src, op_node) if op_node is not None else ""
         if op not in ("+", "-", "*", "&"):
             return None
-        left = self.env[name] if name in self.env else _Pointer(name, self.arrays[name].space, ZERO, self.arrays[name].elem_type)
+        left = self.env[name] if name in self.env else _Pointer(name, self.arrays[name].space, ZERO, self.arrays[name].elem_type,
+                                                                     volatile=self.arrays[name].volatile)
         right = self.expr(value_node.child_by_field_name("argument"))
         if isinstance(left, _Pointer) and isinstance(right, Poly) and op in "+-":
-            return _Pointer(left.base, left.space, left.offset + (right if op == "+" else -right), left.elem_type)
+            return _Pointer(left.base, left.space, left.offset + (right if op == "+" else -right), left.elem_type, volatile=left.volatile)
         if isinstance(left, Poly) and isinstance(right, Poly):
             combined = _arith(op, left, right)
             if combined is not None:
@@ -756,9 +778,9 @@ class _Walker:
             return self.fresh(node_text(self.src, node), [left, right])
         right = self.expr(node.child_by_field_name("right"))
         if isinstance(left, _Pointer) and isinstance(right, Poly) and op in "+-":
-            return _Pointer(left.base, left.space, left.offset + (right if op == "+" else -right), left.elem_type)
+            return _Pointer(left.base, left.space, left.offset + (right if op == "+" else -right), left.elem_type, volatile=left.volatile)
         if isinstance(right, _Pointer) and isinstance(left, Poly) and op == "+":
-            return _Pointer(right.base, right.space, right.offset + left, right.elem_type)
+            return _Pointer(right.base, right.space, right.offset + left, right.elem_type, volatile=right.volatile)
         if isinstance(left, Poly) and isinstance(right, Poly):
             combined = _arith(op, left, right)
             if combined is not None:
@@ -844,7 +866,7 @@ class _Walker:
             if isinstance(old, Poly):
                 self.env[name] = old + (ONE if op_text == "++" else -ONE)
             elif isinstance(old, _Pointer):
-                self.env[name] = _Pointer(old.base, old.space, old.offset + (ONE if op_text == "++" else -ONE), old.elem_type)
+                self.env[name] = _Pointer(old.base, old.space, old.offset + (ONE if op_text == "++" else -ONE), old.elem_type, volatile=old.volatile)
             return old
         self.lvalue(arg, "update", op_text[0])
         return self.fresh(node_text(self.src, node))
@@ -926,11 +948,11 @@ class _Walker:
             name = node_text(self.src, node)
             if name in self.arrays and name not in self.refs:
                 a = self.arrays[name]
-                return _Pointer(a.name, a.space, ZERO, a.elem_type)
+                return _Pointer(a.name, a.space, ZERO, a.elem_type, volatile=a.volatile)
         place = self.place(node)
         if isinstance(place, _Place):
             p = place.pointer
-            return _Pointer(p.base, p.space, p.offset + place.index, p.elem_type, place.field)
+            return _Pointer(p.base, p.space, p.offset + place.index, p.elem_type, place.field, volatile=p.volatile)
         if place is _UNRESOLVED:
             return self.fresh(node_text(self.src, node))
         return self.fresh(node_text(self.src, node), [self.expr(node)])
@@ -962,7 +984,7 @@ class _Walker:
                 self.note_accumulator(name, _COMPOUND.get(op, op), node)
                 combined = _arith(_COMPOUND.get(op, ""), old, right) if isinstance(old, Poly) and isinstance(right, Poly) else None
                 if isinstance(old, _Pointer) and isinstance(right, Poly) and op in ("+=", "-="):
-                    self.env[name] = _Pointer(old.base, old.space, old.offset + (right if op == "+=" else -right), old.elem_type)
+                    self.env[name] = _Pointer(old.base, old.space, old.offset + (right if op == "+=" else -right), old.elem_type, volatile=old.volatile)
                 else:
                     self.env[name] = combined if combined is not None else self.fresh(name, [old, right])
             return self.env[name]
@@ -1235,7 +1257,7 @@ class _Walker:
         shapes = _param_shapes(helper, self.src)
         values: list[_Value | _Place | _Group | None] = []
         for k, a in enumerate(args):
-            is_ref, data_const = shapes[k] if k < len(shapes) else (False, True)
+            is_ref, data_const, data_volatile = shapes[k] if k < len(shapes) else (False, True, False)
             group = self.group_of(a)
             if group is not None:
                 values.append(group)
@@ -1244,12 +1266,12 @@ class _Walker:
             if isinstance(place, _Place):
                 if not data_const:
                     self.copied_to_nonconst(place.pointer)
-                values.append(place)
+                values.append(_volatile(place, data_volatile))
                 continue
             value = self.expr(a) if place is None else None
             if isinstance(value, _Pointer) and k < len(params) and params[k][2] and not data_const:
                 self.copied_to_nonconst(value)
-            values.append(value)
+            values.append(_volatile(value, data_volatile))
         saved_env, saved_returns, saved_arrays = self.env, self.returns, dict(self.arrays)
         saved_types, saved_constants = self.types, self.constants
         saved_refs, saved_groups = self.refs, self.groups
@@ -1369,6 +1391,7 @@ class _Walker:
         shared = "__shared__" in text.split("=")[0]
         wide = any(w == base_type or base_type.startswith(w) for w in _WIDE_TYPES)
         data_const = alias_const or _data_const(node, self.src)
+        data_volatile = _data_volatile(node, self.src)
         for decl in node.children_by_field_name("declarator"):
             target = decl.child_by_field_name("declarator") if decl.type == "init_declarator" else decl
             value_node = decl.child_by_field_name("value") if decl.type == "init_declarator" else None
@@ -1379,7 +1402,7 @@ class _Walker:
                 place = self.place(value_node)
                 if name and isinstance(place, _Place):
                     # ``float& r = out[i];``: what is done to ``r`` is done to the element.
-                    self.refs[name] = place
+                    self.refs[name] = _volatile(place, data_volatile)
                     self.env.pop(name, None)
                     if not data_const:
                         self.copied_to_nonconst(place.pointer)
@@ -1400,7 +1423,7 @@ class _Walker:
             if target is not None and target.type == "array_declarator":
                 name, dims = self.array_dims(target)
                 if name:
-                    self.arrays[name] = _Array(name, "shared" if shared else "local", base_type, dims)
+                    self.arrays[name] = _Array(name, "shared" if shared else "local", base_type, dims, data_volatile)
                     self.env.pop(name, None)
                     if value_node is not None:
                         self.expr(value_node)
@@ -1422,7 +1445,7 @@ class _Walker:
             self.objects.pop(name, None)
             value = self.expr(value_node) if value_node is not None else None
             if shared and not is_pointer:
-                self.arrays[name] = _Array(name, "shared", base_type, ())
+                self.arrays[name] = _Array(name, "shared", base_type, (), data_volatile)
                 continue
             if is_pointer:
                 if data_const:
@@ -1432,7 +1455,8 @@ class _Walker:
                     if isinstance(value, _Pointer):
                         self.copied_to_nonconst(value)
             if is_pointer and isinstance(value, _Pointer):
-                self.env[name] = _Pointer(value.base, value.space, value.offset, base_type if base_type != "void" else value.elem_type)
+                self.env[name] = _Pointer(value.base, value.space, value.offset, base_type if base_type != "void" else value.elem_type,
+                                          volatile=value.volatile or data_volatile)
             elif is_pointer and value_node is not None:
                 self.env[name] = self.unresolved(name, base_type, value_node)
             elif value is None:
@@ -1515,9 +1539,9 @@ class _Walker:
             if name in inductions:
                 first, increment = inductions[name]
                 self.env[name] = (first + increment * Poly.sym(trip_symbol) if isinstance(first, Poly)
-                                  else _Pointer(first.base, first.space, first.offset + increment * Poly.sym(trip_symbol), first.elem_type))
+                                  else _Pointer(first.base, first.space, first.offset + increment * Poly.sym(trip_symbol), first.elem_type, volatile=first.volatile))
             elif isinstance(old, _Pointer):
-                self.env[name] = _Pointer(old.base, old.space, self.fresh(name, [old.offset]), old.elem_type)
+                self.env[name] = _Pointer(old.base, old.space, self.fresh(name, [old.offset]), old.elem_type, volatile=old.volatile)
             elif name in self.env:
                 extra = []
                 if name == var:
@@ -1577,7 +1601,7 @@ class _Walker:
                                        [loop.start, loop.bound] + ([] if loop.bound is not None else [self.fresh("?", [after[name]])]))
                 first, increment = inductions[name]
                 self.env[name] = (first + increment * trips if isinstance(first, Poly)
-                                  else _Pointer(first.base, first.space, first.offset + increment * trips, first.elem_type))
+                                  else _Pointer(first.base, first.space, first.offset + increment * trips, first.elem_type, volatile=first.volatile))
             else:
                 self.env[name] = self.fresh(name, [before[name], after[name]])
         if geometric is not None:
@@ -1840,9 +1864,10 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
         own_constants |= set(consts)
     params = walker.params_of(node)
     walker.value_types.update(t for _, t, _ in params)
-    for pname, ptype, is_pointer in params:
+    shapes = _param_shapes(node, src)
+    for k, (pname, ptype, is_pointer) in enumerate(params):
         if is_pointer:
-            walker.arrays[pname] = _Array(pname, "global", ptype, ())
+            walker.arrays[pname] = _Array(pname, "global", ptype, (), k < len(shapes) and shapes[k][2])
         else:
             walker.env[pname] = Poly.sym(pname)
             if any(w == ptype or ptype.startswith(w) for w in _WIDE_TYPES):

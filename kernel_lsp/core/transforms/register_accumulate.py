@@ -1,10 +1,13 @@
-"""Keep a loop-invariant global element in a register across the loop.
+"""Keep a loop-invariant global or shared element in a register across the loop.
 
 PolyBench-style kernels accumulate straight into global memory: ``for (k…) C[i*NJ + j] +=
 A[i*NK + k] * B[k*NJ + j];`` reads and writes ``C`` once per iteration, a round trip through L1
 or L2 each time, and the compiler may not keep it in a register because ``C`` could alias
-``A`` or ``B``. When the analysis proves the element is the same on every iteration and no
-other access can touch it, the element is loaded once before the loop and stored once after.
+``A`` or ``B``. Reductions that add each thread's inputs into its shared slot first
+(``for (…) sdata[tid] += in[i + k*blockSize];``) are the same: a generic pointer parameter may
+point into shared memory, so every load waits for the store before it. When the analysis proves
+the element is the same on every iteration and no other access can touch it, the element is
+loaded once before the loop and stored once after.
 
 Legality, in terms of the analysis:
 - every access to the array inside the loop has the same index, and that index is invariant in
@@ -15,7 +18,11 @@ Legality, in terms of the analysis:
   loop calls nothing the analysis does not see;
 - the names in its index are not declared inside the loop (the load moves before it);
 - the loop runs at least once at every size of the spec (so the load and store before and after
-  it touch only an element the original touched).
+  it touch only an element the original touched);
+- for a shared array, also: it is not ``volatile`` (every access is meant to reach memory) and the
+  loop has no barrier and no warp operation, so no other thread may read or write the element
+  while the loop runs without racing with the original's own accesses (its value is only seen by
+  other threads after a barrier, which comes after the store).
 """
 
 from __future__ import annotations
@@ -26,7 +33,7 @@ from dataclasses import dataclass
 from kernel_lsp.core.analysis import Access, Binding, KernelFacts, LoopFact, declared_anywhere, trip_count
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, node_at, parse
+from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, node_at, parse, pragma_before
 
 
 _NAME = re.compile(r"[A-Za-z_]\w*")
@@ -89,7 +96,7 @@ def _identifiers(text: str) -> set[str]:
 class RegisterAccumulate(Rule):
     name = "register-accumulate"
     technique = "loop-invariant-hoisting"
-    summary = "a loop-invariant global element read and written in a loop kept in a register across it"
+    summary = "a loop-invariant global or shared element read and written in a loop kept in a register across it"
 
     def plans(self, ctx: RuleContext) -> tuple[list[Plan], str]:
         facts = ctx.facts
@@ -99,8 +106,7 @@ class RegisterAccumulate(Rule):
             return [], "the analysis of the kernel is incomplete"
         if ctx.spec is None:
             return [], "needs a launch spec (to prove the arrays distinct and the loop non-empty)"
-        if not ctx.distinct_arrays():
-            return [], "the spec does not allocate every pointer parameter on its own (they may alias)"
+        distinct = ctx.distinct_arrays()
         src, root = parse(ctx.preprocessed)
         try:
             bindings = [Binding.from_spec(ctx.spec, v) for v in [None, *range(len(ctx.spec.variants))]]
@@ -113,20 +119,33 @@ class RegisterAccumulate(Rule):
         # Outermost loops first: the element is hoisted as far out as it stays invariant.
         for loop in sorted(facts.loops, key=lambda lp: (lp.parent is not None, lp.id)):
             loops = _inside(facts, loop)
-            in_loop = [a for a in facts.accesses if loop.id in a.loops and a.space == "global"]
+            in_loop = [a for a in facts.accesses if loop.id in a.loops and a.space in ("global", "shared")]
             for array in dict.fromkeys(a.array for a in in_loop if a.kind in ("update", "write")):
-                if array in taken or array not in pointers:
-                    continue
                 mine = [a for a in in_loop if a.array == array]
-                why = self._refusal(facts, loop, loops, mine, root, src, bindings)
+                shared = mine[0].space == "shared"
+                if array in taken or not (shared or array in pointers):
+                    continue
+                if shared:
+                    why = self._shared_refusal(facts, loop, mine)
+                else:
+                    why = None if distinct else "the spec does not allocate every pointer parameter on its own (they may alias)"
+                why = why or self._refusal(facts, loop, loops, mine, root, src, bindings)
                 if why:
                     reasons.append(f"`{array}` in the loop at line {(loop.user_line or 0) + 1}: {why}")
                     continue
                 plans.append(Plan(loop, array, tuple(mine)))
                 taken.add(array)
         if not plans:
-            return [], "; ".join(reasons) or "no loop reads and writes a global element it does not move"
+            return [], "; ".join(reasons) or "no loop reads and writes a global or shared element it does not move"
         return plans, ""
+
+    @staticmethod
+    def _shared_refusal(facts: KernelFacts, loop: LoopFact, mine: list[Access]) -> str | None:
+        if any(a.volatile for a in mine):
+            return "the shared array is volatile (each access is meant to reach memory)"
+        if any(loop.id in b.loops for b in facts.barriers) or any(loop.id in w.loops for w in facts.warp_operations):
+            return "the loop has a barrier or a warp operation (other threads may see the element while it runs)"
+        return None
 
     def _refusal(self, facts, loop, loops, mine, root, src, bindings) -> str | None:
         if loop.calls_unknown:
@@ -157,7 +176,8 @@ class RegisterAccumulate(Rule):
             return False, why
         return True, "; ".join(
             f"`{p.accesses[0].text}` is the same element on every iteration of the loop at line {(p.loop.user_line or 0) + 1}, "
-            "no other access can touch it (distinct arrays, no unknown calls), and the loop runs at least once"
+            "no other access can touch it (distinct arrays or a shared slot no other thread reaches during the loop, "
+            "no unknown calls), and the loop runs at least once"
             for p in plans)
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
@@ -171,6 +191,8 @@ class RegisterAccumulate(Rule):
                 edit.replace(a.span[0], a.span[1], name, name)
             by_loop.setdefault(plan.loop.id, []).append((name, plan))
         types = {n: t for n, t, _ in facts.params}
+        types.update({p.array: " ".join(w for w in p.accesses[0].elem_type.split() if w != "const")
+                      for p in plans if p.accesses[0].space == "shared"})
         # The element type as the user wrote it where that is a macro (``DATA_TYPE``): the candidate keeps
         # following it if the file's definition changes.
         written = {q.name: q.base_type for q in ctx.kernel.params
@@ -193,7 +215,9 @@ class RegisterAccumulate(Rule):
                 return "{ " + loads + "\n" + indent, "\n" + indent + stores + " }"
 
             (head, tail), (own_head, own_tail) = around(False), around(True)
-            edit.insert(loop.span[0], head, own_head)
+            # A pragma of the user's stays right before its loop: the load goes before the pragma.
+            pragma = pragma_before(edit.src, loop.span[0])
+            edit.insert(loop.span[0] if pragma is None else pragma[0], head, own_head)
             edit.insert(loop.span[1], tail, own_tail)
         source, expanded = emit(edit, ctx.source, ctx.kernel)
         what = ", ".join(f"`{p.accesses[0].text}`" for p in plans)
