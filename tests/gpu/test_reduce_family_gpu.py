@@ -34,6 +34,7 @@ CASES = [
     ("tree-to-shuffle", "unrolled", trees.UNROLLED, trees.spec("block_sums")),
     ("tree-to-shuffle", "helper-tail", trees.HELPER_TAIL, trees.spec("block_sums")),
     ("tree-to-shuffle", "side-by-side", trees.SIDE_BY_SIDE, trees.spec("stats", outputs=3)),
+    ("tree-to-shuffle", "last-slot", trees.LAST_SLOT, trees.spec("block_sums_last", outputs=2)),
     ("tree-coarsen", "macros", trees.COARSEN, trees.spec("block_sums")),
     ("tree-coarsen", "unrolled", trees.UNROLLED, trees.spec("block_sums")),
     ("tree-coarsen", "cooperative-groups", trees.CG_TREE, trees.spec("block_sums")),

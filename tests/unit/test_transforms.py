@@ -62,8 +62,7 @@ def test_register_accumulate_needs_a_loop_that_runs_at_every_size():
     assert not found.applicable and "zero times" in found.why
 
 
-# Each thread adds its inputs into its own shared slot before the tree (a generic pointer may point into
-# shared memory, so each load waits for the slot's store), under the user's pragma.
+# Each thread adds its inputs into its own shared slot before the tree, under the user's pragma.
 SHARED_SUM = """
 #define BS 128
 __global__ void partial_sums(const float* in, float* out, int n) {

@@ -239,6 +239,81 @@ def test_a_root_whose_segment_is_not_reduced_is_refused():
     assert not found.applicable and "reads a slot other than the root" in found.why, found.why
 
 
+# Interleaved trees that gather into the last slot, read there by the last thread; two values side by
+# side; the tree only in the blocks of one block-uniform branch, the other branch adding the slots in
+# one thread (its reads are of that branch, never after the tree).
+LAST_SLOT = """
+#define THREADS 256
+__global__ void block_sums_last(const float* in, float* partial, long n) {
+    __shared__ float s[THREADS];
+    __shared__ float q[THREADS];
+    int tx = threadIdx.x;
+    long i = (long)blockIdx.x * THREADS + tx;
+    s[tx] = i < n ? in[i] : 0.0f;
+    q[tx] = i < n ? in[i] * in[i] : 0.0f;
+    __syncthreads();
+    if (blockIdx.x + 1 < gridDim.x) {
+        for (int w = 2; w <= THREADS; w *= 2) {
+            if ((tx + 1) % w == 0) {
+                s[tx] = s[tx] + s[tx - w / 2];
+                q[tx] += q[tx - w / 2];
+            }
+            __syncthreads();
+        }
+        if (tx == THREADS - 1) {
+            partial[blockIdx.x] = s[tx];
+            partial[gridDim.x + blockIdx.x] = q[tx];
+        }
+    } else if (tx == 0) {
+        float a = 0.0f, b = 0.0f;
+        for (int k = 0; k < THREADS; k++) { a += s[k]; b += q[k]; }
+        partial[blockIdx.x] = a;
+        partial[gridDim.x + blockIdx.x] = b;
+    }
+}
+"""
+
+
+def _sums_and_squares(n: int) -> list[float]:
+    values = [float((i * 7919) % 13) - 6.0 for i in range(n)]
+    blocks = [values[b:b + 256] for b in range(0, n, 256)]
+    return [sum(c) for c in blocks] + [sum(v * v for v in c) for c in blocks]
+
+
+@needs_gpp
+def test_a_tree_gathering_into_its_last_slot_becomes_shuffles(tmp_path):
+    found = outcome("tree-to-shuffle", LAST_SLOT, spec("block_sums_last", outputs=2))
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "kl_warp_sum((float)(s[threadIdx.x]))" in source and "kl_warp_sum((float)(q[threadIdx.x]))" in source
+    assert "{ s[255] = kl_total0; q[255] = kl_total1; }" in source
+    assert "s[tx - w / 2]" not in source
+    for n in (4 * 256, 1001, 3 * 256 - 7):
+        got = run(source, "block_sums_last(in.data(), partial.data(), n)", n, 256, 2, tmp_path, f"last{n}")
+        assert got == _sums_and_squares(n), n
+
+
+@needs_nvcc
+def test_the_last_slot_rewrite_compiles(tmp_path):
+    compiles(outcome("tree-to-shuffle", LAST_SLOT, spec("block_sums_last", outputs=2)).rewrites[0].source, tmp_path)
+
+
+@pytest.mark.parametrize("change,why", [
+    # The first thread reads the last slot's tree: slot 0 holds no total.
+    (("if (tx == THREADS - 1) {", "if (tx == 0) {"), "slot 0 does not end with every slot's value exactly once"),
+    # A read after the whole if/else, in a thread whose slot holds a partial sum.
+    (("        partial[gridDim.x + blockIdx.x] = b;\n    }\n", "        partial[gridDim.x + blockIdx.x] = b;\n    }\n"
+      "    if (tx == 7) partial[0] = s[tx];\n"), "reads a slot other than the root after the tree"),
+    # A branch each thread decides for itself: the other branch's reads may run beside the tree.
+    (("if (blockIdx.x + 1 < gridDim.x) {", "if (tx < 128) {"), "it sits under a condition"),
+])
+def test_last_slot_refusals_name_the_missing_fact(change, why):
+    source = LAST_SLOT.replace(*change)
+    assert source != LAST_SLOT
+    found = outcome("tree-to-shuffle", source, spec("block_sums_last", outputs=2))
+    assert not found.applicable and why in found.why, found.why
+
+
 # ---------------------------------------------------------------------------------------------- coarsening
 
 COARSEN = """

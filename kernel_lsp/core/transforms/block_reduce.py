@@ -119,12 +119,12 @@ def value_type(ctx: RuleContext, value: TreeValue) -> str:
 
 def slot(value: TreeValue, thread: str) -> str:
     """The slot of ``value`` that ``thread`` filled."""
-    return f"{value.name}[{thread}]" if value.root == Poly() else f"{value.name}[({c_index(value.root)}) + {thread}]"
+    return f"{value.name}[{thread}]" if value.first == Poly() else f"{value.name}[({c_index(value.first)}) + {thread}]"
 
 
 def tree_shuffles(ctx: RuleContext, tree: SharedTree, k: int) -> str:
     """The statements replacing ``tree``: each value reduced by warp shuffles, its total in its root."""
-    if len(tree.values) == 1 and tree.values[0].root == Poly() and not ctx.kernel.is_template:
+    if len(tree.values) == 1 and tree.values[0].root == Poly() and tree.values[0].base is None and not ctx.kernel.is_template:
         v = tree.values[0]
         core = _block_reduce(v.op, value_type(ctx, v), slot(v, "threadIdx.x"), f"kl_part{k}", "threadIdx.x", "blockDim.x")
         return ("{ // the tree as warp shuffles: every slot reduced, the total written to the root slot\n"
@@ -640,7 +640,7 @@ class TreeToRegisters(Rule):
         return None, "; ".join(reasons)
 
     def _hoist(self, ctx, facts: KernelFacts, tree: SharedTree, src: bytes, root: Node) -> _Hoist | str:
-        if tree.loop is None or len(tree.values) != 1 or tree.values[0].root != Poly():
+        if tree.loop is None or len(tree.values) != 1 or tree.values[0].root != Poly() or tree.values[0].base is not None:
             return "it is not one loop reducing one value into slot 0"
         if tree.op != "+":
             return f"its operator `{tree.op}` (only sums are regrouped over the iterations)"

@@ -106,7 +106,7 @@ class TreeCoarsen(Rule):
         if not before:
             return "nothing before the tree fills its slots"
         lo, hi = before[0].start_byte, before[-1].end_byte
-        slots = {(v.array, flat(v.root + Poly.sym("tid.x"))) for v in tree.values}
+        slots = {(v.array, flat(v.first + Poly.sym("tid.x"))) for v in tree.values}
         mine = [a for a in facts.accesses if lo <= a.span[0] < hi]
         for a in mine:
             if a.space == "shared" and (a.array, flat(a.index)) not in slots:

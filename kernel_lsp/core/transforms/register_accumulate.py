@@ -4,10 +4,9 @@ PolyBench-style kernels accumulate straight into global memory: ``for (k…) C[i
 A[i*NK + k] * B[k*NJ + j];`` reads and writes ``C`` once per iteration, a round trip through L1
 or L2 each time, and the compiler may not keep it in a register because ``C`` could alias
 ``A`` or ``B``. Reductions that add each thread's inputs into its shared slot first
-(``for (…) sdata[tid] += in[i + k*blockSize];``) are the same: a generic pointer parameter may
-point into shared memory, so every load waits for the store before it. When the analysis proves
-the element is the same on every iteration and no other access can touch it, the element is
-loaded once before the loop and stored once after.
+(``for (…) sdata[tid] += in[i + k*blockSize];``) make the same round trip through shared
+memory on every iteration. When the analysis proves the element is the same on every iteration
+and no other access can touch it, the element is loaded once before the loop and stored once after.
 
 Legality, in terms of the analysis:
 - every access to the array inside the loop has the same index, and that index is invariant in

@@ -23,10 +23,15 @@ lockstep a warp-synchronous tail was written for):
   which the rewrite makes explicit with shuffles, is what the tree means; the original's own race on
   Volta and later is not reproduced);
 - every block barrier in the run is reached by all threads or by none;
-- afterwards the kernel reads each array only at slots the same for every thread (its *roots*), and
-  each root ``r`` ends holding every slot ``r .. r + n - 1`` exactly once for a block of ``n``
-  threads: the tree computes, into ``r``, the block's total of the values the threads left in their
-  slots ``r + threadIdx.x``.
+- afterwards the kernel reads each array only at slots the same for every thread (its *roots*): at
+  an index that does not depend on the thread, or in a thread its guards pin (``if (tid ==
+  blockDim.x - 1) out[b] = A[tid];`` reads the last slot); reads in a branch the tree's own
+  conditions exclude do not count;
+- each root ``r`` ends holding every slot ``b .. b + n - 1`` exactly once for a block of ``n``
+  threads, where ``b`` is ``r`` (a tree that gathers into its first slot) or, for a root read in a
+  pinned thread, ``r - n + 1`` (a tree that gathers into its last slot, ``if ((tid + 1) % i == 0)
+  A[tid] += A[tid - i/2];``): the tree computes, into ``r``, the block's total of the values the
+  threads left in their slots ``b + threadIdx.x``.
 
 Each refusal names the fact that was missing (a statement that is no step, an index the analysis
 cannot evaluate, a race, a slot read afterwards that holds no total).
@@ -331,7 +336,7 @@ def first_line(text: str) -> str:
 
 @dataclass(frozen=True)
 class TreeValue:
-    """One value a tree reduces: the slots ``root + threadIdx.x`` of ``array`` into ``root``."""
+    """One value a tree reduces: the slots ``base + threadIdx.x`` of ``array`` into ``root``."""
     array: str
     """The analysis' name of the array."""
     name: str
@@ -340,6 +345,13 @@ class TreeValue:
     elem_type: str
     op: str
     root: Poly
+    base: Poly | None = None
+    """The block's first slot when it is not the root (a tree gathering into its last slot)."""
+
+    @property
+    def first(self) -> Poly:
+        """The slot thread 0 fills: the block's slots are ``first + threadIdx.x``."""
+        return self.root if self.base is None else self.base
 
 
 @dataclass(frozen=True)
@@ -643,6 +655,28 @@ class _Sim:
         return None
 
 
+def _thread_varying(index: Poly, facts: KernelFacts) -> bool:
+    return bool(thread_dependence(index, facts.opaque)) or any(s.startswith(("tid.", "bid.")) for s in index.symbols)
+
+
+def _pinned_index(access: Access, facts: KernelFacts) -> Poly | None:
+    """``access``'s index in the one thread its guards allow (``if (tid == blockDim.x - 1)`` pins
+    ``tid.x``), when that makes it the same for every block's run; else None."""
+    for c in facts.constraints(access):
+        if c.op != "==":
+            continue
+        for thread, value in ((c.left, c.right), (c.right, c.left)):
+            if thread != Poly.sym("tid.x") or _thread_varying(value, facts):
+                continue
+            coefficient = access.index.coefficient("tid.x")
+            if coefficient is None or _thread_varying(coefficient, facts):
+                continue
+            pinned = access.index - coefficient * Poly.sym("tid.x") + coefficient * value
+            if not _thread_varying(pinned, facts):
+                return pinned
+    return None
+
+
 def _env(t: int, n: int) -> dict[str, int]:
     return {"tid.x": t, "tid.y": 0, "tid.z": 0, "bdim.x": n, "bdim.y": 1, "bdim.z": 1}
 
@@ -897,11 +931,20 @@ class TreeReading:
             return why
         outermost = self._outermost(stmts[0])
         mine = _region_accesses(self.reader, items)
+        # The conditions around the tree and every loop holding it (block-uniform: the context check above),
+        # each decided once for the whole block: a read under the other outcome of one never runs after
+        # this tree (another branch's tree and its root read).
+        context = {(cid, value) for a in facts.accesses if id(a) in mine for cid, value in a.guards
+                   if facts.conditions[cid].kind == "if" and facts.conditions[cid].statement_span[0] <= outermost.start_byte
+                   and outermost.end_byte <= facts.conditions[cid].statement_span[1]}
         roots: list[tuple[str, Poly, Access | None]] = []
+        pinned: set[tuple[str, Poly]] = set()
         for array in _arrays(items):
             found: dict[Poly, Access] = {}
             for a in facts.accesses:
                 if a.array != array or id(a) in mine:
+                    continue
+                if any((cid, not value) in context for cid, value in a.guards):
                     continue
                 if a.via and a.reads:
                     return f"`{a.text}` in the helper `{a.via[-1]}` reads `{array}` outside the tree"
@@ -909,19 +952,53 @@ class TreeReading:
                                                  and not span[0] <= a.span[0] < span[1])
                 if not later or not a.reads:
                     continue
-                if thread_dependence(a.index, facts.opaque) or any(s.startswith(("tid.", "bid.")) for s in a.index.symbols):
-                    return f"`{a.text}` at line {(a.user_line or 0) + 1} reads a slot other than the root after the tree"
-                found.setdefault(a.index, a)
+                index = a.index
+                if _thread_varying(index, facts):
+                    index = _pinned_index(a, facts)
+                    if index is None:
+                        return f"`{a.text}` at line {(a.user_line or 0) + 1} reads a slot other than the root after the tree"
+                    pinned.add((array, index))
+                found.setdefault(index, a)
             roots += [(array, p, a) for p, a in found.items()] or [(array, Poly(), None)]
+        # A root read in one pinned thread may hold the block's slots from the root on (the usual tree) or
+        # up to it (a tree that gathers into its last slot): whichever the simulation proves at every size.
+        # With one block size the base is a number (slot 0 rather than ``511 + 1 - blockDim.x``).
+        last = Poly.const(1 - sizes[0]) if len(sizes) == 1 else Poly.const(1) - Poly.sym("bdim.x")
+        choices = [{}] + ([{key: key[1] + last for key in pinned}] if pinned else [])
+        proofs = []
+        for bases in choices:
+            proofs.append(self._proven(items, span, sizes, roots, bases))
+            if not isinstance(proofs[-1], str):
+                break
+        if isinstance(proofs[-1], str):
+            # The usual tree's reason: the slot read holds no total.
+            return proofs[0]
+        ops = proofs[-1]
+        values = []
+        for array, root_poly, _ in roots:
+            name = self._name(items, array, {p: a for arr, p, a in roots if arr == array})
+            if name is None:
+                return f"the kernel's body does not name `{array}` where the tree is"
+            elem = next(a.elem_type for a in facts.accesses if a.array == array and a.space == "shared")
+            values.append(TreeValue(array, name, elem, ops[(array, root_poly)], root_poly, bases.get((array, root_poly))))
+        loop = items[0][1].loop if len(items) == 1 and items[0][0] == "loop" else None
+        return SharedTree(span, tuple(values), loop, self._user_line(stmts[0].start_point[0]) - 1)
+
+    def _proven(self, items: list, span: tuple[int, int], sizes: list[int], roots: list[tuple[str, Poly, Access | None]],
+                bases: Mapping[tuple[str, Poly], Poly]) -> dict[tuple[str, Poly], str] | str:
+        """Each root's operator when the tree, simulated at every size, leaves in each root the block's
+        slots from its base (the root itself where ``bases`` names none); else why not."""
+        facts = self.ctx.facts
         ops: dict[tuple[str, Poly], str] = {}
         for n in sizes:
             domains: dict[str, set[int]] = {}
-            starts: dict[tuple[str, Poly], int] = {}
+            starts: dict[tuple[str, Poly], tuple[int, int]] = {}
             try:
                 for array, root_poly, _ in roots:
                     r = poly_value(root_poly, _env(0, n), facts.opaque)
-                    starts[(array, root_poly)] = r
-                    domains.setdefault(array, set()).update(range(r, r + n))
+                    b = poly_value(bases.get((array, root_poly), root_poly), _env(0, n), facts.opaque)
+                    starts[(array, root_poly)] = (r, b)
+                    domains.setdefault(array, set()).update(range(b, b + n))
             except Unknown as exc:
                 return f"at {n} threads per block: the root slot is {exc}"
             sim = _simulate(self.reader, items, span, n, domains, all(p == Poly() for _, p, _ in roots))
@@ -931,27 +1008,19 @@ class TreeReading:
             if sim.outside is not None and all(p == Poly() for _, p, _ in roots):
                 return outside
             for array, root_poly, _ in roots:
-                r = starts[(array, root_poly)]
-                if sim.value(array, r) != {j: 1 for j in range(r, r + n)}:
+                r, b = starts[(array, root_poly)]
+                if sim.value(array, r) != {j: 1 for j in range(b, b + n)}:
                     if root_poly == Poly():
                         return f"at {n} threads per block: slot 0 does not end with every slot's value exactly once"
                     return (f"at {n} threads per block: slot {r} of `{array}`, read after the tree, does not end with "
-                            f"slots {r}..{r + n - 1} exactly once: it reads a slot other than the root after the tree")
+                            f"slots {b}..{b + n - 1} exactly once: it reads a slot other than the root after the tree")
                 combined = sim.ops.get((array, r), frozenset())
                 if len(combined) != 1 or ops.setdefault((array, root_poly), next(iter(combined))) not in combined:
                     return (f"at {n} threads per block: slot {r} of `{array}` is combined with "
                             f"{' and '.join(sorted(combined))}, not one operator")
             if sim.outside is not None:
                 return outside
-        values = []
-        for array, root_poly, _ in roots:
-            name = self._name(items, array, {p: a for arr, p, a in roots if arr == array})
-            if name is None:
-                return f"the kernel's body does not name `{array}` where the tree is"
-            elem = next(a.elem_type for a in facts.accesses if a.array == array and a.space == "shared")
-            values.append(TreeValue(array, name, elem, ops[(array, root_poly)], root_poly))
-        loop = items[0][1].loop if len(items) == 1 and items[0][0] == "loop" else None
-        return SharedTree(span, tuple(values), loop, self._user_line(stmts[0].start_point[0]) - 1)
+        return ops
 
     def _name(self, items: list, array: str, roots: Mapping[Poly, Access | None]) -> str | None:
         """The identifier the kernel's body writes the array with, at the tree or at a root read."""
@@ -1010,7 +1079,7 @@ def loop_tree(ctx: RuleContext, loop: LoopFact, sizes: list[int]) -> tuple[str |
         return reading.error, ""
     reading.read(sizes)
     tree = next((t for t in reading.trees if t.loop is not None and t.loop.span == loop.span), None)
-    if tree is not None and len(tree.values) == 1 and tree.values[0].root == Poly():
+    if tree is not None and len(tree.values) == 1 and tree.values[0].root == Poly() and tree.values[0].base is None:
         return None, tree.op
     if any(t.span[0] <= loop.span[0] < t.span[1] for t in reading.trees):
         return "the tree is more than its loop (other steps or values around it)", ""
