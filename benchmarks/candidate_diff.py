@@ -13,7 +13,7 @@ and says per kernel: which candidates were added, removed or changed, which no l
 and whether the candidate that won on the GPU is still listed, byte for byte or as the same
 rewrite under another name (an equivalent one must compile). It prints a table and writes JSON.
 
-    PYTHONPATH=. python3 benchmarks/candidate_diff.py record --out /tmp/before.json [--only A,B] [--no-compile]
+    PYTHONPATH=. python3 benchmarks/candidate_diff.py record --out /tmp/before.json [--only A,B] [--no-compile] [--heldout]
     PYTHONPATH=. python3 benchmarks/candidate_diff.py compare /tmp/before.json /tmp/after.json \\
         --out benchmarks/results/candidate_diff.json
 
@@ -51,13 +51,14 @@ RESULTS = ROOT / "benchmarks" / "results"
 EXAMPLE_NAMES = ("transpose", "streaming", "reduction", "matmul", "histogram", "softmax", "spmv")
 
 
-def targets(only: set[str] | None) -> Iterator[tuple[str, Path, Path]]:
-    """(name, kernel file, spec file) of every non-held-out corpus kernel, then every example."""
+def targets(only: set[str] | None, heldout: bool = False) -> Iterator[tuple[str, Path, Path]]:
+    """(name, kernel file, spec file) of every non-held-out corpus kernel (with ``heldout``, the held-out
+    ones too: whether their candidates compile says nothing of their speed), then every example."""
     for entry in sorted(CORPUS.iterdir()):
         spec = entry / "spec.json"
         if entry.name.startswith("_") or not spec.is_file():
             continue
-        if (json.loads(spec.read_text()).get("notes") or {}).get("heldout"):
+        if not heldout and (json.loads(spec.read_text()).get("notes") or {}).get("heldout"):
             continue
         if only is None or entry.name in only:
             yield entry.name, entry / "kernel.cu", spec
@@ -127,7 +128,7 @@ def record(args: argparse.Namespace) -> int:
     kernels = []
     start = time.monotonic()
     sources = Path(args.sources) if args.sources else None
-    for name, path, spec in targets(only):
+    for name, path, spec in targets(only, args.heldout):
         row = record_one(session, name, path, spec, not args.no_compile, compiled, sources)
         bad = sum(1 for c in row["candidates"] if c.get("compiles") is False)
         print(f"{name:42s} {len(row['candidates']):3d} candidates  {bad} do not compile  {row['generate_s']:.1f} s",
@@ -260,6 +261,7 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--only", help="comma-separated names (corpus folders, example:NAME)")
     rec.add_argument("--no-compile", action="store_true", help="list only (no nvcc)")
     rec.add_argument("--sources", help="also write every candidate's source under this folder")
+    rec.add_argument("--heldout", action="store_true", help="the held-out corpus kernels too (do their candidates compile)")
     rec.set_defaults(func=record)
     cmp = sub.add_parser("compare", help="what changed between two records, against the recorded GPU winners")
     cmp.add_argument("before")

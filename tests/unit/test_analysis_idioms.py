@@ -253,3 +253,52 @@ void run(const double* a, double* b, int n) { k<double, 128><<<(n + 127) / 128, 
 """)
     assert accesses(f) == ["read in[128*bid.x + tid.x]", "write out[128*bid.x + tid.x]"]
     assert f.accesses[0].elem_bytes == 8 and f.value_types == ("double", "int")
+
+
+SPECIALIZED = """
+template <typename Dtype> __device__ Dtype atomic_add(const Dtype val, Dtype* address);
+template <> __device__ float atomic_add(const float val, float* address) { return atomicAdd(address, val); }
+template <> __device__ double atomic_add(const double val, double* address) {
+  unsigned long long* p = reinterpret_cast<unsigned long long*>(address);
+  unsigned long long old = *p, assumed;
+  do {
+    assumed = old;
+    old = atomicCAS(p, assumed, __double_as_longlong(val + __longlong_as_double(assumed)));
+  } while (assumed != old);
+  return __longlong_as_double(old);
+}
+template <typename Dtype>
+__global__ void k(const Dtype* in, const Dtype* idx, Dtype* out, int n) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i < n) atomic_add(in[i], out + (int)idx[i]);
+}
+"""
+
+
+def test_a_call_reaches_the_explicit_specialization_its_argument_types_select():
+    """Caffe's ``caffe_gpu_atomic_add``: the float instance calls the float specialization (an atomicAdd),
+    the double one the CAS loop; whichever specialization the file defines last."""
+    float_facts = facts_of(SPECIALIZED + "template __global__ void k<float>(const float*, const float*, float*, int);\n")
+    assert [(a.kind, a.op, a.array, a.via) for a in float_facts.accesses if a.kind == "atomic"] == \
+        [("atomic", "atomicAdd", "out", ("atomic_add",))]
+    double_facts = facts_of(SPECIALIZED + "template __global__ void k<double>(const double*, const double*, double*, int);\n")
+    assert {a.op for a in double_facts.accesses if a.kind == "atomic"} == {"atomicCAS"}
+    # A literal's and a cast's types select too.
+    overloaded = facts_of("""
+__device__ void put(float* p, float v) { p[0] = v; }
+__device__ void put(float* p, int v) { atomicAdd((int*)p, v); }
+__global__ void k(float* out) { put(out + threadIdx.x, 1.0f); put(out, (int)2); }
+""")
+    assert [a.kind for a in overloaded.accesses] == ["write", "atomic"]
+
+
+def test_cuda_intrinsics_are_functions_of_their_arguments():
+    f = facts_of("""
+__global__ void k(const float* in, float* out, int n) {
+  for (int i = 1; i <= n; i++) {
+    int p = __powf(2, i) + __log2f(in[i]) + __int_as_float(i) + __uint_as_float(i);
+    out[i] = p;
+  }
+}
+""")
+    assert not f.loops[0].calls_unknown

@@ -458,6 +458,44 @@ def test_restrict_const_keeps_a_parameter_copied_to_a_non_const_pointer_non_cons
     assert _compile(tmp_path, rewritten).returncode == 0
 
 
+TEMPLATED = """template <typename T>
+__global__ void k(int n, T* x, T* y);
+
+template <typename T>
+__global__ void k(int n, T* x, T* y)
+{
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) y[i] = 2 * x[i];
+}
+
+template __global__ void k<float>(int n, float* x, float* y);
+"""
+
+
+@pytest.mark.skipif(not HAS_NVCC, reason="nvcc is not on PATH")
+def test_restrict_const_changes_the_declarations_and_instantiations_with_the_definition(tmp_path: Path) -> None:
+    """``const`` is part of a parameter's type: the forward declaration and the explicit instantiation get it
+    too (without it the instantiation would name another function); ``__restrict__`` only on the definition."""
+    outcome = _rule("restrict-const", TEMPLATED)
+    assert outcome.applicable, outcome.why
+    rewritten = outcome.rewrites[0].source
+    assert "__global__ void k(int n, const T* x, T* y);" in rewritten
+    assert "__global__ void k(int n, const T* __restrict__ x, T* __restrict__ y)" in rewritten
+    assert "template __global__ void k<float>(int n, const float* x, float* y);" in rewritten
+    assert _compile(tmp_path, rewritten).returncode == 0
+    assert _compile(tmp_path, rewritten.replace("<float>(int n, const float* x", "<float>(int n, float* x")).returncode != 0
+
+
+def test_restrict_const_leaves_const_off_where_a_macro_instantiates_the_kernel() -> None:
+    by_macro = TEMPLATED.replace("template __global__ void k<float>(int n, float* x, float* y);",
+                                 "#define INSTANTIATE(T) template __global__ void k<T>(int n, T* x, T* y)\nINSTANTIATE(float);")
+    outcome = _rule("restrict-const", by_macro)
+    assert outcome.applicable and "x declared again in a header or by a macro" in outcome.why
+    rewritten = outcome.rewrites[0].source
+    assert "const" not in rewritten
+    assert "void k(int n, T* __restrict__ x, T* __restrict__ y)" in rewritten
+
+
 def test_block_sizes_change_launch_bounds_with_the_block() -> None:
     bounded = ELEMENTWISE.replace("__global__ void k(", "__global__ void __launch_bounds__(256) k(")
     rewrites = _rule("block-size", bounded).rewrites

@@ -33,7 +33,9 @@ from kernel_lsp.core.analysis.facts import (
     Access, Barrier, Comparison, Condition, IndexUse, KernelFacts, LoopFact, Opaque, Reduction, WarpOperation, implied,
     thread_dependence,
 )
-from kernel_lsp.core.analysis.program import Alias, Functor, alias_table, call_operators, explicit_instantiations
+from kernel_lsp.core.analysis.program import (
+    Alias, Functor, alias_table, call_operators, redeclared_parameters,
+)
 from kernel_lsp.core.analysis.summaries import (
     block_strided_loops, global_index, grid_threads, helper_reading_thread_index, index_bound, outside_global_index,
     per_block_outputs, shared_combine_loops, split_block_base, stencil_offsets, summary, thread_mapping,
@@ -48,10 +50,10 @@ from kernel_lsp.core.analysis.walk import analyze
 __all__ = [
     "Access", "Alias", "alias_table", "analyze", "assigned_names", "Barrier", "bind", "Binding",
     "block_strided_loops", "call_operators", "Comparison", "Condition", "conditional_update", "declared_anywhere",
-    "describe", "evaluate", "explicit_instantiations", "function_definitions", "Functor", "global_index",
+    "describe", "evaluate", "function_definitions", "Functor", "global_index",
     "grid_threads", "has_node", "helper_reading_thread_index", "identifiers_in", "implied", "index_bound", "IndexUse",
     "is_pure_math", "KernelFacts", "LoopFact", "node_text", "Opaque", "outside_global_index", "parse_text", "Pattern",
-    "per_block_outputs", "Reduction", "shared_combine_loops", "split_block_base", "stencil_offsets", "summary",
+    "per_block_outputs", "redeclared_parameters", "Reduction", "shared_combine_loops", "split_block_base", "stencil_offsets", "summary",
     "thread_dependence", "thread_mapping", "threads_cooperate", "threads_differ_only_by", "trip_count", "value_range",
     "WarpOperation", "_data_dependent", "_data_term",
 ]

@@ -242,22 +242,36 @@ def _instantiations(root: Node, src: bytes) -> dict[str, tuple[str, ...]]:
     return found
 
 
-def explicit_instantiations(text: str) -> frozenset[str]:
-    """Names of the function templates the text instantiates explicitly (``template __global__ void
-    k<float>(float* p);``): such a declaration repeats the parameter types, so a rewrite that
-    changes them must change it too."""
+def redeclared_parameters(text: str, name: str) -> tuple[tuple[tuple[int, int, bool], ...], ...]:
+    """The parameter lists of every declaration of function ``name`` in ``text`` other than its
+    definition: forward declarations (``template <typename T> __global__ void k(T* p);``) and explicit
+    instantiations (``template __global__ void k<float>(float* p);``). Each parameter as (start byte,
+    end byte, whether the data it points to is ``const``): a rewrite that changes the definition's
+    parameter types must change them alike, or they name another function."""
     src, root = parse_text(text)
-    found = set()
+    found = []
     stack = [root]
     while stack:
         node = stack.pop()
-        if node.type == "template_instantiation":
-            tf = next((d for d in _descendants(node, 3) if d.type == "template_function"), None)
-            name = tf.child_by_field_name("name") if tf is not None else None
-            if name is not None:
-                found.add(node_text(src, name).rsplit("::", 1)[-1])
-        stack.extend(node.children)
-    return frozenset(found)
+        if node.type == "function_definition":
+            continue
+        if node.type in ("template_instantiation", "declaration", "field_declaration"):
+            declarator = next((d for d in _descendants(node, 3) if d.type == "function_declarator"), None)
+            fn = declarator.child_by_field_name("declarator") if declarator is not None else None
+            if fn is not None and fn.type == "template_function":
+                fn = fn.child_by_field_name("name")
+            plist = declarator.child_by_field_name("parameters") if declarator is not None else None
+            if fn is not None and plist is not None and node_text(src, fn).rsplit("::", 1)[-1] == name:
+                params = [p for p in plist.named_children if p.type in ("parameter_declaration", "optional_parameter_declaration")]
+                found.append(tuple((p.start_byte, p.end_byte, _points_to_const(p, src)) for p in params))
+                continue
+        stack.extend(reversed(node.children))
+    return tuple(found)
+
+
+def _points_to_const(param: Node, src: bytes) -> bool:
+    """The parameter's declared type (before its pointer declarator) is ``const``."""
+    return any(c.type == "type_qualifier" and node_text(src, c) == "const" for c in param.children)
 
 
 def _file_constants(root: Node, src: bytes) -> dict[str, str]:

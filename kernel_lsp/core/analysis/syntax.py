@@ -35,12 +35,20 @@ def _strip_qualifiers(type_text: str) -> str:
     return base or "int"
 
 
-_MATH_PREFIXES = ("__f", "__d", "__int2", "__float2", "__half2", "__expf", "__logf", "__powf", "__sinf", "__cosf")
+_MATH_PREFIXES = ("__f", "__d", "__int2", "__float2", "__half2", "__expf", "__exp10f", "__logf", "__log2f", "__log10f",
+                  "__powf", "__sinf", "__cosf", "__tanf", "__sincosf", "__ll2", "__ull2", "__uint2", "__hadd", "__hmul",
+                  "__hsub", "__hfma", "__popc", "__clz", "__ffs", "__brev")
+#: Intrinsics of the CUDA programming guide that reinterpret or combine integers: functions of their arguments.
+_BIT_INTRINSICS = frozenset({
+    "__saturatef", "__int_as_float", "__uint_as_float", "__longlong_as_double", "__mulhi", "__umulhi", "__mul64hi",
+    "__umul64hi", "__sad", "__usad", "__byte_perm", "__funnelshift_l", "__funnelshift_r", "__funnelshift_lc",
+    "__funnelshift_rc", "__rhadd", "__urhadd", "__uhadd",
+})
 
 
 def _is_pure_math(name: str) -> bool:
     """Functions of values only (no memory side effects): the CUDA math library and intrinsics."""
-    if name.startswith(_MATH_PREFIXES) or name in ("__saturatef", "__popc", "__clz", "__ffs", "__brev"):
+    if name.startswith(_MATH_PREFIXES) or name in _BIT_INTRINSICS:
         return True
     base = name[:-1] if name.endswith("f") else name
     return base in _MATH_FUNCTIONS

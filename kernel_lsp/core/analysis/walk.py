@@ -239,16 +239,29 @@ class _Guard:
         self.walker.guards.pop()
 
 
+#: CUDA's atomic functions (and their ``_block``/``_system`` scopes): a helper the file defines under
+#: another name that starts with ``atomic`` (``atomic_add``, ``atomicMaxFloat``) is walked as a helper.
+_ATOMIC_INTRINSICS = frozenset(f"atomic{op}{scope}" for op in ("Add", "Sub", "Exch", "Min", "Max", "Inc", "Dec", "CAS",
+                                                               "And", "Or", "Xor")
+                               for scope in ("", "_block", "_system"))
+
+
 class _Budget(Exception):
     pass
 
 
 class _Walker:
     def __init__(self, src: bytes, pre: Preprocessed | None, helpers: Mapping[str, Node],
-                 structs: Mapping[str, _Struct], constants: Mapping[str, str]) -> None:
+                 structs: Mapping[str, _Struct], constants: Mapping[str, str],
+                 overloads: Mapping[str, tuple[Node, ...]] | None = None) -> None:
         self.src = src
         self.pre = pre
         self.helpers = helpers
+        self.overloads = overloads or {}
+        """Every ``__device__`` definition of a name (overloads, a template and its explicit
+        specializations): a call takes the one its arguments' types select (:meth:`chosen_helper`)."""
+        self.scalar_types: dict[str, str] = {}
+        """Declared types of the scalar parameters and locals in scope (aliases and template types resolved)."""
         self.structs = structs
         self.constants = constants
         self.accesses: list[Access] = []
@@ -1042,7 +1055,7 @@ class _Walker:
         group_call = self.group_call(node, fn, args, short)
         if group_call is not _NOT_A_GROUP_CALL:
             return group_call
-        if short.startswith("atomic") and args:
+        if short.startswith("atomic") and args and (short in _ATOMIC_INTRINSICS or short not in self.helpers):
             if args[0].type == "pointer_expression" and node_text(self.src, args[0]).startswith("&"):
                 target = self.address(args[0].child_by_field_name("argument"))
             else:
@@ -1097,7 +1110,7 @@ class _Walker:
             if isinstance(a, Poly) and isinstance(b, Poly):
                 return self.fresh(node_text(self.src, node), [a, b], (short.lstrip("ul"), a, b))
             return self.fresh(node_text(self.src, node), [a, b])
-        helper = self.helpers.get(short)
+        helper = self.chosen_helper(short, args)
         if helper is not None and len(self.via) < _MAX_INLINE_DEPTH and short not in self.via:
             return self.inline(short, helper, args, node)
         if fn is not None and fn.type == "parenthesized_expression" and len(args) == 1 and self.is_type(fn):
@@ -1111,6 +1124,73 @@ class _Walker:
         if not _is_pure_math(short):
             self.unknown_calls += 1
         return self.fresh(node_text(self.src, node), values)
+
+    def chosen_helper(self, name: str, args: list[Node]) -> Node | None:
+        """The definition of helper ``name`` a call with ``args`` reaches: of several (overloads, a
+        template's explicit specializations ``template <> float f(const float v, float* p)``), the one
+        whose parameter types agree with the arguments' known types and match most of them; a
+        template's own type parameters match any type."""
+        found = self.overloads.get(name, ())
+        if len(found) <= 1:
+            return self.helpers.get(name)
+        arg_types = [self.static_type(a) for a in args]
+        best, best_score = None, -1
+        for definition in found:
+            params = _param_list(definition, self.src)
+            if len(params) != len(args):
+                continue
+            free = {n for n, is_type in _template_params(definition, self.src) if is_type}
+            score = 0
+            for (_, ptype, is_pointer), known in zip(params, arg_types):
+                base, depth, _ = self.resolve_type(ptype) if ptype not in free else (ptype, 0, False)
+                if known is None or ptype in free:
+                    continue
+                if (base, is_pointer or depth > 0) != known:
+                    score = -1
+                    break
+                score += 1
+            if score >= best_score:
+                best, best_score = definition, score
+        return best if best is not None else self.helpers.get(name)
+
+    def static_type(self, node: Node) -> tuple[str, bool] | None:
+        """(base type, is a pointer) of an argument as far as declarations tell, without walking it (so
+        nothing is recorded twice): a literal, a variable, an element of a known array, pointer
+        arithmetic, a cast; None when unknown."""
+        while node.type == "parenthesized_expression" and node.named_children:
+            node = node.named_children[-1]
+        text = node_text(self.src, node)
+        if node.type == "number_literal":
+            floating = "." in text or ("e" in text.lower() and not text.lower().startswith("0x"))
+            if text.lower().endswith("f") and not text.lower().startswith("0x"):
+                return "float", False
+            return ("double" if floating else "int"), False
+        if node.type == "identifier":
+            value = self.env.get(text)
+            if isinstance(value, _Pointer):
+                return self.ty(value.elem_type), True
+            if text in self.arrays and not self.arrays[text].dims:
+                return self.ty(self.arrays[text].elem_type), True
+            return (self.scalar_types[text], False) if text in self.scalar_types else None
+        if node.type == "subscript_expression":
+            inner = self.static_type(node.child_by_field_name("argument"))
+            return (inner[0], False) if inner is not None and inner[1] else None
+        if node.type == "pointer_expression":
+            inner = self.static_type(node.child_by_field_name("argument"))
+            if inner is None:
+                return None
+            return (inner[0], True) if text.startswith("&") and not inner[1] else (inner[0], False) if inner[1] else None
+        if node.type == "binary_expression" and node_text(self.src, node.child_by_field_name("operator")) in "+-":
+            sides = [self.static_type(node.child_by_field_name(f)) for f in ("left", "right")]
+            pointers = [t for t in sides if t is not None and t[1]]
+            return pointers[0] if len(pointers) == 1 else None
+        if node.type == "cast_expression":
+            type_node = node.child_by_field_name("type")
+            if type_node is not None:
+                written = node_text(self.src, type_node)
+                base, depth, _ = self.resolve_type(written.replace("*", " "))
+                return base, "*" in written or depth > 0
+        return None
 
     def warp_operation(self, node: Node) -> None:
         self.shuffles += 1
@@ -1273,6 +1353,7 @@ class _Walker:
                 self.copied_to_nonconst(value)
             values.append(_volatile(value, data_volatile))
         saved_env, saved_returns, saved_arrays = self.env, self.returns, dict(self.arrays)
+        saved_scalar_types = self.scalar_types
         saved_types, saved_constants = self.types, self.constants
         saved_refs, saved_groups = self.refs, self.groups
         fn = node.child_by_field_name("function")
@@ -1298,6 +1379,7 @@ class _Walker:
             env[pname] = value
         self.env, self.returns = env, []
         self.refs, self.groups = refs, groups
+        self.scalar_types = {pname: ptype for pname, ptype, is_pointer in params if not is_pointer}
         self.via.append(name)
         try:
             body = helper.child_by_field_name("body")
@@ -1308,6 +1390,7 @@ class _Walker:
             returns = self.returns
             self.env, self.returns = saved_env, saved_returns
             self.arrays = saved_arrays
+            self.scalar_types = saved_scalar_types
             self.types, self.constants = saved_types, saved_constants
             self.refs, self.groups = saved_refs, saved_groups
         if len(returns) == 1:
@@ -1454,6 +1537,10 @@ class _Walker:
                     self.nonconst_locals.add(name)
                     if isinstance(value, _Pointer):
                         self.copied_to_nonconst(value)
+            if is_pointer:
+                self.scalar_types.pop(name, None)
+            else:
+                self.scalar_types[name] = base_type
             if is_pointer and isinstance(value, _Pointer):
                 self.env[name] = _Pointer(value.base, value.space, value.offset, base_type if base_type != "void" else value.elem_type,
                                           volatile=value.volatile or data_volatile)
@@ -1831,6 +1918,10 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     src, root = parse_text(text)
     functions = list(function_definitions(root, src))
     helpers = {name: node for name, node, head in functions if "__global__" not in head and "__device__" in head}
+    overloads: dict[str, tuple[Node, ...]] = {}
+    for name, node, head in functions:
+        if "__global__" not in head and "__device__" in head:
+            overloads[name] = (*overloads.get(name, ()), node)
     structs = _struct_layouts(root, src)
     instances = _instantiations(root, src)
     functors = call_operators(root, src)
@@ -1842,15 +1933,17 @@ def analyze(pre: Preprocessed | str, constants: Mapping[str, str] | None = None)
     for name, node, head in functions:
         if "__global__" not in head or name in out:
             continue
-        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts, instances.get(name), functors, aliases)
+        out[name] = _analyze_kernel(name, node, src, view, helpers, structs, consts, instances.get(name), functors, aliases,
+                                    overloads)
     return out
 
 
 def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None, helpers: Mapping[str, Node],
                     structs: Mapping[str, _Struct], constants: Mapping[str, str],
                     instance: tuple[str, ...] | None = None, functors: Mapping[str, Functor] | None = None,
-                    aliases: Mapping[str, Alias] | None = None) -> KernelFacts:
-    walker = _Walker(src, pre, helpers, structs, constants)
+                    aliases: Mapping[str, Alias] | None = None,
+                    overloads: Mapping[str, tuple[Node, ...]] | None = None) -> KernelFacts:
+    walker = _Walker(src, pre, helpers, structs, constants, overloads)
     walker.functors = functors or {}
     walker.aliases = aliases or {}
     top = node
@@ -1870,6 +1963,7 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
             walker.arrays[pname] = _Array(pname, "global", ptype, (), k < len(shapes) and shapes[k][2])
         else:
             walker.env[pname] = Poly.sym(pname)
+            walker.scalar_types[pname] = ptype
             if any(w == ptype or ptype.startswith(w) for w in _WIDE_TYPES):
                 walker.wide_vars.add(pname)
     body = node.child_by_field_name("body")

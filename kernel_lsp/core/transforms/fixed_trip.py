@@ -34,12 +34,13 @@ from tree_sitter import Node
 
 from kernel_lsp.core.analysis import node_text as _text, has_node as _has, identifiers_in as _identifiers
 from kernel_lsp.core.analysis import (
-    Binding, LoopFact, assigned_names, explicit_instantiations, thread_dependence, trip_count,
+    Binding, LoopFact, assigned_names, thread_dependence, trip_count,
 )
 from kernel_lsp.core.index import build_index
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse, pragma_before
+from kernel_lsp.core.transforms.qualifiers import requalified
 
 #: Largest trip count unrolled (a longer loop gains little and grows the code).
 MAX_TRIP = 32
@@ -166,8 +167,9 @@ class FixedTripUnroll(Rule):
 
 def _restrict(source: str, ctx: RuleContext) -> str | None:
     """``source`` with the kernel's pointer parameters ``__restrict__`` (and ``const`` where never
-    written), when the spec proves them distinct arrays; None when that adds nothing."""
-    if not ctx.distinct_arrays() or ctx.kernel.name in explicit_instantiations(ctx.preprocessed.text):
+    written nor copied to non-const pointers), when the spec proves them distinct arrays; None when
+    that adds nothing."""
+    if not ctx.distinct_arrays():
         return None
     kernel = next((k for k in build_index(source).kernels if k.name == ctx.kernel.name), None)
     if kernel is None:
@@ -175,9 +177,8 @@ def _restrict(source: str, ctx: RuleContext) -> str | None:
     pointers = [p for p in kernel.params if p.pointer_depth == 1]
     if len(pointers) < 2 or all(p.is_restrict for p in pointers):
         return None
-    out = source.encode("utf-8")
-    for p in sorted(pointers, key=lambda p: -p.span.start_byte):
-        const = p.is_const or p.name in ctx.read_only
-        new = f"{'const ' if const else ''}{p.base_type}* __restrict__ {p.name}"
-        out = out[: p.span.start_byte] + new.encode() + out[p.span.end_byte :]
-    return out.decode("utf-8")
+    copied = set(ctx.facts.nonconst_copies) if ctx.facts is not None else set()
+    restrict = {p.name for p in pointers}
+    const = {p.name for p in pointers if p.name in ctx.read_only} - copied
+    return requalified(source, kernel, ctx.preprocessed.text, const, restrict) or requalified(
+        source, kernel, ctx.preprocessed.text, set(), restrict)

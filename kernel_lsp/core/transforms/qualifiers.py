@@ -17,8 +17,9 @@ overload and the spec proves the written arrays are other allocations.
 
 from __future__ import annotations
 
-from kernel_lsp.core.analysis import explicit_instantiations
+from kernel_lsp.core.analysis import redeclared_parameters
 from kernel_lsp.core.consteval import evaluate_int
+from kernel_lsp.core.index import Function
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
 
@@ -40,28 +41,63 @@ def _line_start(source_bytes: bytes, at: int) -> int:
     return source_bytes.rfind(b"\n", 0, at) + 1
 
 
+def requalified(source: str, kernel: Function, preprocessed: str, add_const: set[str], add_restrict: set[str]) -> str | None:
+    """``source`` with ``const`` data on the pointer parameters ``add_const`` names and ``__restrict__`` on
+    those ``add_restrict`` names; the kernel's forward declarations and explicit instantiations in the
+    file get the same ``const`` (it is part of the parameter's type: without it they would declare
+    another function, and the instantiation would instantiate nothing). None when one of them cannot be
+    edited: it is in a header or made by a macro (``preprocessed`` has more of them than ``source``), or
+    its parameters are not the definition's."""
+    edits: list[tuple[int, int, str]] = []
+    for p in kernel.params:
+        if p.name not in add_const | add_restrict:
+            continue
+        const = p.is_const or p.name in add_const
+        restrict = p.is_restrict or p.name in add_restrict
+        edits.append((p.span.start_byte, p.span.end_byte,
+                      f"{'const ' if const else ''}{p.base_type}* {'__restrict__ ' if restrict else ''}{p.name}"))
+    newly_const = [k for k, p in enumerate(kernel.params) if p.name in add_const and not p.is_const]
+    if newly_const:
+        mine = redeclared_parameters(source, kernel.name)
+        if len(mine) != len(redeclared_parameters(preprocessed, kernel.name)):
+            return None
+        for params in mine:
+            if len(params) != len(kernel.params):
+                return None
+            edits += [(params[k][0], params[k][0], "const ") for k in newly_const if not params[k][2]]
+    out = source.encode("utf-8")
+    for start, end, text in sorted(edits, reverse=True):
+        out = out[:start] + text.encode("utf-8") + out[end:]
+    return out.decode("utf-8")
+
+
 class RestrictConst(Rule):
     name = "restrict-const"
     technique = "restrict-const"
     summary = "const on never-written pointer parameters; __restrict__ when the spec proves they are distinct arrays"
 
-    def _plan(self, ctx: RuleContext) -> tuple[set[str], set[str], set[str]]:
-        """(const to add, __restrict__ to add, read-only parameters kept non-const because the kernel copies them)."""
+    def _plan(self, ctx: RuleContext) -> tuple[set[str], set[str], set[str], str | None]:
+        """(const to add, __restrict__ to add, read-only parameters kept non-const and why, the rewritten
+        source or None when there is nothing to add)."""
         pointers = [p for p in ctx.kernel.params if p.pointer_depth == 1]
         facts = ctx.facts
         copied = set(facts.nonconst_copies) if facts is not None else set()
         read_only = {p.name for p in pointers if not p.is_const and p.name in ctx.read_only}
         add_const = read_only - copied
         add_restrict = {p.name for p in pointers if not p.is_restrict} if ctx.distinct_arrays() and len(pointers) > 1 else set()
-        return add_const, add_restrict, read_only & copied
+        kept = {name: "copied to non-const pointers" for name in read_only & copied}
+        source = requalified(ctx.source, ctx.kernel, ctx.preprocessed.text, add_const, add_restrict)
+        if source is None:
+            kept.update({name: "declared again in a header or by a macro, where its type cannot change" for name in add_const})
+            add_const = set()
+            source = requalified(ctx.source, ctx.kernel, ctx.preprocessed.text, add_const, add_restrict)
+        note = "".join(f"; {name} {why}, kept non-const" for name, why in sorted(kept.items()))
+        return add_const, add_restrict, note, source if add_const or add_restrict else None
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         if not any(p.pointer_depth == 1 for p in ctx.kernel.params):
             return False, "no pointer parameters"
-        if ctx.kernel.name in explicit_instantiations(ctx.preprocessed.text):
-            return False, "the file instantiates the template explicitly with these parameter types"
-        add_const, add_restrict, kept = self._plan(ctx)
-        note = f"; {', '.join(sorted(kept))} copied to non-const pointers, kept non-const" if kept else ""
+        add_const, add_restrict, note, _ = self._plan(ctx)
         if not add_const and not add_restrict:
             if ctx.spec is None:
                 return False, ("no pointer is provably read-only, and __restrict__ needs a launch spec proving distinct "
@@ -70,21 +106,16 @@ class RestrictConst(Rule):
         return True, f"const: {sorted(add_const) or 'none'}; __restrict__: {sorted(add_restrict) or 'none'}{note}"
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
-        add_const, add_restrict, _ = self._plan(ctx)
-        out = ctx.source_bytes
-        for p in sorted(ctx.kernel.params, key=lambda p: -p.span.start_byte):
-            if p.name not in add_const | add_restrict:
-                continue
-            const = p.is_const or p.name in add_const
-            restrict = p.is_restrict or p.name in add_restrict
-            new = f"{'const ' if const else ''}{p.base_type}* {'__restrict__ ' if restrict else ''}{p.name}"
-            out = out[: p.span.start_byte] + new.encode() + out[p.span.end_byte :]
+        add_const, add_restrict, _, source = self._plan(ctx)
+        assert source is not None
         parts = []
         if add_const:
             parts.append("const on " + ", ".join(sorted(add_const)))
         if add_restrict:
             parts.append("__restrict__ on " + ", ".join(sorted(add_restrict)))
-        return (Rewrite(out.decode("utf-8"), "; ".join(parts)),)
+        if add_const and redeclared_parameters(ctx.source, ctx.kernel.name):
+            parts.append("the kernel's other declarations changed alike")
+        return (Rewrite(source, "; ".join(parts)),)
 
 
 class LaunchBounds(Rule):

@@ -384,6 +384,8 @@ def _declared(declarator: Node, src: bytes) -> str | None:
 
 
 _BLOCK_INDEX = re.compile(r"\b(blockIdx|gridDim)\b")
+#: Written like calls, but casts or checks that touch no memory and read no index.
+_NO_CALLS = frozenset({"static_cast", "reinterpret_cast", "const_cast", "assert", "this_thread_block", "tiled_partition"})
 
 
 def _call_refusal(facts: KernelFacts, body: Node, root: Node, src: bytes) -> str | None:
@@ -391,8 +393,13 @@ def _call_refusal(facts: KernelFacts, body: Node, root: Node, src: bytes) -> str
 
     Math functions and vector constructors are functions of their arguments; a helper defined in the file
     is one too when it reads no block index and stores nothing (the analysis sees its stores), nor calls
-    anything that does. A cast written like a call (``(floatX)(x)``) is no call."""
+    anything that does. A cast written like a call (``(floatX)(x)``, ``reinterpret_cast<float4*>(p)``) is
+    no call; ``assert`` reads and writes nothing the copies differ in, nor does making a thread block's
+    group or its tiles; a cooperative group's rank or size
+    that the analysis reads as a thread-index polynomial (:attr:`KernelFacts.group_values`) is the same
+    for every copy."""
     allowed = {*(b.span for b in facts.barriers), *(w.span for w in facts.warp_operations)}
+    thread_only = set(facts.group_values)
     helpers = {name: node for name, node, _ in function_definitions(root, src)}
     storing = {name for a in facts.accesses if a.writes for name in a.via}
     seen: set[str] = set()
@@ -403,7 +410,8 @@ def _call_refusal(facts: KernelFacts, body: Node, root: Node, src: bytes) -> str
             if fn is None or fn.type == "parenthesized_expression" or (call.start_byte, call.end_byte) in allowed:
                 continue
             name = _text(src, fn).split("<", 1)[0].rsplit("::", 1)[-1].rsplit(".", 1)[-1].strip()
-            if is_pure_math(name) or name.startswith("make_") or name in seen:
+            if is_pure_math(name) or name.startswith("make_") or name in seen or name in _NO_CALLS \
+                    or "".join(_text(src, call).split()) in thread_only:
                 continue
             helper = helpers.get(name)
             if helper is None:
