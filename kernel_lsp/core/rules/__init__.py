@@ -38,6 +38,7 @@ from kernel_lsp.core.transforms.more_parallelism import FullerBlocks, SectorPerR
 from kernel_lsp.core.transforms.privatize import SharedPrivatize
 from kernel_lsp.core.transforms.qualifiers import LaunchBounds, PragmaUnroll, ReadOnlyLoads, RestrictConst
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
+from kernel_lsp.core.transforms.row_cache import RowCache
 from kernel_lsp.core.transforms.split_reduction import SplitReduction
 from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore, SharedTileTranspose
 from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
@@ -74,6 +75,7 @@ RULES: tuple[Rule, ...] = (
     SharedTileLoad(),
     VectorizeElementwise(),
     FixedTripUnroll(),
+    RowCache(),
     LoadBatch(),
     IndexSwap(),
     GridStride(),
@@ -91,7 +93,7 @@ COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "se
                         "tile-contraction", "fixed-trip-unroll", "tree-to-shuffle", "tree-to-registers",
                         "atomic-to-block-reduce", "shared-privatize", "shared-tile-store", "shared-tile-load",
                         "columns-per-warp", "warp-aggregate",
-                        "stencil-shared-window", "tiled-register-block", "split-reduction"})
+                        "stencil-shared-window", "tiled-register-block", "split-reduction", "row-cache"})
 #: Rules whose rewrite needs a launch of its own (a spec ``candidate`` field) and may still be the first
 #: step of a sequence: the later steps see that launch as the kernel's (the output's rows on y, then
 #: the tiles of its dot product).

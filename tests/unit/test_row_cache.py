@@ -1,0 +1,109 @@
+"""Row caching: a row several loops of a thread read element by element, loaded once into registers.
+Where it applies, each refusal's missing fact, the candidate compiled by nvcc, and the rewrite run on the
+CPU beside the original at row lengths inside and outside the cached share: the same bits out."""
+
+from __future__ import annotations
+
+import shutil
+
+import pytest
+
+from cpu_cuda import run_on_cpu
+from kernel_lsp.core.rules import evaluate, rule_by_name
+from kernel_lsp.core.spec import parse_spec
+from nvcc_check import compiles
+
+needs_gpp = pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on PATH")
+needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+
+# A warp per row: the mean, the variance and the output each walk the row's lane-strided share.
+NORM = """
+#define EPS 1e-5f
+__global__ void norm(const float* x, float* y, int rows, int C) {
+    int lane = threadIdx.x & 31;
+    int row = (blockIdx.x * blockDim.x + threadIdx.x) / 32;
+    if (row >= rows) return;
+    const float* r = x + row * C;
+    float s = 0.0f;
+    for (int i = lane; i < C; i += 32) s += r[i];
+    for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+    float m = s / C;
+    float v = 0.0f;
+    for (int i = lane; i < C; i += 32) {
+        float d = r[i] - m;
+        v += d * d;
+    }
+    for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+    float inv = 1.0f / sqrtf(v / C + EPS);
+    for (int j = lane; j < C; j += 32) y[row * C + j] = (r[j] - m) * inv;
+}
+"""
+SPEC = {
+    "kernel": "norm",
+    "params": [
+        {"name": "x", "array": "float32", "size": "rows*C", "init": "uniform(-1,1)", "role": "in"},
+        {"name": "y", "array": "float32", "size": "rows*C", "init": "zeros", "role": "out"},
+        {"name": "rows", "scalar": "int32", "value": 4096},
+        {"name": "C", "scalar": "int32", "value": 256},
+    ],
+    "grid": ["(rows*32+255)/256", "1", "1"],
+    "block": [256, 1, 1],
+    "variants": [{"rows": 100, "C": 200}],
+}
+MAIN = r"""
+int main() {
+  const int rows = 9, C = COLS;
+  std::vector<float> x(rows * C), y(rows * C, -7.0f);
+  for (int k = 0; k < rows * C; k++) x[k] = (float)((k * 7919) % 2003) / 1001.0f - 1.0f;
+  kl_launch({(rows * 32 + 255) / 256, 1, 1}, {256, 1, 1}, [&] { norm(x.data(), y.data(), rows, C); });
+  for (int k = 0; k < rows * C; k++) printf("%a\n", y[k]);
+}
+"""
+
+
+def outcome(source: str, spec: dict | None = SPEC, kernel: str = "norm"):
+    return evaluate(source, kernel, parse_spec(spec) if spec else None, [rule_by_name("row-cache")])[0]
+
+
+@needs_gpp
+def test_three_passes_read_the_row_once_and_give_the_same_bits(tmp_path):
+    found = outcome(NORM)
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    # 256 columns over 32 lanes: 8 elements per thread at the spec's size.
+    assert "float kl_row[8];" in rw.source and rw.source.count("kl_row[kl_k] = r[i];") == 1
+    assert rw.source.count("#pragma unroll") == 3 and "sqrtf(v / C + EPS)" in rw.source
+    # Inside the cached share, at its edge, and past it (lanes whose share is larger run the original loops).
+    for cols in (37, 256, 257, 300):
+        main = MAIN.replace("COLS", str(cols))
+        assert run_on_cpu(rw.source, main, tmp_path, f"cached{cols}") == run_on_cpu(NORM, main, tmp_path, f"orig{cols}")
+
+
+@needs_nvcc
+def test_the_cached_passes_compile(tmp_path):
+    (rw,) = outcome(NORM).rewrites
+    compiles(rw.source, tmp_path)
+
+
+def test_a_read_a_condition_decides_in_the_first_pass_is_not_loaded_ahead():
+    guarded = NORM.replace("for (int i = lane; i < C; i += 32) s += r[i];",
+                           "for (int i = lane; i < C; i += 32) if (i % 3 == 0) s += r[i];")
+    found = outcome(guarded)
+    assert not found.applicable and "a condition inside the loop decides whether `r[i]` is read" in found.why
+
+
+def test_refusals_name_the_missing_fact():
+    written = NORM.replace("const float* x", "float* x").replace("y[row * C + j] = (r[j] - m) * inv;",
+                                                                  "x[row * C + j] = (r[j] - m) * inv;")
+    assert "no array the kernel never writes" in outcome(written).why
+    early = NORM.replace("float d = r[i] - m;", "float d = r[i] - m;\n        if (d > 100.0f) break;")
+    assert "can leave an iteration or the loop early" in outcome(early).why
+    moved = NORM.replace("float v = 0.0f;", "float v = 0.0f;\n    C = C - 0;")
+    assert "C, read by the loops' headers, is assigned between" in outcome(moved).why
+    long_rows = dict(SPEC, params=[*SPEC["params"][:3], dict(SPEC["params"][3], value=4096)])
+    assert "a thread runs 128 iterations at the spec's size" in outcome(NORM, long_rows).why
+    template = NORM.replace("__global__ void norm(const float* x, float* y,",
+                            "template <typename T>\n__global__ void norm(const T* x, T* y,")
+    assert "the kernel is a template" in outcome(template).why
+    single = NORM.split("    float v = 0.0f;")[0] + "    y[row] = m;\n}\n"
+    assert "no two loops at one level run the same iterations" in outcome(single).why
