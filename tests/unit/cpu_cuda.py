@@ -1,6 +1,7 @@
 """CUDA kernels run on the CPU for the transformation tests: every thread of a block a ``std::thread``,
 ``__syncthreads`` a real barrier (a thread that has returned is not waited for, as on Volta and
-later), warp shuffles an exchange between the 32 threads of a warp, cooperative groups' block and
+later), ``__syncwarp`` and warp shuffles an exchange between the 32 threads of a warp (all of which must
+reach it), cooperative groups' block and
 32-thread tiles with their ranks, sizes and ``reduce``.
 
 ``run_on_cpu(source, main, tmp_path, name)`` compiles the kernel with ``main`` (which launches it
@@ -31,6 +32,7 @@ static std::vector<std::unique_ptr<std::barrier<>>> kl_warps;
 static double kl_lanes[1024];
 static std::atomic<int> kl_vote{0};
 static void __syncthreads() { kl_barrier->arrive_and_wait(); }
+static void __syncwarp(unsigned = 0xffffffffu) { kl_warps[kl_flat / 32]->arrive_and_wait(); }
 // A block-wide vote: whether any thread's v is `want` (or: want 1; and: want 0, answer negated).
 static int kl_block_vote(int v, int want) {
   kl_barrier->arrive_and_wait();

@@ -453,3 +453,105 @@ def test_a_tree_under_a_test_every_thread_of_the_block_shares_is_rewritten(test,
 def test_a_tree_under_a_thread_dependent_test_is_refused(test):
     found = outcome("tree-to-shuffle", UNDER_IF.replace("TEST", test), spec_of("partial", 256, [{"n": 1000}]))
     assert not found.applicable and "sits under a condition" in found.why, found.why
+
+
+# A warp (or a group of a warp's lanes) per row, its lanes' sums combined by a warp-synchronous tree on
+# volatile shared memory, the group's first thread storing the row's total (the pre-Volta idiom, a race
+# on Volta and later without __syncwarp).
+GROUP_TREE = """
+__global__ void rows(const float* a, float* y, int nrows, int cols) {
+    __shared__ volatile float part[256];
+    int t = threadIdx.x;
+    int lane = t & (LANES - 1);
+    int row = (blockIdx.x * blockDim.x + t) / LANES;
+    if (GUARD) {
+        float sum = 0.0f;
+        for (int j = lane; j < cols; j += LANES) sum += a[row * cols + j];
+        part[t] = sum;
+        STEPS
+        if (lane == 0) y[row] = part[t];
+    }
+}
+"""
+GROUP_MAIN = r"""
+int main() {
+  const int nrows = ROWS, cols = 45;
+  std::vector<float> a(nrows * cols), y(nrows, -1.0f);
+  for (int k = 0; k < nrows * cols; k++) a[k] = (float)((k * 7919) % 1009) / 97.0f - 5.0f;
+  kl_launch({(nrows * LANES + 255) / 256, 1, 1}, {256, 1, 1}, [&] { rows(a.data(), y.data(), nrows, cols); });
+  // The tree's own order on the host: each lane's sum, then slot l += slot l + o for o = LANES/2 .. 1.
+  for (int r = 0; r < nrows; r++) {
+    float v[LANES];
+    for (int l = 0; l < LANES; l++) { v[l] = 0.0f; for (int j = l; j < cols; j += LANES) v[l] += a[r * cols + j]; }
+    for (int o = LANES / 2; o > 0; o >>= 1) for (int l = 0; l < o; l++) v[l] += v[l + o];
+    printf("%a %a\n", y[r], v[0]);
+  }
+}
+"""
+
+
+def group_tree(lanes: int) -> str:
+    """The row test splits a warp between rows when a row has fewer lanes than a warp: then the rows are
+    a whole number of blocks and the test is a block's (the shuffles need every lane of a warp)."""
+    steps = "\n        ".join(f"if (lane < {s}) part[t] += part[t + {s}];" for s in (16, 8, 4, 2, 1) if s < lanes)
+    guard = "row < nrows" if lanes == 32 else "blockIdx.x < (unsigned)(nrows * LANES / 256)"
+    return GROUP_TREE.replace("GUARD", guard).replace("LANES", str(lanes)).replace("STEPS", steps)
+
+
+def group_spec(lanes: int) -> dict:
+    return {"kernel": "rows", "params": [
+        {"name": "a", "array": "float32", "size": "nrows*cols", "init": "uniform(-1,1)", "role": "in"},
+        {"name": "y", "array": "float32", "size": "nrows", "init": "zeros", "role": "out"},
+        {"name": "nrows", "scalar": "int32", "value": 8192}, {"name": "cols", "scalar": "int32", "value": 100}],
+        "grid": [f"(nrows*{lanes}+255)/256", 1, 1], "block": [256, 1, 1], "variants": [{"nrows": 512, "cols": 3}]}
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="no C++ compiler (g++) on PATH")
+@pytest.mark.parametrize("lanes", [32, 16, 4])
+def test_a_tree_per_group_of_lanes_becomes_shuffles_within_the_group(lanes, tmp_path):
+    from cpu_cuda import run_on_cpu
+    source = group_tree(lanes)
+    found = outcome("tree-to-shuffle", source, group_spec(lanes))
+    assert found.applicable and f"each group of {lanes} lanes" in found.why, found.why
+    (rw,) = found.rewrites
+    assert f"kl_o = {lanes // 2}; kl_o > 0" in rw.source and f"(threadIdx.x & {lanes - 1}u) == 0u" in rw.source
+    assert "__syncwarp();" in rw.source and "part[t] += part[t + 1]" not in rw.source
+    main = GROUP_MAIN.replace("LANES", str(lanes)).replace("ROWS", "37" if lanes == 32 else str(3 * 256 // lanes))
+    # The butterfly pairs the lanes as the tree pairs the slots: the same sums in the same order. (The
+    # original is not run: its tree relies on a warp's lockstep, which neither Volta nor the emulator keeps.)
+    printed = run_on_cpu(rw.source, main, tmp_path, f"group{lanes}").split("\n")[:-1]
+    assert len(printed) == (37 if lanes == 32 else 3 * 256 // lanes)
+    assert all(line.split()[0] == line.split()[1] for line in printed), printed
+    # A block's tree it is not: the rules that need the block's total do not see it.
+    coarsen = outcome("tree-coarsen", source, group_spec(lanes))
+    assert not coarsen.applicable and f"reduces groups of {lanes} lanes, not the block" in coarsen.why
+
+
+@pytest.mark.parametrize("change,why", [
+    # Every lane reads its own slot afterwards: the slots other than the groups' first are read.
+    ("if (lane == 0) y[row] = part[t];", "reads a slot other than the root"),
+    # The row test split by lane: part of a warp would miss the shuffles.
+    ("if (row < nrows) {", "that the threads of a warp may not share"),
+    # Rows of 16 lanes under a row test: a warp holds two rows, which the test may part.
+    ("lanes=16", "that the threads of a warp may not share"),
+    # A group's first thread reads the next warp's slot: its group's tree does not reach there.
+    ("y[row] = part[t];", "outside the block's slots"),
+])
+def test_a_tree_per_group_refuses_what_it_cannot_prove(change, why):
+    source = group_tree(32)
+    changed = {
+        "if (lane == 0) y[row] = part[t];": source.replace("if (lane == 0) y[row] = part[t];", "y[row * 32 + lane] = part[t];"),
+        "if (row < nrows) {": source.replace("if (row < nrows) {", "if (row < nrows && lane < 20) {"),
+        "y[row] = part[t];": source.replace("y[row] = part[t];", "y[row] = part[t + 32];"),
+        "lanes=16": group_tree(16).replace("blockIdx.x < (unsigned)(nrows * 16 / 256)", "row < nrows"),
+    }[change]
+    found = outcome("tree-to-shuffle", changed, group_spec(16 if change == "lanes=16" else 32))
+    assert not found.applicable and why in found.why, found.why
+
+
+@needs_nvcc
+def test_the_shoc_csr_vector_tree_becomes_shuffles_and_compiles(tmp_path):
+    source, spec, folder = corpus("shoc_spmv_csr_vector")
+    (rw,) = outcome("tree-to-shuffle", source, spec).rewrites
+    assert "decltype(+partialSums[0]) kl_v0 = partialSums[threadIdx.x];" in rw.source
+    compiles(rw.source, tmp_path, folder)

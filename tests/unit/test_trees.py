@@ -22,7 +22,6 @@ needs_nvcc = pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is no
 PRELUDE = """
 #define __launch_bounds__(...)
 static const int warpSize = 32;
-static void __syncwarp(unsigned = 0xffffffffu) {}
 """
 
 

@@ -76,10 +76,11 @@ _BUILTINS = {"threadIdx", "blockIdx", "blockDim", "gridDim"}
 class TreeToShuffle(Rule):
     name = "tree-to-shuffle"
     technique = "warp-shuffle-reduction"
-    summary = "a shared-memory reduction tree (looped, unrolled or warp-synchronous, one value or several) as warp shuffles"
+    summary = ("a shared-memory reduction tree (looped, unrolled or warp-synchronous, one value or several, over the "
+               "block or per group of a warp's lanes) as warp shuffles")
 
     def plan(self, ctx: RuleContext) -> tuple[list[SharedTree], str]:
-        return find_trees(ctx)
+        return find_trees(ctx, groups=True)
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         plans, why = self.plan(ctx)
@@ -88,6 +89,10 @@ class TreeToShuffle(Rule):
         return True, "; ".join(
             f"the tree on {_names(p)} at line {(p.user_line or 0) + 1} reduces every slot into its root at each "
             "block size of the spec (simulated, race-free), every thread reaches it, and only the root is read afterwards"
+            if p.values[0].segment is None else
+            f"the tree on {_names(p)} at line {(p.user_line or 0) + 1} reduces each group of {p.values[0].segment} lanes "
+            "into the group's first slot at each block size of the spec (simulated), every thread of a warp reaches it, "
+            "and only those slots are read afterwards, each by its group's first thread"
             for p in plans)
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
@@ -101,8 +106,9 @@ class TreeToShuffle(Rule):
         source, expanded = emit(edit, ctx.source, ctx.kernel, warp_reduce_helpers(ops, ctx.source))
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         what = ", ".join(_names(p) for p in plans)
-        return (Rewrite(source, f"the shared-memory tree on {what} replaced by warp shuffles and one slot per warp; "
-                                f"same grid and block{note}"),)
+        how = ("warp shuffles and one slot per warp" if all(p.values[0].segment is None for p in plans)
+               else "warp shuffles (within each group of lanes that reduces on its own)")
+        return (Rewrite(source, f"the shared-memory tree on {what} replaced by {how}; same grid and block{note}"),)
 
 
 def _names(tree: SharedTree) -> str:
@@ -124,6 +130,8 @@ def slot(value: TreeValue, thread: str) -> str:
 
 def tree_shuffles(ctx: RuleContext, tree: SharedTree, k: int) -> str:
     """The statements replacing ``tree``: each value reduced by warp shuffles, its total in its root."""
+    if tree.values[0].segment is not None:
+        return group_shuffles(ctx, tree)
     if len(tree.values) == 1 and tree.values[0].root == Poly() and tree.values[0].base is None and not ctx.kernel.is_template:
         v = tree.values[0]
         core = _block_reduce(v.op, value_type(ctx, v), slot(v, "threadIdx.x"), f"kl_part{k}", "threadIdx.x", "blockDim.x")
@@ -137,6 +145,29 @@ def tree_shuffles(ctx: RuleContext, tree: SharedTree, k: int) -> str:
     return ("{ // the tree as warp shuffles: every value reduced, each total written to its root slot\n"
             f"    __syncthreads();\n    {core}"
             f"    if (threadIdx.x == 0u) {{ {stores} }}\n    __syncthreads();\n}}")
+
+
+#: One butterfly step of each operator between the lanes ``kl_o`` apart (within a group of a power of two).
+_BUTTERFLY = {"+": "{v} += __shfl_xor_sync(0xffffffffu, {v}, kl_o);",
+              "max": "{v} = max({v}, __shfl_xor_sync(0xffffffffu, {v}, kl_o));",
+              "min": "{v} = min({v}, __shfl_xor_sync(0xffffffffu, {v}, kl_o));"}
+
+
+def group_shuffles(ctx: RuleContext, tree: SharedTree) -> str:
+    """The statements replacing a tree per group of S lanes: each thread's slot reduced by a butterfly over
+    the lanes of its group (xor offsets below S stay inside it), the group's first thread storing the total
+    in its first slot, the one slot read afterwards. Every thread of a warp reaches it (the tree's context
+    is the same for a warp's threads), as the full-warp mask needs."""
+    segment = tree.values[0].segment
+    lines = ["{ // the warp-synchronous tree as shuffles within each group of "
+             f"{segment} lanes: each group's total in its first slot"]
+    for j, v in enumerate(tree.values):
+        lines.append(f"    {value_type(ctx, v)} kl_v{j} = {slot(v, 'threadIdx.x')};")
+    steps = " ".join(_BUTTERFLY[v.op].format(v=f"kl_v{j}") for j, v in enumerate(tree.values))
+    lines.append(f"    for (int kl_o = {segment // 2}; kl_o > 0; kl_o >>= 1) {{ {steps} }}")
+    stores = " ".join(f"{slot(v, 'threadIdx.x')} = kl_v{j};" for j, v in enumerate(tree.values))
+    lines += [f"    if ((threadIdx.x & {segment - 1}u) == 0u) {{ {stores} }}", "    __syncwarp();", "}"]
+    return "\n".join(lines)
 
 
 def replace_by_lines(edit: BodyEdit, start: int, end: int, new: str) -> None:

@@ -347,6 +347,10 @@ class TreeValue:
     root: Poly
     base: Poly | None = None
     """The block's first slot when it is not the root (a tree gathering into its last slot)."""
+    segment: int | None = None
+    """Lanes per group when the tree reduces each group of ``segment`` neighbouring threads of a warp
+    on its own (a warp-synchronous tree per warp or per part of one), each group's total in its first
+    slot ``root + threadIdx.x`` read by that group's first thread; None for a tree over the block."""
 
     @property
     def first(self) -> Poly:
@@ -752,11 +756,15 @@ def _next(ev: Eval, update: Node, var: str, env: dict[str, int]) -> int:
     raise Unknown(f"the update `{_text(src, update)}`")
 
 
-def _guards_value(access: Access | Barrier, facts: KernelFacts, env: Mapping[str, int], region: tuple[int, int]) -> bool:
+def _guards_value(access: Access | Barrier, facts: KernelFacts, env: Mapping[str, int], region: tuple[int, int],
+                  skip: frozenset[int] = frozenset()) -> bool:
     """Whether ``access`` runs under ``env``: its guards, less the tests of loops around the whole tree
-    (proven the same for every thread of the block elsewhere)."""
+    (proven the same for every thread of the block elsewhere) and the conditions ``skip`` names (around a
+    warp's tree, proven the same for every thread of a warp)."""
     for cid, value in access.guards:
         c = facts.conditions[cid]
+        if cid in skip:
+            continue
         if c.kind in ("while", "do", "for") and c.statement_span[0] <= region[0] and region[1] <= c.statement_span[1]:
             continue
         if test_value(c.test, env, facts.opaque) != value:
@@ -765,13 +773,13 @@ def _guards_value(access: Access | Barrier, facts: KernelFacts, env: Mapping[str
 
 
 def _simulate(reader: _Reader, items: list, region: tuple[int, int], n: int, domains: Mapping[str, set[int]],
-              strict: bool) -> _Sim | str:
+              strict: bool, skip: frozenset[int] = frozenset()) -> _Sim | str:
     facts = reader.facts
     sim = _Sim(domains, strict)
     try:
         for item in items:
             if item[0] == "barrier":
-                reached = {_guards_value(item[1], facts, _env(t, n), region) for t in range(n)}
+                reached = {_guards_value(item[1], facts, _env(t, n), region, skip) for t in range(n)}
                 if len(reached) > 1:
                     return f"the barrier at line {(item[1].user_line or 0) + 1} is reached by some threads only"
                 if reached == {True}:
@@ -781,7 +789,7 @@ def _simulate(reader: _Reader, items: list, region: tuple[int, int], n: int, dom
                 pairs = {}
                 for t in range(n):
                     env = _env(t, n)
-                    if _guards_value(write, facts, env, region):
+                    if _guards_value(write, facts, env, region, skip):
                         pairs[t] = (poly_value(write.index, env, facts.opaque), poly_value(read.index, env, facts.opaque))
                 why = sim.step(write.array, u.op, pairs)
                 if why:
@@ -927,8 +935,6 @@ class TreeReading:
     def _tree(self, stmts: list[Node], items: list, span: tuple[int, int], sizes: list[int]) -> SharedTree | str:
         facts = self.ctx.facts
         why = self._context_refusal(stmts[0])
-        if why:
-            return why
         outermost = self._outermost(stmts[0])
         mine = _region_accesses(self.reader, items)
         # The conditions around the tree and every loop holding it (block-uniform: the context check above),
@@ -939,6 +945,7 @@ class TreeReading:
                    and outermost.end_byte <= facts.conditions[cid].statement_span[1]}
         roots: list[tuple[str, Poly, Access | None]] = []
         pinned: set[tuple[str, Poly]] = set()
+        grouped: list[tuple[str, Access]] = []
         for array in _arrays(items):
             found: dict[Poly, Access] = {}
             for a in facts.accesses:
@@ -956,10 +963,15 @@ class TreeReading:
                 if _thread_varying(index, facts):
                     index = _pinned_index(a, facts)
                     if index is None:
-                        return f"`{a.text}` at line {(a.user_line or 0) + 1} reads a slot other than the root after the tree"
+                        grouped.append((array, a))
+                        continue
                     pinned.add((array, index))
                 found.setdefault(index, a)
             roots += [(array, p, a) for p, a in found.items()] or [(array, Poly(), None)]
+        if grouped:
+            return self._group_tree(stmts, items, span, sizes, grouped, roots)
+        if why:
+            return why
         # A root read in one pinned thread may hold the block's slots from the root on (the usual tree) or
         # up to it (a tree that gathers into its last slot): whichever the simulation proves at every size.
         # With one block size the base is a number (slot 0 rather than ``511 + 1 - blockDim.x``).
@@ -983,6 +995,91 @@ class TreeReading:
             values.append(TreeValue(array, name, elem, ops[(array, root_poly)], root_poly, bases.get((array, root_poly))))
         loop = items[0][1].loop if len(items) == 1 and items[0][0] == "loop" else None
         return SharedTree(span, tuple(values), loop, self._user_line(stmts[0].start_point[0]) - 1)
+
+    def _group_tree(self, stmts: list[Node], items: list, span: tuple[int, int], sizes: list[int],
+                    grouped: list[tuple[str, Access]], roots: list[tuple[str, Poly, Access | None]]) -> SharedTree | str:
+        """The tree as one per group of neighbouring lanes of a warp (``if (lane < 16) s[t] += s[t + 16];
+        … if (lane == 0) out[row] = s[t];``): every slot read after it is ``base + threadIdx.x`` in the first
+        thread of a group of S lanes (S a power of two up to 32, the same at each block size), and the
+        simulation leaves in it its group's S slots exactly once. No block barrier is part of it, and the
+        conditions around it are the same for the 32 threads of a warp (each warp runs it whole or not at
+        all), so warp shuffles within each group replace it."""
+        facts = self.ctx.facts
+        array, first = grouped[0]
+        slot_read = f"`{first.text}` at line {(first.user_line or 0) + 1} reads a slot other than the root after the tree"
+        # Every array of the tree is read only so: its roots are the groups' first slots, none the block's.
+        if {arr for arr, _ in grouped} != set(_arrays(items)) or any(p != Poly() or a is not None for _, p, a in roots):
+            return slot_read
+        if any(i[0] == "barrier" for i in items) or any(i[0] == "loop" for i in items):
+            return f"{slot_read} (a tree per group of lanes is taken only as barrier-free steps)"
+        context = self._warp_context(stmts[0])
+        if isinstance(context, str):
+            return context
+        bases: dict[str, Poly] = {}
+        for arr, a in grouped:
+            coefficient = a.index.coefficient("tid.x")
+            base = a.index - Poly.sym("tid.x") if coefficient == Poly.const(1) else None
+            if base is None or _thread_varying(base, facts) or bases.setdefault(arr, base) != base:
+                return f"`{a.text}` at line {(a.user_line or 0) + 1} reads a slot other than the root after the tree"
+        segment = None
+        ops: dict[str, str] = {}
+        for n in sizes:
+            try:
+                readers = {t for arr, a in grouped for t in range(n) if _guards_value(a, facts, _env(t, n), span, context)}
+                starts = {arr: poly_value(b, _env(0, n), facts.opaque) for arr, b in bases.items()}
+            except Unknown as exc:
+                return f"at {n} threads per block: the threads reading the tree's slots use {exc}"
+            group = min((t for t in readers if t), default=n)
+            if readers != set(range(0, n, group)) or group > 32 or group < 2 or group & (group - 1) \
+                    or segment not in (None, group):
+                return f"{slot_read} (its readers are not the first thread of each group of 2 to 32 lanes)"
+            segment = group
+            domains = {arr: set(range(b, b + n)) for arr, b in starts.items()}
+            sim = _simulate(self.reader, items, span, n, domains, False, context)
+            if isinstance(sim, str):
+                return f"at {n} threads per block: {sim}"
+            if sim.outside is not None:
+                return f"at {n} threads per block: a step reads or writes slot {sim.outside}, outside the block's slots"
+            for arr, b in starts.items():
+                for g in range(b, b + n, group):
+                    if sim.value(arr, g) != {j: 1 for j in range(g, g + group)}:
+                        return (f"at {n} threads per block: slot {g} of `{arr}` does not end with its group's slots "
+                                f"{g}..{g + group - 1} exactly once")
+                    combined = sim.ops.get((arr, g), frozenset())
+                    if len(combined) != 1 or ops.setdefault(arr, next(iter(combined))) not in combined:
+                        return f"at {n} threads per block: slot {g} of `{arr}` is combined with more than one operator"
+        values = []
+        for arr, base in bases.items():
+            name = self._name(items, arr, {})
+            if name is None:
+                return f"the kernel's body does not name `{arr}` where the tree is"
+            elem = next(a.elem_type for a in facts.accesses if a.array == arr and a.space == "shared")
+            values.append(TreeValue(arr, name, elem, ops[arr], base, None, segment))
+        return SharedTree(span, tuple(values), None, self._user_line(stmts[0].start_point[0]) - 1)
+
+    def _warp_context(self, first: Node) -> frozenset[int] | str:
+        """The conditions around the statement ``first`` when each has one value for the 32 threads of a
+        warp (their ids: a warp runs what they guard whole or not at all); else why a warp's threads may
+        part before it."""
+        facts, src, body = self.ctx.facts, self.src, self.body
+        around: set[int] = set()
+        parent = first.parent
+        while parent is not None and parent != body:
+            if parent.type == "if_statement":
+                span = (parent.start_byte, parent.end_byte)
+                found = [c for c in facts.conditions if c.kind == "if" and c.statement_span == span]
+                if not found or not all(c.warp_uniform for c in found):
+                    return (f"it sits under a condition (`{_text(src, parent).split(chr(10), 1)[0][:60]}`) that the "
+                            "threads of a warp may not share")
+                around |= {c.id for c in found}
+            elif parent.type in ("while_statement", "do_statement", "switch_statement", "conditional_expression",
+                                 "case_statement", "for_statement"):
+                return f"it sits in a loop or switch (`{_text(src, parent).split(chr(10), 1)[0][:60]}`)"
+            parent = parent.parent
+        if _has_before(body, first.start_byte, ("return_statement", "goto_statement", "break_statement",
+                                                  "continue_statement")):
+            return "a thread may leave before the tree (its warp's shuffles would miss it)"
+        return frozenset(around)
 
     def _proven(self, items: list, span: tuple[int, int], sizes: list[int], roots: list[tuple[str, Poly, Access | None]],
                 bases: Mapping[tuple[str, Poly], Poly]) -> dict[tuple[str, Poly], str] | str:
@@ -1046,8 +1143,9 @@ def spec_blocks(ctx: RuleContext) -> list[tuple[int, int, int]]:
     return [launch.block for launch in ctx.launches()]
 
 
-def find_trees(ctx: RuleContext) -> tuple[list[SharedTree], str]:
-    """Every tree of the kernel proven at each block size of the spec, or why there is none."""
+def find_trees(ctx: RuleContext, groups: bool = False) -> tuple[list[SharedTree], str]:
+    """Every tree of the kernel proven at each block size of the spec, or why there is none; ``groups``:
+    trees per group of a warp's lanes (:attr:`TreeValue.segment`) too, which only warp shuffles replace."""
     facts = ctx.facts
     if facts is None or not facts.complete:
         return [], "the kernel's analysis is missing or incomplete"
@@ -1066,9 +1164,12 @@ def find_trees(ctx: RuleContext) -> tuple[list[SharedTree], str]:
     if reading.error:
         return [], reading.error
     reading.read(sizes)
-    if not reading.trees:
-        return [], "; ".join(dict.fromkeys(reading.reasons)) or "no run of statements combines a shared array's slots"
-    return reading.trees, ""
+    trees = [t for t in reading.trees if groups or t.values[0].segment is None]
+    if not trees:
+        skipped = [f"the tree at line {(t.user_line or 0) + 1} reduces groups of {t.values[0].segment} lanes, not the block"
+                   for t in reading.trees]
+        return [], "; ".join(dict.fromkeys([*reading.reasons, *skipped])) or "no run of statements combines a shared array's slots"
+    return trees, ""
 
 
 def loop_tree(ctx: RuleContext, loop: LoopFact, sizes: list[int]) -> tuple[str | None, str]:
