@@ -290,6 +290,14 @@ __device__ void put(float* p, int v) { atomicAdd((int*)p, v); }
 __global__ void k(float* out) { put(out + threadIdx.x, 1.0f); put(out, (int)2); }
 """)
     assert [a.kind for a in overloaded.accesses] == ["write", "atomic"]
+    # A primary template matches any type; a specialization only its own.
+    primary = """
+template <typename T> __device__ void put(T* p, T v) { p[0] = v; }
+template <> __device__ void put(float* p, float v) { atomicAdd(p, v); }
+template <typename T> __global__ void k(T* out) { put(out + threadIdx.x, (T)1); }
+"""
+    assert [a.kind for a in facts_of(primary + "template __global__ void k<float>(float*);\n").accesses] == ["atomic"]
+    assert [a.kind for a in facts_of(primary + "template __global__ void k<double>(double*);\n").accesses] == ["write"]
 
 
 def test_cuda_intrinsics_are_functions_of_their_arguments():

@@ -1142,9 +1142,9 @@ class _Walker:
             free = {n for n, is_type in _template_params(definition, self.src) if is_type}
             score = 0
             for (_, ptype, is_pointer), known in zip(params, arg_types):
-                base, depth, _ = self.resolve_type(ptype) if ptype not in free else (ptype, 0, False)
-                if known is None or ptype in free:
+                if known is None or _strip_qualifiers(ptype) in free:
                     continue
+                base, depth, _ = self.resolve_type(ptype)
                 if (base, is_pointer or depth > 0) != known:
                     score = -1
                     break
@@ -1177,10 +1177,12 @@ class _Walker:
             return (inner[0], False) if inner is not None and inner[1] else None
         if node.type == "pointer_expression":
             inner = self.static_type(node.child_by_field_name("argument"))
-            if inner is None:
+            address = text.startswith("&")
+            # ``&x[i]`` points to an element; ``*p`` is one.
+            if inner is None or inner[1] == address:
                 return None
-            return (inner[0], True) if text.startswith("&") and not inner[1] else (inner[0], False) if inner[1] else None
-        if node.type == "binary_expression" and node_text(self.src, node.child_by_field_name("operator")) in "+-":
+            return inner[0], address
+        if node.type == "binary_expression" and node_text(self.src, node.child_by_field_name("operator")) in ("+", "-"):
             sides = [self.static_type(node.child_by_field_name(f)) for f in ("left", "right")]
             pointers = [t for t in sides if t is not None and t[1]]
             return pointers[0] if len(pointers) == 1 else None
