@@ -101,7 +101,7 @@ def test_refusals_name_the_missing_fact():
     moved = NORM.replace("float v = 0.0f;", "float v = 0.0f;\n    C = C - 0;")
     assert "C, read by the loops' headers, is assigned between" in outcome(moved).why
     long_rows = dict(SPEC, params=[*SPEC["params"][:3], dict(SPEC["params"][3], value=4096)])
-    assert "a thread runs 128 iterations at the spec's size" in outcome(NORM, long_rows).why
+    assert "a thread runs up to 128 iterations at the spec's sizes" in outcome(NORM, long_rows).why
     template = NORM.replace("__global__ void norm(const float* x, float* y,",
                             "template <typename T>\n__global__ void norm(const T* x, T* y,")
     assert "the kernel is a template" in outcome(template).why

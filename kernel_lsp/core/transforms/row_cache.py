@@ -255,7 +255,7 @@ class RowCache(Rule):
                     "the last of them"), None
         trips = _trips(facts, first.loop, ctx)
         if trips is not None and trips > MAX_CACHED:
-            return f"a thread runs {trips} iterations at the spec's size (at most {MAX_CACHED} are kept in registers)", None
+            return f"a thread runs up to {trips} iterations at the spec's sizes (at most {MAX_CACHED} are kept in registers)", None
         elem = first_access.elem_type
         if not elem or elem == "void":
             return "its element type is not known", None
