@@ -92,6 +92,16 @@ def test_a_read_a_condition_decides_in_the_first_pass_is_not_loaded_ahead():
     assert not found.applicable and "a condition inside the loop decides whether `r[i]` is read" in found.why
 
 
+def test_a_first_pass_some_threads_skip_does_not_load_for_the_others():
+    skipped = NORM.replace("for (int i = lane; i < C; i += 32) s += r[i];",
+                           "if (lane < 16) for (int i = lane; i < C; i += 32) s += r[i];")
+    found = outcome(skipped)
+    assert not found.applicable and "runs under a statement the later loops are not in" in found.why
+    blocked = NORM.replace("for (int i = lane; i < C; i += 32) s += r[i];",
+                           "{ for (int i = lane; i < C; i += 32) s += r[i]; }")
+    assert outcome(blocked).applicable
+
+
 def test_refusals_name_the_missing_fact():
     written = NORM.replace("const float* x", "float* x").replace("y[row * C + j] = (r[j] - m) * inv;",
                                                                   "x[row * C + j] = (r[j] - m) * inv;")

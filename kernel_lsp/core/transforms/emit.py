@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import KernelFacts, parse_text
+from kernel_lsp.core.analysis import KernelFacts, node_text, parse_text
 from kernel_lsp.core.index import Function
 from kernel_lsp.core.source import Preprocessed, blank_comments, preprocess
 
@@ -214,6 +214,17 @@ def node_at(pre_src: bytes, root: Node, span: tuple[int, int]) -> Node | None:
     while node is not None and (node.start_byte, node.end_byte) != span:
         node = node.parent
     return node
+
+
+def declared_type(decl: Node, var: str, src: bytes) -> str | None:
+    """The type, qualifiers first, that the declaration ``decl`` gives ``var``; None when it does not declare it."""
+    for child in decl.children_by_field_name("declarator"):
+        name = child.child_by_field_name("declarator") if child.type == "init_declarator" else child
+        if name is not None and name.type == "identifier" and node_text(src, name) == var:
+            kind = decl.child_by_field_name("type")
+            quals = " ".join(node_text(src, c) for c in decl.children if c.type == "type_qualifier")
+            return f"{quals} {node_text(src, kind)}".strip() if kind is not None else None
+    return None
 
 
 def parse(pre: Preprocessed) -> tuple[bytes, Node]:

@@ -55,7 +55,7 @@ from tree_sitter import Node
 from kernel_lsp.core.analysis import LoopFact
 from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifiers_in as _identifiers, node_text as _text
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
-from kernel_lsp.core.transforms.emit import node_at, parse, pragma_before, rebuild, rebuild_span
+from kernel_lsp.core.transforms.emit import declared_type, node_at, parse, pragma_before, rebuild, rebuild_span
 
 #: Iterations per batch, one rewrite each.
 BATCHES = (4, 8)
@@ -93,7 +93,8 @@ class _Loop:
     of the counter in it."""
 
 
-def _positive_step(loop: LoopFact) -> bool:
+def positive_step(loop: LoopFact) -> bool:
+    """The loop's step is a positive constant or a positive multiple of the launch's dimensions."""
     step = loop.step
     if step is None or not step.terms:
         return False
@@ -116,14 +117,7 @@ def _counter_type(src: bytes, root: Node, lo: int, at: int, var: str, init: Node
                 candidates.append(n)
             stack.extend(n.children)
         candidates.sort(key=lambda n: n.start_byte, reverse=True)
-    for decl in candidates:
-        for child in decl.children_by_field_name("declarator"):
-            name = child.child_by_field_name("declarator") if child.type == "init_declarator" else child
-            if name is not None and name.type == "identifier" and _text(src, name) == var:
-                kind = decl.child_by_field_name("type")
-                quals = " ".join(_text(src, c) for c in decl.children if c.type == "type_qualifier")
-                return f"{quals} {_text(src, kind)}".strip() if kind is not None else None
-    return None
+    return next((t for t in (declared_type(decl, var, src) for decl in candidates) if t is not None), None)
 
 
 class LoadBatch(Rule):
@@ -164,7 +158,7 @@ class LoadBatch(Rule):
         if loop.update_span is None:
             return (f"its counter `{loop.var}` is not stepped by one statement at the top level of its body", None) \
                 if loop.kind == "while" else ("it has no update", None)
-        if not _positive_step(loop):
+        if not positive_step(loop):
             return "its step is not a positive constant or a product of launch dimensions", None
         cond, body = node.child_by_field_name("condition"), node.child_by_field_name("body")
         update = node_at(src, root, loop.update_span)

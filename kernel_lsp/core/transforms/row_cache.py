@@ -34,6 +34,8 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - no loop of the group leaves early (``break``, ``continue``, ``return``, ``goto``) or assigns its
   counter, and nothing between the first and the last of them assigns a name their starts, steps
   and bounds read (every pass takes the cached path or none does);
+- the first loop is its statement of the block that holds them all, or sits in plain blocks there (no
+  ``if``, loop or ``switch`` between, which could skip the loads for a thread that runs the later passes);
 - the counters are declared by the loops with an integer type; the reads are subscripts, dereferences
   or load intrinsics (``__ldcs(x + i)``) in the kernel's own body (not inside a helper), of an element
   type the file names (not a template's);
@@ -53,7 +55,8 @@ from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifie
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.emit import node_at, parse, rebuild
+from kernel_lsp.core.transforms.emit import declared_type, node_at, parse, rebuild
+from kernel_lsp.core.transforms.load_batch import positive_step
 
 #: Most elements of a row one thread keeps in registers.
 MAX_CACHED = 32
@@ -90,18 +93,6 @@ class _Plan:
     is declared before it."""
 
 
-def _counter_type(init: Node | None, var: str, src: bytes) -> str | None:
-    if init is None or init.type != "declaration":
-        return None
-    for child in init.children_by_field_name("declarator"):
-        name = child.child_by_field_name("declarator") if child.type == "init_declarator" else child
-        if name is not None and name.type == "identifier" and _text(src, name) == var:
-            kind = init.child_by_field_name("type")
-            quals = " ".join(_text(src, c) for c in init.children if c.type == "type_qualifier")
-            return f"{quals} {_text(src, kind)}".strip() if kind is not None else None
-    return None
-
-
 def _same_iteration(a: Access, b: Access, la: LoopFact, lb: LoopFact, facts: KernelFacts) -> bool:
     return _canonical(a.index.renamed(la.trip_symbol, _ITERATION), facts) == _canonical(
         b.index.renamed(lb.trip_symbol, _ITERATION), facts)
@@ -116,12 +107,6 @@ def _canonical(poly: Poly, facts: KernelFacts) -> Poly:
             recipe = tuple(_canonical(r, facts) if isinstance(r, Poly) else r for r in entry.recipe)
             poly = poly.renamed(symbol, f"?{recipe!r}")
     return poly
-
-
-def _positive_step(loop: LoopFact) -> bool:
-    step = loop.step
-    return step is not None and bool(step.terms) and all(
-        coef > 0 and all(s.startswith(("bdim.", "gdim.")) for s in mono) for mono, coef in step.terms)
 
 
 def _trips(facts: KernelFacts, loop: LoopFact, ctx: RuleContext) -> int | None:
@@ -165,7 +150,7 @@ class RowCache(Rule):
         groups: dict[tuple, list[LoopFact]] = {}
         for loop in facts.loops:
             if loop.kind != "for" or loop.var is None or loop.start is None or loop.bound is None or loop.bound_span is None \
-                    or not _positive_step(loop) or not lo < loop.span[0] < hi:
+                    or not positive_step(loop) or not lo < loop.span[0] < hi:
                 continue
             key = (loop.parent, *(_canonical(p, facts) for p in (loop.start, loop.step, loop.bound)), loop.bound_inclusive)
             groups.setdefault(key, []).append(loop)
@@ -219,7 +204,7 @@ class RowCache(Rule):
                 return f"the loop at line {(loop.user_line or 0) + 1} can leave an iteration or the loop early", None
             if loop.var in assigned_names(body, src):
                 return f"the loop at line {(loop.user_line or 0) + 1} assigns its counter `{loop.var}` in its body", None
-            kind = _counter_type(init, loop.var, src)
+            kind = declared_type(init, loop.var, src) if init.type == "declaration" else None
             if kind is None or not _INTEGER.match(kind):
                 return f"the loop at line {(loop.user_line or 0) + 1} does not declare an integer counter", None
             value = next((c.child_by_field_name("value") for c in init.children_by_field_name("declarator")
@@ -262,6 +247,9 @@ class RowCache(Rule):
         anchor = _anchor(src, root, [p.node for p in passes])
         if anchor is None:
             return "no block holds every loop apart from the others (a statement holds two of them)", None
+        if _conditional(first.node, anchor):
+            return (f"the loop at line {(first.loop.user_line or 0) + 1} runs under a statement the later loops are not "
+                    "in (a thread could skip the loads and still run the passes that read the registers)"), None
         slots = MAX_CACHED if trips is None else max(1, trips)
         return "", _Plan(array, elem, tuple(passes), slots, anchor)
 
@@ -348,6 +336,17 @@ def _statements_between(src: bytes, root: Node, facts: KernelFacts, span: tuple[
             continue
         stack.extend(n.children)
     return found
+
+
+def _conditional(loop: Node, anchor: tuple[int, int]) -> bool:
+    """Whether ``loop`` lies inside a statement of its anchor other than plain blocks: an ``if``, a loop or a
+    ``switch`` there decides whether the loads run at all."""
+    node = loop
+    while (node.start_byte, node.end_byte) != anchor:
+        node = node.parent
+        if node is None or node.type != "compound_statement":
+            return True
+    return False
 
 
 def _anchor(src: bytes, root: Node, loops: list[Node]) -> tuple[int, int] | None:
