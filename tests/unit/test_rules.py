@@ -528,3 +528,41 @@ def test_grid_stride_keeps_per_element_state_inside_the_loop() -> None:
     assert outcome.applicable, outcome.why
     body = outcome.rewrites[0].source.split("{", 1)[1]
     assert body.index("for (") < body.index("float acc = 0.0f;")
+
+
+# A causal row: the first loop runs a thread's own prefix (its store by every lane of a group when the
+# loop is not split), the second normalises the whole row.
+CAUSAL = """
+__global__ void causal(float* out, const float* in, int rows, int T) {
+    int r = blockIdx.x * blockDim.x + threadIdx.x;
+    if (r < rows) {
+        int t = r % T;
+        const float* a = in + r * T;
+        float* o = out + r * T;
+        float s = 0.0f;
+        for (int j = 0; j <= t; j++) { float e = expf(a[j]); s += e; o[j] = e; }
+        float inv = 1.0f / s;
+        for (int j = 0; j < T; j++) { if (j <= t) o[j] *= inv; else o[j] = 0.0f; }
+    }
+}
+"""
+SPEC_CAUSAL = {
+    "kernel": "causal",
+    "params": [
+        {"name": "out", "array": "float32", "size": "rows*T", "init": "zeros", "role": "out"},
+        {"name": "in", "array": "float32", "size": "rows*T", "init": "uniform(-1,1)", "role": "in"},
+        {"name": "rows", "scalar": "int32", "value": 2048},
+        {"name": "T", "scalar": "int32", "value": 2048},
+    ],
+    "grid": ["(rows+255)/256", "1", "1"],
+    "block": [256, 1, 1],
+}
+
+
+def test_a_store_by_every_lane_and_a_split_loops_store_need_a_reduction_between() -> None:
+    # Block per row splits only the long normalising loop: the prefix loop's stores, made by every thread
+    # of the block, could land after a faster warp normalised the element (seen on the GPU as two runs
+    # disagreeing). A warp per row splits both, and the sum's shuffles order them.
+    block = _rule("block-per-row", CAUSAL, SPEC_CAUSAL, "causal")
+    assert not block.applicable and "`o[j]` stored at line 9 by every lane and `o[j]` stored at line 11 in a split loop" in block.why
+    assert _rule("warp-per-row", CAUSAL, SPEC_CAUSAL, "causal").applicable

@@ -102,7 +102,8 @@ def _lane_races(plans: list[_LoopPlan], facts: KernelFacts) -> str | None:
     there happens once per lane, and an element stored in a split loop by one lane may be read by
     another. The lanes of a group only wait for each other at an accumulator's shuffle (after its
     loop), so a read and a store of one array race unless such a shuffle lies between them, or the
-    store comes first and every lane stores the same value there (outside the split loops)."""
+    store comes first and every lane stores the same value there (outside the split loops); two stores
+    of one array, one outside the split loops and one in them, race unless such a shuffle lies between."""
     split = {p.loop.id: p for p in plans}
     syncs = [p.loop.span[1] for p in plans if p.accumulators]
 
@@ -111,6 +112,14 @@ def _lane_races(plans: list[_LoopPlan], facts: KernelFacts) -> str | None:
         return any(lo < at <= hi for at in syncs)
 
     accesses = [a for a in facts.accesses if a.space == "global"]
+    # Two stores of one element, one by every lane and one by its owner in a split loop: unless a
+    # reduction orders them, a lane still running the first may land its store after the owner's.
+    for w in (a for a in accesses if a.writes and not set(a.loops) & split.keys()):
+        for o in (a for a in accesses if a.writes and a.array == w.array and set(a.loops) & split.keys()):
+            if (set(w.loops) & set(o.loops)) - split.keys() or not synced(w.span[0], o.span[0]):
+                return (f"`{w.text}` stored at line {(w.user_line or 0) + 1} by every lane and `{o.text}` stored at line "
+                        f"{(o.user_line or 0) + 1} in a split loop have no reduction between them: one lane's store may "
+                        "land after another's")
     for w in (a for a in accesses if a.writes):
         w_split = set(w.loops) & split.keys()
         for r in (a for a in accesses if a.array == w.array and a.reads):
