@@ -30,6 +30,9 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - an array stored in one split loop and read in another is read at the same index, as a
   function of the iteration (``out[i] = 0`` then ``out[i] += …``): the element belongs to the
   same lane in both, so no lane reads another's store;
+- an array stored both outside the split loops (by every lane) and in one has an accumulator's
+  reduction between the two stores, which the lanes all reach: otherwise a slower lane's store of
+  the first could land after the owner's of the second;
 - at least one global access in such a loop walks the row (unit stride along the loop) while
   neighbouring threads are a row apart (the reason to rewrite at all).
 """
