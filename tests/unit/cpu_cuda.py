@@ -1,7 +1,7 @@
 """CUDA kernels run on the CPU for the transformation tests: every thread of a block a ``std::thread``,
 ``__syncthreads`` a real barrier (a thread that has returned is not waited for, as on Volta and
 later), ``__syncwarp`` and warp shuffles an exchange between the 32 threads of a warp (all of which must
-reach it), cooperative groups' block and
+reach it unless they have returned; a value read from a lane that has returned is all bits set), cooperative groups' block and
 32-thread tiles with their ranks, sizes and ``reduce``.
 
 ``run_on_cpu(source, main, tmp_path, name)`` compiles the kernel with ``main`` (which launches it
@@ -30,6 +30,7 @@ kl_dim3 blockIdx, blockDim, gridDim;
 static std::barrier<>* kl_barrier;
 static std::vector<std::unique_ptr<std::barrier<>>> kl_warps;
 static double kl_lanes[1024];
+static std::atomic<bool> kl_exited[1024];
 static std::atomic<int> kl_vote{0};
 static void __syncthreads() { kl_barrier->arrive_and_wait(); }
 static void __syncwarp(unsigned = 0xffffffffu) { kl_warps[kl_flat / 32]->arrive_and_wait(); }
@@ -51,7 +52,11 @@ template <class T> static T kl_exchange(T v, unsigned from) {
   std::memcpy(&kl_lanes[kl_flat], &v, sizeof(T));
   kl_warps[kl_flat / 32]->arrive_and_wait();
   T r;
-  std::memcpy(&r, &kl_lanes[(kl_flat & ~31u) | (from & 31u)], sizeof(T));
+  const unsigned source = (kl_flat & ~31u) | (from & 31u);
+  // A lane that has returned gives no value (undefined on the GPU): all bits set, a NaN or -1, so a result
+  // that depends on it shows.
+  if (kl_exited[source].load()) std::memset(&r, 0xff, sizeof(T));
+  else std::memcpy(&r, &kl_lanes[source], sizeof(T));
   kl_warps[kl_flat / 32]->arrive_and_wait();
   return r;
 }
@@ -112,12 +117,15 @@ template <class F> void kl_launch(kl_dim3 grid, kl_dim3 block, F body) {
     std::barrier<> bar(threads);
     kl_barrier = &bar;
     kl_warps.clear();
+    for (unsigned t = 0; t < threads; t++) kl_exited[t].store(false);
     for (unsigned w = 0; w * 32 < threads; w++) kl_warps.emplace_back(new std::barrier<>(std::min(32u, threads - w * 32)));
     std::vector<std::thread> workers;
     for (unsigned tz = 0; tz < block.z; tz++) for (unsigned ty = 0; ty < block.y; ty++) for (unsigned tx = 0; tx < block.x; tx++)
-      // A thread that returns is no longer waited for at the block's barriers (Volta on: "all non-exited threads").
+      // A thread that returns is no longer waited for at the block's barriers nor its warp's shuffles and
+      // __syncwarp (Volta on: "all non-exited threads").
       workers.emplace_back([=] { threadIdx = {tx, ty, tz}; kl_flat = tx + (ty + tz * block.y) * block.x; body();
-                                 kl_barrier->arrive_and_drop(); });
+                                 kl_exited[kl_flat].store(true);
+                                 kl_warps[kl_flat / 32]->arrive_and_drop(); kl_barrier->arrive_and_drop(); });
     for (auto& t : workers) t.join();
   }
 }

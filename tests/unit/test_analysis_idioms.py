@@ -310,3 +310,55 @@ __global__ void k(const float* in, float* out, int n) {
 }
 """)
     assert not f.loops[0].calls_unknown
+
+
+# --------------------------------------------------------------------------- members of a local struct, while counters
+
+LOCAL_STRUCT = """
+struct acc3 { float x, y, z; };
+__global__ void k(const float* a, acc3* out, acc3* p, int n) {
+  acc3 f = {0.0f, 0.0f, 0.0f};
+  acc3* q = p + threadIdx.x;
+  for (int j = 0; j < n; j++) {
+    f.x += a[j];
+    f . y += a[j] * a[j];
+    q->z += a[j];
+  }
+  out[threadIdx.x] = f;
+}
+"""
+
+
+def test_a_member_of_a_local_struct_a_loop_updates_is_an_accumulator():
+    facts = facts_of(LOCAL_STRUCT)
+    assert sorted((r.kind, r.target, r.op) for r in facts.reductions) == [("accumulator", "f.x", "+"),
+                                                                          ("accumulator", "f.y", "+")]
+    # A member through a pointer is memory: an update of `p`'s element, not a local.
+    assert "update p.z[tid.x]" in accesses(facts)
+
+
+def test_assigned_names_count_a_local_struct_as_assigned_through_its_members():
+    from kernel_lsp.core.analysis import assigned_names, parse_text
+
+    src, root = parse_text("void f() { s.x = 1; t.a.b += 2; u->v = 3; w[0].x = 4; ++y.z; }")
+    assert assigned_names(root, src) == {"s", "t", "y"}
+
+
+WHILE_COUNTERS = """
+__global__ void k(const float* a, float* out, int n) {
+  float s = 0.0f;
+  int i = threadIdx.x;
+  while (i < n) { s += a[i]; i += 32; }
+  int j = threadIdx.x;
+  while (j < n) { s += a[j]; j += 32; j += 1; }
+  int m = threadIdx.x;
+  while (m < n) { if (a[m] < 0.0f) continue; s += a[m]; m += 32; }
+  out[threadIdx.x] = s;
+}
+"""
+
+
+def test_a_while_counter_is_one_the_body_steps_once_with_no_continue_skipping_it():
+    loops = facts_of(WHILE_COUNTERS).loops
+    assert [(lp.var, str(lp.step) if lp.step is not None else None) for lp in loops] == [
+        ("i", "32"), (None, None), (None, None)]

@@ -346,3 +346,81 @@ def test_a_pivot_the_loop_never_stores_is_read_by_every_lane(tmp_path):
     # The diagonal stored by the loop itself (j from r): a real dependence between iterations.
     found = outcome("split-loop", PIVOT.replace("j = r + 1", "j = r"), spec)
     assert not found.applicable and "may be an element" in found.why, found.why
+
+
+FORCES = """
+struct vec3 { float x, y, z; };
+__global__ void forces(const float* pos, const int* neighbours, vec3* out, int n, int count) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  vec3 f = {0.0f, 0.0f, 0.0f};
+  int j = 0;
+  while (j < count) {
+    int k = neighbours[j * n + i];
+    float d = pos[k] - pos[i];
+    if (d * d < 4.0f) {
+      f.x += d;
+      f.y += d * d;
+      f.z += 1.0f;
+    }
+    j++;
+  }
+  out[i] = f;
+}
+"""
+FORCES_MAIN = r"""
+int main() {
+  const int n = 45, count = 37;
+  std::vector<float> pos(n);
+  std::vector<int> nb(n * count);
+  std::vector<vec3> out(n);
+  for (int i = 0; i < n; i++) pos[i] = (float)((i * 17) % 23) / 5.0f;
+  for (int i = 0; i < n * count; i++) nb[i] = (i * 31 + 7) % n;
+  kl_launch({GX, 1, 1}, {BX, 1, 1}, [&] { forces(pos.data(), nb.data(), out.data(), n, count); });
+  for (const vec3& v : out) printf("%a %a %a\n", v.x, v.y, v.z);
+}
+"""
+
+
+def _forces_spec(n: int) -> dict:
+    return spec_of("forces", [arr("pos", "n"), {"name": "neighbours", "array": "int32", "size": "n*count", "init": "zeros",
+                                                "role": "in"},
+                              {"name": "out", "array": "float32", "size": "3*n", "init": "zeros", "role": "out"},
+                              scalar("n", n), scalar("count", 128)], ["ceil_div(n,64)", 1, 1], [64, 1, 1],
+                   [{"n": 45, "count": 37}])
+
+
+@pytest.mark.parametrize("rule,n", [("split-loop", 512), ("split-reduction", 8192)])
+def test_a_structs_members_accumulated_by_a_while_loop_are_combined_across_the_split(rule, n, tmp_path):
+    """Forces summed into a local struct's members over a neighbour list walked by a ``while`` loop: each
+    member is an accumulator of the loop, combined across the lanes or threads that share the row."""
+    # A brace-initialised struct cannot be split from its initialiser by split-reduction's predicates.
+    source = FORCES.replace("vec3 f = {0.0f, 0.0f, 0.0f};", "vec3 f; f.x = 0.0f; f.y = 0.0f; f.z = 0.0f;")
+    found = outcome(rule, source, _forces_spec(n))
+    assert found.applicable, found.why
+    assert "f.x" in found.rewrites[0].source and "f.z" in found.rewrites[0].source
+    if shutil.which("g++"):
+        from cpu_cuda import run_on_cpu
+
+        spec = parse_spec(_forces_spec(n))
+        original = spec.resolve(0).original
+        main = FORCES_MAIN.replace("GX", str(original.grid[0])).replace("BX", str(original.block[0]))
+        before = [float.fromhex(v) for v in run_on_cpu(source, main, tmp_path, "forces").split()]
+        for k, rw in enumerate(found.rewrites):
+            launch = with_candidate_launch(spec, rw.launch_override).resolve(0).candidate
+            main = FORCES_MAIN.replace("GX", str(launch.grid[0])).replace("BX", str(launch.block[0]))
+            if launch.block[1] != 1:
+                main = main.replace("{BY}", "").replace(f"{{{launch.block[0]}, 1, 1}}",
+                                                         f"{{{launch.block[0]}, {launch.block[1]}, 1}}")
+            after = [float.fromhex(v) for v in run_on_cpu(rw.source, main, tmp_path, f"forces{k}").split()]
+            assert len(after) == len(before) and all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(after, before))
+
+
+@pytest.mark.parametrize("change,why", [
+    (("out[i] = f;", "out[i] = f;"), None),
+    (("f.z += 1.0f;", "f.z += 1.0f; f = f;"), "otherwise than through the members it accumulates"),
+    (("f.z += 1.0f;", "f.z += f.x;"), "reads the accumulator `f.x` for something else than updating it"),
+])
+def test_a_struct_used_whole_in_the_loop_is_not_split(change, why):
+    found = outcome("split-loop", FORCES.replace(*change), _forces_spec(512))
+    assert found.applicable if why is None else (not found.applicable and why in found.why), found.why

@@ -117,3 +117,58 @@ def test_refusals_name_the_missing_fact():
     assert "the kernel is a template" in outcome(template).why
     single = NORM.split("    float v = 0.0f;")[0] + "    y[row] = m;\n}\n"
     assert "no two loops at one level run the same iterations" in outcome(single).why
+
+
+# A thread per row: a warp per row first (32 times the blocks), then the row cached in each lane's registers.
+ROWS = """
+__global__ void rownorm(const float* x, float* y, int rows, int C) {
+    int row = blockIdx.x * blockDim.x + threadIdx.x;
+    if (row >= rows) return;
+    const float* r = x + row * C;
+    float s = 0.0f;
+    for (int i = 0; i < C; i++) s += r[i];
+    float m = s / C;
+    float v = 0.0f;
+    for (int i = 0; i < C; i++) v += (r[i] - m) * (r[i] - m);
+    float inv = 1.0f / sqrtf(v / C + 1e-5f);
+    for (int i = 0; i < C; i++) y[row * C + i] = (r[i] - m) * inv;
+}
+"""
+ROWS_SPEC = dict(SPEC, kernel="rownorm", grid=["(rows+127)/128", "1", "1"], block=[128, 1, 1])
+ROWS_MAIN = r"""
+int main() {
+  const int rows = 9, C = COLS;
+  std::vector<float> x(rows * C), y(rows * C, -7.0f);
+  for (int k = 0; k < rows * C; k++) x[k] = (float)((k * 7919) % 2003) / 1001.0f - 1.0f;
+  kl_launch({GRID, 1, 1}, {128, 1, 1}, [&] { rownorm(x.data(), y.data(), rows, C); });
+  for (int k = 0; k < rows * C; k++) printf("%a\n", y[k]);
+}
+"""
+
+
+def test_a_warp_per_row_is_followed_by_the_row_cache_with_its_launch(tmp_path):
+    from kernel_lsp.core.candidates import OptimizeRequest
+    from kernel_lsp.core.rules import RuleGenerator
+
+    request = OptimizeRequest(source=ROWS, path="rows.cu", kernel="rownorm", spec=ROWS_SPEC)
+    candidates = {c.generator: c for c in RuleGenerator().generate(request)}
+    base, cached = candidates["rule:warp-per-row"], candidates["rule:warp-per-row+row-cache"]
+    # Tried once the warp per row was accepted, on its launch, and the host's launch edited as for it.
+    assert cached.after == "rule:warp-per-row"
+    assert cached.launch_override == base.launch_override and cached.grid_scale == base.grid_scale == (32, 1, 1)
+    assert "kl_row[" in cached.source and "kl_warp_sum" in cached.source
+    # A later step that would change the launch again does not follow a relative launch change.
+    assert not any(name.startswith("rule:warp-per-row+") and c.launch_override != base.launch_override
+                   for name, c in candidates.items() if c.after == "rule:warp-per-row")
+    if shutil.which("g++"):
+        for cols in (37, 256, 1100):
+            main = ROWS_MAIN.replace("COLS", str(cols))
+            before = run_on_cpu(ROWS, main.replace("GRID", "1"), tmp_path, f"rows{cols}")
+            after = run_on_cpu(cached.source, main.replace("GRID", "32"), tmp_path, f"rows_cached{cols}")
+            assert _close(after, before)
+
+
+def _close(after: str, before: str) -> bool:
+    """The lanes' partial sums add in another order than the thread's loop: within float rounding."""
+    a, b = [float.fromhex(v) for v in after.split()], [float.fromhex(v) for v in before.split()]
+    return len(a) == len(b) and all(abs(x - y) <= 1e-5 * max(1.0, abs(y)) for x, y in zip(a, b))

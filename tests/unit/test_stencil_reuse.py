@@ -440,3 +440,32 @@ def test_refuses_a_block_that_changes_with_the_sizes():
     data = spec("jacobi", block=(32, "n/128", 1))
     found = outcome(JACOBI, data)
     assert not found.applicable and "the block is not the same at every size" in found.why, found.why
+
+
+WHILE_MARCH = MARCH.replace("for (int k = 1; k < nz - 1; ++k) {", "int k = 1;\n  while (k < nz - 1) {").replace(
+    "below = here; here = above;\n  }", "below = here; here = above;\n    ++k;\n  }")
+MARCH_MAIN = r"""
+int main() {
+  const int n = 300, nz = NZ;
+  std::vector<float> A(n * nz), B(n * nz, -1.0f);
+  for (int i = 0; i < n * nz; i++) A[i] = (float)((i * 29) % 31) - 15.0f;
+  kl_launch({(n + 255) / 256, 1, 1}, {256, 1, 1}, [&] { march(n, nz, A.data(), B.data()); });
+  for (float v : B) printf("%a\n", v);
+}
+"""
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+def test_fixed_trip_unrolls_a_while_loop_behind_the_same_guard(tmp_path):
+    from cpu_cuda import run_on_cpu
+
+    assert WHILE_MARCH != MARCH and "++k;" in WHILE_MARCH
+    found = unroll_outcome(WHILE_MARCH, march_spec())
+    assert found.applicable, found.why
+    assert "if ((nz - 1) == 7) {\n#pragma unroll\n  while (k < 7) {" in found.rewrites[0].source
+    # At the spec's size the unrolled copy runs, at another the loop as written: both as the original.
+    for nz in (8, 5):
+        main = MARCH_MAIN.replace("NZ", str(nz))
+        before = run_on_cpu(WHILE_MARCH, main, tmp_path, f"march{nz}")
+        for n, rw in enumerate(found.rewrites):
+            assert run_on_cpu(rw.source, main, tmp_path, f"march{nz}_{n}") == before

@@ -311,3 +311,17 @@ def test_a_problem_size_the_analysis_saw_expanded_is_written_as_the_users_macro(
     # A value the header spells only as a product, with no macro of its own: the literal would be new, refused.
     source, found = run("#define M 1024\n#define N (2 * M)\n")
     assert not found.applicable and "literal 2048" in found.why, found.why
+
+
+@needs_gxx
+def test_a_tap_loop_written_as_a_while_loop_reads_the_window_too(tmp_path):
+    source = CONV1D.replace("for (int k = -r; k <= r; k++) acc += taps[k + r] * x[i + k];",
+                            "int k = -r;\n    while (k <= r) { acc += taps[k + r] * x[i + k]; k += 1; }")
+    assert source != CONV1D
+    found, rw = _applied(source, CONV1D_SPEC)
+    assert "the fast path needs r == 4" in found.why
+    main = CONV1D_MAIN.replace("R_", "4")
+    assert run_on_cpu(rw.source, main, tmp_path, "conv1d_while_window") == run_on_cpu(source, main, tmp_path, "conv1d_while")
+    # Its counter assigned besides the step: not a tap loop the analysis follows.
+    twice = source.replace("k += 1; }", "k += 1; k += 0; }")
+    assert "no counter the analysis follows" in outcome(RULE, twice, CONV1D_SPEC).why

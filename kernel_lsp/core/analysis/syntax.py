@@ -106,23 +106,42 @@ def identifiers_in(node: Node | None, src: bytes) -> set[str]:
 
 
 def assigned_names(node: Node | None, src: bytes) -> set[str]:
-    """Local names assigned anywhere under ``node`` (``x = …``, ``x += …``, ``x++``)."""
+    """Local names assigned anywhere under ``node`` (``x = …``, ``x += …``, ``x++``, and ``s`` of a member
+    ``s.x = …`` of a local value)."""
     if node is None:
         return set()
     found: set[str] = set()
     stack = [node]
     while stack:
         n = stack.pop()
+        target = None
         if n.type == "assignment_expression":
-            left = n.child_by_field_name("left")
-            if left is not None and left.type == "identifier":
-                found.add(node_text(src, left))
+            target = n.child_by_field_name("left")
         elif n.type == "update_expression":
-            arg = n.child_by_field_name("argument")
-            if arg is not None and arg.type == "identifier":
-                found.add(node_text(src, arg))
+            target = n.child_by_field_name("argument")
+        if target is not None and target.type == "identifier":
+            found.add(node_text(src, target))
+        elif target is not None and (path := member_path(target, src)) is not None:
+            found.add(path.split(".", 1)[0])
         stack.extend(n.children)
     return found
+
+
+def member_path(node: Node, src: bytes) -> str | None:
+    """A member of a named value, as ``s.x`` or ``s.a.b`` without spaces; None for anything else (``p->x``,
+    ``a[i].x``: members of memory)."""
+    fields: list[str] = []
+    while node.type == "field_expression":
+        op, field = node.child_by_field_name("operator"), node.child_by_field_name("field")
+        if op is None or field is None or node_text(src, op) != ".":
+            return None
+        fields.append(node_text(src, field))
+        node = node.child_by_field_name("argument")
+        if node is None:
+            return None
+    if node.type != "identifier" or not fields:
+        return None
+    return ".".join([node_text(src, node), *reversed(fields)])
 
 
 _BUILTIN_NAMES = frozenset({"threadIdx", "blockIdx", "blockDim", "gridDim", "warpSize"})

@@ -19,7 +19,8 @@ from kernel_lsp.core.analysis.program import (
 )
 from kernel_lsp.core.analysis.syntax import (
     _BUILTIN_NAMES, _assignment_counts, _declarator_name, _declared_names, _is_pure_math, _param_list, _strip_qualifiers,
-    assigned_names, conditional_update, declared_anywhere, function_definitions, identifiers_in, node_text, parse_text,
+    assigned_names, conditional_update, declared_anywhere, function_definitions, identifiers_in, member_path, node_text,
+    parse_text,
 )
 from kernel_lsp.core.consteval import TYPE_SIZES_BYTES, evaluate_int
 from kernel_lsp.core.poly import ONE, ZERO, Poly
@@ -946,8 +947,16 @@ class _Walker:
         if isinstance(place, _Place):
             self.at(place, kind, op)
         elif place is None and node.type == "field_expression":
-            # A member of a local value (``s.x = …``): the object is no memory the analysis tracks.
+            # A member of a local value (``s.x = …``): the object is no memory the analysis tracks, but the
+            # local changes, and a member a loop updates (``f.x += …``) is an accumulator of that loop.
             self.expr(node.child_by_field_name("argument"))
+            path = member_path(node, self.src)
+            if path is not None:
+                base = path.split(".", 1)[0]
+                if base in self.env:
+                    self.env[base] = self.fresh(base, [self.env[base]])
+                if kind == "update" and op is not None:
+                    self.note_accumulator(path, op, node, base)
         elif place is None and node.type != "identifier":
             self.expr(node)
 
@@ -1005,8 +1014,9 @@ class _Walker:
         self.escape([right])
         return right
 
-    def note_accumulator(self, name: str, op: str, node: Node) -> None:
-        if not self.loop_stack or name in self.declared_in_loop[-1] or op not in ("+", "*", "|", "&", "^", "max", "min"):
+    def note_accumulator(self, name: str, op: str, node: Node, base: str | None = None) -> None:
+        """``name`` (a local, or ``base``'s member ``base.x``) updated by ``op`` in the innermost loop."""
+        if not self.loop_stack or (base or name) in self.declared_in_loop[-1] or op not in ("+", "*", "|", "&", "^", "max", "min"):
             return
         if any(name in counters for counters in self.loop_vars):
             return
@@ -1742,13 +1752,16 @@ class _Walker:
         candidates: list[Node] = []
         if update is not None:
             candidates.append(update)
-        elif body is not None:
+        elif body is not None and not _continues(body):
+            # A ``continue`` would skip the step: the counter would not advance once per iteration.
             statements = body.named_children if body.type == "compound_statement" else [body]
             cond_names = identifiers_in(cond, self.src) if cond is not None else set()
+            # Only a name the body assigns once: a second assignment would step it by more than the one seen.
+            once = {name for name, count in _assignment_counts(body, self.src).items() if count == 1}
             for st in statements:
                 if st.type == "expression_statement" and st.named_children:
                     e = st.named_children[0]
-                    if e.type in ("assignment_expression", "update_expression") and (assigned_names(e, self.src) & cond_names):
+                    if e.type in ("assignment_expression", "update_expression") and (assigned_names(e, self.src) & cond_names & once):
                         candidates.append(e)
         for cand in candidates:
             found = self.step_of(cand)
@@ -1854,6 +1867,19 @@ def _upper_bound(cond: Node | None, var: str, src: bytes) -> tuple[Node, bool] |
     if op in (">", ">=") and counter(right):
         return left, op == ">="
     return None
+
+
+def _continues(body: Node) -> bool:
+    """A ``continue`` that belongs to the loop of ``body`` (not to a loop inside it)."""
+    stack = [body]
+    while stack:
+        n = stack.pop()
+        if n.type == "continue_statement":
+            return True
+        if n is not body and n.type in ("for_statement", "while_statement", "do_statement", "for_range_loop"):
+            continue
+        stack.extend(n.children)
+    return False
 
 
 def _body_step(body: Node | None, var: str, src: bytes) -> Node | None:

@@ -146,8 +146,13 @@ def evaluate(
     ctx = RuleContext(source, index, fn, _spec_of(spec), preprocessed)
     out = []
     for rule in rules:
-        ok, why = rule.preconditions(ctx)
-        rewrites = rule.apply(ctx) if ok else ()
+        try:
+            ok, why = rule.preconditions(ctx)
+            rewrites = rule.apply(ctx) if ok else ()
+        except Exception as exc:  # noqa: BLE001 - one rule's defect must not end the search or the server's request
+            out.append(RuleOutcome(rule.name, rule.technique, False,
+                                   f"the rule failed on this kernel (a defect in kernel-lsp: {type(exc).__name__}: {exc})"))
+            continue
         if ok and not rewrites:
             ok, why = False, f"{why}; but no rewrite could be formed (the new launch does not evaluate at every size)"
         out.append(RuleOutcome(rule.name, rule.technique, ok, why, rewrites))
@@ -204,7 +209,8 @@ class RuleGenerator:
                 yield candidate
                 if outcome.rule in COMPOSABLE and not rw.launch_override:
                     yield from self._sequences(request, candidate, (outcome.rule,), seen)
-                elif outcome.rule in RELAUNCHING_FIRST_STEPS and rw.launch_override and not _relative_launch(rw):
+                elif outcome.rule in COMPOSABLE and _relative_launch(rw) or (
+                        outcome.rule in RELAUNCHING_FIRST_STEPS and rw.launch_override and not _relative_launch(rw)):
                     yield from self._sequences(request, candidate, (outcome.rule,), seen, rw.launch_override)
 
     def _sequences(self, request: OptimizeRequest, base: Candidate, done: tuple[str, ...],
@@ -214,15 +220,18 @@ class RuleGenerator:
         loop-invariant store). Each is tried only once ``base`` was accepted (``Candidate.after``), so every
         intermediate step is verified. ``launch``: the launch ``base`` needs instead of the spec's (its
         ``candidate`` field); the later steps see it as the launch, so a step that scales the launch
-        relative to the host's cannot follow, and one with a launch of its own replaces it."""
+        relative to the host's cannot follow, and one with a launch of its own replaces it. A ``base`` that
+        changes the launch relative to the host's (a warp per row: 32 times the blocks) is followed only by
+        steps that keep the launch, and they keep its change of the host's launch."""
         if len(done) >= self.max_steps:
             return
         view = self.reprocess(base.source) if self.reprocess is not None else None
         later = [r for r in self.rules if r.name in COMPOSABLE and r.name not in done]
         spec = request.spec if launch is None or request.spec is None else relaunched(request.spec, launch)
+        relative = base.grid_scale is not None or base.block is not None or base.grid_divide is not None
         for outcome in evaluate(base.source, request.kernel, spec, later, preprocessed=view):
             for rw in outcome.rewrites:
-                if launch is not None and _relative_launch(rw):
+                if launch is not None and (_relative_launch(rw) or relative and rw.launch_override):
                     continue
                 # A later step's own launch was computed from ``spec``, which has ``launch`` already.
                 override = rw.launch_override or launch
@@ -232,9 +241,10 @@ class RuleGenerator:
                 seen.add(key)
                 sequence = (*done, outcome.rule)
                 name = f"{base.generator}+{outcome.rule}" + (f"[{rw.variant}]" if rw.variant else "")
+                scaled = base if relative else rw
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, name,
                                       f"{base.description}; then {rw.description}", override,
-                                      grid_scale=rw.grid_scale, block=rw.block, grid_divide=rw.grid_divide,
+                                      grid_scale=scaled.grid_scale, block=scaled.block, grid_divide=scaled.grid_divide,
                                       after=base.generator)
                 yield candidate
                 if override is None:

@@ -17,9 +17,10 @@ second candidate also marks them ``__restrict__`` so the unrolled iterations' lo
 of the earlier iterations' stores.
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
-- a ``for`` loop of the kernel's own body with a constant start of at least 0 (so ``var < 7``
-  compares as ``var < bound`` does, whatever the bound's type), a step of 1 and a condition
-  ``var < bound`` or ``var <= bound``;
+- a counted loop of the kernel's own body (a ``for``, or a ``while`` stepped by one statement of its
+  body: the copy is the same loop with the spec's bound) with a constant start of at least 0 (so
+  ``var < 7`` compares as ``var < bound`` does, whatever the bound's type), a step of 1 and a
+  condition ``var < bound`` or ``var <= bound``;
 - the bound is not a constant already, is the same for every thread (so a barrier inside stays reached by all threads of a
   block on the same path), nothing in the loop assigns a name the bound reads, and it has no side
   effects (the copy does not evaluate it);
@@ -39,6 +40,7 @@ from kernel_lsp.core.analysis import (
 from kernel_lsp.core.index import build_index
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
+from kernel_lsp.core.transforms.counted_loop import loop_test
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse, pragma_before
 from kernel_lsp.core.transforms.qualifiers import requalified
 
@@ -96,14 +98,16 @@ class FixedTripUnroll(Rule):
     def _loop(self, ctx: RuleContext, loop: LoopFact, src: bytes, root: Node,
               binding: Binding) -> tuple[str, _Loop | None]:
         node = node_at(src, root, loop.span)
-        if node is None or node.type != "for_statement" or loop.var is None:
+        if loop.kind == "do":
+            return "it is a do loop (its first iteration runs before its test)", None
+        if node is None or loop.var is None:
             return "the analysis finds no counter of the loop (a variable started, tested and stepped)", None
         if loop.step is None or loop.step.constant != 1:
             return "its step is not 1", None
         if loop.start is None or loop.start.constant is None or loop.start.constant < 0:
             # A negative start against an unsigned bound compares otherwise than against the literal.
             return "its start is not a constant of at least 0", None
-        cond = node.child_by_field_name("condition")
+        cond = loop_test(node)
         if cond is None or cond.type != "binary_expression":
             return "its counter is not bounded from above by its test", None
         left, right = cond.child_by_field_name("left"), cond.child_by_field_name("right")

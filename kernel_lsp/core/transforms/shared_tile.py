@@ -51,6 +51,7 @@ from kernel_lsp.core.analysis import (
 )
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
+from kernel_lsp.core.transforms.counted_loop import counted_loop, loop_test
 from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
 
 _JUMPS = ("break_statement", "continue_statement", "goto_statement")
@@ -76,9 +77,9 @@ class _Plan:
 
 def _uniform_loop(loop: LoopFact, node: Node, facts: KernelFacts, src: bytes) -> str | None:
     """Why ``loop`` may run a different number of times in different threads of a block (None: it cannot)."""
-    if node.type != "for_statement" or loop.var is None or loop.start is None or loop.step is None or loop.bound is None:
+    if loop.var is None or loop.start is None or loop.step is None or loop.bound is None:
         return "has no counter the analysis follows (a variable started, tested and stepped)"
-    cond = node.child_by_field_name("condition")
+    cond = loop_test(node)
     op = cond.child_by_field_name("operator") if cond is not None and cond.type == "binary_expression" else None
     if op is None or _text(src, op) not in _COMPARISONS or loop.var not in {
             _text(src, side) for side in (cond.child_by_field_name("left"), cond.child_by_field_name("right")) if side is not None}:
@@ -92,6 +93,9 @@ def _uniform_loop(loop: LoopFact, node: Node, facts: KernelFacts, src: bytes) ->
            for p in (loop.start, loop.step, loop.bound) for sym in p.symbols):
         return "has bounds that are not made of the kernel's scalars and the block's coordinates"
     changed = assigned_names(node.child_by_field_name("body"), src)
+    # A ``while`` loop's counter is stepped by its body's one statement (the analysis' counter).
+    if loop.kind == "while":
+        changed -= {loop.var}
     if loop.var in changed or {_text(src, n) for n in _identifier_nodes(cond, src)} & changed:
         return "has a variable or bound that its body assigns"
     return None
@@ -221,7 +225,7 @@ class SharedTileStore(Rule):
             if round_statement is None:
                 if n.type == "compound_statement":
                     continue
-                if n.type == "for_statement":
+                if n.type in ("for_statement", "while_statement"):
                     loop = loops.get((n.start_byte, n.end_byte))
                     why = _uniform_loop(loop, n, facts, src) if loop is not None else "is not modelled"
                     if why:
@@ -413,15 +417,19 @@ class SharedTileLoad(Rule):
         why = _uniform_loop(loop, loop_node, facts, src)
         if why:
             return f"its loop {why}", None
-        cond = loop_node.child_by_field_name("condition")
+        # Whether the counter is used after the loop is asked below, with the guard's threads in mind.
+        counted, why = counted_loop(loop, loop_node, facts.body_span, src, ends_elsewhere=False)
+        if counted is None:
+            return f"its loop: {why}", None
+        cond = counted.test
         if not _monotone_condition(cond, loop.var, src) or _has(cond, _SIDE_EFFECTS + ("subscript_expression",)):
             return "its loop's test is not an upper bound of its counter fixed before the loop (it loads memory or calls code)", None
-        if not _unit_increment(loop_node.child_by_field_name("update"), loop.var, src):
+        if not _unit_increment(counted.step, loop.var, src):
             return "its loop's counter does not step by one", None
         if any(other.parent == loop.id for other in facts.loops) or loop.calls_unknown:
             return "its loop holds a nested loop or calls code the analysis does not see", None
         loop_body = loop_node.child_by_field_name("body")
-        if loop.var in assigned_names(loop_body, src):
+        if counted.step_statement is None and loop.var in assigned_names(loop_body, src):
             return "its loop assigns its own variable in the body", None
         along = a.index.coefficient(loop.trip_symbol)
         if along is None or along.constant != 1 or any(
@@ -460,7 +468,7 @@ class SharedTileLoad(Rule):
                 if cond_node is None or _has(cond_node, _SIDE_EFFECTS):
                     return "the guard's condition has side effects", None
                 guard = up
-            elif up.type == "for_statement":
+            elif up.type in ("for_statement", "while_statement"):
                 outer = loops.get((up.start_byte, up.end_byte))
                 why = _uniform_loop(outer, up, facts, src) if outer is not None else "is not modelled"
                 if why:
@@ -512,7 +520,7 @@ class SharedTileLoad(Rule):
             f"    const bool kl_rtiled = kl_rthreads <= {rows}u;\n"
             "    const unsigned kl_rme = threadIdx.x + blockDim.x * (threadIdx.y + blockDim.y * threadIdx.z);\n"))
         loop_node = plan.loop_node
-        loop_cond = loop_node.child_by_field_name("condition")
+        loop_cond = loop_test(loop_node)
         index = src[a.span[0]:a.span[1]].decode("utf-8")
         address = "&" + _text(src, _loaded_subscript(node_at(src, root, a.span), src))
         staged_cond = _substituted(src, loop_cond, var, "kl_ri")

@@ -41,7 +41,8 @@ from kernel_lsp.core.transforms.more_parallelism import UNDERFILLED_WARPS_PER_SM
 from kernel_lsp.core.transforms.tile_contraction import (
     PolyEmitter, Refused, TileContraction, _chain, _find, _Plan, _Writer,
 )
-from kernel_lsp.core.transforms.warp_per_row import WarpPerRow, _init_value
+from kernel_lsp.core.transforms.counted_loop import counted_loop
+from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Most parts one original thread's loop is split into.
 MAX_PARTS = 32
@@ -66,15 +67,18 @@ class _SplitWriter(_Writer):
     def loop(self, pred: str | None) -> str:
         node = self.plan.chain[-1]
         loop = self.plan.loop
-        init = node.child_by_field_name("initializer")
-        value = _init_value(init)
-        update = node.child_by_field_name("update")
-        if value is None or update is None:
-            raise Refused("the loop's start or step was not found")
-        # The loop as written, its start moved by the part and its step multiplied by the parts.
-        split = self.copy(node.start_byte, node.end_byte, [
-            (value.start_byte, value.end_byte, f"({self.t(value)}) + (int)threadIdx.y"),
-            (update.start_byte, update.end_byte, f"{loop.var} += {self.parts}")])
+        counted, why = counted_loop(loop, node, self.facts.body_span, self.src)
+        if counted is None:
+            raise Refused(why)
+        # The loop as written, its start moved by the part and its step multiplied by the parts; a counter
+        # set before the loop is moved just before it.
+        subs = [(counted.step.start_byte, counted.step.end_byte, f"{loop.var} += {self.parts}")]
+        moved = ""
+        if counted.start is not None:
+            subs.append((counted.start.start_byte, counted.start.end_byte, f"({self.t(counted.start)}) + (int)threadIdx.y"))
+        else:
+            moved = f"{loop.var} = ({loop.var}) + (int)threadIdx.y; "
+        split = self.copy(node.start_byte, node.end_byte, subs)
         before, combine = [], []
         shared = []
         for k, acc in enumerate(self.accumulators):
@@ -86,7 +90,7 @@ class _SplitWriter(_Writer):
             combine.append(_COMBINE[acc.op].format(a=name, b=part))
         inits = " ".join(f"decltype({a.target} + 0) kl_init{k} = 0;" for k, a in enumerate(self.accumulators)
                          if a.op == "+")
-        body = f"{self.loop_pragma}{split}"
+        body = f"{moved}{self.loop_pragma}{split}"
         lines = ["{", *shared]
         if inits:
             lines.append(inits)

@@ -30,10 +30,11 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - the staged array is a pointer parameter the kernel never writes (nor lets escape), read at unit
   stride along ``threadIdx.x`` and with one stride along each other thread axis, every read an
   affine offset from the others in the pitches, not through a helper or a struct member;
-- every loop around a read is a tap loop: a ``for`` with a constant positive step whose start and
-  bound are constants or integer parameters the kernel leaves unchanged (the fast path is taken
-  only when they have the spec's values), without ``break``, ``continue``, ``return`` or ``goto``,
-  not assigning its counter, running at least once;
+- every loop around a read is a tap loop: a counted loop (a ``for``, or a ``while`` stepped by one
+  statement of its body) with a constant positive step whose start and bound are constants or
+  integer parameters the kernel leaves unchanged (the fast path is taken only when they have the
+  spec's values), without ``break``, ``continue``, ``return`` or ``goto``, assigning its counter
+  nowhere but in its step, running at least once;
 - every read runs under no condition but the kernel's leading ``if (…) return;`` exits and one
   guard ``if (…) { … }`` (without ``else``) around the code that reads: each thread that passes
   them reads every tap;
@@ -324,7 +325,7 @@ class StencilWindow(Rule):
         if not windows:
             return None, "; ".join(reasons) or "no array the kernel only reads is read at neighbouring offsets by the threads of a block"
         try:
-            shape = self._shape(facts, windows, body, src)
+            shape = self._shape(facts, windows, body, src, tap_loops)
         except _Refusal as exc:
             return None, str(exc)
         prelude, exits, work_start, guard = shape
@@ -345,8 +346,7 @@ class StencilWindow(Rule):
                   assigned: set[str], src: bytes, root: Node, fixed: dict[str, int]) -> int:
         """The loop's trips when it is a tap loop (else :class:`_Refusal`); its bounds' parameters go to ``fixed``."""
         line = (loop.user_line or 0) + 1
-        if loop.kind != "for" or loop.var is None or loop.start is None or loop.step is None or loop.bound is None \
-                or loop.geometric is not None:
+        if loop.var is None or loop.start is None or loop.step is None or loop.bound is None or loop.geometric is not None:
             raise _Refusal(f"the loop at line {line} has no counter the analysis follows")
         if loop.step.constant is None or loop.step.constant <= 0:
             raise _Refusal(f"the loop at line {line} does not step by a constant")
@@ -362,7 +362,8 @@ class StencilWindow(Rule):
         inner = node.child_by_field_name("body") if node is not None else None
         if inner is None or _has(inner, _JUMPS):
             raise _Refusal(f"the loop at line {line} can leave an iteration early (break, continue, return or goto)")
-        if loop.var in assigned_names(inner, src):
+        # A ``while`` loop's counter is stepped by its one statement in the body (the analysis' counter).
+        if loop.kind == "for" and loop.var in assigned_names(inner, src):
             raise _Refusal(f"the loop at line {line} assigns its counter in its body")
         trips = trip_count(facts, loop, Binding(binding_env, (1, 1, 1)))
         if not trips:
@@ -516,7 +517,7 @@ class StencilWindow(Rule):
             raise _Refusal(f"its window's origin cannot be computed at the block's start: {exc}") from None
         return window
 
-    def _shape(self, facts: KernelFacts, windows: list[_Window], body: Node, src: bytes):
+    def _shape(self, facts: KernelFacts, windows: list[_Window], body: Node, src: bytes, tap_loops: dict):
         spans = [r.access.span for w in windows for r in w.reads]
         children = [c for c in body.named_children if c.type != "comment"]
         statements = [c for c in children if not c.type.startswith("preproc")]
@@ -564,6 +565,9 @@ class StencilWindow(Rule):
             if c.kind == "exit" and any(c.statement_span == (e.start_byte, e.end_byte) for e in exits):
                 allowed.add((c.id, False))
             if guard is not None and c.kind == "if" and c.statement_span == (guard.start_byte, guard.end_byte):
+                allowed.add((c.id, True))
+            # A ``while`` tap loop's test is its bound, as a ``for`` header's is: every thread runs its trips.
+            if c.kind == "while" and any(c.statement_span == loop.span for loop, _ in tap_loops.values()):
                 allowed.add((c.id, True))
         for w in windows:
             for r in w.reads:

@@ -76,6 +76,7 @@ from kernel_lsp.core.analysis import (
 from kernel_lsp.core.poly import Poly, is_iteration, is_opaque
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
+from kernel_lsp.core.transforms.counted_loop import CountedLoop, counted_loop
 from kernel_lsp.core.transforms.emit import BodyEdit, UserText, emit, expands_to, node_at, parse
 
 #: Static ``__shared__`` memory one block may declare (CUDA's limit without opt-in).
@@ -276,15 +277,12 @@ def _fits_int32(facts: KernelFacts, loop: LoopFact, tiles, binding: Binding, tri
     return True
 
 
-def _used_outside(body: Node, loop_node: Node, var: str, src: bytes) -> bool:
-    """``var`` is mentioned in ``body`` outside ``loop_node`` other than where it is declared."""
-    for n in _find(body, ("identifier",)):
-        if _text(src, n) != var or loop_node.start_byte <= n.start_byte < loop_node.end_byte:
-            continue
-        if n.parent is not None and n.parent.type == "declaration":
-            continue
-        return True
-    return False
+def _counted(plan: _Plan, facts: KernelFacts, src: bytes) -> CountedLoop:
+    """The plan's loop as a counted loop (the plan was made only for one)."""
+    counted, why = counted_loop(plan.loop, plan.chain[-1], facts.body_span, src)
+    if counted is None:
+        raise Refused(why)
+    return counted
 
 
 def _under_condition(node: Node, stop: Node) -> bool:
@@ -345,8 +343,9 @@ class TileContraction(Rule):
         return None, "; ".join(reasons) or "the kernel has no loop"
 
     def _loop_plan(self, facts, loop, block, bindings, src, root, kernel, used: int = 0) -> _Plan:
-        if loop.kind != "for" or loop.var is None:
-            raise Refused("the analysis finds no counter of it (a variable started, tested and stepped)")
+        counted, why = counted_loop(loop, node_at(src, root, loop.span), facts.body_span, src)
+        if counted is None:
+            raise Refused(why)
         if loop.step is None or loop.step.constant != 1 or loop.start is None or loop.bound is None:
             raise Refused("its step is not 1 or its bounds are unknown")
         if loop.parent is not None or any(other.parent == loop.id for other in facts.loops):
@@ -363,7 +362,7 @@ class TileContraction(Rule):
         loop_body = loop_node.child_by_field_name("body")
         if loop_body is None or _find(loop_body, _EXITS):
             raise Refused("it has an early exit (break, continue, return or goto)")
-        self._header(loop_node, loop, src)
+        self._header(counted, loop, src)
         top = chain[1] if len(chain) > 1 else loop_node  # the statement of the body that holds the loop
         for b in facts.barriers:
             if top.start_byte <= b.span[0] < top.end_byte:
@@ -381,10 +380,9 @@ class TileContraction(Rule):
         emitter = PolyEmitter(facts, src, kernel)
         emitter.poly(loop.start, {})
         emitter.poly(loop.bound, {})
-        if loop.var in assigned_names(loop_body, src):
+        # A ``while`` loop's one step statement is the only assignment of its counter in its body.
+        if counted.step_statement is None and loop.var in assigned_names(loop_body, src):
             raise Refused("its body assigns the loop variable")
-        if loop_node.child_by_field_name("initializer").type != "declaration" and _used_outside(body, loop_node, loop.var, src):
-            raise Refused("its variable is used outside it (its last value would change when the loop runs zero times)")
         tiles = self._tiles(facts, loop, block, src, root, loop_node, emitter)
         trips = []
         for binding in bindings:
@@ -409,21 +407,18 @@ class TileContraction(Rule):
             stmt.parent == node for node in chain if node.type == "compound_statement")
 
     @staticmethod
-    def _header(loop_node: Node, loop: LoopFact, src: bytes) -> None:
-        cond = loop_node.child_by_field_name("condition")
-        init = loop_node.child_by_field_name("initializer")
-        if cond is None or init is None or cond.type != "binary_expression":
-            raise Refused("its header does not start, test and step one counter")
+    def _header(counted: CountedLoop, loop: LoopFact, src: bytes) -> None:
+        cond, init = counted.test, counted.initializer
+        if cond is None or cond.type != "binary_expression":
+            raise Refused("its test is not an upper bound of its counter")
         left = cond.child_by_field_name("left")
         op = cond.child_by_field_name("operator")
         if left is None or _text(src, left) != loop.var or op is None or op.type not in ("<", "<="):
             raise Refused("its test is not an upper bound of its counter")
-        if init.type == "declaration":
+        if init is not None and init.type == "declaration":
             decls = init.children_by_field_name("declarator")
             if len(decls) != 1 or decls[0].type != "init_declarator":
                 raise Refused("its initializer declares more than the variable")
-        elif init.type != "assignment_expression":
-            raise Refused("its counter is not started by its header")
 
     def _tiles(self, facts, loop, block, src, root, loop_node, emitter) -> tuple[_Tile, ...]:
         trip = loop.trip_symbol
@@ -856,7 +851,7 @@ class _Writer:
         if t.dim is not None or not names <= allowed:
             return None
         init = self.plan.chain[-1].child_by_field_name("initializer")
-        if init.type == "declaration":
+        if init is not None and init.type == "declaration":
             var_type = re.sub(r"\b(const|volatile)\b", "", self.span_text(
                 init.start_byte, init.children_by_field_name("declarator")[0].start_byte)).strip()
         else:
@@ -886,17 +881,17 @@ class _Writer:
         """The original loop over one tile: its header with the first value and the bound moved to
         the tile, its body reading the tiles."""
         loop, tk = self.plan.loop, self.plan.tk
-        init = node.child_by_field_name("initializer")
-        update = node.child_by_field_name("update")
+        counted = _counted(self.plan, self.facts, self.src)
+        init = counted.initializer
         first = f"{start} + kl_t0"
-        if init.type == "declaration":
+        if init is not None and init.type == "declaration":
             d = init.children_by_field_name("declarator")[0]
             type_text = self.span_text(init.start_byte, d.start_byte).strip()
             init_text = f"{type_text} {self.t(d.child_by_field_name('declarator'))} = {first}"
         else:
-            init_text = f"{self.t(init.child_by_field_name('left'))} = {first}"
+            init_text = f"{loop.var} = {first}"
         body = self.body(node)
-        step = self.t(update)
+        step = self.t(counted.step)
         # A whole tile runs a fixed number of iterations, which the compiler unrolls (ascending k as
         # before); the last, ragged tile stops at the loop's own bound.
         pragma = self.loop_pragma or ("\n#pragma unroll\n" if tk <= DEFAULT_TK else f"\n#pragma unroll {UNROLL_LONG_TILE}\n")
@@ -906,7 +901,7 @@ class _Writer:
 
     def body(self, node: Node) -> str:
         body = node.child_by_field_name("body")
-        subs = []
+        subs = _counted(self.plan, self.facts, self.src).without_step()
         for n, t in enumerate(self.plan.tiles):
             r = {"tid.x": "threadIdx.x", "tid.y": "threadIdx.y", None: ""}[t.dim]
             for lo, hi in t.spans:
@@ -1023,9 +1018,9 @@ def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, 
     params = {name for name, _, _ in facts.params}
     if any(c > 1 for c in counts.values()) or set(counts) & params:
         return "a name is declared twice in the kernel (the copies' scopes are merged)"
-    update = plan.chain[-1].child_by_field_name("update")
+    update = _counted(plan, facts, src).step
     var = plan.loop.var
-    if update is None or re.sub(r"\s", "", _text(src, update)) not in (f"{var}++", f"++{var}", f"{var}+=1"):
+    if re.sub(r"\s", "", _text(src, update)) not in (f"{var}++", f"++{var}", f"{var}+=1"):
         return "the loop's update does more than step its variable"
     if any(ret.start_byte > plan.chain[-1].start_byte for ret in _find(body, ("return_statement",))):
         return "a `return` after the loop would end the other copies too"
@@ -1242,9 +1237,11 @@ class _BlockedWriter(_Writer):
                 name = self.tile_name(n, _key_of(t, self.micro, opaque, qy, qx))
                 for lo, hi in t.spans:
                     self.tile_subs.append((lo, hi, self.ref(n, t, thread, "kl_kk").replace(f"kl_s{n}", name, 1)))
-            init = node.child_by_field_name("initializer")
+            counted = _counted(plan, self.facts, self.src)
+            self.tile_subs += counted.without_step()
+            init = counted.initializer
             var = f"{loop.var}_kl{c}"
-            if init.type == "declaration":
+            if init is not None and init.type == "declaration":
                 d = init.children_by_field_name("declarator")[0]
                 set_var = f"{self.span_text(init.start_byte, d.start_byte).strip()} {var} = kl_kb + kl_kk;"
             else:

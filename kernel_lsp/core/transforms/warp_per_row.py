@@ -17,8 +17,9 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - a 1-D kernel and launch whose block is a multiple of 32 at every size of the spec;
 - no barrier, shared memory, warp-level intrinsic or atomic anywhere (the original's blocks do
   not exist any more), and no helper function that reads the thread or block index;
-- in each rewritten loop: a ``for`` with a unit step and no nested loop, calling nothing the
-  analysis does not see, with no early exit; the only scalars it carries are accumulators
+- in each rewritten loop: a counted loop (:mod:`.counted_loop`: a ``for``, with or without an
+  initializer, or a ``while`` stepped by one statement of its body) with a unit step and no nested
+  loop, whose counter is dead once it ends, calling nothing the analysis does not see, with no early exit; the only scalars it carries are accumulators
   (``+``, ``max``, ``min``) that it reads only to update them; every array it writes is written
   at an index that moves with the iteration and read nowhere else in the loop, except at one
   element the store never reaches (a constant distance before its first one, or not a whole
@@ -46,13 +47,14 @@ from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
     Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, conditional_update, declared_anywhere,
-    helper_reading_thread_index, threads_cooperate, trip_count,
+    helper_reading_thread_index, member_path, threads_cooperate, trip_count,
 )
 from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
+from kernel_lsp.core.transforms.counted_loop import counted_loop
 from kernel_lsp.core.transforms.emit import (
     WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, pragma_before, warp_reduce_helpers,
 )
@@ -151,31 +153,6 @@ def _same_owner(w, r, split: dict) -> bool:
     return w.index.renamed(split[wl].loop.trip_symbol, split[rl].loop.trip_symbol) == r.index
 
 
-def _counter_read_after(loop: Node, var: str, facts: KernelFacts, root: Node, src: bytes) -> bool:
-    """A counter declared before its loop (``int j; for (j = 0; …)``) whose value after the loop is
-    used: the first mention of it after the loop is anything but a plain assignment to it."""
-    init = loop.child_by_field_name("initializer")
-    if init is not None and init.type == "declaration":
-        return False
-    stack = [root.descendant_for_byte_range(*facts.body_span) or root]
-    first = None
-    while stack:
-        n = stack.pop()
-        if n.end_byte <= loop.end_byte or n.start_byte >= facts.body_span[1]:
-            continue
-        if n.type == "identifier" and n.start_byte >= loop.end_byte and _text(src, n) == var:
-            if first is None or n.start_byte < first.start_byte:
-                first = n
-            continue
-        stack.extend(n.children)
-    if first is None:
-        return False
-    parent = first.parent
-    return not (parent is not None and parent.type == "assignment_expression" and parent.child_by_field_name("left") == first
-                and _text(src, parent.child_by_field_name("operator")) == "="
-                and var not in _NAME.findall(_text(src, parent.child_by_field_name("right"))))
-
-
 def _calls(node: Node, src: bytes) -> set[str]:
     found = set()
     stack = [node]
@@ -268,12 +245,11 @@ class WarpPerRow(Rule):
 
     def _loop_refusal(self, facts: KernelFacts, loop: LoopFact, root: Node, src: bytes) -> tuple[str | None, tuple[Reduction, ...]]:
         node = node_at(src, root, loop.span)
-        if node is None or node.type != "for_statement" or loop.var is None:
-            return "the analysis finds no counter of the loop (a variable started, tested and stepped)", ()
+        counted, why = counted_loop(loop, node, facts.body_span, src)
+        if counted is None:
+            return why, ()
         if loop.step is None or loop.step.constant != 1:
             return "its step is not 1", ()
-        if _counter_read_after(node, loop.var, facts, root, src):
-            return f"its counter `{loop.var}` is read after it (each lane ends it at another value)", ()
         if loop.calls_unknown:
             return "it calls code the analysis does not see", ()
         body = node.child_by_field_name("body")
@@ -284,8 +260,13 @@ class WarpPerRow(Rule):
             return "an accumulator's operator has no shuffle reduction here", ()
         carried = assigned_names(body, src) - declared_anywhere(body, src) - {loop.var}
         names = {r.target for r in accumulators}
-        if carried - names:
-            return f"it carries {', '.join(sorted(carried - names))} from one iteration to the next", ()
+        # A local struct whose members accumulate (``f.x += …``): carried only through those members.
+        bases = {name.split(".", 1)[0] for name in names if "." in name}
+        if carried - names - bases:
+            return f"it carries {', '.join(sorted(carried - names - bases))} from one iteration to the next", ()
+        for base in sorted(bases):
+            if not _members_only(body, src, base, names):
+                return f"it uses `{base}` otherwise than through the members it accumulates", ()
         for acc in names:
             if not _only_updated(body, src, acc):
                 return f"it reads the accumulator `{acc}` for something else than updating it", ()
@@ -356,14 +337,9 @@ class WarpPerRow(Rule):
         ops: set[str] = set()
         unrolled = False
         for n, plan in enumerate(plans):
-            loop_node = node_at(src, root, plan.loop.span)
-            init = loop_node.child_by_field_name("initializer")
-            value = _init_value(init)
-            if value is None:
-                raise ValueError("the loop's start was not found")
-            edit.replace(value.start_byte, value.end_byte, f"({edit.text(value.start_byte, value.end_byte)}) + kl_lane")
-            update = loop_node.child_by_field_name("update")
-            edit.replace(update.start_byte, update.end_byte, f"{plan.loop.var} += {lanes}")
+            counted, why = counted_loop(plan.loop, node_at(src, root, plan.loop.span), facts.body_span, src)
+            if counted is None:
+                raise ValueError(why)
             before, after = [], []
             for k, acc in enumerate(plan.accumulators):
                 ops.add(acc.op)
@@ -381,6 +357,10 @@ class WarpPerRow(Rule):
                 unrolled = True
             if opening:
                 edit.insert(plan.loop.span[0], opening)
+            # After the accumulators' opening and before their combine: a counter set before the loop is
+            # moved in braces of its own, inside theirs.
+            counted.restart(edit, lambda start: f"({start}) + kl_lane")
+            counted.restep(edit, f"{plan.loop.var} += {lanes}")
             if plan.accumulators:
                 edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
         helpers = self._helpers(ops, lanes, ctx.source)
@@ -410,21 +390,11 @@ def _never_written(r, w, trip: str, facts: KernelFacts) -> bool:  # noqa: ANN001
     return gap % stride.constant != 0 or gap // stride.constant < 0
 
 
-def _init_value(init: Node | None) -> Node | None:
-    if init is None:
-        return None
-    if init.type == "declaration":
-        decl = next(iter(init.children_by_field_name("declarator")), None)
-        return decl.child_by_field_name("value") if decl is not None and decl.type == "init_declarator" else None
-    if init.type == "assignment_expression":
-        return init.child_by_field_name("right")
-    return None
-
 
 def _only_updated(body: Node, src: bytes, name: str) -> bool:
-    """Every mention of ``name`` in the loop is inside a statement that updates it
-    (``acc += …``, ``acc = acc + …``, ``acc = fmaxf(acc, …)``), and mentions it there only as
-    the target and as the one operand carried."""
+    """Every mention of ``name`` (a local, or a local's member ``f.x``) in the loop is inside a statement
+    that updates it (``acc += …``, ``acc = acc + …``, ``acc = fmaxf(acc, …)``), and mentions it there only
+    as the target and as the one operand carried."""
     stack = [body]
     while stack:
         n = stack.pop()
@@ -432,14 +402,14 @@ def _only_updated(body: Node, src: bytes, name: str) -> bool:
             continue
         if n.type == "expression_statement":
             text = _text(src, n)
-            mentions = _NAME.findall(text).count(name)
+            mentions = _mentions(text, name)
             if mentions == 0:
                 continue
             e = n.named_children[0] if n.named_children else None
             if e is None or e.type != "assignment_expression":
                 return False
             left = e.child_by_field_name("left")
-            if left is None or left.type != "identifier" or _text(src, left) != name:
+            if left is None or (_text(src, left) if left.type == "identifier" else member_path(left, src)) != name:
                 return False
             op = _text(src, e.child_by_field_name("operator"))
             if op != "=" and mentions != 1:
@@ -447,8 +417,35 @@ def _only_updated(body: Node, src: bytes, name: str) -> bool:
             if op == "=" and mentions != 2:
                 return False
             continue
-        if n.type == "identifier" and _text(src, n) == name:
+        if n.type in ("identifier", "field_expression") and (
+                _text(src, n) if n.type == "identifier" else member_path(n, src)) == name:
             return False
+        stack.extend(n.children)
+    return True
+
+
+def _mentions(text: str, name: str) -> int:
+    """How many times ``text`` names ``name`` (a member path ``f.x`` as well, spaces around its dots allowed)."""
+    if "." not in name:
+        return _NAME.findall(text).count(name)
+    pattern = r"(?<![\w.])" + r"\s*\.\s*".join(re.escape(part) for part in name.split(".")) + r"(?!\w)"
+    return len(re.findall(pattern, text))
+
+
+def _members_only(body: Node, src: bytes, base: str, members: set[str]) -> bool:
+    """Every mention of ``base`` in ``body`` is one of ``members`` (``f.x``), not the whole value (``g = f``)
+    nor another member."""
+    stack = [body]
+    while stack:
+        n = stack.pop()
+        if n.type == "identifier" and _text(src, n) == base:
+            top = n
+            while top.parent is not None and top.parent.type == "field_expression" \
+                    and top.parent.child_by_field_name("argument") == top:
+                top = top.parent
+            if member_path(top, src) not in members:
+                return False
+            continue
         stack.extend(n.children)
     return True
 
