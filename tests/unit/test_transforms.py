@@ -122,8 +122,32 @@ def test_the_shared_slot_rewrite_compiles(tmp_path):
     compiles(outcome("register-accumulate", SHARED_SUM, SHARED_SUM_SPEC).rewrites[0].source, tmp_path)
 
 
+# The same sums in a template over the element type, its slots ``volatile`` as warp-synchronous trees declare
+# them: the slot is still the thread's own while the loop runs.
+VOLATILE_SUM = SHARED_SUM.replace("__global__ void partial_sums(const float* in, float* out, int n) {\n  __shared__ float acc[BS];",
+                                  "template <typename T>\n__global__ void partial_sums(const T* in, T* out, int n) {\n"
+                                  "  __shared__ volatile T acc[BS];").replace(
+    "  if (tid == 0) out[blockIdx.x] = acc[0];\n}\n", "  if (tid == 0) out[blockIdx.x] = acc[0];\n}\n"
+    "template __global__ void partial_sums<float>(const float*, float*, int);\n")
+
+
+def test_a_volatile_slot_in_a_template_is_kept_in_a_register_of_the_instances_type(tmp_path):
+    assert "volatile T acc" in VOLATILE_SUM and "template __global__" in VOLATILE_SUM
+    found = outcome("register-accumulate", VOLATILE_SUM, SHARED_SUM_SPEC)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "{ auto kl_acc0 = acc[tid];" in source and "acc[tid] = kl_acc0; }" in source
+    if shutil.which("g++"):
+        from cpu_cuda import run_on_cpu
+
+        for n in (1000, 77):
+            main = SHARED_SUM_MAIN.replace("N;", f"{n};")
+            assert run_on_cpu(source, main, tmp_path, f"volatile{n}") == run_on_cpu(VOLATILE_SUM, main, tmp_path, f"orig{n}")
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
+
 @pytest.mark.parametrize(("change", "why"), [
-    (("__shared__ float acc", "__shared__ volatile float acc"), "volatile"),
     (("    acc[tid] += (base", "    { __syncthreads(); acc[tid] += (base"), "a barrier or a warp operation"),
     (("    acc[tid] += (base", "    { __syncwarp(); acc[tid] += (base"), "a barrier or a warp operation"),
     (("acc[tid] += (base", "acc[(tid + k) % BS] += (base"), "changes inside the loop"),

@@ -18,10 +18,12 @@ Legality, in terms of the analysis:
 - the names in its index are not declared inside the loop (the load moves before it);
 - the loop runs at least once at every size of the spec (so the load and store before and after
   it touch only an element the original touched);
-- for a shared array, also: it is not ``volatile`` (every access is meant to reach memory) and the
-  loop has no barrier and no warp operation, so no other thread may read or write the element
-  while the loop runs without racing with the original's own accesses (its value is only seen by
-  other threads after a barrier, which comes after the store).
+- for a shared array, also: the loop has no barrier and no warp operation, so no other thread may
+  read or write the element while the loop runs without racing with the original's own accesses
+  (its value is only seen by other threads after a barrier, which comes after the store). A
+  ``volatile`` array (a warp-synchronous tree's) is no exception: a thread reading the slot while
+  the loop runs, without a barrier, could see the value before the loop or after it in the
+  original too, as its read can fall before the first store or after the last.
 """
 
 from __future__ import annotations
@@ -140,8 +142,6 @@ class RegisterAccumulate(Rule):
 
     @staticmethod
     def _shared_refusal(facts: KernelFacts, loop: LoopFact, mine: list[Access]) -> str | None:
-        if any(a.volatile for a in mine):
-            return "the shared array is volatile (each access is meant to reach memory)"
         if any(loop.id in b.loops for b in facts.barriers) or any(loop.id in w.loops for w in facts.warp_operations):
             return "the loop has a barrier or a warp operation (other threads may see the element while it runs)"
         return None
@@ -208,8 +208,10 @@ class RegisterAccumulate(Rule):
             indent = edit.indent_at(loop.span[0])
 
             def around(own: bool) -> tuple[str, str]:
-                loads = " ".join(f"{written.get(p.array, types[p.array]) if own else types[p.array]} {name} = "
-                                 f"{element(p, own)};" for name, p in items)
+                # In a template the element's type is the instance's: ``auto`` (cv-qualifiers dropped) is each
+                # instance's own.
+                loads = " ".join(f"{'auto' if ctx.kernel.is_template else written.get(p.array, types[p.array]) if own else types[p.array]} "
+                                 f"{name} = {element(p, own)};" for name, p in items)
                 stores = " ".join(f"{element(p, own)} = {name};" for name, p in items)
                 return "{ " + loads + "\n" + indent, "\n" + indent + stores + " }"
 
