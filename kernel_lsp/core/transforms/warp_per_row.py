@@ -19,8 +19,10 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   not exist any more), and no helper function that reads the thread or block index;
 - in each rewritten loop: a counted loop (:mod:`.counted_loop`: a ``for``, with or without an
   initializer, or a ``while`` stepped by one statement of its body) with a unit step and no nested
-  loop, whose counter is dead once it ends, calling nothing the analysis does not see, with no early exit; the only scalars it carries are accumulators
-  (``+``, ``max``, ``min``) that it reads only to update them; every array it writes is written
+  loop, whose counter is dead once it ends, calling nothing the analysis does not see, with no
+  early exit; the only scalars it carries are accumulators (``+``, ``max``, ``min``) that it reads
+  only to update them, a local struct's members among them (``f.x += …``, the struct used in the
+  loop through those members only); every array it writes is written
   at an index that moves with the iteration and read nowhere else in the loop, except at one
   element the store never reaches (a constant distance before its first one, or not a whole
   number of its strides away: a pivot ``a[r*n + r]`` read while ``a[r*n + j]`` is stored for ``j > r``);
@@ -357,8 +359,8 @@ class WarpPerRow(Rule):
                 unrolled = True
             if opening:
                 edit.insert(plan.loop.span[0], opening)
-            # After the accumulators' opening and before their combine: a counter set before the loop is
-            # moved in braces of its own, inside theirs.
+            # A counter set before the loop is moved into braces of its own around the loop: inserted at the
+            # same places as the accumulators' braces, the two pairs nest whichever order they come out in.
             counted.restart(edit, lambda start: f"({start}) + kl_lane")
             counted.restep(edit, f"{plan.loop.var} += {lanes}")
             if plan.accumulators:
