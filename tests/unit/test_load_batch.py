@@ -79,6 +79,9 @@ __global__ void total(const long long* x, long long* out, size_t count) {
     out[t] = found * 100000LL + k + x[0];
 }
 """
+# The same search as a ``while`` loop whose body steps its counter after the test that may leave.
+WHILE_SEARCH = SEARCH.replace("    int k;\n    for (k = 0; k < (int)count; ++k) {\n", "    int k = 0;\n    while (k < (int)count) {\n").replace(
+    "            break;\n        }\n    }\n", "            break;\n        }\n        ++k;\n    }\n")
 # A while loop whose body steps its counter between other statements, a second counter beside it.
 WHILE = """
 __global__ void total(const long long* x, long long* out, size_t count) {
@@ -145,8 +148,8 @@ def run_beside(original: str, batched: str, folder: Path) -> None:
 
 
 @needs_cc
-@pytest.mark.parametrize("source", [GRID_STRIDE, TWO_LOOPS, BOUNDS, WHILE, SEARCH],
-                         ids=["grid-stride", "two-loops", "bounds", "while", "search"])
+@pytest.mark.parametrize("source", [GRID_STRIDE, TWO_LOOPS, BOUNDS, WHILE, SEARCH, WHILE_SEARCH],
+                         ids=["grid-stride", "two-loops", "bounds", "while", "search", "while-search"])
 def test_batched_loops_run_the_same_iterations_in_the_same_order(source, tmp_path):
     found = outcome(source)
     assert found.applicable, found.why
@@ -219,6 +222,18 @@ def test_a_search_makes_its_batchs_loads_first():
     assert "for (; !kl_left && k < (int)count; ++k)" in source
     # The load the counter does not move stays as written.
     assert "x[0]" in source and "kl_load1" not in source
+
+
+def test_a_while_search_makes_its_batchs_loads_first_and_steps_in_its_body():
+    assert "while (k < (int)count) {" in WHILE_SEARCH and "++k;" in WHILE_SEARCH
+    found = outcome(WHILE_SEARCH)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "kl_load0[kl_u] = x[(k + kl_u * (1))];" in source and "while (!kl_left && k < (int)count)" in source
+    # A load after the step would be made with the counter a step behind: refused.
+    late = WHILE_SEARCH.replace("        ++k;\n    }\n", "        ++k;\n        found += (int)x[k % 2];\n    }\n")
+    found = outcome(late)
+    assert not found.applicable and "`x[k % 2]` is read after the statement that steps the counter" in found.why, found.why
 
 
 @pytest.mark.parametrize("change,why", [

@@ -31,10 +31,10 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - the body has no ``continue``, ``return``, ``goto`` or ``switch``, no barrier or warp operation
   (threads of a warp may take the batch and the remainder differently), no store, atomic or unknown
   call (a batched load could not move ahead of them), and no inner loop;
-- a ``for`` body may ``break`` (a search): each break decided by data the loop loads (so the loop
+- the body may ``break`` (a search): each break decided by data the loop loads (so the loop
   reaches its bound for some input and every iteration below the bound may load), every global load
   of the body from an array the kernel never writes, at an index of the counter and names the loop
-  does not change. Then a batch makes its U iterations' loads first, into registers, and runs the
+  does not change, and in a ``while`` body before the statement that steps the counter. Then a batch makes its U iterations' loads first, into registers, and runs the
   bodies in order on them; a break leaves the batch and the loop with the counter where the
   original's stops;
 - the body loads global memory at an index that moves with the counter (else there is nothing to
@@ -232,8 +232,6 @@ class LoadBatch(Rule):
         could never make)."""
         facts = ctx.facts
         assert facts is not None
-        if loop.kind == "while":
-            return "a while loop with a break (only for loops are batched with an early exit)", []
         read_only = set(facts.read_only)
         loads = []
         for a in inside:
@@ -251,6 +249,9 @@ class LoadBatch(Rule):
                 return f"`{a.text}` depends on {', '.join(sorted(names & changed))}, which the loop changes", []
             counter = tuple((n.start_byte, n.end_byte) for n in _nodes(node)
                             if n.type == "identifier" and _text(src, n) == loop.var)
+            if counter and loop.kind == "while" and loop.update_span is not None and a.span[0] >= loop.update_span[0]:
+                # Made ahead with the counter at the iteration's start, a load after the step would read a step early.
+                return f"`{a.text}` is read after the statement that steps the counter", []
             if counter:  # a load the counter does not move stays where it is: one load, the same each iteration
                 loads.append(((a.span[0], a.span[1]), a.elem_type, counter))
         conditions = [c for c in facts.conditions if c.kind in ("if", "exit") and loop.id in c.loops]
@@ -326,7 +327,15 @@ def _batched_exit(p: _Loop, batch: int, text, guard: str, step: str) -> str:
         subs.append((lo, hi, f"kl_load{k}[kl_u]"))
     body = text(*p.body, subs)
     original = text(*p.body)
-    test, update = text(*p.test), text(*p.update)
+    test = text(*p.test)
+    if p.update is None:
+        # A ``while`` loop: its body steps the counter (a ``break`` before the step leaves it where the original's stops).
+        return (f"{{\n{at}    bool kl_left = false;\n"
+                f"{at}    while ({test} && {guard}) {{\n{''.join(prefetch)}#pragma unroll\n"
+                f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {body} }}\n"
+                f"{at}        if (kl_left) break;\n{at}    }}\n"
+                f"{at}    while (!kl_left && {test}) {{ {original} }}\n{at}}}")
+    update = text(*p.update)
     return (f"{{\n{at}    bool kl_left = false;\n{at}    {text(*p.init).strip()}\n"
             f"{at}    for (; {test} && {guard}; ) {{\n{''.join(prefetch)}#pragma unroll\n"
             f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {{ {body} }} {update}; }}\n"
