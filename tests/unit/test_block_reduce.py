@@ -364,6 +364,11 @@ def test_a_tree_per_tile_is_summed_in_registers(tmp_path):
     (lambda s: s.replace("int i = base + threadIdx.x;", "int i = base + threadIdx.x; out[i] = 0.0f;"), "writes global memory"),
     (lambda s: s.replace("for (int base = 0; base < n; base += blockDim.x)", "for (int base = threadIdx.x; base < n; base += blockDim.x)"),
      "not proven the same for every thread"),
+    # The rewritten loops step a counter of their own: the original's would be left unset.
+    (lambda s: s.replace("    for (int base = 0;", "    int base;\n    for (base = 0;").replace(
+        "out[blockIdx.x] = total;", "out[blockIdx.x] = total + base;"), "counter `base` is read after it"),
+    (lambda s: s.replace("    for (int base = 0; base < n; base += blockDim.x) {", "    int base = 0;\n    for (; base < n; base += blockDim.x) {"),
+     "counter `base` is set before the loop"),
 ])
 def test_a_tree_per_tile_refuses_what_it_cannot_regroup(change, why):
     found = outcome("tree-to-registers", change(TILES), spec_of("chunks", 256, [{"n": 1000}]))

@@ -58,6 +58,7 @@ from kernel_lsp.core.analysis import node_text as _text, has_node as _has, ident
 from kernel_lsp.core.analysis import Access, KernelFacts, LoopFact, assigned_names, thread_dependence
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
+from kernel_lsp.core.transforms.counted_loop import counted_loop
 from kernel_lsp.core.transforms.emit import (
     WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, rebuild_span, warp_reduce_helpers,
 )
@@ -679,7 +680,13 @@ class TreeToRegisters(Rule):
             return "it is in no loop (tree-to-shuffle rewrites it alone)"
         loop = facts.loops[tree.loop.parent]
         node = node_at(src, root, loop.span)
-        if node is None or node.type != "for_statement" or loop.var is None or None in (loop.start, loop.step, loop.bound):
+        # The rewrite replaces the loop by loops of its own counter: the original's is never stepped.
+        counted, why = counted_loop(loop, node, facts.body_span, src)
+        if counted is None:
+            return f"its loop: {why}"
+        if counted.start is None:
+            return f"its loop's counter `{loop.var}` is set before the loop (the sums' loops start where its header does)"
+        if None in (loop.start, loop.step, loop.bound):
             return "its loop's start, step or bound is not known"
         if any(thread_dependence(p, facts.opaque) for p in (loop.start, loop.step, loop.bound)):
             return "its loop runs different iterations in different threads"
