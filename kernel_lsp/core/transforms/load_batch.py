@@ -34,9 +34,9 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - the body may ``break`` (a search): each break decided by data the loop loads (so the loop
   reaches its bound for some input and every iteration below the bound may load), every global load
   of the body from an array the kernel never writes, at an index of the counter and names the loop
-  does not change, and in a ``while`` body before the statement that steps the counter. Then a batch makes its U iterations' loads first, into registers, and runs the
-  bodies in order on them; a break leaves the batch and the loop with the counter where the
-  original's stops;
+  does not change, and in a ``while`` body before the statement that steps the counter. Then a
+  batch makes its U iterations' loads first, into registers, and runs the bodies in order on them;
+  a break leaves the batch and the loop with the counter where the original's stops;
 - the body loads global memory at an index that moves with the counter (else there is nothing to
   batch); the loop has no unroll pragma of its own and a trip count the compiler does not know.
 
