@@ -159,7 +159,7 @@ def evaluate(
     return out
 
 
-def _relative_launch(rw: Rewrite) -> bool:
+def _relative_launch(rw: Rewrite | Candidate) -> bool:
     """The rewrite changes the launch relative to the host's (more blocks, another block, fewer blocks)."""
     return rw.grid_scale is not None or rw.block is not None or rw.grid_divide is not None
 
@@ -228,7 +228,7 @@ class RuleGenerator:
         view = self.reprocess(base.source) if self.reprocess is not None else None
         later = [r for r in self.rules if r.name in COMPOSABLE and r.name not in done]
         spec = request.spec if launch is None or request.spec is None else relaunched(request.spec, launch)
-        relative = base.grid_scale is not None or base.block is not None or base.grid_divide is not None
+        relative = _relative_launch(base)
         for outcome in evaluate(base.source, request.kernel, spec, later, preprocessed=view):
             for rw in outcome.rewrites:
                 if launch is not None and (_relative_launch(rw) or relative and rw.launch_override):

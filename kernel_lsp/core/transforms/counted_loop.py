@@ -104,7 +104,7 @@ def counted_loop(loop: LoopFact, node: Node | None, body_span: tuple[int, int], 
         statement = step.parent
         if statement is not None and statement.parent is not None and _mentions_after(statement, var, src):
             return None, f"its body reads the counter `{var}` after stepping it"
-    if ends_elsewhere and (start is None or not (init is not None and init.type == "declaration")):
+    if ends_elsewhere and (init is None or init.type != "declaration"):
         if not counter_dead_after(node, var, body_span, src):
             return None, f"its counter `{var}` is read after it (the rewritten loop ends it at another value)"
     return CountedLoop(node, var, start, step), ""

@@ -41,7 +41,6 @@ from kernel_lsp.core.transforms.more_parallelism import UNDERFILLED_WARPS_PER_SM
 from kernel_lsp.core.transforms.tile_contraction import (
     PolyEmitter, Refused, TileContraction, _chain, _find, _Plan, _Writer,
 )
-from kernel_lsp.core.transforms.counted_loop import counted_loop
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow
 
 #: Most parts one original thread's loop is split into.
@@ -67,9 +66,7 @@ class _SplitWriter(_Writer):
     def loop(self, pred: str | None) -> str:
         node = self.plan.chain[-1]
         loop = self.plan.loop
-        counted, why = counted_loop(loop, node, self.facts.body_span, self.src)
-        if counted is None:
-            raise Refused(why)
+        counted = self.plan.counted
         # The loop as written, its start moved by the part and its step multiplied by the parts; a counter
         # set before the loop is moved just before it.
         subs = [(counted.step.start_byte, counted.step.end_byte, f"{loop.var} += {self.parts}")]
@@ -153,10 +150,11 @@ class SplitReduction(Rule):
             if loop.parent is not None:
                 continue
             line = (loop.user_line or 0) + 1
-            why, accumulators = WarpPerRow()._loop_refusal(facts, loop, root, src)
-            if why:
+            why, split = WarpPerRow()._loop_plan(facts, loop, root, src)
+            if split is None:
                 reasons.append(f"the loop at line {line}: {why}")
                 continue
+            accumulators = split.accumulators
             trips = trip_count(facts, loop, binding)
             if trips is not None and trips < 2 * parts:
                 reasons.append(f"the loop at line {line} runs {trips} iterations, fewer than two for each of {parts} parts")
@@ -184,7 +182,7 @@ class SplitReduction(Rule):
             if sum(parts * block[0] * 8 for _ in accumulators) > PARTS_BUDGET_BYTES:
                 reasons.append(f"the loop at line {line}: its partial results do not fit the shared memory budget")
                 continue
-            plan = _Plan(loop, (), block, 0, chain)
+            plan = _Plan(loop, (), block, 0, chain, split.counted)
             try:
                 _SplitWriter(plan, facts, src, PolyEmitter(facts, src, kernel), accumulators, parts, block[0]).text()
             except Refused as exc:

@@ -128,6 +128,8 @@ class _Plan:
     tk: int
     chain: tuple[Node, ...]
     """The kernel body, then the blocks and `if`s down to the loop (the loop last)."""
+    counted: CountedLoop
+    """The loop's counter: where it starts and steps, however the loop is written."""
     narrow: bool = False
     """Every index the tiles compute fits in 32 bits at every size of the spec."""
 
@@ -277,14 +279,6 @@ def _fits_int32(facts: KernelFacts, loop: LoopFact, tiles, binding: Binding, tri
     return True
 
 
-def _counted(plan: _Plan, facts: KernelFacts, src: bytes) -> CountedLoop:
-    """The plan's loop as a counted loop (the plan was made only for one)."""
-    counted, why = counted_loop(plan.loop, plan.chain[-1], facts.body_span, src)
-    if counted is None:
-        raise Refused(why)
-    return counted
-
-
 def _under_condition(node: Node, stop: Node) -> bool:
     n = node.parent
     while n is not None and n != stop:
@@ -394,7 +388,7 @@ class TileContraction(Rule):
         if tk is None:
             raise Refused("its tiles do not fit the shared memory budget")
         narrow = all(_fits_int32(facts, loop, tiles, b, n) for b, n in zip(bindings, trips))
-        return _Plan(loop, tiles, block, tk, chain, narrow)
+        return _Plan(loop, tiles, block, tk, chain, counted, narrow)
 
     @staticmethod
     def _leading_exit(ret: Node, chain: tuple[Node, ...], src: bytes) -> bool:
@@ -881,7 +875,7 @@ class _Writer:
         """The original loop over one tile: its header with the first value and the bound moved to
         the tile, its body reading the tiles."""
         loop, tk = self.plan.loop, self.plan.tk
-        counted = _counted(self.plan, self.facts, self.src)
+        counted = self.plan.counted
         init = counted.initializer
         first = f"{start} + kl_t0"
         if init is not None and init.type == "declaration":
@@ -901,7 +895,7 @@ class _Writer:
 
     def body(self, node: Node) -> str:
         body = node.child_by_field_name("body")
-        subs = _counted(self.plan, self.facts, self.src).without_step()
+        subs = self.plan.counted.without_step()
         for n, t in enumerate(self.plan.tiles):
             r = {"tid.x": "threadIdx.x", "tid.y": "threadIdx.y", None: ""}[t.dim]
             for lo, hi in t.spans:
@@ -1018,7 +1012,7 @@ def blocking_refusal(plan: _Plan, facts: KernelFacts, src: bytes, kernel: Node, 
     params = {name for name, _, _ in facts.params}
     if any(c > 1 for c in counts.values()) or set(counts) & params:
         return "a name is declared twice in the kernel (the copies' scopes are merged)"
-    update = _counted(plan, facts, src).step
+    update = plan.counted.step
     var = plan.loop.var
     if re.sub(r"\s", "", _text(src, update)) not in (f"{var}++", f"++{var}", f"{var}+=1"):
         return "the loop's update does more than step its variable"
@@ -1237,9 +1231,8 @@ class _BlockedWriter(_Writer):
                 name = self.tile_name(n, _key_of(t, self.micro, opaque, qy, qx))
                 for lo, hi in t.spans:
                     self.tile_subs.append((lo, hi, self.ref(n, t, thread, "kl_kk").replace(f"kl_s{n}", name, 1)))
-            counted = _counted(plan, self.facts, self.src)
-            self.tile_subs += counted.without_step()
-            init = counted.initializer
+            self.tile_subs += plan.counted.without_step()
+            init = plan.counted.initializer
             var = f"{loop.var}_kl{c}"
             if init is not None and init.type == "declaration":
                 d = init.children_by_field_name("declarator")[0]

@@ -56,7 +56,7 @@ from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
-from kernel_lsp.core.transforms.counted_loop import counted_loop
+from kernel_lsp.core.transforms.counted_loop import CountedLoop, counted_loop
 from kernel_lsp.core.transforms.emit import (
     WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, pragma_before, warp_reduce_helpers,
 )
@@ -75,6 +75,8 @@ _NAME = re.compile(r"[A-Za-z_]\w*")
 class _LoopPlan:
     loop: LoopFact
     accumulators: tuple[Reduction, ...]
+    counted: CountedLoop
+    """Where the loop's counter starts and steps (the rewrite moves both)."""
 
 
 def _walks_row(facts: KernelFacts, loop: LoopFact, patterns) -> bool:
@@ -203,11 +205,11 @@ class WarpPerRow(Rule):
         for loop in facts.loops:
             if any(other.parent == loop.id for other in facts.loops) or not self._motivates(ctx, loop, patterns):
                 continue
-            why, accumulators = self._loop_refusal(facts, loop, root, src)
-            if why:
+            why, plan = self._loop_plan(facts, loop, root, src)
+            if plan is None:
                 reasons.append(f"the loop at line {(loop.user_line or 0) + 1}: {why}")
                 continue
-            plans.append(_LoopPlan(loop, accumulators))
+            plans.append(plan)
         if plans and not reasons:
             why = _lane_races(plans, facts) or self._unprofitable(ctx, patterns, plans)
             if why:
@@ -245,46 +247,47 @@ class WarpPerRow(Rule):
     def _helpers(self, ops: set[str], lanes: int, source: str) -> str:
         return warp_reduce_helpers(ops, source)
 
-    def _loop_refusal(self, facts: KernelFacts, loop: LoopFact, root: Node, src: bytes) -> tuple[str | None, tuple[Reduction, ...]]:
+    def _loop_plan(self, facts: KernelFacts, loop: LoopFact, root: Node, src: bytes) -> tuple[str, _LoopPlan | None]:
+        """The loop split across lanes, or why it cannot be."""
         node = node_at(src, root, loop.span)
         counted, why = counted_loop(loop, node, facts.body_span, src)
         if counted is None:
-            return why, ()
+            return why, None
         if loop.step is None or loop.step.constant != 1:
-            return "its step is not 1", ()
+            return "its step is not 1", None
         if loop.calls_unknown:
-            return "it calls code the analysis does not see", ()
+            return "it calls code the analysis does not see", None
         body = node.child_by_field_name("body")
         if body is None or _has(body, ("return_statement", "break_statement", "goto_statement")):
-            return "it can leave early", ()
+            return "it can leave early", None
         accumulators = tuple(r for r in facts.reductions if r.kind == "accumulator" and r.loop == loop.id)
         if any(r.op not in WARP_REDUCE for r in accumulators):
-            return "an accumulator's operator has no shuffle reduction here", ()
+            return "an accumulator's operator has no shuffle reduction here", None
         carried = assigned_names(body, src) - declared_anywhere(body, src) - {loop.var}
         names = {r.target for r in accumulators}
         # A local struct whose members accumulate (``f.x += …``): carried only through those members.
         bases = {name.split(".", 1)[0] for name in names if "." in name}
         if carried - names - bases:
-            return f"it carries {', '.join(sorted(carried - names - bases))} from one iteration to the next", ()
+            return f"it carries {', '.join(sorted(carried - names - bases))} from one iteration to the next", None
         for base in sorted(bases):
             if not _members_only(body, src, base, names):
-                return f"it uses `{base}` otherwise than through the members it accumulates", ()
+                return f"it uses `{base}` otherwise than through the members it accumulates", None
         for acc in names:
             if not _only_updated(body, src, acc):
-                return f"it reads the accumulator `{acc}` for something else than updating it", ()
+                return f"it reads the accumulator `{acc}` for something else than updating it", None
         in_loop = [a for a in facts.accesses if loop.id in a.loops and a.space != "shared"]
         for w in in_loop:
             if not w.writes:
                 continue
             along = w.index.coefficient(loop.trip_symbol)
             if along is None or along.constant == 0:
-                return f"it writes `{w.array}` at an index that does not move with the iteration", ()
+                return f"it writes `{w.array}` at an index that does not move with the iteration", None
             clash = next((r for r in in_loop if r is not w and r.array == w.array and r.index != w.index
                           and not _never_written(r, w, loop.trip_symbol, facts)), None)
             if clash is not None:
                 return (f"it reads `{w.array}` at another index than it writes (`{clash.text}` may be an element "
-                        f"`{w.text}` stores in another iteration)"), ()
-        return None, accumulators
+                        f"`{w.text}` stores in another iteration)"), None
+        return "", _LoopPlan(loop, accumulators, counted)
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         plans, why = self.plan(ctx)
@@ -339,9 +342,6 @@ class WarpPerRow(Rule):
         ops: set[str] = set()
         unrolled = False
         for n, plan in enumerate(plans):
-            counted, why = counted_loop(plan.loop, node_at(src, root, plan.loop.span), facts.body_span, src)
-            if counted is None:
-                raise ValueError(why)
             before, after = [], []
             for k, acc in enumerate(plan.accumulators):
                 ops.add(acc.op)
@@ -361,8 +361,8 @@ class WarpPerRow(Rule):
                 edit.insert(plan.loop.span[0], opening)
             # A counter set before the loop is moved into braces of its own around the loop: inserted at the
             # same places as the accumulators' braces, the two pairs nest whichever order they come out in.
-            counted.restart(edit, lambda start: f"({start}) + kl_lane")
-            counted.restep(edit, f"{plan.loop.var} += {lanes}")
+            plan.counted.restart(edit, lambda start: f"({start}) + kl_lane")
+            plan.counted.restep(edit, f"{plan.loop.var} += {lanes}")
             if plan.accumulators:
                 edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
         helpers = self._helpers(ops, lanes, ctx.source)
