@@ -74,8 +74,6 @@ def test_split_loop_grows_the_group_for_doubles():
 @pytest.mark.parametrize(("change", "spec_change", "why"), [
     (None, {"grid": ["ceil_div(n,32)", 1, 1], "block": [32, 1, 1], "params_n": 65536}, "enough for 132 SMs"),
     (lambda s: s.replace("s += a[j * n + i] * x[j];", "s = s * 0.5f + a[j * n + i];"), None, "carries s"),
-    (lambda s: s.replace("y[i] = s;", "y[i] += s;"), None, "read-modify-write"),
-    (lambda s: s.replace("y[i] = s;", "y[i] = s; y[i] = y[i] * 2.0f;"), None, "another lane"),
     (lambda s: s.replace("for (int j = 0; j < n; j++)", "int j; for (j = 0; j < n; j++)").replace("y[i] = s;", "y[i] = s + j;"),
      None, "counter `j` is read after it"),
     (lambda s: s.replace("if (i < n) {", "__shared__ float t[32]; t[threadIdx.x] = 0; __syncthreads(); if (i < n) {"),
@@ -91,6 +89,15 @@ def test_split_loop_refusals(change, spec_change, why):
     assert not found.applicable and why in found.why, found.why
 
 
+@pytest.mark.parametrize("tail", ["y[i] += s;", "y[i] = s; y[i] = y[i] * 2.0f;"])
+def test_a_tail_that_reads_back_the_output_runs_on_the_groups_first_lane(tail):
+    """Every lane applying ``y[i] += s`` would add the sum once per lane, and a lane reading ``y[i]`` back could
+    see another's store: after the last shuffle the group's first lane runs what follows, once."""
+    found = outcome("split-loop", COLSUM.replace("y[i] = s;", tail), COLSUM_SPEC)
+    assert found.applicable, found.why
+    assert f"if (kl_lane == 0u) {{ {tail} }}" in found.rewrites[0].source
+
+
 def test_a_reused_counter_assigned_again_after_its_loop_is_fine():
     source = COLSUM.replace("for (int j = 0; j < n; j++)", "int j; for (j = 0; j < n; j++)").replace(
         "y[i] = s;", "for (j = 0; j < 1; j++) s += 0.0f; y[i] = s;")
@@ -98,8 +105,9 @@ def test_a_reused_counter_assigned_again_after_its_loop_is_fine():
     assert found.applicable, found.why
 
 
-def test_warp_per_row_refuses_a_read_modify_write_after_the_row_loop():
-    """Every lane runs the code after the split loop: ``y[r] += s`` there would add the row 32 times."""
+def test_warp_per_row_runs_a_read_modify_write_after_the_row_loop_on_one_lane():
+    """Every lane runs the code before the split loop: ``y[r] += s`` after it would add the row 32 times, so
+    the first lane runs it alone; round an outer loop it would run again beside the next split, refused."""
     rows = """
 __global__ void rows(int n, const float* a, float* y) {
   int r = blockIdx.x * blockDim.x + threadIdx.x;
@@ -113,7 +121,12 @@ __global__ void rows(int n, const float* a, float* y) {
     spec = spec_of("rows", [scalar("n", 2048), arr("a", "n*n"), arr("y", "n", "inout")], ["ceil_div(n,256)", 1, 1], [256, 1, 1])
     assert outcome("warp-per-row", rows, spec).applicable
     found = outcome("warp-per-row", rows.replace("y[r] = s;", "y[r] += s;"), spec)
-    assert not found.applicable and "read-modify-write" in found.why
+    assert found.applicable, found.why
+    assert "if (kl_lane == 0u) { y[r] += s; }" in found.rewrites[0].source
+    looped = rows.replace("    float s = 0.0f;", "    for (int t = 0; t < 2; t++) {\n    float s = 0.0f;").replace(
+        "y[r] = s;", "y[r] += s;\n    }")
+    found = outcome("warp-per-row", looped, spec)
+    assert not found.applicable and "share a loop that every lane runs" in found.why and "lies in another loop" in found.why, found.why
 
 
 def test_mvt_kernel2_gets_register_accumulate_then_split_loop(tmp_path):
@@ -346,6 +359,77 @@ def test_a_pivot_the_loop_never_stores_is_read_by_every_lane(tmp_path):
     # The diagonal stored by the loop itself (j from r): a real dependence between iterations.
     found = outcome("split-loop", PIVOT.replace("j = r + 1", "j = r"), spec)
     assert not found.applicable and "may be an element" in found.why, found.why
+
+
+BLEND = """
+__global__ void blend_rows(const float* a, const float* b, const float* x, float* s, float* out, int n, int m) {
+  int i = blockIdx.x * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  float p = 0.0f, q = -1.0f;
+  for (int j = 0; j < m; j++) {
+    p += a[i * m + j] * x[j];
+    q = fmaxf(q, b[i * m + j]);
+  }
+  s[i] = p;
+  out[i] = out[i] * 0.5f + s[i] * q;
+}
+"""
+BLEND_MAIN = r"""
+int main() {
+  const int n = 45, m = 77;
+  std::vector<float> a(n * m), b(n * m), x(m), s(n, 3.0f), out(n);
+  for (int i = 0; i < n * m; i++) { a[i] = (float)((i * 7) % 19) / 8.0f; b[i] = (float)((i * 5) % 23) / 4.0f; }
+  for (int j = 0; j < m; j++) x[j] = (float)(j % 5) - 2.0f;
+  for (int i = 0; i < n; i++) out[i] = (float)(i % 9);
+  kl_launch({GRID, 1, 1}, {64, 1, 1}, [&] { blend_rows(a.data(), b.data(), x.data(), s.data(), out.data(), n, m); });
+  for (int i = 0; i < n; i++) printf("%a %a\n", s[i], out[i]);
+}
+"""
+
+
+def _blend_spec() -> dict:
+    return spec_of("blend_rows", [arr("a", "n*m"), arr("b", "n*m"), arr("x", "m"), arr("s", "n", "out"),
+                                  arr("out", "n", "inout"), scalar("n", 4096), scalar("m", 4096)],
+                   ["ceil_div(n,64)", 1, 1], [64, 1, 1], [{"n": 45, "m": 77}])
+
+
+def test_the_code_after_the_last_split_loop_that_reads_back_its_stores_runs_on_one_lane(tmp_path):
+    """Two reductions of a row, the first stored and read back by the statement after it with the output's
+    old value: every lane running that tail would race (a slower lane reads ``out[i]`` after a faster one
+    stored the blend), so the group's first lane runs it alone, after the last shuffle."""
+    found = outcome("warp-per-row", BLEND, _blend_spec())
+    assert found.applicable, found.why
+    assert "one lane runs it" in found.why
+    source = found.rewrites[0].source
+    assert "if (kl_lane == 0u) { s[i] = p;" in source
+    if shutil.which("g++"):
+        from cpu_cuda import run_on_cpu
+
+        before = [float.fromhex(v) for v in run_on_cpu(BLEND, BLEND_MAIN.replace("GRID", "1"), tmp_path, "blend").split()]
+        for n, rw in enumerate(found.rewrites):
+            after = [float.fromhex(v) for v in
+                     run_on_cpu(rw.source, BLEND_MAIN.replace("GRID", "32"), tmp_path, f"blend{n}").split()]
+            assert len(after) == len(before) and all(abs(a - b) <= 1e-5 * max(1.0, abs(b)) for a, b in zip(after, before))
+    if shutil.which("nvcc"):
+        compiles(source, tmp_path)
+
+
+@pytest.mark.parametrize("change,why", [
+    # Round an outer loop the tail runs again, beside the next split: one lane cannot take it alone.
+    (("  for (int j = 0; j < m; j++) {", "  for (int t = 0; t < 2; t++) {\n  for (int j = 0; j < m; j++) {"),
+     "lies in another loop"),
+    # The tail's own read of what the lanes store must stay behind the last shuffle: a loop without an
+    # accumulator has none.
+    (("    p += a[i * m + j] * x[j];\n    q = fmaxf(q, b[i * m + j]);\n", "    out[n + i * m + j] = a[i * m + j] * x[j];\n"),
+     "combines no accumulator"),
+])
+def test_a_tail_that_cannot_run_on_one_lane_keeps_the_race_refusal(change, why):
+    source = BLEND.replace(*change)
+    if "for (int t" in source:
+        source = source.replace("  out[i] = out[i] * 0.5f + s[i] * q;\n}", "  out[i] = out[i] * 0.5f + s[i] * q;\n  }\n}")
+    found = outcome("warp-per-row", source, _blend_spec())
+    assert not found.applicable
+    assert why in found.why, found.why
 
 
 FORCES = """

@@ -79,6 +79,15 @@ class _LoopPlan:
     """Where the loop's counter starts and steps (the rewrite moves both)."""
 
 
+@dataclass(frozen=True)
+class _Split:
+    loops: tuple[_LoopPlan, ...]
+    tail: tuple[tuple[int, int], ...] = ()
+    """Byte ranges (of the preprocessed view) run by one lane of the group only: every statement after the
+    last split loop, where every lane running the original thread's code would race with the others (a
+    second reduction's result stored, then read back: ``tmp[i] = a; y[i] = alpha * tmp[i] + beta * y[i]``)."""
+
+
 def _walks_row(facts: KernelFacts, loop: LoopFact, patterns) -> bool:
     """A global access in ``loop`` moves one element per iteration while the lanes of a warp are
     not next to each other (a row apart, or at data-dependent row starts as in CSR)."""
@@ -106,13 +115,16 @@ def _balance(patterns, loops: set[int]) -> tuple[int, int]:
     return better, worse
 
 
-def _lane_races(plans: list[_LoopPlan], facts: KernelFacts) -> str | None:
+def _lane_races(plans: list[_LoopPlan], facts: KernelFacts, one_lane_from: int | None = None) -> str | None:
     """Outside the split loops every lane of a group runs the original thread's code: each store
     there happens once per lane, and an element stored in a split loop by one lane may be read by
     another. The lanes of a group only wait for each other at an accumulator's shuffle (after its
     loop), so a read and a store of one array race unless such a shuffle lies between them, or the
     store comes first and every lane stores the same value there (outside the split loops); two stores
-    of one array, one outside the split loops and one in them, race unless such a shuffle lies between."""
+    of one array, one outside the split loops and one in them, race unless such a shuffle lies between.
+    ``one_lane_from``: where the code run by one lane only begins (after the last split loop's
+    shuffle, which every lane reached once all of their earlier accesses were made): its accesses
+    race with none."""
     split = {p.loop.id: p for p in plans}
     syncs = [p.loop.span[1] for p in plans if p.accumulators]
 
@@ -120,7 +132,7 @@ def _lane_races(plans: list[_LoopPlan], facts: KernelFacts) -> str | None:
         lo, hi = sorted((a, b))
         return any(lo < at <= hi for at in syncs)
 
-    accesses = [a for a in facts.accesses if a.space == "global"]
+    accesses = [a for a in facts.accesses if a.space == "global" and (one_lane_from is None or a.span[0] < one_lane_from)]
     # Two stores of one element, one by every lane and one by its owner in a split loop: unless a
     # reduction orders them, a lane still running the first may land its store after the owner's.
     for w in (a for a in accesses if a.writes and not set(a.loops) & split.keys()):
@@ -157,6 +169,42 @@ def _same_owner(w, r, split: dict) -> bool:
     return w.index.renamed(split[wl].loop.trip_symbol, split[rl].loop.trip_symbol) == r.index
 
 
+#: Statements a one-lane tail may pass through on its way out to the kernel's body: the code after a
+#: split loop nested in another loop, a switch or a labelled statement runs again or elsewhere, not once.
+_TAIL_PARENTS = ("compound_statement", "if_statement", "else_clause")
+
+
+def _one_lane_tail(plans: list[_LoopPlan], kernel: Node, src: bytes) -> tuple[str, tuple[tuple[int, int], ...]]:
+    """The statements after the last split loop, as ranges to run on one lane, or why they cannot be.
+
+    Every lane holds the same values once the last split loop's accumulators are combined (nothing else a
+    lane computed in a split loop outlives it), so the first lane alone does what the original thread did
+    next. Its shuffle is where every lane has made all of its earlier accesses; at each enclosing level the
+    statements after it are wrapped, so one lane's ``return`` still skips the rest."""
+    last = max(plans, key=lambda p: p.loop.span[1])
+    if not last.accumulators:
+        return "the last split loop combines no accumulator, so nothing makes the other lanes finish first", ()
+    body = kernel.child_by_field_name("body")
+    node = node_at(src, kernel, last.loop.span)
+    if body is None or node is None or _has(body, ("goto_statement", "labeled_statement")):
+        return "the kernel jumps (goto or labels)", ()
+    ranges = []
+    while node != body:
+        parent = node.parent
+        if parent is None or parent.type not in _TAIL_PARENTS:
+            kind = "loop" if parent is not None and parent.type in ("for_statement", "while_statement", "do_statement") \
+                else "switch or labelled statement"
+            return f"the last split loop lies in another {kind}, whose code after it runs again or elsewhere", ()
+        if parent.type == "compound_statement":
+            after = [c for c in parent.named_children if c.start_byte >= node.end_byte and c.type != "comment"]
+            if after:
+                ranges.append((after[0].start_byte, after[-1].end_byte))
+        node = parent
+    if not ranges:
+        return "nothing follows the last split loop", ()
+    return "", tuple(sorted(ranges))
+
+
 def _calls(node: Node, src: bytes) -> set[str]:
     found = set()
     stack = [node]
@@ -175,7 +223,7 @@ class WarpPerRow(Rule):
     technique = "warp-per-row"
     summary = "a thread-per-row loop split across the lanes of a warp, accumulators combined with shuffles"
 
-    def plan(self, ctx: RuleContext) -> tuple[list[_LoopPlan] | None, str]:
+    def plan(self, ctx: RuleContext) -> tuple[_Split | None, str]:
         facts = ctx.facts
         if facts is None or not facts.complete:
             return None, "the kernel's analysis is missing or incomplete"
@@ -210,15 +258,21 @@ class WarpPerRow(Rule):
                 reasons.append(f"the loop at line {(loop.user_line or 0) + 1}: {why}")
                 continue
             plans.append(plan)
-        if plans and not reasons:
-            why = _lane_races(plans, facts) or self._unprofitable(ctx, patterns, plans)
-            if why:
-                return None, why
         if not plans:
             return None, "; ".join(reasons) or self.nothing_to_split
         if reasons:
             return None, "; ".join(reasons)
-        return plans, ""
+        tail: tuple[tuple[int, int], ...] = ()
+        race = _lane_races(plans, facts)
+        if race:
+            why, tail = _one_lane_tail(plans, kernel, src)
+            if not tail or _lane_races(plans, facts, tail[0][0]):
+                return None, race + (f" (and the code after the last split loop cannot run on one lane: {why})"
+                                     if why else "")
+        why = self._unprofitable(ctx, patterns, plans)
+        if why:
+            return None, why
+        return _Split(tuple(plans), tail), ""
 
     #: What the split loops were found to do (the reason to split them).
     loop_claim = "walk a row per thread"
@@ -290,38 +344,42 @@ class WarpPerRow(Rule):
         return "", _LoopPlan(loop, accumulators, counted)
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
-        plans, why = self.plan(ctx)
-        if plans is None:
+        split, why = self.plan(ctx)
+        if split is None:
             return False, why
         try:
             with_candidate_launch(ctx.spec, self._launch(ctx))  # type: ignore[arg-type]
         except (SpecError, ValueError, ZeroDivisionError) as exc:
             return False, f"the new launch does not evaluate: {exc}"
-        lines = ", ".join(str((p.loop.user_line or 0) + 1) for p in plans)
+        lines = ", ".join(str((p.loop.user_line or 0) + 1) for p in split.loops)
         return True, (f"loops at line {lines} {self.loop_claim} with independent iterations"
-                      + (" and accumulators combined associatively" if any(p.accumulators for p in plans) else "")
-                      + "; 1-D kernel without barriers, shared memory or warp intrinsics")
+                      + (" and accumulators combined associatively" if any(p.accumulators for p in split.loops) else "")
+                      + "; 1-D kernel without barriers, shared memory or warp intrinsics"
+                      + ("; the code after the last split loop reads back what the lanes stored there, so one lane runs it"
+                         if split.tail else ""))
 
     def _launch(self, ctx: RuleContext) -> dict:
         grid = ctx.spec.launch.grid  # type: ignore[union-attr]
         return {"grid": [f"({grid[0]}) * {self.lanes(ctx)}", grid[1], grid[2]], "block": list(ctx.spec.launch.block)}  # type: ignore[union-attr]
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
-        plans, _ = self.plan(ctx)
-        assert plans is not None
+        split, _ = self.plan(ctx)
+        assert split is not None
         lanes = self.lanes(ctx)
-        source, expanded, _ = self._source(ctx, plans, unroll=False)
+        source, expanded, _ = self._source(ctx, split, unroll=False)
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
+        if split.tail:
+            note += "; the code after the last split loop run by the group's first lane"
         out = [Rewrite(source, self._description(lanes) + note, self._launch(ctx), grid_scale=(lanes, 1, 1))]
         # Unrolling helps some long rows and slows others (more registers, fewer warps): the harness
         # decides between the two.
-        unrolled, _, any_unrolled = self._source(ctx, plans, unroll=True)
+        unrolled, _, any_unrolled = self._source(ctx, split, unroll=True)
         if any_unrolled:
             out.append(Rewrite(unrolled, self._description(lanes) + f"; long split loops unrolled by {UNROLL}" + note,
                                self._launch(ctx), grid_scale=(lanes, 1, 1), variant="unroll"))
         return tuple(out)
 
-    def _source(self, ctx: RuleContext, plans: list[_LoopPlan], unroll: bool) -> tuple[str, bool, bool]:
+    def _source(self, ctx: RuleContext, split: _Split, unroll: bool) -> tuple[str, bool, bool]:
         """The rewritten file, whether the kernel's macros were expanded, and whether a loop was unrolled."""
         facts = ctx.facts
         assert facts is not None
@@ -341,7 +399,7 @@ class WarpPerRow(Rule):
             edit.replace(node.start_byte, node.end_byte, new.format(lanes=lanes))
         ops: set[str] = set()
         unrolled = False
-        for n, plan in enumerate(plans):
+        for n, plan in enumerate(split.loops):
             before, after = [], []
             for k, acc in enumerate(plan.accumulators):
                 ops.add(acc.op)
@@ -365,6 +423,11 @@ class WarpPerRow(Rule):
             plan.counted.restep(edit, f"{plan.loop.var} += {lanes}")
             if plan.accumulators:
                 edit.insert(plan.loop.span[1], "\n" + indent + " ".join(after) + " }")
+        # Inserted after the loops' own edits: where a statement follows a loop with nothing between, the
+        # accumulators' combine comes first.
+        for start, end in split.tail:
+            edit.insert(start, "if (kl_lane == 0u) { ")
+            edit.insert(end, " }")
         helpers = self._helpers(ops, lanes, ctx.source)
         source, expanded = emit(edit, ctx.source, ctx.kernel, helpers)
         return source, expanded, unrolled
