@@ -161,6 +161,81 @@ def test_batched_loops_run_the_same_iterations_in_the_same_order(source, tmp_pat
         run_beside(source, rw.source, folder)
 
 
+# An exclusive scan along a strided loop, in place: each iteration loads its element, then stores over it.
+SCAN = """
+__global__ void total(long long* x, long long* out, size_t count) {
+    size_t index = threadIdx.x + blockDim.x * blockIdx.x;
+    size_t stride = blockDim.x * gridDim.x;
+    long long sum = 0;
+    for (size_t i = index; i < count; i += stride) {
+        long long v = x[i];
+        x[i] = sum;
+        sum += v * 3 + (long long)i;
+    }
+    out[index] = sum;
+}
+"""
+SCAN_DRIVER = DRIVER.replace("static long long x[1000], a[64], b[64];", "static long long x[1000], xa[1000], xb[1000], a[64], b[64];") \
+    .replace("for (int t = 0; t < 64; ++t) a[t] = b[t] = -1;",
+             "for (int t = 0; t < 64; ++t) a[t] = b[t] = -1;\n        for (int i = 0; i < 1000; ++i) xa[i] = xb[i] = x[i];") \
+    .replace("total_original(x, a,", "total_original(xa, a,").replace("total_batched(x, b,", "total_batched(xb, b,") \
+    .replace("    puts(\"same\");", "        for (int i = 0; i < 1000; ++i)\n"
+             "            if (xa[i] != xb[i]) { printf(\"count %d element %d\\n\", counts[c], i); return 1; }\n    }\n    puts(\"same\");") \
+    .replace("return 1; }\n    }\n        for (int i", "return 1; }\n        for (int i")
+
+
+@needs_cc
+def test_a_body_that_stores_over_what_it_loaded_has_its_loads_made_a_batch_ahead(tmp_path):
+    """Each iteration's store lands on the element it loaded itself: no later iteration loads it, so the batch's
+    loads move ahead of the earlier iterations' stores. Run on the host beside the original, the array and
+    the sums come out the same."""
+    assert "if (xa[i] != xb[i])" in SCAN_DRIVER and "total_batched(xb, b," in SCAN_DRIVER
+    found = outcome(SCAN)
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "kl_load0[kl_u] = x[(i + kl_u * (stride))];" in source and "long long v = kl_load0[kl_u];" in source
+    assert "kl_left" not in source
+    for k, rw in enumerate(found.rewrites):
+        folder = tmp_path / str(k)
+        folder.mkdir()
+        (folder / "original.c").write_text(SCAN)
+        (folder / "batched.c").write_text(rw.source)
+        (folder / "driver.c").write_text(SCAN_DRIVER)
+        build = subprocess.run(["cc", "-std=c99", "-o", str(folder / "driver"), str(folder / "driver.c")],
+                               capture_output=True, text=True, cwd=folder, timeout=60)
+        assert build.returncode == 0, build.stderr
+        ran = subprocess.run([str(folder / "driver")], capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0 and ran.stdout.strip() == "same", ran.stdout
+
+
+def test_an_update_in_place_reads_its_element_before_it_stores(tmp_path):
+    """``x[i] = x[i] * 3 + sum``: the store's left side comes first in the text, its right side runs first."""
+    source = SCAN.replace("long long v = x[i];\n        x[i] = sum;", "long long v = x[i];\n        x[i] = x[i] * 3 + sum;")
+    found = outcome(source)
+    assert found.applicable, found.why
+    assert "x[i] = kl_load0[kl_u] * 3 + sum;" in found.rewrites[0].source
+
+
+@pytest.mark.parametrize("change,why", [
+    # A recurrence: the next iteration loads what this one stored.
+    (("i += stride", "i += 1", "x[i] = sum;", "x[i + 1] = sum;"), "`x[i + 1]` may store an element `x[i]` loads"),
+    (("x[i] = sum;", "x[i] = sum + x[i - 1];"), "`x[i]` may store an element `x[i - 1]` loads"),
+    # The store comes first: the load reads what its own iteration stored.
+    (("long long v = x[i];\n        x[i] = sum;", "x[i] = sum;\n        long long v = x[i];"), "may store an element"),
+    (("long long v = x[i];", "long long v = 0;\n        if (sum < 9) v = x[i];"), "runs on a condition inside the loop"),
+    # A compound store reads first, then stores; the next statement reads what it stored.
+    (("long long v = x[i];\n        x[i] = sum;", "x[i] += sum;\n        long long v = x[i];"), "may store an element"),
+    (("x[i] = sum;", "x[i] = sum; atomicAdd(&out[0], 1LL);"), "it makes atomics"),
+])
+def test_refusals_of_a_body_that_stores(change, why):
+    source = SCAN
+    for old, new in zip(change[::2], change[1::2]):
+        assert old in source
+        source = source.replace(old, new)
+    found = outcome(source)
+    assert not found.applicable and why in found.why, found.why
+
+
 def test_the_batch_test_is_in_long_long_and_macros_stay_as_written():
     found = outcome(TWO_LOOPS)
     assert found.applicable, found.why
@@ -182,7 +257,8 @@ def test_candidates_compile(tmp_path):
 
 
 @pytest.mark.parametrize("change,why", [
-    (("acc = acc * 31 + x[i];", "acc = acc * 31 + x[i]; out[i] = acc;"), "its body writes out"),
+    (("acc = acc * 31 + x[i];", "out[i] = acc; acc = acc * 31 + out[i];"),
+     "`out[i]` may store an element `out[i]` loads in a later iteration"),
     (("acc = acc * 31 + x[i];", "if (x[i] < 0) continue; acc += x[i];"), "leaves an iteration early"),
     (("acc = acc * 31 + x[i];", "if (acc > 100) break; acc += x[i];"), "is not decided by data the loop loads"),
     (("acc = acc * 31 + x[i];", "acc += x[i]; __syncthreads();"), "a barrier or a warp operation"),

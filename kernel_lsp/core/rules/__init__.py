@@ -43,6 +43,7 @@ from kernel_lsp.core.transforms.split_reduction import SplitReduction
 from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore, SharedTileTranspose
 from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
 from kernel_lsp.core.transforms.stencil_window import StencilWindow
+from kernel_lsp.core.transforms.store_forward import StoreForward
 from kernel_lsp.core.transforms.tile_contraction import TileContraction
 from kernel_lsp.core.transforms.tiled_coarsen import TiledCoarsen
 from kernel_lsp.core.transforms.warp_aggregate import WarpAggregate
@@ -55,6 +56,7 @@ RULES: tuple[Rule, ...] = (
     TileContraction(),
     TiledCoarsen(),
     RegisterAccumulate(),
+    StoreForward(),
     WarpPerRow(),
     SectorPerRow(),
     SplitLoop(),
@@ -93,7 +95,16 @@ COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "se
                         "tile-contraction", "fixed-trip-unroll", "tree-to-shuffle", "tree-to-registers",
                         "atomic-to-block-reduce", "shared-privatize", "shared-tile-store", "shared-tile-load",
                         "columns-per-warp", "warp-aggregate",
-                        "stencil-shared-window", "tiled-register-block", "split-reduction", "row-cache"})
+                        "stencil-shared-window", "tiled-register-block", "split-reduction", "row-cache",
+                        "store-forward"})
+#: Launch changes tried after any step of a sequence (never before one: the code steps are listed first on
+#: their own): an under-filled grid spread over more SMs multiplies what the step before gained per thread.
+LAUNCH_STEPS = frozenset({"smaller-blocks"})
+#: Later steps tried after a step that makes them worth trying, besides the composable ones: a value kept in
+#: a register for the next iteration (store-forward) takes the previous iteration's store off the path of the
+#: loop's loads, so a load batch can make them ahead. After other steps a batch would only crowd out their
+#: own sequences within the candidate budget.
+FOLLOWED_BY: Mapping[str, frozenset[str]] = {"store-forward": frozenset({"load-batch"})}
 #: Rules whose rewrite needs a launch of its own (a spec ``candidate`` field) and may still be the first
 #: step of a sequence: the later steps see that launch as the kernel's (the output's rows on y, then
 #: the tiles of its dot product).
@@ -222,11 +233,14 @@ class RuleGenerator:
         ``candidate`` field); the later steps see it as the launch, so a step that scales the launch
         relative to the host's cannot follow, and one with a launch of its own replaces it. A ``base`` that
         changes the launch relative to the host's (a warp per row: 32 times the blocks) is followed only by
-        steps that keep the launch, and they keep its change of the host's launch."""
+        steps that keep the launch, and they keep its change of the host's launch. The later steps are the
+        composable transformations, the launch steps (:data:`LAUNCH_STEPS`) and what the last step makes
+        worth trying (:data:`FOLLOWED_BY`)."""
         if len(done) >= self.max_steps:
             return
         view = self.reprocess(base.source) if self.reprocess is not None else None
-        later = [r for r in self.rules if r.name in COMPOSABLE and r.name not in done]
+        follow = COMPOSABLE | LAUNCH_STEPS | FOLLOWED_BY.get(done[-1], frozenset())
+        later = [r for r in self.rules if r.name in follow and r.name not in done]
         spec = request.spec if launch is None or request.spec is None else relaunched(request.spec, launch)
         relative = _relative_launch(base)
         for outcome in evaluate(base.source, request.kernel, spec, later, preprocessed=view):

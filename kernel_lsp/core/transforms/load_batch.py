@@ -29,8 +29,18 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - the body assigns neither the counter (a ``while`` body's step aside) nor a name the bound or the
   step reads, and neither has side effects (the batch test evaluates them again);
 - the body has no ``continue``, ``return``, ``goto`` or ``switch``, no barrier or warp operation
-  (threads of a warp may take the batch and the remainder differently), no store, atomic or unknown
-  call (a batched load could not move ahead of them), and no inner loop;
+  (threads of a warp may take the batch and the remainder differently), no unknown call, and no
+  inner loop;
+- a body that stores to global or shared memory (an in-place update, a scan along the loop) has
+  its global loads that move with the counter made a batch ahead, into registers, then its bodies
+  run in order on them. Each such load runs on every iteration (no condition inside the loop
+  decides it; one that does is made where it is), outside helpers, at an index the loop changes
+  only through its counter; no store
+  of the body reaches an element a load of the same or a later iteration reads (same stride per
+  iteration, and a distance that is not a whole number of strides from behind; equal indices only
+  with the load first: ``v = x[i]; x[i] = sum;``), and every store moves with the counter (an
+  element stored on every iteration is kept in a register first, by register-accumulate); the body
+  makes no atomic and does not break;
 - the body may ``break`` (a search): each break decided by data the loop loads (so the loop
   reaches its bound for some input and every iteration below the bound may load), every global load
   of the body from an array the kernel never writes, at an index of the counter and names the loop
@@ -54,6 +64,7 @@ from tree_sitter import Node
 
 from kernel_lsp.core.analysis import LoopFact
 from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifiers_in as _identifiers, node_text as _text
+from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.transforms.emit import declared_type, node_at, parse, pragma_before, rebuild, rebuild_span
 
@@ -195,8 +206,6 @@ class LoadBatch(Rule):
         if loop.calls_unknown:
             return "its body calls code the analysis does not see", None
         stores = sorted({a.array for a in inside if a.kind != "read" and a.space in ("global", "shared")})
-        if stores:
-            return f"its body writes {', '.join(stores)} (the batched loads could not move ahead of the stores)", None
         if any(inner.parent == loop.id for inner in facts.loops):
             return "its body has a loop of its own", None
         if not any(a.space == "global" and a.reads and loop.trip_symbol in a.index.symbols for a in inside):
@@ -205,10 +214,16 @@ class LoadBatch(Rule):
             return "it has a pragma of its own", None
         breaks = [n for n in _nodes(body) if n.type == "break_statement"]
         loads: list[tuple[tuple[int, int], str, tuple[tuple[int, int], ...]]] = []
+        if breaks and stores:
+            return f"its body writes {', '.join(stores)} and can break (its loads could not be made a batch ahead)", None
         if breaks:
             why, loads = self._early_exit(ctx, loop, breaks, inside, changed, src, root)
             if why:
                 return why, None
+        elif stores:
+            why, loads = self._ahead_of_stores(ctx, loop, inside, changed, src, root)
+            if why:
+                return f"its body writes {', '.join(stores)}: {why}", None
         inner = body.named_children if body.type == "compound_statement" else [body]
         body_span = ((inner[0].start_byte, inner[-1].end_byte) if inner else (body.end_byte - 1, body.end_byte - 1))
         if loop.kind == "while":
@@ -263,14 +278,74 @@ class LoadBatch(Rule):
                         "be ones the loop never reaches, their loads out of bounds)"), []
         return "", loads
 
+    def _ahead_of_stores(self, ctx: RuleContext, loop: LoopFact, inside, changed: set[str],  # noqa: ANN001
+                         src: bytes, root: Node) -> tuple[str, list]:
+        """The loads a batch makes ahead of the stores of a body that writes memory: each global load that
+        moves with the counter, made for U iterations into registers before any of their bodies runs.
+
+        That moves iteration k's loads ahead of the stores of the iterations before it in the batch, and ahead
+        of its own stores that come before it in the body. It is legal where no such store can reach the
+        loaded element: a store of the same array, at the same multiple ``c`` of the iteration plus a
+        constant, reaches a later iteration's load only when their distance is a positive whole number of
+        ``c`` (``x[i] = …; … x[i - 1]``: the recurrence stays unbatched), and the same iteration's only when
+        the distance is zero and the store comes first. Each load must also be outside helpers, at an index
+        the loop does not change but through its counter; one that a condition inside the loop decides
+        is made where it is, in order with the stores (a batch would make all U of them). Atomics in the body are refused (another
+        thread's atomic on a loaded element would be ordered differently)."""
+        from kernel_lsp.core.transforms.stencil_reuse import canonical
+
+        facts = ctx.facts
+        assert facts is not None
+        if any(a.kind == "atomic" for a in inside):
+            return "it makes atomics (the batched loads could not move ahead of them)", []
+        trip = loop.trip_symbol
+        stored = [a for a in inside if a.writes and a.space == "global"]
+        if (fixed := next((a for a in inside if a.writes and trip not in a.index.symbols), None)) is not None:
+            # Every iteration reads back what the one before stored there: keeping the element in a register
+            # (register-accumulate) comes first, and the sequence batches the loop after it.
+            return f"`{fixed.text}` is stored at the same element on every iteration", []
+        loads = []
+        for a in inside:
+            if a.space != "global" or a.kind != "read" or trip not in a.index.symbols:
+                continue
+            if a.via:
+                return f"`{a.text}` is loaded in the helper `{a.via[-1]}` (its load could not be made early)", []
+            if any(loop.id in facts.conditions[g].loops for g, _ in a.guards):
+                continue  # made where it is, in order with the stores: a batch would make it on every iteration
+            node = node_at(src, root, a.span)
+            if node is None or node.type != "subscript_expression" or not a.elem_type:
+                return f"`{a.text}` is not a subscript of a known element type", []
+            base = node.child_by_field_name("argument")
+            names = _identifiers(node, src) - ({_text(src, base)} if base is not None and base.type == "identifier" else set())
+            if names & changed:
+                return f"`{a.text}` depends on {', '.join(sorted(names & changed))}, which the loop changes", []
+            counter = tuple((n.start_byte, n.end_byte) for n in _nodes(node)
+                            if n.type == "identifier" and _text(src, n) == loop.var)
+            if not counter:
+                return f"`{a.text}` moves with the loop through a name other than its counter `{loop.var}`", []
+            if loop.kind == "while" and loop.update_span is not None and a.span[0] >= loop.update_span[0]:
+                return f"`{a.text}` is read after the statement that steps the counter", []
+            load = canonical(a.index, facts)
+            for w in (w for w in stored if w.array == a.array):
+                store = canonical(w.index, facts)
+                if not _never_behind(load, store, trip, store_first=_stores_first(w, a, src, root)):
+                    return f"`{w.text}` may store an element `{a.text}` loads in a later iteration", []
+            loads.append(((a.span[0], a.span[1]), a.elem_type, counter))
+        if not loads:
+            return "every load that moves with the counter runs on a condition inside the loop (none to make ahead)", []
+        return "", loads
+
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         plans, why = self.plan(ctx)
         if plans is None:
             return False, why
         lines = ", ".join(str((p.loop.user_line or 0) + 1) for p in plans)
         exits = [str((p.loop.user_line or 0) + 1) for p in plans if p.breaks]
+        stores = [str((p.loop.user_line or 0) + 1) for p in plans if p.loads and not p.breaks]
         return True, (f"loops at line {lines}: a positive step, a bound and step the body does not change, "
-                      "loads that move with the counter, no store or barrier"
+                      "loads that move with the counter, no barrier"
+                      + (f"; the loop at line {', '.join(stores)} stores only where no later load of it reads, its "
+                         "loads made a batch ahead" if stores else ", no store")
                       + (f"; the loop at line {', '.join(exits)} leaves on data it loads, its loads made a batch ahead"
                          if exits else ", no early exit"))
 
@@ -301,7 +376,7 @@ def _batched(p: _Loop, batch: int, text) -> str:
     bound = text(*p.bound)
     step = text(*p.step) if p.step is not None else "1"
     guard = f"(long long)({bound}) - (long long)({var}) {'>=' if p.inclusive else '>'} {batch - 1} * (long long)({step})"
-    if p.breaks:
+    if p.breaks or p.loads:
         return _batched_exit(p, batch, text, guard, step)
     body, test, at = text(*p.body), text(*p.test), p.indent
     if p.update is None:
@@ -315,32 +390,68 @@ def _batched(p: _Loop, batch: int, text) -> str:
 
 
 def _batched_exit(p: _Loop, batch: int, text, guard: str, step: str) -> str:
-    """An early-exit loop in batches: the batch's loads made first into registers (iteration k's with the
-    counter advanced k steps), then its bodies in order on them; a ``break`` leaves the batch, the loop
-    and the rest (``kl_left``), the counter where the original's stops."""
+    """A loop whose loads are made a batch ahead: the batch's loads first, into registers (iteration k's with
+    the counter advanced k steps), then its bodies in order on them. In an early-exit loop a ``break``
+    leaves the batch, the loop and the rest (``kl_left``), the counter where the original's stops."""
     var, at = p.loop.var, p.indent
     prefetch, subs = [], [(lo, hi, "{ kl_left = true; break; }") for lo, hi in p.breaks]
-    for k, ((lo, hi), elem, counter) in enumerate(p.loads):
+    made: dict[str, int] = {}
+    for (lo, hi), elem, counter in p.loads:
         moved = text(lo, hi, [(s, e, f"({var} + kl_u * ({step}))") for s, e in counter])
-        prefetch.append(f"{at}        {elem} kl_load{k}[{batch}];\n#pragma unroll\n"
-                        f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) kl_load{k}[kl_u] = {moved};\n")
-        subs.append((lo, hi, f"kl_load{k}[kl_u]"))
+        # One element read twice in the body (``v = x[i]; … x[i] * 3``) is loaded once per iteration.
+        if moved not in made:
+            k = made[moved] = len(made)
+            prefetch.append(f"{at}        {elem} kl_load{k}[{batch}];\n#pragma unroll\n"
+                            f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) kl_load{k}[kl_u] = {moved};\n")
+        subs.append((lo, hi, f"kl_load{made[moved]}[kl_u]"))
     body = text(*p.body, subs)
     original = text(*p.body)
     test = text(*p.test)
+    left, leave, stay = (f"{at}    bool kl_left = false;\n", f"{at}        if (kl_left) break;\n", "!kl_left && ") \
+        if p.breaks else ("", "", "")
     if p.update is None:
         # A ``while`` loop: its body steps the counter (a ``break`` before the step leaves it where the original's stops).
-        return (f"{{\n{at}    bool kl_left = false;\n"
+        return (f"{{\n{left}"
                 f"{at}    while ({test} && {guard}) {{\n{''.join(prefetch)}#pragma unroll\n"
                 f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {body} }}\n"
-                f"{at}        if (kl_left) break;\n{at}    }}\n"
-                f"{at}    while (!kl_left && {test}) {{ {original} }}\n{at}}}")
+                f"{leave}{at}    }}\n"
+                f"{at}    while ({stay}{test}) {{ {original} }}\n{at}}}")
     update = text(*p.update)
-    return (f"{{\n{at}    bool kl_left = false;\n{at}    {text(*p.init).strip()}\n"
+    return (f"{{\n{left}{at}    {text(*p.init).strip()}\n"
             f"{at}    for (; {test} && {guard}; ) {{\n{''.join(prefetch)}#pragma unroll\n"
             f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {{ {body} }} {update}; }}\n"
-            f"{at}        if (kl_left) break;\n{at}    }}\n"
-            f"{at}    for (; !kl_left && {test}; {update}) {{ {original} }}\n{at}}}")
+            f"{leave}{at}    }}\n"
+            f"{at}    for (; {stay}{test}; {update}) {{ {original} }}\n{at}}}")
+
+
+def _stores_first(w, r, src: bytes, root: Node) -> bool:  # noqa: ANN001 - analysis.Access
+    """The store ``w`` runs before the read ``r`` in an iteration: it comes first in the text, unless ``r`` is
+    on the right of ``w``'s own assignment (``x[i] = x[i] * 2``: the right side is read first)."""
+    if w.span[0] > r.span[0]:
+        return False
+    node = node_at(src, root, w.span)
+    parent = node.parent if node is not None else None
+    if parent is not None and parent.type == "assignment_expression" and parent.child_by_field_name("left") == node:
+        right = parent.child_by_field_name("right")
+        if right is not None and right.start_byte <= r.span[0] and r.span[1] <= right.end_byte:
+            return False
+    return True
+
+
+def _never_behind(load: Poly, store: Poly, trip: str, store_first: bool) -> bool:
+    """No iteration loads an element that the same or an earlier iteration stored: both move by the same
+    stride per iteration (a constant or a product of launch dimensions), so they meet only where their
+    distance is a whole number of strides, reached from the store's side when that number is negative,
+    or zero and the store comes first in the body."""
+    stride = store.coefficient(trip)
+    if stride is None or not stride.terms or load.coefficient(trip) != stride:
+        return False
+    gap = load - store
+    if not gap.terms:
+        return not store_first
+    if stride.constant is None or gap.constant is None:
+        return False
+    return gap.constant % stride.constant != 0 or gap.constant // stride.constant > 0
 
 
 def _nodes(node: Node):

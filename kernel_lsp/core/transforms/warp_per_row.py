@@ -38,6 +38,11 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   the first could land after the owner's of the second;
 - at least one global access in such a loop walks the row (unit stride along the loop) while
   neighbouring threads are a row apart (the reason to rewrite at all).
+
+Where the code after the last split loop would race with itself across the lanes (a reduction's
+result stored, then read back; an output updated in place: ``y[i] += s``), the group's first lane
+runs it alone: the last split loop must combine an accumulator (its shuffle is where every lane has
+made all of its earlier accesses) and lie in no other loop or switch (its tail runs once).
 """
 
 from __future__ import annotations
