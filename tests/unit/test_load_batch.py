@@ -397,3 +397,25 @@ def test_the_gpu_tests_kernel_is_batched():
     for source in (WHILE, SEARCH):
         found = outcome(source, "total", WHILE_SPEC)
         assert found.applicable, found.why
+
+
+def test_a_batch_in_an_underfilled_launch_is_paired_with_smaller_blocks_after_every_single_step():
+    """Eight blocks of 128 threads: each thread's batch has loads in flight, and blocks of 32 spread the threads over
+    four times the SMs. The pair comes after every candidate of one step, so it never crowds one out of the budget."""
+    from kernel_lsp.core.candidates import OptimizeRequest
+    from kernel_lsp.core.rules import RuleGenerator
+
+    source = SCAN.replace("size_t stride = blockDim.x * gridDim.x;", "size_t stride = 1024;")
+    spec = {"kernel": "total", "grid": [8, 1, 1], "block": [128, 1, 1],
+            "params": [{"name": "x", "array": "int64", "size": "count", "init": "randint(0,9)", "role": "inout"},
+                       {"name": "out", "array": "int64", "size": "1024", "init": "zeros", "role": "out"},
+                       {"name": "count", "scalar": "int64", "value": 1 << 20}]}
+    candidates = list(RuleGenerator().generate(OptimizeRequest(source=source, path="scan.cu", kernel="total",
+                                                               spec=parse_spec(spec))))
+    names = [c.generator for c in candidates]
+    pairs = [n for n in names if n.endswith("+smaller-blocks[block=32]")]
+    assert "rule:load-batch[batch=4]+smaller-blocks[block=32]" in pairs, names
+    assert "rule:load-batch[batch=4]" in names and "rule:smaller-blocks[block=32]" in names
+    assert names[-len(pairs):] == pairs, names
+    pair = next(c for c in candidates if c.generator == "rule:load-batch[batch=4]+smaller-blocks[block=32]")
+    assert pair.after == "rule:load-batch[batch=4]" and pair.block == (32, 1, 1) and "kl_load0" in pair.source

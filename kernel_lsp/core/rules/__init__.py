@@ -208,6 +208,9 @@ class RuleGenerator:
             pre = None
         self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request), preprocessed=pre)
         seen: set[tuple[str, str]] = set()
+        # A step that is not composable is followed by the launch steps only after every single step, so the
+        # pairs never crowd a transformation out of the candidate budget.
+        relaunch_later: list[tuple[Candidate, str]] = []
         for outcome in self.outcomes:
             for rw in outcome.rewrites:
                 key = (rw.source, repr(sorted((rw.launch_override or {}).items())))
@@ -223,9 +226,14 @@ class RuleGenerator:
                 elif outcome.rule in COMPOSABLE and _relative_launch(rw) or (
                         outcome.rule in RELAUNCHING_FIRST_STEPS and rw.launch_override and not _relative_launch(rw)):
                     yield from self._sequences(request, candidate, (outcome.rule,), seen, rw.launch_override)
+                elif not rw.launch_override and outcome.rule not in LAUNCH_STEPS:
+                    relaunch_later.append((candidate, outcome.rule))
+        for candidate, rule in relaunch_later:
+            yield from self._sequences(request, candidate, (rule,), seen, only=LAUNCH_STEPS)
 
     def _sequences(self, request: OptimizeRequest, base: Candidate, done: tuple[str, ...],
-                   seen: set[tuple[str, str]], launch: Mapping[str, Any] | None = None) -> Iterator[Candidate]:
+                   seen: set[tuple[str, str]], launch: Mapping[str, Any] | None = None,
+                   only: frozenset[str] | None = None) -> Iterator[Candidate]:
         """Sequences that extend ``base``, depth first, right after it: a transformation that prepares the
         kernel (an element kept in a register) can let a later one apply (a warp per row then sees no
         loop-invariant store). Each is tried only once ``base`` was accepted (``Candidate.after``), so every
@@ -235,11 +243,11 @@ class RuleGenerator:
         changes the launch relative to the host's (a warp per row: 32 times the blocks) is followed only by
         steps that keep the launch, and they keep its change of the host's launch. The later steps are the
         composable transformations, the launch steps (:data:`LAUNCH_STEPS`) and what the last step makes
-        worth trying (:data:`FOLLOWED_BY`)."""
+        worth trying (:data:`FOLLOWED_BY`); ``only``: these rules instead, as the last step."""
         if len(done) >= self.max_steps:
             return
         view = self.reprocess(base.source) if self.reprocess is not None else None
-        follow = COMPOSABLE | LAUNCH_STEPS | FOLLOWED_BY.get(done[-1], frozenset())
+        follow = only if only is not None else COMPOSABLE | LAUNCH_STEPS | FOLLOWED_BY.get(done[-1], frozenset())
         later = [r for r in self.rules if r.name in follow and r.name not in done]
         spec = request.spec if launch is None or request.spec is None else relaunched(request.spec, launch)
         relative = _relative_launch(base)
