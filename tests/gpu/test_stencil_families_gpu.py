@@ -1,4 +1,4 @@
-"""The stencil, under-filled and tiled families on the GPU: every rewrite of the unit tests' snippets through
+"""The stencil, under-filled, row and tiled families on the GPU: every rewrite of the unit tests' snippets through
 the verification harness (correctness at the spec's sizes, at sizes it does not name, red zones, timing).
 
 A rewrite may be slower than its original (the harness then says ``not_faster``); it may never be wrong. Set
@@ -20,7 +20,10 @@ from kernel_lsp.services.harness import VerifyOptions, verify
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
+import test_load_batch as batch  # noqa: E402
+import test_more_parallelism as more  # noqa: E402
 import test_split_reduction as split  # noqa: E402
+import test_store_forward as forward  # noqa: E402
 import test_stencil_reuse as reuse  # noqa: E402
 import test_stencil_window as window  # noqa: E402
 import test_tiled_coarsen as tiled  # noqa: E402
@@ -40,6 +43,13 @@ CASES = [
     ("tiled-matmul", "tiled-register-block", tiled.MATMUL, tiled.MATMUL_SPEC),
     ("lu-update", "tiled-register-block", tiled.LU, tiled.LU_SPEC),
     ("column-stats", "split-reduction", split.STATS, split.STATS_SPEC),
+    ("row-filter", "store-forward", forward.FILTER, forward._spec()),
+    ("row-blend-one-lane-tail", "warp-per-row", more.BLEND, more._blend_spec()),
+    ("strided-scan-in-place", "load-batch", batch.SCAN, {
+        "kernel": "total", "grid": [8, 1, 1], "block": [128, 1, 1], "variants": [{"count": 1001}],
+        "params": [{"name": "x", "array": "int64", "size": "count", "init": "randint(0,9)", "role": "inout"},
+                   {"name": "out", "array": "int64", "size": "1024", "init": "zeros", "role": "out"},
+                   {"name": "count", "scalar": "int64", "value": 1 << 22}]}),
 ]
 _RESULTS: list[dict] = []
 WRONG = {"mismatch", "nan_or_inf", "input_modified", "nondeterministic", "out_of_bounds", "history_dependent",
