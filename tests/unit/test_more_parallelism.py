@@ -414,6 +414,18 @@ def test_the_code_after_the_last_split_loop_that_reads_back_its_stores_runs_on_o
         compiles(source, tmp_path)
 
 
+def test_code_beside_the_loop_is_not_taken_for_its_tail():
+    """An ``else`` after the loop's branch runs on every lane though it comes later in the text: its update in
+    place still races and is refused, while the statement after the loop in its own branch runs on one lane."""
+    source = BLEND.replace("  for (int j = 0; j < m; j++) {", "  if (m > 0) {\n  for (int j = 0; j < m; j++) {").replace(
+        "  out[i] = out[i] * 0.5f + s[i] * q;\n}", "  out[i] = out[i] * 0.5f + s[i] * q;\n  } else {\n  out[i] += 1.0f;\n  }\n}")
+    assert "} else {" in source
+    found = outcome("warp-per-row", source, _blend_spec())
+    assert not found.applicable and "`out[i]`" in found.why, found.why
+    found = outcome("warp-per-row", source.replace("  out[i] += 1.0f;\n", "  s[i] = 0.0f;\n"), _blend_spec())
+    assert found.applicable, found.why
+
+
 @pytest.mark.parametrize("change,why", [
     # Round an outer loop the tail runs again, beside the next split: one lane cannot take it alone.
     (("  for (int j = 0; j < m; j++) {", "  for (int t = 0; t < 2; t++) {\n  for (int j = 0; j < m; j++) {"),

@@ -34,7 +34,8 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
 - a body that stores to global or shared memory (an in-place update, a scan along the loop) has
   its global loads that move with the counter made a batch ahead, into registers, then its bodies
   run in order on them. Each such load runs on every iteration (no condition inside the loop
-  decides it; one that does is made where it is), outside helpers, at an index the loop changes
+  decides it; one that does is made where it is), outside helpers, on pointer parameters the spec
+  allocates each on its own (no store through one reaches another), at an index the loop changes
   only through its counter; no store
   of the body reaches an element a load of the same or a later iteration reads (same stride per
   iteration, and a distance that is not a whole number of strides from behind; equal indices only
@@ -220,6 +221,9 @@ class LoadBatch(Rule):
             why, loads = self._early_exit(ctx, loop, breaks, inside, changed, src, root)
             if why:
                 return why, None
+        elif stores and not ctx.distinct_arrays():
+            return (f"its body writes {', '.join(stores)} and the spec does not allocate every pointer parameter on its "
+                    "own (a load made ahead could pass a store to the same memory through another pointer)"), None
         elif stores:
             why, loads = self._ahead_of_stores(ctx, loop, inside, changed, src, root)
             if why:

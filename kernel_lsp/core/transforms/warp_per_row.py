@@ -120,16 +120,15 @@ def _balance(patterns, loops: set[int]) -> tuple[int, int]:
     return better, worse
 
 
-def _lane_races(plans: list[_LoopPlan], facts: KernelFacts, one_lane_from: int | None = None) -> str | None:
+def _lane_races(plans: list[_LoopPlan], facts: KernelFacts, one_lane: tuple[tuple[int, int], ...] = ()) -> str | None:
     """Outside the split loops every lane of a group runs the original thread's code: each store
     there happens once per lane, and an element stored in a split loop by one lane may be read by
     another. The lanes of a group only wait for each other at an accumulator's shuffle (after its
     loop), so a read and a store of one array race unless such a shuffle lies between them, or the
     store comes first and every lane stores the same value there (outside the split loops); two stores
     of one array, one outside the split loops and one in them, race unless such a shuffle lies between.
-    ``one_lane_from``: where the code run by one lane only begins (after the last split loop's
-    shuffle, which every lane reached once all of their earlier accesses were made): its accesses
-    race with none."""
+    ``one_lane``: the ranges of code run by one lane only (after the last split loop's shuffle, which
+    every lane reached once all of their earlier accesses were made): their accesses race with none."""
     split = {p.loop.id: p for p in plans}
     syncs = [p.loop.span[1] for p in plans if p.accumulators]
 
@@ -137,7 +136,7 @@ def _lane_races(plans: list[_LoopPlan], facts: KernelFacts, one_lane_from: int |
         lo, hi = sorted((a, b))
         return any(lo < at <= hi for at in syncs)
 
-    accesses = [a for a in facts.accesses if a.space == "global" and (one_lane_from is None or a.span[0] < one_lane_from)]
+    accesses = [a for a in facts.accesses if a.space == "global" and not any(lo <= a.span[0] < hi for lo, hi in one_lane)]
     # Two stores of one element, one by every lane and one by its owner in a split loop: unless a
     # reduction orders them, a lane still running the first may land its store after the owner's.
     for w in (a for a in accesses if a.writes and not set(a.loops) & split.keys()):
@@ -271,7 +270,7 @@ class WarpPerRow(Rule):
         race = _lane_races(plans, facts)
         if race:
             why, tail = _one_lane_tail(plans, kernel, src)
-            if not tail or _lane_races(plans, facts, tail[0][0]):
+            if not tail or _lane_races(plans, facts, tail):
                 return None, race + (f" (and the code after the last split loop cannot run on one lane: {why})"
                                      if why else "")
         why = self._unprofitable(ctx, patterns, plans)
