@@ -215,6 +215,42 @@ def test_a_body_that_stores_over_what_it_loaded_has_its_loads_made_a_batch_ahead
         assert ran.returncode == 0 and ran.stdout.strip() == "same", ran.stdout
 
 
+UPDATE = SCAN.replace("long long v = x[i];\n        x[i] = sum;\n        sum += v * 3 + (long long)i;",
+                      "x[i] += (long long)i * 7 + sum;\n        sum ^= (long long)i;")
+
+
+@needs_cc
+@pytest.mark.parametrize("source,update", [
+    (UPDATE, "x[i] = kl_load0[kl_u] + ((long long)i * 7 + sum);"),
+    (UPDATE.replace("x[i] += (long long)i * 7 + sum;", "x[i]++;"), "x[i] = kl_load0[kl_u] + 1;"),
+    (UPDATE.replace("x[i] += (long long)i * 7 + sum;", "x[i] -= x[i] / 2 + sum;"), "x[i] = kl_load0[kl_u] - (kl_load0[kl_u] / 2 + sum);"),
+], ids=["compound", "increment", "reads-itself"])
+def test_an_element_updated_in_place_is_loaded_a_batch_ahead(source, update, tmp_path):
+    """``x[i] += e``: the element is loaded ahead like any other and the update stores the loaded value combined
+    with ``e``; run on the host beside the original, the array and the sums come out the same."""
+    assert source != SCAN
+    found = outcome(source, spec=SPEC)
+    assert found.applicable, found.why
+    assert update in found.rewrites[0].source, found.rewrites[0].source
+    for k, rw in enumerate(found.rewrites):
+        folder = tmp_path / str(k)
+        folder.mkdir()
+        (folder / "original.c").write_text(source)
+        (folder / "batched.c").write_text(rw.source)
+        (folder / "driver.c").write_text(SCAN_DRIVER)
+        build = subprocess.run(["cc", "-std=c99", "-o", str(folder / "driver"), str(folder / "driver.c")],
+                               capture_output=True, text=True, cwd=folder, timeout=60)
+        assert build.returncode == 0, build.stderr
+        ran = subprocess.run([str(folder / "driver")], capture_output=True, text=True, timeout=60)
+        assert ran.returncode == 0 and ran.stdout.strip() == "same", ran.stdout
+
+
+def test_an_update_whose_value_is_used_stays_in_order():
+    used = UPDATE.replace("x[i] += (long long)i * 7 + sum;", "sum += (x[i] += (long long)i * 7);")
+    found = outcome(used, spec=SPEC)
+    assert not found.applicable and "none to make ahead" in found.why, found.why
+
+
 def test_an_update_in_place_reads_its_element_before_it_stores(tmp_path):
     """``x[i] = x[i] * 3 + sum``: the store's left side comes first in the text, its right side runs first."""
     source = SCAN.replace("long long v = x[i];\n        x[i] = sum;", "long long v = x[i];\n        x[i] = x[i] * 3 + sum;")

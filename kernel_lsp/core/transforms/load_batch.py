@@ -33,7 +33,8 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   inner loop;
 - a body that stores to global or shared memory (an in-place update, a scan along the loop) has
   its global loads that move with the counter made a batch ahead, into registers, then its bodies
-  run in order on them. Each such load runs on every iteration (no condition inside the loop
+  run in order on them; an element updated in place by a statement of its own (``y[i] += e``,
+  ``y[i]++``) is loaded so too, and the update stores ``y[i] = <loaded> + (e)``. Each such load runs on every iteration (no condition inside the loop
   decides it; one that does is made where it is), outside helpers, on pointer parameters the spec
   allocates each on its own (no store through one reaches another), at an index the loop changes
   only through its counter; no store
@@ -82,6 +83,20 @@ _EFFECTS = ("assignment_expression", "update_expression", "call_expression", "su
 
 
 @dataclass(frozen=True)
+class _Load:
+    """A global load a batch makes ahead, into registers."""
+
+    span: tuple[int, int]
+    elem_type: str
+    counter: tuple[tuple[int, int], ...]
+    """Where the counter is written in it."""
+    update: tuple[tuple[int, int], str, tuple[int, int] | None] | None = None
+    """For an element updated in place (``y[i] += e``, ``y[i]++``): the whole update, its operator (``+``)
+    and its right side (None for ``++``/``--``). The batch loads the element ahead and the update stores
+    ``y[i] = <loaded> + (e)``."""
+
+
+@dataclass(frozen=True)
 class _Loop:
     loop: LoopFact
     init: tuple[int, int] | None
@@ -100,9 +115,8 @@ class _Loop:
     """The loop's indentation."""
     breaks: tuple[tuple[int, int], ...] = ()
     """The body's ``break`` statements (an early-exit loop: its loads are made first, then its bodies run)."""
-    loads: tuple[tuple[tuple[int, int], str, tuple[tuple[int, int], ...]], ...] = ()
-    """For an early-exit loop, each global load of the body: its span, its element type and the spans
-    of the counter in it."""
+    loads: tuple[_Load, ...] = ()
+    """The global loads made a batch ahead (an early-exit loop's, or those of a body that stores)."""
 
 
 def positive_step(loop: LoopFact) -> bool:
@@ -214,7 +228,7 @@ class LoadBatch(Rule):
         if pragma_before(src, node.start_byte) is not None:
             return "it has a pragma of its own", None
         breaks = [n for n in _nodes(body) if n.type == "break_statement"]
-        loads: list[tuple[tuple[int, int], str, tuple[tuple[int, int], ...]]] = []
+        loads: list[_Load] = []
         if breaks and stores:
             return f"its body writes {', '.join(stores)} and can break (its loads could not be made a batch ahead)", None
         if breaks:
@@ -272,7 +286,7 @@ class LoadBatch(Rule):
                 # Made ahead with the counter at the iteration's start, a load after the step would read a step early.
                 return f"`{a.text}` is read after the statement that steps the counter", []
             if counter:  # a load the counter does not move stays where it is: one load, the same each iteration
-                loads.append(((a.span[0], a.span[1]), a.elem_type, counter))
+                loads.append(_Load(a.span, a.elem_type, counter))
         conditions = [c for c in facts.conditions if c.kind in ("if", "exit") and loop.id in c.loops]
         for b in breaks:
             deciding = [c for c in conditions if c.statement_span[0] <= b.start_byte < c.statement_span[1]]
@@ -310,12 +324,15 @@ class LoadBatch(Rule):
             return f"`{fixed.text}` is stored at the same element on every iteration", []
         loads = []
         for a in inside:
-            if a.space != "global" or a.kind != "read" or trip not in a.index.symbols:
+            if a.space != "global" or a.kind not in ("read", "update") or trip not in a.index.symbols:
                 continue
             if a.via:
                 return f"`{a.text}` is loaded in the helper `{a.via[-1]}` (its load could not be made early)", []
             if any(loop.id in facts.conditions[g].loops for g, _ in a.guards):
                 continue  # made where it is, in order with the stores: a batch would make it on every iteration
+            update = _in_place(a, src, root) if a.kind == "update" else None
+            if a.kind == "update" and update is None:
+                continue  # an update whose value is used stays as written, its load in order with the stores
             node = node_at(src, root, a.span)
             if node is None or node.type != "subscript_expression" or not a.elem_type:
                 return f"`{a.text}` is not a subscript of a known element type", []
@@ -330,11 +347,12 @@ class LoadBatch(Rule):
             if loop.kind == "while" and loop.update_span is not None and a.span[0] >= loop.update_span[0]:
                 return f"`{a.text}` is read after the statement that steps the counter", []
             load = canonical(a.index, facts)
-            for w in (w for w in stored if w.array == a.array):
+            # An update's own store comes after its load.
+            for w in (w for w in stored if w.array == a.array and w is not a):
                 store = canonical(w.index, facts)
                 if not _never_behind(load, store, trip, store_first=_stores_first(w, a, src, root)):
                     return f"`{w.text}` may store an element `{a.text}` loads in a later iteration", []
-            loads.append(((a.span[0], a.span[1]), a.elem_type, counter))
+            loads.append(_Load(a.span, a.elem_type, counter, update))
         if not loads:
             return "every load that moves with the counter runs on a condition inside the loop (none to make ahead)", []
         return "", loads
@@ -400,14 +418,25 @@ def _batched_exit(p: _Loop, batch: int, text, guard: str, step: str) -> str:
     var, at = p.loop.var, p.indent
     prefetch, subs = [], [(lo, hi, "{ kl_left = true; break; }") for lo, hi in p.breaks]
     made: dict[str, int] = {}
-    for (lo, hi), elem, counter in p.loads:
-        moved = text(lo, hi, [(s, e, f"({var} + kl_u * ({step}))") for s, e in counter])
+    loaded: dict[tuple[int, int], str] = {}
+    for load in p.loads:
+        moved = text(*load.span, [(s, e, f"({var} + kl_u * ({step}))") for s, e in load.counter])
         # One element read twice in the body (``v = x[i]; … x[i] * 3``) is loaded once per iteration.
         if moved not in made:
             k = made[moved] = len(made)
-            prefetch.append(f"{at}        {elem} kl_load{k}[{batch}];\n#pragma unroll\n"
+            prefetch.append(f"{at}        {load.elem_type} kl_load{k}[{batch}];\n#pragma unroll\n"
                             f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) kl_load{k}[kl_u] = {moved};\n")
-        subs.append((lo, hi, f"kl_load{made[moved]}[kl_u]"))
+        loaded[load.span] = f"kl_load{made[moved]}[kl_u]"
+    updates = [load.update for load in p.loads if load.update is not None]
+    for load in p.loads:
+        if load.update is not None:
+            (lo, hi), op, right = load.update
+            # The loads on its right side are replaced inside the rewritten update.
+            inner = [(s, e, new) for (s, e), new in loaded.items() if right is not None and right[0] <= s and e <= right[1]]
+            value = f"({text(*right, inner)})" if right is not None else "1"
+            subs.append((lo, hi, f"{text(*load.span)} = {loaded[load.span]} {op} {value}"))
+        elif not any(lo <= load.span[0] and load.span[1] <= hi for (lo, hi), _, _ in updates):
+            subs.append((*load.span, loaded[load.span]))
     body = text(*p.body, subs)
     original = text(*p.body)
     test = text(*p.test)
@@ -426,6 +455,28 @@ def _batched_exit(p: _Loop, batch: int, text, guard: str, step: str) -> str:
             f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {{ {body} }} {update}; }}\n"
             f"{leave}{at}    }}\n"
             f"{at}    for (; {stay}{test}; {update}) {{ {original} }}\n{at}}}")
+
+
+#: Compound assignments and the operator each applies.
+_COMPOUND = {"+=": "+", "-=": "-", "*=": "*", "/=": "/", "%=": "%", "&=": "&", "|=": "|", "^=": "^", "<<=": "<<", ">>=": ">>"}
+
+
+def _in_place(a, src: bytes, root: Node) -> tuple[tuple[int, int], str, tuple[int, int] | None] | None:  # noqa: ANN001
+    """The update ``a`` (``y[i] += e``, ``y[i]++``) as a statement of its own: its span, the operator it applies
+    and its right side; None where its value is used (``z = y[i]++``) or it is not written so."""
+    node = node_at(src, root, a.span)
+    parent = node.parent if node is not None else None
+    if parent is None or parent.parent is None or parent.parent.type != "expression_statement":
+        return None
+    if parent.type == "assignment_expression" and parent.child_by_field_name("left") == node:
+        op = _text(src, parent.child_by_field_name("operator"))
+        right = parent.child_by_field_name("right")
+        if op in _COMPOUND and right is not None:
+            return (parent.start_byte, parent.end_byte), _COMPOUND[op], (right.start_byte, right.end_byte)
+    if parent.type == "update_expression":
+        op = _text(src, parent.child_by_field_name("operator"))
+        return (parent.start_byte, parent.end_byte), op[0], None
+    return None
 
 
 def _stores_first(w, r, src: bytes, root: Node) -> bool:  # noqa: ANN001 - analysis.Access
