@@ -104,6 +104,23 @@ def test_refusals_name_the_missing_fact(change, why):
     assert not found.applicable and why in found.why, found.why
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+def test_a_loop_of_one_statement_gets_braces_for_its_flag(tmp_path):
+    """``for (…) y[…] = a * y[… - 1] + x[…];`` without braces: the rewrite adds them around the statement and
+    the flag, and the rows come out the same on the CPU."""
+    from cpu_cuda import run_on_cpu
+
+    bare = PLAIN.replace("for (int j = 1; j < cols; j++) {\n", "for (int j = 1; j < cols; j++)\n").replace(
+        "x[r * cols + j];\n    }\n", "x[r * cols + j];\n")
+    assert "j++)\n      y[" in bare
+    found = outcome("store-forward", bare, _spec())
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "{ y[r * cols + j] = (kl_fwd0 = " in source and " kl_first0 = false; } }" in source
+    main = FILTER_MAIN.replace("GRID", "1").replace("BLOCK", "64")
+    assert run_on_cpu(source, main, tmp_path, "bare") == run_on_cpu(bare, main, tmp_path, "bare0")
+
+
 def test_a_load_after_the_store_stays_a_load():
     """Read after this iteration's store, the previous element is not what the register holds: such a read
     stays a load, and a loop whose every read of it comes after the store is refused."""

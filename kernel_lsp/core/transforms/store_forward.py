@@ -61,7 +61,10 @@ class _Forward:
 
 
 def _statement_in_body(node: Node, body: Node) -> Node | None:
-    """The statement of ``body``'s top level that holds ``node``, or None."""
+    """The statement of ``body``'s top level that holds ``node`` (``body`` itself when it is one statement,
+    not a block), or None."""
+    if body.type != "compound_statement":
+        return body if body.start_byte <= node.start_byte and node.end_byte <= body.end_byte else None
     while node is not None and node.parent != body:
         node = node.parent
     return node
@@ -126,8 +129,8 @@ class StoreForward(Rule):
             return "the loop has a barrier, a warp operation or a call the analysis does not see", None
         node = node_at(src, root, loop.span)
         body = node.child_by_field_name("body") if node is not None else None
-        if body is None or body.type != "compound_statement":
-            return "the loop's body is not a block", None
+        if body is None:
+            return "the analysis finds no body of the loop", None
         if _has(body, ("continue_statement", "break_statement", "return_statement", "goto_statement")):
             return "the loop's body can leave an iteration early", None
         if not pointer or store.array in facts.escaped:
@@ -186,12 +189,16 @@ class StoreForward(Rule):
         for loop_id, items in by_loop.items():
             loop = facts.loops[loop_id]
             body = node_at(src, root, loop.span).child_by_field_name("body")
-            last = body.named_children[-1]
             indent = edit.indent_at(loop.span[0])
             pragma = pragma_before(edit.src, loop.span[0])
             registers = " ".join(f"{f.elem_type} kl_fwd{n};" for n, f in items)
             edit.insert(loop.span[0] if pragma is None else pragma[0], f"{{ {registers} bool kl_first{loop_id} = true;\n{indent}")
-            edit.insert(last.end_byte, f"\n{edit.indent_at(last.start_byte)}kl_first{loop_id} = false;")
+            if body.type == "compound_statement":
+                last = body.named_children[-1]
+                edit.insert(last.end_byte, f"\n{edit.indent_at(last.start_byte)}kl_first{loop_id} = false;")
+            else:  # one statement: braces around it and the flag
+                edit.insert(body.start_byte, "{ ")
+                edit.insert(body.end_byte, f" kl_first{loop_id} = false; }}")
             edit.insert(loop.span[1], " }")
         source, expanded = emit(edit, ctx.source, ctx.kernel)
         what = ", ".join(f"`{f.store.text}`" for f in found)
