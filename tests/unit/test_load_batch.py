@@ -141,12 +141,13 @@ int main(void) {
 """
 
 
-def run_beside(original: str, batched: str, folder: Path) -> None:
+def run_beside(original: str, batched: str, folder: Path, driver: str = DRIVER) -> None:
     """The original and the batched kernel run on the host for every thread of a 3 x 4 launch at counts
     around the batch sizes; they must leave the same output."""
+    folder.mkdir(exist_ok=True)
     (folder / "original.c").write_text(original)
     (folder / "batched.c").write_text(batched)
-    (folder / "driver.c").write_text(DRIVER)
+    (folder / "driver.c").write_text(driver)
     build = subprocess.run(["cc", "-std=c99", "-o", str(folder / "driver"), str(folder / "driver.c")],
                            capture_output=True, text=True, cwd=folder, timeout=60)
     assert build.returncode == 0, build.stderr
@@ -163,9 +164,7 @@ def test_batched_loops_run_the_same_iterations_in_the_same_order(source, tmp_pat
     assert [rw.variant for rw in found.rewrites] == ["batch=4", "batch=8"]
     for k, rw in enumerate(found.rewrites):
         assert "#pragma unroll" in rw.source and "kl_u <" in rw.source
-        folder = tmp_path / str(k)
-        folder.mkdir()
-        run_beside(source, rw.source, folder)
+        run_beside(source, rw.source, tmp_path / str(k))
 
 
 # An exclusive scan along a strided loop, in place: each iteration loads its element, then stores over it.
@@ -203,16 +202,7 @@ def test_a_body_that_stores_over_what_it_loaded_has_its_loads_made_a_batch_ahead
     assert "kl_load0[kl_u] = x[(i + kl_u * (stride))];" in source and "long long v = kl_load0[kl_u];" in source
     assert "kl_left" not in source
     for k, rw in enumerate(found.rewrites):
-        folder = tmp_path / str(k)
-        folder.mkdir()
-        (folder / "original.c").write_text(SCAN)
-        (folder / "batched.c").write_text(rw.source)
-        (folder / "driver.c").write_text(SCAN_DRIVER)
-        build = subprocess.run(["cc", "-std=c99", "-o", str(folder / "driver"), str(folder / "driver.c")],
-                               capture_output=True, text=True, cwd=folder, timeout=60)
-        assert build.returncode == 0, build.stderr
-        ran = subprocess.run([str(folder / "driver")], capture_output=True, text=True, timeout=60)
-        assert ran.returncode == 0 and ran.stdout.strip() == "same", ran.stdout
+        run_beside(SCAN, rw.source, tmp_path / str(k), SCAN_DRIVER)
 
 
 UPDATE = SCAN.replace("long long v = x[i];\n        x[i] = sum;\n        sum += v * 3 + (long long)i;",
@@ -233,16 +223,7 @@ def test_an_element_updated_in_place_is_loaded_a_batch_ahead(source, update, tmp
     assert found.applicable, found.why
     assert update in found.rewrites[0].source, found.rewrites[0].source
     for k, rw in enumerate(found.rewrites):
-        folder = tmp_path / str(k)
-        folder.mkdir()
-        (folder / "original.c").write_text(source)
-        (folder / "batched.c").write_text(rw.source)
-        (folder / "driver.c").write_text(SCAN_DRIVER)
-        build = subprocess.run(["cc", "-std=c99", "-o", str(folder / "driver"), str(folder / "driver.c")],
-                               capture_output=True, text=True, cwd=folder, timeout=60)
-        assert build.returncode == 0, build.stderr
-        ran = subprocess.run([str(folder / "driver")], capture_output=True, text=True, timeout=60)
-        assert ran.returncode == 0 and ran.stdout.strip() == "same", ran.stdout
+        run_beside(source, rw.source, tmp_path / str(k), SCAN_DRIVER)
 
 
 def test_an_update_whose_value_is_used_stays_in_order():

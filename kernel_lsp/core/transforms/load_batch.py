@@ -69,6 +69,7 @@ from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifie
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.transforms.emit import declared_type, node_at, parse, pragma_before, rebuild, rebuild_span
+from kernel_lsp.core.transforms.stencil_reuse import canonical
 
 #: Iterations per batch, one rewrite each.
 BATCHES = (4, 8)
@@ -274,17 +275,9 @@ class LoadBatch(Rule):
                 return f"`{a.text}` is loaded in the helper `{a.via[-1]}` (its load could not be made early)", []
             if a.array not in read_only:
                 return f"`{a.text}` reads {a.array}, which the kernel may write (its loads could not be made early)", []
-            node = node_at(src, root, a.span)
-            if node is None or node.type != "subscript_expression" or not a.elem_type:
-                return f"`{a.text}` is not a subscript of a known element type", []
-            names = _identifiers(node, src)
-            if names & changed:
-                return f"`{a.text}` depends on {', '.join(sorted(names & changed))}, which the loop changes", []
-            counter = tuple((n.start_byte, n.end_byte) for n in _nodes(node)
-                            if n.type == "identifier" and _text(src, n) == loop.var)
-            if counter and loop.kind == "while" and loop.update_span is not None and a.span[0] >= loop.update_span[0]:
-                # Made ahead with the counter at the iteration's start, a load after the step would read a step early.
-                return f"`{a.text}` is read after the statement that steps the counter", []
+            why, counter = _made_ahead(a, loop, changed, src, root)
+            if why:
+                return why, []
             if counter:  # a load the counter does not move stays where it is: one load, the same each iteration
                 loads.append(_Load(a.span, a.elem_type, counter))
         conditions = [c for c in facts.conditions if c.kind in ("if", "exit") and loop.id in c.loops]
@@ -310,8 +303,6 @@ class LoadBatch(Rule):
         the loop does not change but through its counter; one that a condition inside the loop decides
         is made where it is, in order with the stores (a batch would make all U of them). Atomics in the body are refused (another
         thread's atomic on a loaded element would be ordered differently)."""
-        from kernel_lsp.core.transforms.stencil_reuse import canonical
-
         facts = ctx.facts
         assert facts is not None
         if any(a.kind == "atomic" for a in inside):
@@ -333,19 +324,11 @@ class LoadBatch(Rule):
             update = _in_place(a, src, root) if a.kind == "update" else None
             if a.kind == "update" and update is None:
                 continue  # an update whose value is used stays as written, its load in order with the stores
-            node = node_at(src, root, a.span)
-            if node is None or node.type != "subscript_expression" or not a.elem_type:
-                return f"`{a.text}` is not a subscript of a known element type", []
-            base = node.child_by_field_name("argument")
-            names = _identifiers(node, src) - ({_text(src, base)} if base is not None and base.type == "identifier" else set())
-            if names & changed:
-                return f"`{a.text}` depends on {', '.join(sorted(names & changed))}, which the loop changes", []
-            counter = tuple((n.start_byte, n.end_byte) for n in _nodes(node)
-                            if n.type == "identifier" and _text(src, n) == loop.var)
+            why, counter = _made_ahead(a, loop, changed, src, root)
+            if why:
+                return why, []
             if not counter:
                 return f"`{a.text}` moves with the loop through a name other than its counter `{loop.var}`", []
-            if loop.kind == "while" and loop.update_span is not None and a.span[0] >= loop.update_span[0]:
-                return f"`{a.text}` is read after the statement that steps the counter", []
             load = canonical(a.index, facts)
             # An update's own store comes after its load.
             for w in (w for w in stored if w.array == a.array and w is not a):
@@ -399,7 +382,7 @@ def _batched(p: _Loop, batch: int, text) -> str:
     step = text(*p.step) if p.step is not None else "1"
     guard = f"(long long)({bound}) - (long long)({var}) {'>=' if p.inclusive else '>'} {batch - 1} * (long long)({step})"
     if p.breaks or p.loads:
-        return _batched_exit(p, batch, text, guard, step)
+        return _batched_ahead(p, batch, text, guard, step)
     body, test, at = text(*p.body), text(*p.test), p.indent
     if p.update is None:
         return (f"{{\n{at}    while ({test} && {guard}) {{\n#pragma unroll\n"
@@ -411,7 +394,7 @@ def _batched(p: _Loop, batch: int, text) -> str:
             f"{at}    for (; {test}; {update}) {{ {body} }}\n{at}}}")
 
 
-def _batched_exit(p: _Loop, batch: int, text, guard: str, step: str) -> str:
+def _batched_ahead(p: _Loop, batch: int, text, guard: str, step: str) -> str:
     """A loop whose loads are made a batch ahead: the batch's loads first, into registers (iteration k's with
     the counter advanced k steps), then its bodies in order on them. In an early-exit loop a ``break``
     leaves the batch, the loop and the rest (``kl_left``), the counter where the original's stops."""
@@ -455,6 +438,23 @@ def _batched_exit(p: _Loop, batch: int, text, guard: str, step: str) -> str:
             f"{at}        for (int kl_u = 0; kl_u < {batch}; ++kl_u) {{ {{ {body} }} {update}; }}\n"
             f"{leave}{at}    }}\n"
             f"{at}    for (; {stay}{test}; {update}) {{ {original} }}\n{at}}}")
+
+
+def _made_ahead(a, loop: LoopFact, changed: set[str], src: bytes, root: Node) -> tuple[str, tuple[tuple[int, int], ...]]:  # noqa: ANN001
+    """Why the load ``a`` cannot be made with the counter advanced, or where the counter is written in it (none:
+    the counter does not move it). It must be a subscript of a known element type whose names the loop does
+    not change (its array's pointer included), and in a ``while`` body come before the step: made ahead with
+    the counter at the iteration's start, a load after the step would read a step early."""
+    node = node_at(src, root, a.span)
+    if node is None or node.type != "subscript_expression" or not a.elem_type:
+        return f"`{a.text}` is not a subscript of a known element type", ()
+    names = _identifiers(node, src)
+    if names & changed:
+        return f"`{a.text}` depends on {', '.join(sorted(names & changed))}, which the loop changes", ()
+    counter = tuple((n.start_byte, n.end_byte) for n in _nodes(node) if n.type == "identifier" and _text(src, n) == loop.var)
+    if counter and loop.kind == "while" and loop.update_span is not None and a.span[0] >= loop.update_span[0]:
+        return f"`{a.text}` is read after the statement that steps the counter", ()
+    return "", counter
 
 
 #: Compound assignments and the operator each applies.
