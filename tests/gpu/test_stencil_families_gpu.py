@@ -23,6 +23,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 import test_load_batch as batch  # noqa: E402
 import test_more_parallelism as more  # noqa: E402
 import test_split_reduction as split  # noqa: E402
+import test_split_scan as scan  # noqa: E402
 import test_store_forward as forward  # noqa: E402
 import test_stencil_reuse as reuse  # noqa: E402
 import test_stencil_window as window  # noqa: E402
@@ -46,6 +47,8 @@ CASES = [
     ("row-filter", "store-forward", forward.FILTER, forward._spec()),
     ("row-blend-one-lane-tail", "warp-per-row", more.BLEND, more._blend_spec()),
     ("strided-scan-in-place", "load-batch", batch.SCAN, {**batch.SPEC, "variants": [{"count": 1001}]}),
+    ("bucket-offsets-split-scan", "split-scan", scan.OFFSETS, scan._offsets_spec()),
+    ("running-sum-split-scan", "split-scan", scan.RUNNING, scan._running_spec()),
 ]
 _RESULTS: list[dict] = []
 WRONG = {"mismatch", "nan_or_inf", "input_modified", "nondeterministic", "out_of_bounds", "history_dependent",

@@ -1,6 +1,6 @@
 """CUDA kernels run on the CPU for the transformation tests: every thread of a block a ``std::thread``,
 ``__syncthreads`` a real barrier (a thread that has returned is not waited for, as on Volta and
-later), ``__syncwarp`` and warp shuffles an exchange between the 32 threads of a warp (all of which must
+later), ``__syncwarp`` and warp shuffles (xor, down, up and indexed, within segments of ``width`` lanes) an exchange between the 32 threads of a warp (all of which must
 reach it unless they have returned; a value read from a lane that has returned is all bits set), cooperative groups' block and
 32-thread tiles with their ranks, sizes and ``reduce``.
 
@@ -65,7 +65,14 @@ template <class T> static T __shfl_down_sync(unsigned, T v, int o) {
   unsigned lane = kl_flat & 31u;
   return kl_exchange(v, lane + o < 32u ? lane + o : lane);
 }
-template <class T> static T __shfl_sync(unsigned, T v, int src) { return kl_exchange(v, (unsigned)src); }
+template <class T> static T __shfl_up_sync(unsigned, T v, unsigned d, int width = 32) {
+  const unsigned lane = kl_flat & 31u, first = lane & ~(unsigned)(width - 1);
+  return kl_exchange(v, lane - first >= d ? lane - d : lane);
+}
+// ``src`` is a lane of the caller's segment of ``width`` lanes.
+template <class T> static T __shfl_sync(unsigned, T v, int src, int width = 32) {
+  return kl_exchange(v, ((kl_flat & 31u) & ~(unsigned)(width - 1)) + ((unsigned)src & (unsigned)(width - 1)));
+}
 static float rsqrtf(float x) { return 1.0f / std::sqrt(x); }
 static float atomicAdd(float* p, float v) {
   static std::atomic_flag lock = ATOMIC_FLAG_INIT;

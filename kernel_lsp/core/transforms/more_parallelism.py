@@ -83,6 +83,32 @@ def group_reduce_name(op: str, lanes: int) -> str:
     return f"{WARP_REDUCE[op]}{lanes}"
 
 
+def coalesced_cap(ctx: RuleContext) -> int:
+    """Most lanes a group may give one original thread: 32 when no loop access is coalesced across
+    threads (a single thread's loop, a column walk: nothing to keep); else as many as keep 32 bytes of
+    neighbouring threads together in a warp (``32 / lanes`` of them)."""
+    facts = ctx.facts
+    if facts is None or ctx.spec is None:
+        return 1
+    try:
+        patterns = bind(facts, Binding.from_spec(ctx.spec))
+    except (SpecError, ValueError, ZeroDivisionError):
+        return 1
+    elem = [p.access.elem_bytes or 1 for p in patterns
+            if p.access.space == "global" and p.access.loops and p.pattern == "coalesced"]
+    return min(MAX_GROUP, 32 * min(elem) // SECTOR_BYTES) if elem else 32
+
+
+def group_lanes(ctx: RuleContext) -> int:
+    """The fewest lanes per original thread that bring an under-filled launch to enough warps, at most
+    :func:`coalesced_cap`."""
+    target = UNDERFILLED_WARPS_PER_SM * DEFAULT_SM_COUNT
+    lanes, cap, found = 2, coalesced_cap(ctx), warps(ctx) or 1
+    while lanes < cap and found * lanes < target:
+        lanes *= 2
+    return lanes
+
+
 def group_reduce_helpers(ops: set[str], lanes: int, source: str) -> str:
     """Butterfly reductions over an aligned group of ``lanes`` lanes (every lane of the group gets
     the result); the shuffle's mask names the group only, so groups of one warp may diverge."""
@@ -105,32 +131,12 @@ class SplitLoop(WarpPerRow):
     loop_claim = "run more iterations than a group has lanes"
 
     def lanes(self, ctx: RuleContext) -> int:
-        """The fewest lanes that bring the launch to enough warps, at most as many as keep every
-        access of a loop sector-coalesced across the threads a warp still holds (``32 / lanes``)."""
-        target = UNDERFILLED_WARPS_PER_SM * DEFAULT_SM_COUNT
-        lanes, cap, found = 2, self._cap(ctx), warps(ctx) or 1
-        while lanes < cap and found * lanes < target:
-            lanes *= 2
-        return lanes
-
-    def _cap(self, ctx: RuleContext) -> int:
-        """32 lanes when no loop access is coalesced across threads (a single thread's loop, a
-        column walk: nothing to keep); else as many as keep 32 bytes of neighbouring threads."""
-        facts = ctx.facts
-        if facts is None or ctx.spec is None:
-            return 1
-        try:
-            patterns = bind(facts, Binding.from_spec(ctx.spec))
-        except (SpecError, ValueError, ZeroDivisionError):
-            return 1
-        elem = [p.access.elem_bytes or 1 for p in patterns
-                if p.access.space == "global" and p.access.loops and p.pattern == "coalesced"]
-        return min(MAX_GROUP, 32 * min(elem) // SECTOR_BYTES) if elem else 32
+        return group_lanes(ctx)
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         if ctx.spec is not None and not underfilled(ctx):
             return False, f"the launch has {warps(ctx)} warps, enough for {DEFAULT_SM_COUNT} SMs"
-        if self._cap(ctx) < 2:
+        if coalesced_cap(ctx) < 2:
             return False, "a loop reads elements smaller than a sector's share of two lanes: splitting would uncoalesce it"
         ok, why = super().check(ctx)
         if not ok:

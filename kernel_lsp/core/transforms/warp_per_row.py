@@ -72,12 +72,13 @@ from kernel_lsp.core.transforms.emit import (
 UNROLL_FROM_TRIPS_PER_LANE = 8
 UNROLL = 4
 
-_BUILTIN_FIELDS = {("threadIdx", "x"): "kl_vtid", ("blockIdx", "x"): "kl_vbid", ("gridDim", "x"): "(gridDim.x / {lanes}u)"}
+#: What the kernel body's builtin fields become for the virtual thread of :func:`virtual_thread`.
+VIRTUAL_FIELDS = {("threadIdx", "x"): "kl_vtid", ("blockIdx", "x"): "kl_vbid", ("gridDim", "x"): "(gridDim.x / {lanes}u)"}
 _NAME = re.compile(r"[A-Za-z_]\w*")
 
 
 @dataclass(frozen=True)
-class _LoopPlan:
+class LoopPlan:
     loop: LoopFact
     accumulators: tuple[Reduction, ...]
     counted: CountedLoop
@@ -86,7 +87,7 @@ class _LoopPlan:
 
 @dataclass(frozen=True)
 class _Split:
-    loops: tuple[_LoopPlan, ...]
+    loops: tuple[LoopPlan, ...]
     tail: tuple[tuple[int, int], ...] = ()
     """Byte ranges (of the preprocessed view) run by one lane of the group only: every statement after the
     last split loop, where every lane running the original thread's code would race with the others (a
@@ -120,7 +121,7 @@ def _balance(patterns, loops: set[int]) -> tuple[int, int]:
     return better, worse
 
 
-def _lane_races(plans: list[_LoopPlan], facts: KernelFacts, one_lane: tuple[tuple[int, int], ...] = ()) -> str | None:
+def lane_races(plans: list[LoopPlan], facts: KernelFacts, one_lane: tuple[tuple[int, int], ...] = ()) -> str | None:
     """Outside the split loops every lane of a group runs the original thread's code: each store
     there happens once per lane, and an element stored in a split loop by one lane may be read by
     another. The lanes of a group only wait for each other at an accumulator's shuffle (after its
@@ -178,7 +179,7 @@ def _same_owner(w, r, split: dict) -> bool:
 _TAIL_PARENTS = ("compound_statement", "if_statement", "else_clause")
 
 
-def _one_lane_tail(plans: list[_LoopPlan], kernel: Node, src: bytes) -> tuple[str, tuple[tuple[int, int], ...]]:
+def one_lane_tail(plans: list[LoopPlan], kernel: Node, src: bytes) -> tuple[str, tuple[tuple[int, int], ...]]:
     """The statements after the last split loop, as ranges to run on one lane, or why they cannot be.
 
     Every lane holds the same values once the last split loop's accumulators are combined (nothing else a
@@ -252,7 +253,7 @@ class WarpPerRow(Rule):
             patterns = bind(facts, Binding.from_spec(ctx.spec))
         except (SpecError, ValueError, ZeroDivisionError):
             return None, "the spec's launch does not evaluate"
-        plans: list[_LoopPlan] = []
+        plans: list[LoopPlan] = []
         reasons: list[str] = []
         for loop in facts.loops:
             if any(other.parent == loop.id for other in facts.loops) or not self._motivates(ctx, loop, patterns):
@@ -267,10 +268,10 @@ class WarpPerRow(Rule):
         if reasons:
             return None, "; ".join(reasons)
         tail: tuple[tuple[int, int], ...] = ()
-        race = _lane_races(plans, facts)
+        race = lane_races(plans, facts)
         if race:
-            why, tail = _one_lane_tail(plans, kernel, src)
-            if not tail or _lane_races(plans, facts, tail):
+            why, tail = one_lane_tail(plans, kernel, src)
+            if not tail or lane_races(plans, facts, tail):
                 return None, race + (f" (and the code after the last split loop cannot run on one lane: {why})"
                                      if why else "")
         why = self._unprofitable(ctx, patterns, plans)
@@ -291,7 +292,7 @@ class WarpPerRow(Rule):
         """The loop is worth splitting: it walks a row per thread."""
         return _walks_row(ctx.facts, loop, patterns)
 
-    def _unprofitable(self, ctx: RuleContext, patterns, plans: list[_LoopPlan]) -> str | None:
+    def _unprofitable(self, ctx: RuleContext, patterns, plans: list[LoopPlan]) -> str | None:
         better, worse = _balance(patterns, {p.loop.id for p in plans})
         if better <= worse:
             return (f"{worse} access(es) coalesced across threads would become a row apart across lanes, "
@@ -305,7 +306,7 @@ class WarpPerRow(Rule):
     def _helpers(self, ops: set[str], lanes: int, source: str) -> str:
         return warp_reduce_helpers(ops, source)
 
-    def _loop_plan(self, facts: KernelFacts, loop: LoopFact, root: Node, src: bytes) -> tuple[str, _LoopPlan | None]:
+    def _loop_plan(self, facts: KernelFacts, loop: LoopFact, root: Node, src: bytes) -> tuple[str, LoopPlan | None]:
         """The loop split across lanes, or why it cannot be."""
         node = node_at(src, root, loop.span)
         counted, why = counted_loop(loop, node, facts.body_span, src)
@@ -333,19 +334,10 @@ class WarpPerRow(Rule):
         for acc in names:
             if not _only_updated(body, src, acc):
                 return f"it reads the accumulator `{acc}` for something else than updating it", None
-        in_loop = [a for a in facts.accesses if loop.id in a.loops and a.space != "shared"]
-        for w in in_loop:
-            if not w.writes:
-                continue
-            along = w.index.coefficient(loop.trip_symbol)
-            if along is None or along.constant == 0:
-                return f"it writes `{w.array}` at an index that does not move with the iteration", None
-            clash = next((r for r in in_loop if r is not w and r.array == w.array and r.index != w.index
-                          and not _never_written(r, w, loop.trip_symbol, facts)), None)
-            if clash is not None:
-                return (f"it reads `{w.array}` at another index than it writes (`{clash.text}` may be an element "
-                        f"`{w.text}` stores in another iteration)"), None
-        return "", _LoopPlan(loop, accumulators, counted)
+        why = independent_iterations(facts, loop)
+        if why:
+            return why, None
+        return "", LoopPlan(loop, accumulators, counted)
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         split, why = self.plan(ctx)
@@ -392,14 +384,8 @@ class WarpPerRow(Rule):
         lo, hi = facts.body_span
         lanes = self.lanes(ctx)
         binding = Binding.from_spec(ctx.spec)  # type: ignore[arg-type]
-        # The virtual thread: group w of ``lanes`` consecutive threads of the new launch does thread w of
-        # the original one (a block is a multiple of 32 threads, so a group never spans two warps).
-        edit.insert(lo + 1, f"\n    const unsigned kl_lane = threadIdx.x & {lanes - 1}u;\n"
-                            "    const unsigned long long kl_gwarp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) "
-                            f"/ {lanes}u;\n"
-                            "    const unsigned kl_vtid = (unsigned)(kl_gwarp % blockDim.x);\n"
-                            "    const unsigned kl_vbid = (unsigned)(kl_gwarp / blockDim.x);\n")
-        for node, new in builtin_fields(src, root.descendant_for_byte_range(lo, hi) or root, lo, hi, _BUILTIN_FIELDS):
+        edit.insert(lo + 1, virtual_thread(lanes))
+        for node, new in builtin_fields(src, root.descendant_for_byte_range(lo, hi) or root, lo, hi, VIRTUAL_FIELDS):
             edit.replace(node.start_byte, node.end_byte, new.format(lanes=lanes))
         ops: set[str] = set()
         unrolled = False
@@ -441,6 +427,36 @@ class WarpPerRow(Rule):
                 "warp shuffles; launched with 32 times the blocks")
 
 
+
+
+def independent_iterations(facts: KernelFacts, loop: LoopFact) -> str | None:
+    """Why an iteration of ``loop`` may touch an element another iteration stores, or None: every array the
+    loop writes is written at an index that moves with the iteration and read in the loop only at that same
+    index or at an element the store never reaches."""
+    in_loop = [a for a in facts.accesses if loop.id in a.loops and a.space != "shared"]
+    for w in in_loop:
+        if not w.writes:
+            continue
+        along = w.index.coefficient(loop.trip_symbol)
+        if along is None or along.constant == 0:
+            return f"it writes `{w.array}` at an index that does not move with the iteration"
+        clash = next((r for r in in_loop if r is not w and r.array == w.array and r.index != w.index
+                      and not _never_written(r, w, loop.trip_symbol, facts)), None)
+        if clash is not None:
+            return (f"it reads `{w.array}` at another index than it writes (`{clash.text}` may be an element "
+                    f"`{w.text}` stores in another iteration)")
+    return None
+
+
+def virtual_thread(lanes: int) -> str:
+    """Declarations that make group ``w`` of ``lanes`` consecutive threads of a launch with ``lanes`` times the
+    blocks do thread ``w`` of the original one (``kl_vtid``, ``kl_vbid``; ``kl_lane`` is the rank in the group).
+    A block is a multiple of 32 threads, so a group never spans two warps."""
+    return (f"\n    const unsigned kl_lane = threadIdx.x & {lanes - 1}u;\n"
+            "    const unsigned long long kl_gwarp = ((unsigned long long)blockIdx.x * blockDim.x + threadIdx.x) "
+            f"/ {lanes}u;\n"
+            "    const unsigned kl_vtid = (unsigned)(kl_gwarp % blockDim.x);\n"
+            "    const unsigned kl_vbid = (unsigned)(kl_gwarp / blockDim.x);\n")
 
 
 def _never_written(r, w, trip: str, facts: KernelFacts) -> bool:  # noqa: ANN001 - analysis.Access
