@@ -150,6 +150,8 @@ def test_split_running_sum_comes_out_the_same(tmp_path, rows):
     (("    sum += x;", "    sum += x + (sum >> 4);"), None, "the term added to `sum` reads `sum`"),
     (("    int x = d[i];", "    int x = d[i + DIVISIONS];"), None, "it reads `d` at another index than it writes"),
     (("    int x = d[i];", "    int x = totals[0]++;"), None, "computes the term's input with side effects"),
+    (("    int x = d[i];", "    float x = d[i] * 0.5f;"), None, "`sum` is an integer and the term `x` is not shown to be one"),
+    (("    sum += x;", "    sum += x * 0.5;"), None, "the term `x * 0.5` is not shown to be one"),
     (("    d[i] = sum;\n", ""), None, "no loop stores or reads the running value of a sum it carries"),
     (("i += DIVISIONS) {", "i += cnt) {\n    cnt = DIVISIONS;"), None, "it assigns a name its step reads"),
     (("i += DIVISIONS", "i += totals[0]++"), None, "its step has side effects or calls a function"),
@@ -173,3 +175,10 @@ def test_split_scan_candidates_compile(tmp_path):
         found = outcome("split-scan", source, spec)
         assert found.applicable, found.why
         compiles(found.rewrites[0].source, tmp_path / f"c{n}")
+
+
+@pytest.mark.parametrize("term", ["(x > 3)", "(int)(x * 0.5f)", "x << 1", "-x + 'a'", "x ? x : 0x1E"])
+def test_an_integer_sum_takes_terms_shown_to_be_integers(term):
+    found = outcome("split-scan", OFFSETS.replace("sum += x;", f"sum += {term};"), _offsets_spec())
+    assert found.applicable, found.why
+    assert f"kl_e = ({term});" in found.rewrites[0].source

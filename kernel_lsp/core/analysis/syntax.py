@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterator
 
 from tree_sitter import Node, Parser
@@ -270,6 +271,15 @@ def _descendants(node: Node, depth: int) -> Iterator[Node]:
     for _ in range(depth):
         frontier = [c for n in frontier for c in n.named_children]
         yield from frontier
+
+
+_INTEGER_TYPE = re.compile(r"^(?:(?:const|unsigned|signed|long|short|int|char)\s*)+$|^(?:const\s+)?(?:u?int(?:8|16|32|64)?_t|"
+                           r"size_t|ssize_t|ptrdiff_t|uint|ushort|ulong|index_t|Index)$")
+
+
+def is_integer_type(name: str) -> bool:
+    """``name`` (a type as declared, qualifiers and all) is one of C's or CUDA's integer types."""
+    return bool(_INTEGER_TYPE.match(" ".join(name.split())))
 
 
 def is_pure_math(name: str) -> bool:

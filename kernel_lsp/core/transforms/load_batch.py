@@ -64,7 +64,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import LoopFact
+from kernel_lsp.core.analysis import LoopFact, is_integer_type
 from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifiers_in as _identifiers, node_text as _text
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
@@ -77,8 +77,6 @@ BATCHES = (4, 8)
 MAX_LOOPS = 4
 #: Symbols a step may multiply: launch dimensions are positive.
 LAUNCH_DIMS = frozenset(f"{d}.{a}" for d in ("bdim", "gdim") for a in "xyz")
-_INTEGER = re.compile(r"^(?:(?:const|unsigned|signed|long|short|int|char)\s*)+$|^(?:u?int(?:8|16|32|64)?_t|size_t|"
-                      r"ssize_t|ptrdiff_t|uint|ushort|ulong|index_t|Index)$")
 _EFFECTS = ("assignment_expression", "update_expression", "call_expression", "subscript_expression",
             "pointer_expression", "field_expression")
 
@@ -202,7 +200,7 @@ class LoadBatch(Rule):
             return "its update is not the counter's step added to it", None
         init = node.child_by_field_name("initializer")
         kind = _counter_type(src, root, facts.body_span[0], node.start_byte, loop.var, init)
-        if kind is None or not _INTEGER.match(kind):
+        if kind is None or not is_integer_type(kind):
             return f"its counter's type is {kind or 'not known'}, not an integer type", None
         if _has(right, _EFFECTS) or (step is not None and _has(step, ("assignment_expression", "update_expression"))):
             return "its bound or step has side effects or reads memory (the batch test evaluates them again)", None

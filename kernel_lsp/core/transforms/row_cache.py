@@ -50,7 +50,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import Access, Binding, KernelFacts, LoopFact, evaluate
+from kernel_lsp.core.analysis import Access, Binding, KernelFacts, LoopFact, evaluate, is_integer_type
 from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifiers_in as _identifiers, node_text as _text
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
@@ -60,8 +60,6 @@ from kernel_lsp.core.transforms.load_batch import positive_step
 
 #: Most elements of a row one thread keeps in registers.
 MAX_CACHED = 32
-_INTEGER = re.compile(r"^(?:(?:const|unsigned|signed|long|short|int|char)\s*)+$|^(?:u?int(?:8|16|32|64)?_t|size_t|"
-                      r"ptrdiff_t|uint|index_t)$")
 _EXITS = ("break_statement", "continue_statement", "return_statement", "goto_statement")
 _ITERATION = "kl.k"
 
@@ -205,7 +203,7 @@ class RowCache(Rule):
             if loop.var in assigned_names(body, src):
                 return f"the loop at line {(loop.user_line or 0) + 1} assigns its counter `{loop.var}` in its body", None
             kind = declared_type(init, loop.var, src) if init.type == "declaration" else None
-            if kind is None or not _INTEGER.match(kind):
+            if kind is None or not is_integer_type(kind):
                 return f"the loop at line {(loop.user_line or 0) + 1} does not declare an integer counter", None
             value = next((c.child_by_field_name("value") for c in init.children_by_field_name("declarator")
                           if c.type == "init_declarator"), None)

@@ -32,6 +32,8 @@ Legality, in terms of the analysis (each refusal names the missing fact):
 - one local it does not declare is carried from one iteration to the next: the sum, updated by one
   statement at the top level of the body (``sum += term`` or ``sum = sum + term``) and read elsewhere in
   the body (else it is a plain accumulator, split-loop's case); the term does not read the sum;
+- an integer sum takes a term shown to be an integer (``sum += t`` converts at every step, which does not
+  distribute over a regrouped sum when ``t`` is floating);
 - what the term reads is computed before the update by declarations without side effects that do not
   read the sum, and nothing the body runs before the update assigns those names or stores into an array
   they read after the store (distinct arrays, by the spec, when the body stores);
@@ -46,13 +48,15 @@ spec's tolerance for floating point, as for every reduction the harness verifies
 
 from __future__ import annotations
 
+import re
+from collections.abc import Callable, Mapping
 from dataclasses import dataclass
 
 from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
     KernelFacts, LoopFact, Reduction, assigned_names, declared_anywhere, has_node, helper_reading_thread_index,
-    identifiers_in, is_pure_math, node_text, threads_cooperate,
+    identifiers_in, is_integer_type, is_pure_math, node_text, threads_cooperate,
 )
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
@@ -65,10 +69,8 @@ from kernel_lsp.core.transforms.warp_per_row import (
     VIRTUAL_FIELDS, LoopPlan, independent_iterations, lane_races, one_lane_tail, virtual_thread,
 )
 
-#: Scalar types a running sum may have (``decltype`` copies it; a zero of it is the scan's identity).
-_ARITHMETIC = {"int", "unsigned", "unsigned int", "signed", "signed int", "long", "unsigned long", "long long",
-               "unsigned long long", "long int", "unsigned long int", "size_t", "float", "double", "short",
-               "unsigned short", "int32_t", "uint32_t", "int64_t", "uint64_t"}
+#: Floating types a running sum may have besides the integers (``decltype`` copies it; zero is the identity).
+_FLOATS = ("float", "double")
 _EXITS = ("return_statement", "break_statement", "continue_statement", "goto_statement")
 
 
@@ -176,11 +178,20 @@ class SplitScan(Rule):
             return f"it assigns `{target}` elsewhere than in `{node_text(src, update)}`", None
         if target in identifiers_in(term, src):
             return f"the term added to `{target}` reads `{target}`", None
-        if _declared_type(node, target, src) not in _ARITHMETIC:
+        declared = _declared_type(node, target, src) or ""
+        if not (is_integer_type(declared) or declared in _FLOATS):
             return f"`{target}` is not declared before the loop with an arithmetic type", None
         why, inputs = _term_inputs(body, update, term, target, src)
         if inputs is None:
             return why, None
+        if is_integer_type(declared):
+            # ``sum += t`` converts ``sum + t`` to the sum's type at every step: with a floating term that
+            # conversion does not distribute over a regrouped sum (an int 1 plus -0.5 truncates to 0, plus a
+            # truncated -0.5 stays 1), so an integer sum takes integer terms only.
+            kinds = _local_types(body, inputs, node, src)
+            reads = {a.span: a.elem_type for a in facts.accesses}
+            if not _integral(term, src, kinds, reads):
+                return f"`{target}` is an integer and the term `{node_text(src, term)}` is not shown to be one", None
         stores = [a for a in facts.accesses if loop.id in a.loops and a.writes and a.span[0] < update.start_byte]
         if stores and not ctx.distinct_arrays():
             return "the body stores before the update and the spec does not allocate every pointer parameter on its own", None
@@ -446,3 +457,47 @@ def _pure(node: Node, src: bytes) -> bool:
                 return False
         stack.extend(n.children)
     return True
+
+
+def _local_types(body: Node, inputs: tuple[tuple[int, int], ...], loop: Node, src: bytes) -> Callable[[str], str | None]:
+    """The declared type of a name the term reads: one of its inputs' declarations, else what the loop sees."""
+    declared = {}
+    for c in body.named_children:
+        if (c.start_byte, c.end_byte) in inputs:
+            for name in declared_anywhere(c, src):
+                declared[name] = _declares(c, name, src)
+    return lambda name: declared[name] if name in declared else _declared_type(loop, name, src)
+
+
+_COMPARISONS = {"<", "<=", ">", ">=", "==", "!=", "&&", "||"}
+_FLOATING = re.compile(r"[.pP]|^[^xX]*[eE]|[fF]$")
+
+
+def _integral(node: Node, src: bytes, kinds: Callable[[str], str | None], reads: Mapping[tuple[int, int], str]) -> bool:
+    """``node`` has an integer type by what the analysis knows: integer literals, names and elements declared
+    with integer types, casts to them, comparisons, and arithmetic on integers."""
+    kind = node.type
+    if kind == "number_literal":
+        return not _FLOATING.search(node_text(src, node))
+    if kind in ("char_literal", "true", "false"):
+        return True
+    if kind == "identifier":
+        return is_integer_type(kinds(node_text(src, node)) or "")
+    if kind == "subscript_expression":
+        return is_integer_type(reads.get((node.start_byte, node.end_byte), ""))
+    if kind == "parenthesized_expression":
+        return len(node.named_children) == 1 and _integral(node.named_children[0], src, kinds, reads)
+    if kind == "cast_expression":
+        cast = node.child_by_field_name("type")
+        return cast is not None and is_integer_type(node_text(src, cast))
+    if kind == "binary_expression":
+        if node_text(src, node.child_by_field_name("operator")) in _COMPARISONS:
+            return True
+        return all(_integral(node.child_by_field_name(f), src, kinds, reads) for f in ("left", "right"))
+    if kind == "unary_expression":
+        if node_text(src, node.child_by_field_name("operator")) == "!":
+            return True
+        return _integral(node.child_by_field_name("argument"), src, kinds, reads)
+    if kind == "conditional_expression":
+        return all(_integral(node.child_by_field_name(f), src, kinds, reads) for f in ("consequence", "alternative"))
+    return False

@@ -52,7 +52,7 @@ from tree_sitter import Node
 from kernel_lsp.core.analysis import (
     Access, KernelFacts, LoopFact, assigned_names, helper_reading_thread_index, threads_cooperate,
 )
-from kernel_lsp.core.analysis import has_node as _has
+from kernel_lsp.core.analysis import has_node as _has, is_integer_type
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.poly import Poly, is_opaque
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
@@ -532,10 +532,6 @@ def _product(shape: tuple[int, int, int]) -> int:
     return shape[0] * shape[1] * shape[2]
 
 
-#: Integer scalar types a launch extent may be computed from in the kernel.
-_INTEGER = re.compile(r"(const\s+)?(unsigned\s+|signed\s+)?(int|long|long\s+long|short|size_t|u?int(8|16|32|64)_t)(\s+int)?")
-
-
 def _extent(ctx: RuleContext, axis: Axis, facts: KernelFacts, body: Node, src: bytes) -> tuple[str | None, str]:
     """The spec's launch extent along ``axis`` as the kernel can compute it (None: one constant), or why
     it cannot: a launch rounded up to whole threads of C rows has rows past the original extent, which
@@ -546,7 +542,7 @@ def _extent(ctx: RuleContext, axis: Axis, facts: KernelFacts, body: Node, src: b
     where = f"the {axis.launch}'s {'xyz'[axis.dim]} extent `{text}`"
     if not re.fullmatch(r"[\w\s+\-*/%()]+", text):
         return None, f"{where} is not integer arithmetic the kernel can evaluate"
-    integers = {name for name, type_, pointer in facts.params if not pointer and _INTEGER.fullmatch(type_.strip())}
+    integers = {name for name, type_, pointer in facts.params if not pointer and is_integer_type(type_)}
     names = set(re.findall(r"[A-Za-z_]\w*", text))
     if names - integers:
         return None, f"{where} reads {', '.join(sorted(names - integers))}, not an integer parameter of the kernel"
