@@ -49,6 +49,7 @@ CASES = [
     ("strided-scan-in-place", "load-batch", batch.SCAN, {**batch.SPEC, "variants": [{"count": 1001}]}),
     ("bucket-offsets-split-scan", "split-scan", scan.OFFSETS, scan._offsets_spec()),
     ("running-sum-split-scan", "split-scan", scan.RUNNING, scan._running_spec()),
+    ("row-cumsum", "warp-per-row-scan", scan.CUMSUM, scan._cumsum_spec()),
 ]
 _RESULTS: list[dict] = []
 WRONG = {"mismatch", "nan_or_inf", "input_modified", "nondeterministic", "out_of_bounds", "history_dependent",

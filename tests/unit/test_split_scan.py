@@ -169,16 +169,83 @@ def test_split_scan_refusals(change, spec_change, why):
     assert why in found.why, found.why
 
 
-@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
-def test_split_scan_candidates_compile(tmp_path):
-    for n, (source, spec) in enumerate([(OFFSETS, _offsets_spec()), (RUNNING, _running_spec())]):
-        found = outcome("split-scan", source, spec)
-        assert found.applicable, found.why
-        compiles(found.rewrites[0].source, tmp_path / f"c{n}")
-
-
 @pytest.mark.parametrize("term", ["(x > 3)", "(int)(x * 0.5f)", "x << 1", "-x + 'a'", "x ? x : 0x1E"])
 def test_an_integer_sum_takes_terms_shown_to_be_integers(term):
     found = outcome("split-scan", OFFSETS.replace("sum += x;", f"sum += {term};"), _offsets_spec())
     assert found.applicable, found.why
     assert f"kl_e = ({term});" in found.rewrites[0].source
+
+
+# A cumulative sum along each row, one thread per row: the threads of a warp read a row apart.
+CUMSUM = """
+__global__ void row_cumsum(const float* x, float* y, int rows, int cols) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  if (r < rows) {
+    float s = 0.0f;
+    for (int j = 0; j < cols; j++) {
+      s += x[r * cols + j];
+      y[r * cols + j] = s;
+    }
+  }
+}
+"""
+CUMSUM_MAIN = r"""
+int main() {
+  const int rows = 5, cols = COLS;
+  std::vector<float> x(rows * cols), y(rows * cols);
+  for (int i = 0; i < rows * cols; i++) x[i] = (float)((i * 5) % 11) / 4.0f - 1.0f;
+  kl_launch({GRID, 1, 1}, {32, 1, 1}, [&] { row_cumsum(x.data(), y.data(), rows, cols); });
+  for (int i = 0; i < rows * cols; i++) printf("%a\n", y[i]);
+}
+"""
+
+
+def _cumsum_spec(rows: int = 65536) -> dict:
+    arr = {"array": "float32", "init": "uniform(0,1)"}
+    return spec_of("row_cumsum", [{"name": "x", **arr, "size": "rows*cols", "role": "in"},
+                                  {"name": "y", **arr, "size": "rows*cols", "role": "out"},
+                                  scalar("rows", rows), scalar("cols", 512)],
+                   ["ceil_div(rows,128)", 1, 1], [128, 1, 1], [{"rows": 5, "cols": 37}])
+
+
+def test_a_row_cumsum_gets_a_warp_per_row_whatever_the_launch():
+    found = outcome("warp-per-row-scan", CUMSUM, _cumsum_spec())
+    assert found.applicable, found.why
+    source = found.rewrites[0].source
+    assert "kl_group_scan_add32(kl_e, kl_total)" in source
+    assert "for (int j = 0; j < cols; j += 32 * (1))" in source
+    assert found.rewrites[0].grid_scale == (32, 1, 1)
+    # 2048 warps fill the GPU: the under-filled split is not offered.
+    assert "the launch has 2048 warps" in outcome("split-scan", CUMSUM, _cumsum_spec()).why
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+@pytest.mark.parametrize("cols", [37, 64, 3])
+def test_warp_per_row_cumsum_comes_out_the_same(tmp_path, cols):
+    """Values in quarters: the regrouped float sums are exact, so the rows compare bit for bit."""
+    from cpu_cuda import run_on_cpu
+
+    found = outcome("warp-per-row-scan", CUMSUM, _cumsum_spec())
+    assert found.applicable, found.why
+    main = CUMSUM_MAIN.replace("COLS", str(cols))
+    before = run_on_cpu(CUMSUM, main.replace("GRID", "1"), tmp_path, "before")
+    after = run_on_cpu(found.rewrites[0].source, main.replace("GRID", "32"), tmp_path, "after")
+    assert after == before
+
+
+def test_warp_per_row_scan_wants_a_row_walk():
+    """Threads next to each other in the row (the loop walks down a column): nothing becomes coalesced."""
+    columns = CUMSUM.replace("x[r * cols + j]", "x[j * rows + r]").replace("y[r * cols + j]", "y[j * rows + r]")
+    found = outcome("warp-per-row-scan", columns, _cumsum_spec())
+    assert not found.applicable
+    assert "no loop walks a row per thread while storing or reading the running value" in found.why
+
+
+@pytest.mark.skipif(shutil.which("nvcc") is None, reason="nvcc is not on PATH")
+def test_split_scan_candidates_compile(tmp_path):
+    cases = [("split-scan", OFFSETS, _offsets_spec()), ("split-scan", RUNNING, _running_spec()),
+             ("warp-per-row-scan", CUMSUM, _cumsum_spec())]
+    for n, (rule, source, spec) in enumerate(cases):
+        found = outcome(rule, source, spec)
+        assert found.applicable, found.why
+        compiles(found.rewrites[0].source, tmp_path / f"c{n}")

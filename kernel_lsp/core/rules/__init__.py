@@ -40,7 +40,7 @@ from kernel_lsp.core.transforms.qualifiers import LaunchBounds, PragmaUnroll, Re
 from kernel_lsp.core.transforms.register_accumulate import RegisterAccumulate
 from kernel_lsp.core.transforms.row_cache import RowCache
 from kernel_lsp.core.transforms.split_reduction import SplitReduction
-from kernel_lsp.core.transforms.split_scan import SplitScan
+from kernel_lsp.core.transforms.split_scan import RowScan, SplitScan
 from kernel_lsp.core.transforms.shared_tile import SharedTileLoad, SharedTileStore, SharedTileTranspose
 from kernel_lsp.core.transforms.stencil_reuse import StencilRowReuse
 from kernel_lsp.core.transforms.stencil_window import StencilWindow
@@ -59,6 +59,7 @@ RULES: tuple[Rule, ...] = (
     RegisterAccumulate(),
     StoreForward(),
     WarpPerRow(),
+    RowScan(),
     SectorPerRow(),
     SplitLoop(),
     SplitScan(),

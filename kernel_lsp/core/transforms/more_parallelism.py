@@ -36,7 +36,7 @@ from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.elementwise import DEFAULT_SM_COUNT, THREADS_PER_SM, same_work
 from kernel_lsp.core.transforms.emit import WARP_REDUCE
 from kernel_lsp.core.transforms.launch_edit import launch_bounds_for
-from kernel_lsp.core.transforms.warp_per_row import WarpPerRow, _walks_row
+from kernel_lsp.core.transforms.warp_per_row import WarpPerRow, walks_row
 
 #: Warps per SM below which a launch counts as under-filled (latency is hidden by 4+ warps per
 #: scheduler's worth of independent loads; one or two per SM leave it exposed).
@@ -181,7 +181,7 @@ class SectorPerRow(SplitLoop):
         except (SpecError, ValueError, ZeroDivisionError):
             patterns = []
         elem = [p.access.elem_bytes or 4 for p in patterns
-                if p.access.loops and _walks_row(facts, facts.loops[p.access.loops[-1]], [p])]
+                if p.access.loops and walks_row(facts, facts.loops[p.access.loops[-1]], [p])]
         lanes = SECTOR_BYTES // max(elem) if elem else 8
         return max(2, min(16, lanes))
 
@@ -190,7 +190,7 @@ class SectorPerRow(SplitLoop):
         return (ok, f"{why}; rows under {SHORT_ROW_TRIPS} iterations or of data-dependent length" if ok else why)
 
     def _motivates(self, ctx: RuleContext, loop, patterns) -> bool:
-        if not _walks_row(ctx.facts, loop, patterns):
+        if not walks_row(ctx.facts, loop, patterns):
             return False
         try:
             binding = Binding.from_spec(ctx.spec)

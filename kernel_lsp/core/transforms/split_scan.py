@@ -17,7 +17,9 @@ thread) and the loop in rounds of ``L`` iterations, lane ``l`` taking the ``l``-
     sum = kl_carry; __syncwarp(group);
 
 so every iteration sees the sum of the iterations before it, as in the original, and the sum after the
-loop is the same on every lane. The term's inputs are evaluated once more in the second block (the body
+loop is the same on every lane. :class:`RowScan` makes the same rewrite with a warp per original thread
+where the loop walks a row that the threads of a warp read a row apart (a cumulative sum per row): the
+lanes then read neighbouring elements, whatever the launch's size. The term's inputs are evaluated once more in the second block (the body
 as written): they have no side effects and read nothing the body stores before them.
 
 Legality, in terms of the analysis (each refusal names the missing fact):
@@ -55,7 +57,7 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
-    KernelFacts, LoopFact, Reduction, assigned_names, declared_anywhere, has_node, helper_reading_thread_index,
+    Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, declared_anywhere, has_node, helper_reading_thread_index,
     identifiers_in, is_integer_type, is_pure_math, node_text, threads_cooperate,
 )
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
@@ -66,7 +68,7 @@ from kernel_lsp.core.transforms.more_parallelism import (
     DEFAULT_SM_COUNT, coalesced_cap, group_lanes, underfilled, warps,
 )
 from kernel_lsp.core.transforms.warp_per_row import (
-    VIRTUAL_FIELDS, LoopPlan, independent_iterations, lane_races, one_lane_tail, virtual_thread,
+    VIRTUAL_FIELDS, LoopPlan, balance, independent_iterations, lane_races, one_lane_tail, virtual_thread, walks_row,
 )
 
 #: Floating types a running sum may have besides the integers (``decltype`` copies it; zero is the identity).
@@ -108,8 +110,9 @@ class SplitScan(Rule):
             return None, "the block is not one-dimensional with a multiple of 32 threads at every size"
         if any(l.grid[1] != 1 or l.grid[2] != 1 for l in launches):
             return None, "the grid is not one-dimensional"
-        if not underfilled(ctx):
-            return None, f"the launch has {warps(ctx)} warps, enough for {DEFAULT_SM_COUNT} SMs"
+        lanes, why = self.lanes(ctx)
+        if not lanes:
+            return None, why
         if threads_cooperate(facts):
             return None, "barriers, shared memory, warp intrinsics or atomics: the original's blocks and warps would not exist"
         src, root = parse(ctx.preprocessed)
@@ -118,14 +121,15 @@ class SplitScan(Rule):
             return None, "the kernel's definition was not found in the preprocessed view"
         if (helper := helper_reading_thread_index(facts, root, src)) is not None:
             return None, f"the helper `{helper}` reads the thread or block index"
-        lanes = group_lanes(ctx)
-        if lanes < 2:
-            return None, "a loop reads elements smaller than a sector's share of two lanes: splitting would uncoalesce it"
+        try:
+            patterns = bind(facts, Binding.from_spec(ctx.spec))
+        except (SpecError, ValueError, ZeroDivisionError):
+            return None, "the spec's launch does not evaluate"
         reasons = []
         for loop in facts.loops:
             node = node_at(src, root, loop.span)
             found = _running_sum(loop, node, src) if node is not None else None
-            if found is None:
+            if found is None or not self.motivates(facts, loop, patterns):
                 continue
             why, scan = self._scan(ctx, facts, loop, node, found, lanes, src)
             if scan is None:
@@ -141,7 +145,29 @@ class SplitScan(Rule):
                     continue
                 scan = _Scan(scan.loop, scan.counted, scan.target, scan.update, scan.term, scan.inputs, lanes, tail)
             return scan, ""
-        return None, "; ".join(reasons) or "no loop stores or reads the running value of a sum it carries (a scan)"
+        return None, "; ".join(reasons) or self.nothing_to_split
+
+    #: The refusal when no loop is a scan worth splitting.
+    nothing_to_split = "no loop stores or reads the running value of a sum it carries (a scan)"
+
+    def lanes(self, ctx: RuleContext) -> tuple[int, str]:
+        """Lanes per original thread, or 0 and why the launch gives no reason to split."""
+        if not underfilled(ctx):
+            return 0, f"the launch has {warps(ctx)} warps, enough for {DEFAULT_SM_COUNT} SMs"
+        lanes = group_lanes(ctx)
+        if lanes < 2:
+            return 0, "a loop reads elements smaller than a sector's share of two lanes: splitting would uncoalesce it"
+        return lanes, ""
+
+    def motivates(self, facts: KernelFacts, loop: LoopFact, patterns) -> bool:
+        """The scan loop is worth splitting: in an under-filled launch, any is."""
+        return True
+
+    #: What the check says about the launch (after the warps it has).
+    claim = "warps only"
+
+    #: How the description starts.
+    headline = "a running sum"
 
     def _scan(self, ctx: RuleContext, facts: KernelFacts, loop: LoopFact, node: Node, found: tuple[str, Node, Node],
               lanes: int, src: bytes) -> tuple[str, _Scan | None]:
@@ -215,7 +241,7 @@ class SplitScan(Rule):
             with_candidate_launch(ctx.spec, self._launch(ctx, scan.lanes))  # type: ignore[arg-type]
         except (SpecError, ValueError, ZeroDivisionError) as exc:
             return False, f"the new launch does not evaluate: {exc}"
-        return True, (f"{warps(ctx)} warps only; the loop at line {(scan.loop.user_line or 0) + 1} carries the running sum "
+        return True, (f"{warps(ctx)} {self.claim}; the loop at line {(scan.loop.user_line or 0) + 1} carries the running sum "
                       f"`{scan.target}` and nothing else, its iterations otherwise independent; 1-D kernel without "
                       "barriers, shared memory or warp intrinsics"
                       + ("; the code after the loop reads back what the lanes stored, so one lane runs it" if scan.tail else ""))
@@ -301,7 +327,7 @@ class SplitScan(Rule):
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         if scan.tail:
             note += "; the code after the loop run by the group's first lane"
-        return (Rewrite(source, f"a running sum split across {lanes} lanes per thread: the loop in rounds of {lanes} "
+        return (Rewrite(source, f"{self.headline} split across {lanes} lanes per thread: the loop in rounds of {lanes} "
                                 f"iterations, each lane's share of `{target}` from a shuffle scan in its group; launched with "
                                 f"{lanes} times the blocks" + note, self._launch(ctx, lanes), grid_scale=(lanes, 1, 1)),)
 
@@ -501,3 +527,24 @@ def _integral(node: Node, src: bytes, kinds: Callable[[str], str | None], reads:
     if kind == "conditional_expression":
         return all(_integral(node.child_by_field_name(f), src, kinds, reads) for f in ("consequence", "alternative"))
     return False
+
+
+class RowScan(SplitScan):
+    """The same rewrite with a warp per original thread, for a scan along a row that each thread walks while
+    the threads of a warp are a row apart (a cumulative sum per row): after it, the lanes read neighbouring
+    elements. Offered where the row walk's accesses that become coalesced outnumber those that stop being
+    so, whatever the launch's size (warp-per-row's motivation)."""
+
+    name = "warp-per-row-scan"
+    technique = "warp-per-row"
+    summary = "a thread-per-row running sum split across the lanes of a warp, a shuffle scan per round"
+    nothing_to_split = "no loop walks a row per thread while storing or reading the running value of a sum it carries"
+    claim = "warps; the row walk becomes coalesced"
+    headline = "a running sum along a row"
+
+    def lanes(self, ctx: RuleContext) -> tuple[int, str]:
+        return 32, ""
+
+    def motivates(self, facts: KernelFacts, loop: LoopFact, patterns) -> bool:
+        better, worse = balance(patterns, {loop.id})
+        return walks_row(facts, loop, patterns) and better > worse

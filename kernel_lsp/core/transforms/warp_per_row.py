@@ -94,7 +94,7 @@ class _Split:
     second reduction's result stored, then read back: ``tmp[i] = a; y[i] = alpha * tmp[i] + beta * y[i]``)."""
 
 
-def _walks_row(facts: KernelFacts, loop: LoopFact, patterns) -> bool:
+def walks_row(facts: KernelFacts, loop: LoopFact, patterns) -> bool:
     """A global access in ``loop`` moves one element per iteration while the lanes of a warp are
     not next to each other (a row apart, or at data-dependent row starts as in CSR)."""
     for p in patterns:
@@ -105,7 +105,7 @@ def _walks_row(facts: KernelFacts, loop: LoopFact, patterns) -> bool:
     return False
 
 
-def _balance(patterns, loops: set[int]) -> tuple[int, int]:
+def balance(patterns, loops: set[int]) -> tuple[int, int]:
     """(accesses the rewrite makes coalesced, accesses it makes uncoalesced) in the rewritten loops:
     after it, neighbouring lanes are neighbouring iterations, so an access's new warp stride is its
     old stride along the loop."""
@@ -290,10 +290,10 @@ class WarpPerRow(Rule):
 
     def _motivates(self, ctx: RuleContext, loop: LoopFact, patterns) -> bool:
         """The loop is worth splitting: it walks a row per thread."""
-        return _walks_row(ctx.facts, loop, patterns)
+        return walks_row(ctx.facts, loop, patterns)
 
     def _unprofitable(self, ctx: RuleContext, patterns, plans: list[LoopPlan]) -> str | None:
-        better, worse = _balance(patterns, {p.loop.id for p in plans})
+        better, worse = balance(patterns, {p.loop.id for p in plans})
         if better <= worse:
             return (f"{worse} access(es) coalesced across threads would become a row apart across lanes, "
                     f"against {better} that would become coalesced")
@@ -565,7 +565,7 @@ class BlockPerRow(WarpPerRow):
         return super().check(ctx)
 
     def _motivates(self, ctx: RuleContext, loop, patterns) -> bool:
-        if not _walks_row(ctx.facts, loop, patterns):
+        if not walks_row(ctx.facts, loop, patterns):
             return False
         try:
             trips = trip_count(ctx.facts, loop, Binding.from_spec(ctx.spec))
