@@ -169,7 +169,7 @@ def test_split_scan_refusals(change, spec_change, why):
     assert why in found.why, found.why
 
 
-@pytest.mark.parametrize("term", ["(x > 3)", "(int)(x * 0.5f)", "x << 1", "-x + 'a'", "x ? x : 0x1E"])
+@pytest.mark.parametrize("term", ["(x > 3)", "(int)(x * 0.5f)", "x << 1", "-x + 'a'", "x ? x : 0x1E", "x + i"])
 def test_an_integer_sum_takes_terms_shown_to_be_integers(term):
     found = outcome("split-scan", OFFSETS.replace("sum += x;", f"sum += {term};"), _offsets_spec())
     assert found.applicable, found.why

@@ -65,7 +65,7 @@ from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.counted_loop import CountedLoop, counted_loop
 from kernel_lsp.core.transforms.emit import BodyEdit, UserText, builtin_fields, emit, node_at, parse
 from kernel_lsp.core.transforms.more_parallelism import (
-    DEFAULT_SM_COUNT, coalesced_cap, group_lanes, underfilled, warps,
+    DEFAULT_SM_COUNT, group_lanes, underfilled, warps,
 )
 from kernel_lsp.core.transforms.warp_per_row import (
     VIRTUAL_FIELDS, LoopPlan, balance, independent_iterations, lane_races, one_lane_tail, virtual_thread, walks_row,
@@ -214,7 +214,7 @@ class SplitScan(Rule):
             # ``sum += t`` converts ``sum + t`` to the sum's type at every step: with a floating term that
             # conversion does not distribute over a regrouped sum (an int 1 plus -0.5 truncates to 0, plus a
             # truncated -0.5 stays 1), so an integer sum takes integer terms only.
-            kinds = _local_types(body, inputs, node, src)
+            kinds = _local_types(body, inputs, counted, src)
             reads = {a.span: a.elem_type for a in facts.accesses}
             if not _integral(term, src, kinds, reads):
                 return f"`{target}` is an integer and the term `{node_text(src, term)}` is not shown to be one", None
@@ -309,13 +309,10 @@ class SplitScan(Rule):
             step_node = scan.counted.step
             edit.replace(step_node.start_byte, step_node.end_byte, round_step, round_user)
             closing_step, closing_user = "", ""
-        opening, closing = (body.start_byte + 1, body.end_byte - 1) if body.type == "compound_statement" \
-            else (body.start_byte, body.end_byte)
-        wrap = body.type != "compound_statement"
-        edit.insert(opening, ("{" if wrap else "") + head, (("{" if wrap else "") + head_user) if head_user else None)
-        end = " }" if wrap else ""
-        edit.insert(closing, f" }} }}{inner}kl_carry += kl_total;{closing_step}{end}",
-                    f" }} }}{inner}kl_carry += kl_total;{closing_user}{end}" if closing_user is not None else None)
+        # The body is a block (a scan reads its sum beside the update): the round goes inside its braces.
+        edit.insert(body.start_byte + 1, head, head_user)
+        edit.insert(body.end_byte - 1, f" }} }}{inner}kl_carry += kl_total;{closing_step}",
+                    f" }} }}{inner}kl_carry += kl_total;{closing_user}" if closing_user is not None else None)
         indent = edit.indent_at(node.start_byte)
         mask = f"(({(1 << lanes) - 1}u) << (threadIdx.x & {31 & ~(lanes - 1)}u))"
         edit.insert(node.start_byte, f"{{ decltype({target}) kl_carry = {target};\n{indent}")
@@ -485,14 +482,19 @@ def _pure(node: Node, src: bytes) -> bool:
     return True
 
 
-def _local_types(body: Node, inputs: tuple[tuple[int, int], ...], loop: Node, src: bytes) -> Callable[[str], str | None]:
-    """The declared type of a name the term reads: one of its inputs' declarations, else what the loop sees."""
+def _local_types(body: Node, inputs: tuple[tuple[int, int], ...], loop: CountedLoop,
+                 src: bytes) -> Callable[[str], str | None]:
+    """The declared type of a name the term reads: one of its inputs' declarations, the counter's in the loop's
+    header, else what the loop sees."""
     declared = {}
     for c in body.named_children:
         if (c.start_byte, c.end_byte) in inputs:
             for name in declared_anywhere(c, src):
                 declared[name] = _declares(c, name, src)
-    return lambda name: declared[name] if name in declared else _declared_type(loop, name, src)
+    header = loop.initializer
+    if header is not None and header.type == "declaration":
+        declared[loop.var] = _declares(header, loop.var, src)
+    return lambda name: declared[name] if name in declared else _declared_type(loop.node, name, src)
 
 
 _COMPARISONS = {"<", "<=", ">", ">=", "==", "!=", "&&", "||"}
