@@ -85,6 +85,25 @@ def test_the_cached_passes_compile(tmp_path):
     compiles(rw.source, tmp_path)
 
 
+# The norm as a template over its element type, reading its parameter directly (as templated norms do).
+TEMPLATE = NORM.replace("__global__ void norm(const float* x, float* y,",
+                        "template <typename T>\n__global__ void norm(const T* x, T* y,") \
+    .replace("    const float* r = x + row * C;\n", "").replace("r[i]", "x[row * C + i]").replace("r[j]", "x[row * C + j]")
+
+
+@needs_gpp
+def test_a_template_caches_its_row_in_registers_of_its_own_element_type(tmp_path):
+    found = outcome(TEMPLATE)
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert "T kl_row[8];" in rw.source and "float kl_row" not in rw.source
+    for cols in (37, 300):
+        main = MAIN.replace("COLS", str(cols))
+        assert run_on_cpu(rw.source, main, tmp_path, f"tcached{cols}") == run_on_cpu(TEMPLATE, main, tmp_path, f"torig{cols}")
+    if shutil.which("nvcc"):
+        compiles(rw.source + "template __global__ void norm<float>(const float*, float*, int, int);\n", tmp_path)
+
+
 def test_a_read_a_condition_decides_in_the_first_pass_is_not_loaded_ahead():
     guarded = NORM.replace("for (int i = lane; i < C; i += 32) s += r[i];",
                            "for (int i = lane; i < C; i += 32) if (i % 3 == 0) s += r[i];")
@@ -114,7 +133,7 @@ def test_refusals_name_the_missing_fact():
     assert "a thread runs up to 128 iterations at the spec's sizes" in outcome(NORM, long_rows).why
     template = NORM.replace("__global__ void norm(const float* x, float* y,",
                             "template <typename T>\n__global__ void norm(const T* x, T* y,")
-    assert "the kernel is a template" in outcome(template).why
+    assert "the kernel is a template and `r[i]` does not subscript one of its pointer parameters" in outcome(template).why
     single = NORM.split("    float v = 0.0f;")[0] + "    y[row] = m;\n}\n"
     assert "no two loops at one level run the same iterations" in outcome(single).why
 

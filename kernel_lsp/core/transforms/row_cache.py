@@ -38,7 +38,8 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   ``if``, loop or ``switch`` between, which could skip the loads for a thread that runs the later passes);
 - the counters are declared by the loops with an integer type; the reads are subscripts, dereferences
   or load intrinsics (``__ldcs(x + i)``) in the kernel's own body (not inside a helper), of an element
-  type the file names (not a template's);
+  type the file names: in a template, the reads subscript a pointer parameter, whose declared element type
+  the registers take (``T`` of ``const T* x``);
 - the loops' trip count at the spec's sizes is at most :data:`MAX_CACHED` (registers, not local
   memory: the cached loops are unrolled whole, so every register array index is a constant).
 """
@@ -141,8 +142,6 @@ class RowCache(Rule):
         facts = ctx.facts
         if facts is None or not facts.complete:
             return None, "the kernel's analysis is missing or incomplete"
-        if ctx.kernel.is_template:
-            return None, "the kernel is a template (its arrays' element type is the instance's, not one the file names)"
         src, root = parse(ctx.preprocessed)
         lo, hi = facts.body_span
         groups: dict[tuple, list[LoopFact]] = {}
@@ -240,6 +239,15 @@ class RowCache(Rule):
         if trips is not None and trips > MAX_CACHED:
             return f"a thread runs up to {trips} iterations at the spec's sizes (at most {MAX_CACHED} are kept in registers)", None
         elem = first_access.elem_type
+        if ctx.kernel.is_template:
+            # The analysis reads an instance's element type (``float``); the register array is declared in the
+            # template, with the element type its parameter names (``T``).
+            param = next((p for p in ctx.kernel.params if p.name == array and p.pointer_depth == 1), None)
+            indirect = next((a.text for a, _ in reads if not re.match(rf"{re.escape(array)}\s*\[", a.text)), None)
+            if param is None or indirect is not None:
+                return (f"the kernel is a template and `{indirect or array}` does not subscript one of its pointer "
+                        "parameters (its element type is the instance's, not one the file names)"), None
+            elem = param.base_type
         if not elem or elem == "void":
             return "its element type is not known", None
         anchor = _anchor(src, root, [p.node for p in passes])
