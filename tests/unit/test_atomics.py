@@ -341,6 +341,21 @@ def test_atomics_are_aggregated_per_warp_through_a_helper(tmp_path):
         assert run_on_cpu(PRELUDE + MASKED + rw, main, tmp_path, f"a{n}") == want
 
 
+@needs_gpp
+def test_a_helper_the_kernel_calls_twice_is_copied_once(tmp_path):
+    """Parboil histo's shape: the helper runs for two keys of each thread, so the analysis records its atomics
+    once per call; the copy replaces each of them once."""
+    twice = AGGREGATED.replace("tally(count, weight, k, (float)(k % 5));",
+                               "tally(count, weight, k, (float)(k % 5));\n    tally(count, weight, k >> 3, 1.0f);")
+    found = outcome("warp-aggregate", twice, AGGREGATED_SPEC)
+    assert found.applicable, found.why
+    rw = found.rewrites[0].source
+    assert rw.count("__device__ void tally_kl_bins(") == 1 and rw.count("kl_aggregated_add(&weight[") == 1
+    assert "tally_kl_bins(count, weight, k >> 3, 1.0f);" in rw
+    main = AGGREGATED_MAIN.replace("N;", "1001;")
+    assert run_on_cpu(PRELUDE + MASKED + rw, main, tmp_path, "a") == run_on_cpu(PRELUDE + MASKED + twice, main, tmp_path, "o")
+
+
 @needs_nvcc
 def test_aggregated_atomics_compile(tmp_path):
     compiles(outcome("warp-aggregate", AGGREGATED, AGGREGATED_SPEC).rewrites[0].source, tmp_path)

@@ -123,12 +123,17 @@ def clone_helpers(facts: KernelFacts, src: bytes, root: Node, atomics: list[Acce
             return f"the helper `{name}` is not a plain function"
         edits = [(ident.start_byte, ident.end_byte, clone_name(name, facts.kernel)), *_append(plist, params)]
         body = node.child_by_field_name("body")
+        # A helper the kernel calls several times has its atomic recorded once per call: one edit each.
+        replaced: dict[tuple[int, int], str] = {}
         for a in atomics:
             if a.via and a.via[-1] == name and body.start_byte <= a.span[0] < body.end_byte:
                 call = node_at(src, root, a.span)
                 if call is None:
                     return f"the atomic `{a.text}` was not found in `{name}`"
-                edits.append((call.start_byte, call.end_byte, replace(a, call)))
+                new = replace(a, call)
+                if replaced.setdefault((call.start_byte, call.end_byte), new) != new:
+                    return f"the atomic `{a.text}` in `{name}` would be rewritten differently for different calls"
+        edits += [(start, end, new) for (start, end), new in replaced.items()]
         edits += _call_edits(body, src, needed, facts.kernel, args)
         try:
             texts.append(_apply(src, outer.start_byte, outer.end_byte, edits) + "\n")
