@@ -245,6 +245,15 @@ def test_fixed_trip_leaves_a_constant_bound_to_the_compiler():
     assert not found.applicable and "already a constant" in found.why, found.why
 
 
+def test_a_pure_math_call_in_the_bound_is_not_taken_for_a_side_effect():
+    """Rodinia backprop's ``i <= __log2f(HEIGHT)``: the refusal is about the trip count, which the analysis cannot
+    evaluate through the call, not about memory or side effects."""
+    found = unroll_outcome(MARCH.replace("k < nz - 1", "k < max(nz, 3) - 1"), march_spec())
+    assert not found.applicable and "its trip count is not known at the spec's size" in found.why, found.why
+    effect = unroll_outcome(MARCH.replace("k < nz - 1", "k < nz - 1 + (int)printf(\"\")"), march_spec())
+    assert not effect.applicable and "its bound reads memory or has side effects" in effect.why, effect.why
+
+
 def test_fixed_trip_keeps_a_pragma_with_the_original_loop(tmp_path):
     src = MARCH.replace("  for (int k = 1;", "  #pragma unroll 2\n  for (int k = 1;")
     found = unroll_outcome(src, march_spec())

@@ -42,7 +42,7 @@ from kernel_lsp.core.analysis.summaries import (
     threads_cooperate, threads_differ_only_by, value_range,
 )
 from kernel_lsp.core.analysis.syntax import (
-    assigned_names, conditional_update, declared_anywhere, function_definitions, has_node, identifiers_in, is_integer_type,
+    assigned_names, conditional_update, declared_anywhere, function_definitions, has_effects, has_node, identifiers_in, is_integer_type,
     is_pure_math,
     member_path, node_text, parse_text,
 )
@@ -52,7 +52,7 @@ __all__ = [
     "Access", "Alias", "alias_table", "analyze", "assigned_names", "Barrier", "bind", "Binding",
     "block_strided_loops", "call_operators", "Comparison", "Condition", "conditional_update", "declared_anywhere",
     "describe", "evaluate", "function_definitions", "Functor", "global_index",
-    "grid_threads", "has_node", "helper_reading_thread_index", "identifiers_in", "implied", "index_bound", "IndexUse",
+    "grid_threads", "has_effects", "has_node", "helper_reading_thread_index", "identifiers_in", "implied", "index_bound", "IndexUse",
     "is_integer_type", "is_pure_math", "KernelFacts", "LoopFact", "member_path", "node_text", "Opaque", "outside_global_index", "parse_text", "Pattern",
     "per_block_outputs", "redeclared_parameters", "Reduction", "shared_combine_loops", "split_block_base", "stencil_offsets", "summary",
     "thread_dependence", "thread_mapping", "threads_cooperate", "threads_differ_only_by", "trip_count", "value_range",

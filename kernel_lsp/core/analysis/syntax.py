@@ -282,6 +282,21 @@ def is_integer_type(name: str) -> bool:
     return bool(_INTEGER_TYPE.match(" ".join(name.split())))
 
 
+def has_effects(node: Node, src: bytes) -> bool:
+    """``node`` assigns (a name or memory), increments, or calls a function other than pure math."""
+    stack = [node]
+    while stack:
+        n = stack.pop()
+        if n.type in ("assignment_expression", "update_expression"):
+            return True
+        if n.type == "call_expression":
+            fn = n.child_by_field_name("function")
+            if fn is None or not is_pure_math(node_text(src, fn)):
+                return True
+        stack.extend(n.children)
+    return False
+
+
 def is_pure_math(name: str) -> bool:
     """``name`` is a CUDA math function or intrinsic: a function of its arguments only (it reads
     no thread or block index and touches no memory)."""

@@ -33,7 +33,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import node_text as _text, has_node as _has, identifiers_in as _identifiers
+from kernel_lsp.core.analysis import node_text as _text, has_effects, has_node as _has, identifiers_in as _identifiers
 from kernel_lsp.core.analysis import (
     Binding, LoopFact, assigned_names, thread_dependence, trip_count,
 )
@@ -118,8 +118,7 @@ class FixedTripUnroll(Rule):
             return "its bound differs between threads or is not known", None
         if not loop.bound.symbols:
             return "its bound is already a constant (the compiler sees the trip count)", None
-        if _has(right, ("assignment_expression", "update_expression", "call_expression", "subscript_expression",
-                        "pointer_expression", "field_expression")):
+        if has_effects(right, src) or _has(right, ("subscript_expression", "pointer_expression", "field_expression")):
             return "its bound reads memory or has side effects", None
         body = node.child_by_field_name("body")
         changed = assigned_names(body, src) | assigned_names(node.child_by_field_name("update"), src)

@@ -58,7 +58,7 @@ from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
     Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, declared_anywhere, has_node, helper_reading_thread_index,
-    identifiers_in, is_integer_type, is_pure_math, node_text, threads_cooperate,
+    has_effects, identifiers_in, is_integer_type, node_text, threads_cooperate,
 )
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
@@ -448,13 +448,13 @@ def _term_inputs(body: Node, update: Node, term: Node, target: str, src: bytes) 
     effects or from the sum."""
     before = [c for c in body.named_children if c.end_byte <= update.start_byte]
     needed = identifiers_in(term, src)
-    if not _pure(term, src):
+    if has_effects(term, src):
         return "the term added to the sum has side effects or calls a function that is not pure math", None
     inputs = []
     for statement in reversed(before):
         declared = declared_anywhere(statement, src) if statement.type == "declaration" else set()
         if declared & needed:
-            if not _pure(statement, src) or target in identifiers_in(statement, src):
+            if has_effects(statement, src) or target in identifiers_in(statement, src):
                 return (f"`{node_text(src, statement).strip()}` computes the term's input with side effects or from "
                         f"`{target}`"), None
             inputs.append((statement.start_byte, statement.end_byte))
@@ -464,22 +464,6 @@ def _term_inputs(body: Node, update: Node, term: Node, target: str, src: bytes) 
             return (f"`{', '.join(sorted(assigned_names(statement, src) & needed))}`, which the term reads, is assigned "
                     f"before the update by `{node_text(src, statement).strip()}`"), None
     return "", tuple(reversed(inputs))
-
-
-def _pure(node: Node, src: bytes) -> bool:
-    """No assignment to memory or a name, no increment, and no call but pure math (a declaration's own
-    initialisation aside)."""
-    stack = [node]
-    while stack:
-        n = stack.pop()
-        if n.type in ("assignment_expression", "update_expression"):
-            return False
-        if n.type == "call_expression":
-            fn = n.child_by_field_name("function")
-            if fn is None or not is_pure_math(node_text(src, fn)):
-                return False
-        stack.extend(n.children)
-    return True
 
 
 def _local_types(body: Node, inputs: tuple[tuple[int, int], ...], loop: CountedLoop,
