@@ -104,6 +104,48 @@ def test_a_template_caches_its_row_in_registers_of_its_own_element_type(tmp_path
         compiles(rw.source + "template __global__ void norm<float>(const float*, float*, int, int);\n", tmp_path)
 
 
+# The norm's passes written as while loops, each counter set just before its loop and stepped at its end.
+WHILE = NORM.replace("    for (int i = lane; i < C; i += 32) s += r[i];",
+                     "    int i = lane;\n    while (i < C) { s += r[i]; i += 32; }") \
+    .replace("    for (int i = lane; i < C; i += 32) {\n        float d = r[i] - m;\n        v += d * d;\n    }",
+             "    i = lane;\n    while (i < C) {\n        float d = r[i] - m;\n        v += d * d;\n        i += 32;\n    }") \
+    .replace("    for (int j = lane; j < C; j += 32) y[row * C + j] = (r[j] - m) * inv;",
+             "    int j = lane;\n    while (j < C) { y[row * C + j] = (r[j] - m) * inv; j += 32; }")
+
+
+@needs_gpp
+def test_while_loop_passes_read_the_row_once_and_give_the_same_bits(tmp_path):
+    assert WHILE.count("while") == 3
+    found = outcome(WHILE)
+    assert found.applicable, found.why
+    (rw,) = found.rewrites
+    assert rw.source.count("const int kl_from = i;") == 2 and "const int kl_from = j;" in rw.source
+    assert "float kl_row[8];" in rw.source and rw.source.count("kl_row[kl_k] = r[i];") == 1
+    for cols in (37, 256, 300):
+        main = MAIN.replace("COLS", str(cols))
+        assert run_on_cpu(rw.source, main, tmp_path, f"wcached{cols}") == run_on_cpu(WHILE, main, tmp_path, f"worig{cols}")
+    if shutil.which("nvcc"):
+        compiles(rw.source, tmp_path / "nvcc")
+    # The second pass starting elsewhere: the last two share the row, and the bits still agree.
+    shifted = WHILE.replace("    i = lane;\n    while", "    lane = lane ^ 1;\n    i = lane;\n    while")
+    (rw,) = outcome(shifted).rewrites
+    main = MAIN.replace("COLS", "37")
+    assert run_on_cpu(rw.source, main, tmp_path, "scached") == run_on_cpu(shifted, main, tmp_path, "sorig")
+
+
+def test_while_loop_refusals_name_the_missing_fact():
+    apart = WHILE.replace("    int i = lane;\n    while", "    int i = lane;\n    s = 0.0f;\n    while")
+    assert "the statement before it does not set its counter `i`" in outcome(apart).why
+    # A counter the second loop does not set again: it goes on from where the first left it.
+    unset = WHILE.replace("    i = lane;\n    while", "    while")
+    assert "its counter `i` is read after it" in outcome(unset).why
+    moved = WHILE.replace("float v = 0.0f;", "float v = 0.0f;\n    C = C - 0;")
+    assert "C, read by the loops' headers, is assigned between" in outcome(moved).why
+    # The second pass starts elsewhere: the analysis' starts differ, so only the last two passes share the row.
+    shifted = WHILE.replace("    i = lane;\n    while", "    lane = lane ^ 1;\n    i = lane;\n    while")
+    assert "by the loops at line 16, 24 " in outcome(shifted).why
+
+
 def test_a_read_a_condition_decides_in_the_first_pass_is_not_loaded_ahead():
     guarded = NORM.replace("for (int i = lane; i < C; i += 32) s += r[i];",
                            "for (int i = lane; i < C; i += 32) if (i % 3 == 0) s += r[i];")

@@ -227,6 +227,29 @@ def declared_type(decl: Node, var: str, src: bytes) -> str | None:
     return None
 
 
+def type_seen_at(node: Node, name: str, src: bytes) -> str | None:
+    """The declared type (qualifiers first) of ``name`` as the code at ``node`` sees it: the nearest declaration
+    before it in an enclosing block, else a scalar parameter of the enclosing function; None when neither."""
+    while node.parent is not None:
+        parent = node.parent
+        if parent.type == "compound_statement":
+            earlier = [c for c in parent.named_children if c.end_byte <= node.start_byte and c.type == "declaration"]
+            for c in reversed(earlier):
+                kind = declared_type(c, name, src)
+                if kind is not None:
+                    return kind
+        if parent.type == "function_definition":
+            declarator = parent.child_by_field_name("declarator")
+            params = declarator.child_by_field_name("parameters") if declarator is not None else None
+            for p in params.named_children if params is not None else []:
+                kind = declared_type(p, name, src) if p.type == "parameter_declaration" else None
+                if kind is not None:
+                    return kind
+            return None
+        node = parent
+    return None
+
+
 def parse(pre: Preprocessed) -> tuple[bytes, Node]:
     return parse_text(pre.text)
 

@@ -22,7 +22,7 @@ Each cached pass runs the iterations of its original loop in the same order with
 the results are the same bit for bit; a thread whose share does not fit runs the original loops.
 
 Legality, in terms of the analysis (each refusal names the fact that was missing):
-- two or more ``for`` loops at one nesting level (the same enclosing loop, or none) with one counter
+- two or more counted loops (``for``, or ``while`` stepped by a statement of its body) at one nesting level (the same enclosing loop, or none) with one counter
   start, one positive step and one upper bound each (the analysis' polynomials compare equal), each
   test an upper bound of the counter that its written form evaluates again (``LoopFact.bound_span``);
 - an array the kernel never writes (nor hands to code the analysis does not see) read directly in
@@ -36,7 +36,8 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   and bounds read (every pass takes the cached path or none does);
 - the first loop is its statement of the block that holds them all, or sits in plain blocks there (no
   ``if``, loop or ``switch`` between, which could skip the loads for a thread that runs the later passes);
-- the counters are declared by the loops with an integer type; the reads are subscripts, dereferences
+- the counters have an integer type, declared by a ``for`` header, or before a ``while`` loop whose previous
+  statement sets it (that value is the pass's start; the counter is dead after the loop); the reads are subscripts, dereferences
   or load intrinsics (``__ldcs(x + i)``) in the kernel's own body (not inside a helper), of an element
   type the file names: in a template, the reads subscript a pointer parameter, whose declared element type
   the registers take (``T`` of ``const T* x``);
@@ -56,7 +57,8 @@ from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifie
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.emit import declared_type, node_at, parse, rebuild
+from kernel_lsp.core.transforms.counted_loop import counted_loop
+from kernel_lsp.core.transforms.emit import declared_type, node_at, parse, rebuild, type_seen_at
 from kernel_lsp.core.transforms.load_batch import positive_step
 
 #: Most elements of a row one thread keeps in registers.
@@ -72,12 +74,15 @@ class _Pass:
     counter_type: str
     test: tuple[int, int]
     start: tuple[int, int]
+    """The counter's start: in a ``for`` header, or set by the statement before a ``while`` loop."""
     step: tuple[int, int] | None
     """The added step's expression; None for ``++``."""
     body: tuple[int, int]
     """The body's statements (inside its braces when it has them)."""
     reads: tuple[tuple[int, int], ...]
     """The spans of the cached reads in this loop."""
+    stepped: tuple[int, int] | None = None
+    """A ``while`` loop's statement that steps the counter (left out of the cached pass, which counts itself)."""
 
 
 @dataclass(frozen=True)
@@ -146,7 +151,7 @@ class RowCache(Rule):
         lo, hi = facts.body_span
         groups: dict[tuple, list[LoopFact]] = {}
         for loop in facts.loops:
-            if loop.kind != "for" or loop.var is None or loop.start is None or loop.bound is None or loop.bound_span is None \
+            if loop.kind not in ("for", "while") or loop.var is None or loop.start is None or loop.bound is None or loop.bound_span is None \
                     or not positive_step(loop) or not lo < loop.span[0] < hi:
                 continue
             key = (loop.parent, *(_canonical(p, facts) for p in (loop.start, loop.step, loop.bound)), loop.bound_inclusive)
@@ -190,24 +195,44 @@ class RowCache(Rule):
         passes: list[_Pass] = []
         for loop in used:
             node = node_at(src, root, loop.span)
-            if node is None or node.type != "for_statement":
-                return f"the loop at line {(loop.user_line or 0) + 1} was not found", None
-            body, init = node.child_by_field_name("body"), node.child_by_field_name("initializer")
-            cond = node.child_by_field_name("condition")
-            start = node_at(src, root, (init.start_byte, init.end_byte)) if init is not None else None
-            if body is None or cond is None or start is None:
-                return f"the loop at line {(loop.user_line or 0) + 1} lacks a body or a test", None
-            if _has(body, _EXITS):
-                return f"the loop at line {(loop.user_line or 0) + 1} can leave an iteration or the loop early", None
-            if loop.var in assigned_names(body, src):
-                return f"the loop at line {(loop.user_line or 0) + 1} assigns its counter `{loop.var}` in its body", None
-            kind = declared_type(init, loop.var, src) if init.type == "declaration" else None
-            if kind is None or not is_integer_type(kind):
-                return f"the loop at line {(loop.user_line or 0) + 1} does not declare an integer counter", None
-            value = next((c.child_by_field_name("value") for c in init.children_by_field_name("declarator")
-                          if c.type == "init_declarator"), None)
-            if value is None:
-                return f"the loop at line {(loop.user_line or 0) + 1} does not start its counter in its header", None
+            line = (loop.user_line or 0) + 1
+            if node is None:
+                return f"the loop at line {line} was not found", None
+            body, stepped, value = node.child_by_field_name("body"), None, None
+            if node.type == "while_statement":
+                # The counter is set before the loop and stepped by a statement of the body: the cached pass
+                # starts from the counter's value on entry and leaves the step out (the counter is dead after).
+                counted, why = counted_loop(loop, node, facts.body_span, src)
+                if counted is None:
+                    return f"the loop at line {line}: {why}", None
+                cond, stepped = counted.test, counted.step_statement
+                kind = type_seen_at(node, loop.var, src)
+                if body is None or cond is None or stepped is None:
+                    return f"the loop at line {line} lacks a body, a test or a step", None
+                if _has(body, _EXITS):
+                    return f"the loop at line {line} can leave an iteration or the loop early", None
+                if kind is None or not is_integer_type(kind):
+                    return f"the loop at line {line} counts with `{loop.var}`, not declared before it with an integer type", None
+                value = _entry_value(node, loop.var, src)
+                if value is None:
+                    return f"the loop at line {line}: the statement before it does not set its counter `{loop.var}`", None
+            else:
+                init = node.child_by_field_name("initializer")
+                cond = node.child_by_field_name("condition")
+                start = node_at(src, root, (init.start_byte, init.end_byte)) if init is not None else None
+                if body is None or cond is None or start is None:
+                    return f"the loop at line {line} lacks a body or a test", None
+                if _has(body, _EXITS):
+                    return f"the loop at line {line} can leave an iteration or the loop early", None
+                if loop.var in assigned_names(body, src):
+                    return f"the loop at line {line} assigns its counter `{loop.var}` in its body", None
+                kind = declared_type(init, loop.var, src) if init.type == "declaration" else None
+                if kind is None or not is_integer_type(kind):
+                    return f"the loop at line {line} does not declare an integer counter", None
+                value = next((c.child_by_field_name("value") for c in init.children_by_field_name("declarator")
+                              if c.type == "init_declarator"), None)
+                if value is None:
+                    return f"the loop at line {line} does not start its counter in its header", None
             mine = [a for a, lp in reads if lp.id == loop.id]
             for a in mine:
                 if not _element_read(node_at(src, root, a.span), src):
@@ -215,7 +240,9 @@ class RowCache(Rule):
             inner = body.named_children if body.type == "compound_statement" else [body]
             body_span = (inner[0].start_byte, inner[-1].end_byte) if inner else (body.end_byte - 1, body.end_byte - 1)
             passes.append(_Pass(loop, node, kind, (cond.start_byte, cond.end_byte), (value.start_byte, value.end_byte),
-                                loop.step_span, body_span, tuple(sorted({a.span for a in mine}))))
+                                loop.step_span, body_span,
+                                tuple(sorted({a.span for a in mine})),
+                                (stepped.start_byte, stepped.end_byte) if stepped is not None else None))
         first = passes[0]
         own_test = {c.id for c in facts.conditions if c.statement_span == first.loop.span}
         for a, lp in reads:
@@ -294,20 +321,23 @@ class RowCache(Rule):
 def _cached(p: _Pass, plan: _Plan, loads: bool, text) -> str:  # noqa: ANN001
     """The loop ``p`` as its cached pass, beside the original for a larger share."""
     var = p.loop.var
-    start = text(*p.start)
+    # A while loop's counter holds its start on entry; the cached pass's own counter shadows it, so the
+    # start is read into a name of its own first.
+    start = text(*p.start) if p.stepped is None else "kl_from"
     step = text(*p.step) if p.step is not None else "1"
     bound = text(*p.loop.bound_span)  # type: ignore[misc]
     fits = (f"(long long)({bound}) - (long long)({start}) {'<' if p.loop.bound_inclusive else '<='} "
             f"{plan.slots}LL * (long long)({step})")
     read = text(*p.reads[0])
-    body = text(*p.body, [(s, e, "kl_row[kl_k]") for s, e in p.reads])
+    body = text(*p.body, [(s, e, "kl_row[kl_k]") for s, e in p.reads] + ([(*p.stepped, "")] if p.stepped else []))
     load = f"kl_row[kl_k] = {read}; " if loads else ""
     original = text(p.loop.span[0], p.loop.span[1])
-    return (f"if ({fits}) {{\n#pragma unroll\n"
-            f"        for (int kl_k = 0; kl_k < {plan.slots}; ++kl_k) {{\n"
-            f"            {p.counter_type} {var} = ({start}) + kl_k * ({step});\n"
-            f"            if ({text(*p.test)}) {{ {load}{body} }}\n"
-            f"        }}\n    }} else {original}")
+    cached = (f"if ({fits}) {{\n#pragma unroll\n"
+              f"        for (int kl_k = 0; kl_k < {plan.slots}; ++kl_k) {{\n"
+              f"            {p.counter_type} {var} = ({start}) + kl_k * ({step});\n"
+              f"            if ({text(*p.test)}) {{ {load}{body} }}\n"
+              f"        }}\n    }} else {original}")
+    return cached if p.stepped is None else f"{{ const {p.counter_type} kl_from = {var};\n    {cached} }}"
 
 
 #: CUDA's load functions (``__ldcs(x + c)``): a read of one element whose value the register holds as well.
@@ -326,6 +356,23 @@ def _element_read(node: Node | None, src: bytes) -> bool:
         fn = node.child_by_field_name("function")
         return fn is not None and _text(src, fn).strip() in _LOAD_INTRINSICS
     return False
+
+
+def _entry_value(loop: Node, var: str, src: bytes) -> Node | None:
+    """The value the statement just before ``loop`` gives its counter (``int i = e;`` or ``i = e;``), or None."""
+    before = loop.prev_named_sibling
+    while before is not None and before.type == "comment":
+        before = before.prev_named_sibling
+    if before is None:
+        return None
+    if before.type == "declaration":
+        return next((c.child_by_field_name("value") for c in before.children_by_field_name("declarator")
+                     if c.type == "init_declarator" and _text(src, c.child_by_field_name("declarator")) == var), None)
+    e = before.named_children[0] if before.type == "expression_statement" and before.named_children else None
+    if e is not None and e.type == "assignment_expression" and _text(src, e.child_by_field_name("left")) == var \
+            and _text(src, e.child_by_field_name("operator")) == "=":
+        return e.child_by_field_name("right")
+    return None
 
 
 def _statements_between(src: bytes, root: Node, facts: KernelFacts, span: tuple[int, int]) -> list[Node]:

@@ -63,7 +63,9 @@ from kernel_lsp.core.analysis import (
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.counted_loop import CountedLoop, counted_loop
-from kernel_lsp.core.transforms.emit import BodyEdit, UserText, builtin_fields, emit, node_at, parse
+from kernel_lsp.core.transforms.emit import (
+    BodyEdit, UserText, builtin_fields, declared_type, emit, node_at, parse, type_seen_at,
+)
 from kernel_lsp.core.transforms.more_parallelism import (
     DEFAULT_SM_COUNT, group_lanes, underfilled, warps,
 )
@@ -204,7 +206,7 @@ class SplitScan(Rule):
             return f"it assigns `{target}` elsewhere than in `{node_text(src, update)}`", None
         if target in identifiers_in(term, src):
             return f"the term added to `{target}` reads `{target}`", None
-        declared = _declared_type(node, target, src) or ""
+        declared = type_seen_at(node, target, src) or ""
         if not (is_integer_type(declared) or declared in _FLOATS):
             return f"`{target}` is not declared before the loop with an arithmetic type", None
         why, inputs = _term_inputs(body, update, term, target, src)
@@ -408,40 +410,6 @@ def _assignments(body: Node, name: str, src: bytes) -> list[Node]:
     return found
 
 
-def _declared_type(loop: Node, name: str, src: bytes) -> str | None:
-    """The type of the declaration of ``name`` that the loop sees: the nearest one before it in an enclosing
-    block, or a parameter of the function."""
-    node = loop
-    while node.parent is not None:
-        parent = node.parent
-        if parent.type == "compound_statement":
-            earlier = [c for c in parent.named_children if c.end_byte <= node.start_byte and c.type == "declaration"]
-            for c in reversed(earlier):
-                kind = _declares(c, name, src)
-                if kind is not None:
-                    return kind
-        if parent.type == "function_definition":
-            declarator = parent.child_by_field_name("declarator")
-            params = declarator.child_by_field_name("parameters") if declarator is not None else None
-            for p in params.named_children if params is not None else []:
-                d = p.child_by_field_name("declarator")
-                if d is not None and d.type == "identifier" and node_text(src, d) == name:
-                    kind = p.child_by_field_name("type")
-                    return " ".join(node_text(src, kind).split()) if kind is not None else None
-            return None
-        node = parent
-    return None
-
-
-def _declares(decl: Node, name: str, src: bytes) -> str | None:
-    for child in decl.children_by_field_name("declarator"):
-        d = child.child_by_field_name("declarator") if child.type == "init_declarator" else child
-        if d is not None and d.type == "identifier" and node_text(src, d) == name:
-            kind = decl.child_by_field_name("type")
-            return " ".join(node_text(src, kind).split()) if kind is not None else None
-    return None
-
-
 def _term_inputs(body: Node, update: Node, term: Node, target: str, src: bytes) -> tuple[str, tuple[tuple[int, int], ...] | None]:
     """The declarations before ``update`` that compute what ``term`` reads (transitively), or why the term
     cannot be evaluated ahead of the body: an input assigned by another statement, or computed with side
@@ -474,11 +442,11 @@ def _local_types(body: Node, inputs: tuple[tuple[int, int], ...], loop: CountedL
     for c in body.named_children:
         if (c.start_byte, c.end_byte) in inputs:
             for name in declared_anywhere(c, src):
-                declared[name] = _declares(c, name, src)
+                declared[name] = declared_type(c, name, src)
     header = loop.initializer
     if header is not None and header.type == "declaration":
-        declared[loop.var] = _declares(header, loop.var, src)
-    return lambda name: declared[name] if name in declared else _declared_type(loop.node, name, src)
+        declared[loop.var] = declared_type(header, loop.var, src)
+    return lambda name: declared[name] if name in declared else type_seen_at(loop.node, name, src)
 
 
 _COMPARISONS = {"<", "<=", ">", ">=", "==", "!=", "&&", "||"}
