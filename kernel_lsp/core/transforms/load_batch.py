@@ -59,7 +59,6 @@ results are bit-identical.
 
 from __future__ import annotations
 
-import re
 from dataclasses import dataclass
 
 from tree_sitter import Node

@@ -57,8 +57,8 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
-    Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, declared_anywhere, has_node, helper_reading_thread_index,
-    has_effects, identifiers_in, is_integer_type, node_text, threads_cooperate,
+    Binding, KernelFacts, LoopFact, Reduction, assigned_names, bind, declared_anywhere, has_node,
+    has_effects, identifiers_in, is_integer_type, node_text,
 )
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
@@ -70,7 +70,8 @@ from kernel_lsp.core.transforms.more_parallelism import (
     DEFAULT_SM_COUNT, group_lanes, underfilled, warps,
 )
 from kernel_lsp.core.transforms.warp_per_row import (
-    VIRTUAL_FIELDS, LoopPlan, balance, independent_iterations, lane_races, one_lane_tail, virtual_thread, walks_row,
+    VIRTUAL_FIELDS, LoopPlan, balance, independent_iterations, lane_races, one_lane_tail, regroupable, virtual_thread,
+    walks_row,
 )
 
 #: Floating types a running sum may have besides the integers (``decltype`` copies it; zero is the identity).
@@ -100,29 +101,13 @@ class SplitScan(Rule):
     summary = "an under-filled grid: each thread's running-sum loop split across a group of lanes, a shuffle scan per round"
 
     def plan(self, ctx: RuleContext) -> tuple[_Scan | None, str]:
-        facts = ctx.facts
-        if facts is None or not facts.complete:
-            return None, "the kernel's analysis is missing or incomplete"
-        if ctx.spec is None:
-            return None, "needs a launch spec (the launch changes: more blocks)"
-        if set(facts.thread_dims) - {"tid.x", "bid.x", "bdim.x", "gdim.x"}:
-            return None, "the kernel is not one-dimensional"
-        launches = ctx.launches()
-        if not launches or any(l.block[1] != 1 or l.block[2] != 1 or l.block[0] % 32 for l in launches):
-            return None, "the block is not one-dimensional with a multiple of 32 threads at every size"
-        if any(l.grid[1] != 1 or l.grid[2] != 1 for l in launches):
-            return None, "the grid is not one-dimensional"
+        found, why = regroupable(ctx)
+        if found is None:
+            return None, why
+        facts, src, root, kernel = found
         lanes, why = self.lanes(ctx)
         if not lanes:
             return None, why
-        if threads_cooperate(facts):
-            return None, "barriers, shared memory, warp intrinsics or atomics: the original's blocks and warps would not exist"
-        src, root = parse(ctx.preprocessed)
-        kernel = node_at(src, root, facts.span)
-        if kernel is None:
-            return None, "the kernel's definition was not found in the preprocessed view"
-        if (helper := helper_reading_thread_index(facts, root, src)) is not None:
-            return None, f"the helper `{helper}` reads the thread or block index"
         try:
             patterns = bind(facts, Binding.from_spec(ctx.spec))
         except (SpecError, ValueError, ZeroDivisionError):

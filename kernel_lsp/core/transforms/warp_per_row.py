@@ -210,6 +210,34 @@ def one_lane_tail(plans: list[LoopPlan], kernel: Node, src: bytes) -> tuple[str,
     return "", tuple(sorted(ranges))
 
 
+def regroupable(ctx: RuleContext) -> tuple[tuple[KernelFacts, bytes, Node, Node] | None, str]:
+    """(the facts, the preprocessed source, its tree, the kernel's node) when each original thread can become a
+    group of lanes of a 1-D launch with more blocks (:func:`virtual_thread`), or why it cannot: a 1-D kernel
+    and launch whose block is a multiple of 32 at every size, no barrier, shared memory, warp intrinsic or
+    atomic, no helper reading the thread index."""
+    facts = ctx.facts
+    if facts is None or not facts.complete:
+        return None, "the kernel's analysis is missing or incomplete"
+    if ctx.spec is None:
+        return None, "needs a launch spec (the launch changes: more blocks)"
+    if set(facts.thread_dims) - {"tid.x", "bid.x", "bdim.x", "gdim.x"}:
+        return None, "the kernel is not one-dimensional"
+    blocks = [launch.block for launch in ctx.launches()]
+    if not blocks or any(b[1] != 1 or b[2] != 1 or b[0] % 32 for b in blocks):
+        return None, "the block is not one-dimensional with a multiple of 32 threads at every size"
+    if any(launch.grid[1] != 1 or launch.grid[2] != 1 for launch in ctx.launches()):
+        return None, "the grid is not one-dimensional"
+    if threads_cooperate(facts):
+        return None, "barriers, shared memory, warp intrinsics or atomics: the original's blocks and warps would not exist"
+    src, root = parse(ctx.preprocessed)
+    kernel = node_at(src, root, facts.span)
+    if kernel is None:
+        return None, "the kernel's definition was not found in the preprocessed view"
+    if (helper := helper_reading_thread_index(facts, root, src)) is not None:
+        return None, f"the helper `{helper}` reads the thread or block index"
+    return (facts, src, root, kernel), ""
+
+
 def _calls(node: Node, src: bytes) -> set[str]:
     found = set()
     stack = [node]
@@ -229,26 +257,10 @@ class WarpPerRow(Rule):
     summary = "a thread-per-row loop split across the lanes of a warp, accumulators combined with shuffles"
 
     def plan(self, ctx: RuleContext) -> tuple[_Split | None, str]:
-        facts = ctx.facts
-        if facts is None or not facts.complete:
-            return None, "the kernel's analysis is missing or incomplete"
-        if ctx.spec is None:
-            return None, "needs a launch spec (the launch changes: 32 times the blocks)"
-        if set(facts.thread_dims) - {"tid.x", "bid.x", "bdim.x", "gdim.x"}:
-            return None, "the kernel is not one-dimensional"
-        blocks = [launch.block for launch in ctx.launches()]
-        if not blocks or any(b[1] != 1 or b[2] != 1 or b[0] % 32 for b in blocks):
-            return None, "the block is not one-dimensional with a multiple of 32 threads at every size"
-        if any(launch.grid[1] != 1 or launch.grid[2] != 1 for launch in ctx.launches()):
-            return None, "the grid is not one-dimensional"
-        if threads_cooperate(facts):
-            return None, "barriers, shared memory, warp intrinsics or atomics: the original's blocks and warps would not exist"
-        src, root = parse(ctx.preprocessed)
-        kernel = node_at(src, root, facts.span)
-        if kernel is None:
-            return None, "the kernel's definition was not found in the preprocessed view"
-        if (helper := helper_reading_thread_index(facts, root, src)) is not None:
-            return None, f"the helper `{helper}` reads the thread or block index"
+        found, why = regroupable(ctx)
+        if found is None:
+            return None, why
+        facts, src, root, kernel = found
         try:
             patterns = bind(facts, Binding.from_spec(ctx.spec))
         except (SpecError, ValueError, ZeroDivisionError):
