@@ -74,6 +74,24 @@ def test_a_kernel_without_a_profile_gets_the_state_its_source_suggests(example: 
     assert guess is not None and guess.state == state and guess.why
 
 
+def test_the_guess_names_a_reduction_only_where_there_is_one() -> None:
+    assert "reduction tree" in static_state(_features("reduction")).why
+    tiled = """
+__global__ void smooth(const float* in, float* out, int n) {
+    __shared__ float tile[258];
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    tile[threadIdx.x + 1] = in[i];
+    if (threadIdx.x == 0) { tile[0] = in[max(i - 1, 0)]; tile[257] = in[min(i + 256, n - 1)]; }
+    __syncthreads();
+    out[i] = tile[threadIdx.x] + tile[threadIdx.x + 1] + tile[threadIdx.x + 2];
+}
+"""
+    index = build_index(tiled)
+    guess = static_state(static_features(index.kernels[0], tiled, dict(index.constants)))
+    assert guess is not None and guess.state == "barrier-stalls"
+    assert "reduction" not in guess.why and "exchanged between barriers" in guess.why
+
+
 def test_every_static_state_is_a_catalogue_state() -> None:
     catalogue = {s["name"] for s in json.loads(STATES.read_text())["states"]}
     assert set(rule_states()) <= catalogue
