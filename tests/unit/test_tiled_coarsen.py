@@ -172,3 +172,39 @@ def test_a_helper_of_its_arguments_only_is_copied_with_the_statement_that_calls_
     if shutil.which("g++"):
         before = run_on_cpu(source, MATMUL_MAIN.replace("GY", "(n + 15) / 16"), tmp_path, "mmh")
         assert run_on_cpu(rewrites[1].source, MATMUL_MAIN.replace("GY", "2"), tmp_path, "mmh2") == before
+
+
+def test_a_refusal_names_the_line_of_the_users_file():
+    """Ten macro definitions above the kernel: the preprocessed view's lines are not the file's."""
+    source = "".join(f"#define D{n} {n}\n" for n in range(10)) + """
+__global__ void k(const float* in, float* out, int nb) {
+    __shared__ float s[256];
+    int bx = blockIdx.x;
+    if (bx < nb) {
+        s[threadIdx.x] = in[threadIdx.x];
+        __syncthreads();
+        out[bx * 256 + threadIdx.x] = s[255 - threadIdx.x] * 2.0f;
+    }
+}
+"""
+    assert source.split("\n")[14].strip() == "if (bx < nb) {"
+    spec = spec_of("k", [arr("in", "256"), arr("out", "nb*256", "out"), scalar("nb", 4096)], ["nb", 1, 1], [256, 1, 1])
+    found = outcome("tiled-register-block", source, spec)
+    assert "a barrier is under a condition that differs between the copies (line 15)" in found.why, found.why
+
+
+def test_an_atomic_is_not_taken_for_an_unseen_call():
+    source = """
+__global__ void hist(const int* keys, unsigned* bins, int n) {
+    __shared__ int tile[256];
+    int i = blockIdx.x * 256 + threadIdx.x;
+    tile[threadIdx.x] = i < n ? keys[i] : 0;
+    __syncthreads();
+    if (i < n) atomicAdd(&bins[tile[255 - threadIdx.x] & 63], 1u);
+}
+"""
+    spec = spec_of("hist", [{"name": "keys", "array": "int32", "size": "n", "init": "randint(0,63)", "role": "in"},
+                            {"name": "bins", "array": "uint32", "size": "64", "init": "zeros", "role": "inout"},
+                            scalar("n", 1 << 20)], ["ceil_div(n,256)", 1, 1], [256, 1, 1])
+    found = outcome("tiled-register-block", source, spec)
+    assert "atomicAdd" not in found.why, found.why

@@ -57,10 +57,11 @@ from tree_sitter import Node
 from kernel_lsp.core.analysis import node_text as _text, has_node as _has, identifiers_in as _identifiers
 from kernel_lsp.core.analysis import Access, KernelFacts, LoopFact, assigned_names, thread_dependence
 from kernel_lsp.core.poly import Poly
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
 from kernel_lsp.core.transforms.counted_loop import counted_loop
 from kernel_lsp.core.transforms.emit import (
-    WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, rebuild_span, warp_reduce_helpers,
+    WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, rebuild_span, user_line_of, warp_reduce_helpers,
 )
 from kernel_lsp.core.analysis import helper_reading_thread_index
 from kernel_lsp.core.static_check import problem_sizes
@@ -290,7 +291,7 @@ class AtomicToBlockReduce(Rule):
         body = kernel.child_by_field_name("body") if kernel is not None else None
         if body is None:
             return [], "the kernel's definition was not found in the preprocessed view"
-        why = _exits_refusal(body, src, facts.syncs)
+        why = _exits_refusal(body, src, facts.syncs, ctx.preprocessed)
         if why:
             return [], why
         params = {name for name, _, _ in facts.params} - assigned_names(body, src)
@@ -597,7 +598,7 @@ def _returns(body: Node) -> list[Node]:
     return found
 
 
-def _exits_refusal(body: Node, src: bytes, syncs: int) -> str | None:
+def _exits_refusal(body: Node, src: bytes, syncs: int, pre: Preprocessed) -> str | None:
     """Why a ``return`` cannot become a ``break`` out of a ``do … while (0)`` around the body, or None."""
     for ret in _returns(body):
         if ret.named_child_count:
@@ -605,7 +606,7 @@ def _exits_refusal(body: Node, src: bytes, syncs: int) -> str | None:
         p = ret.parent
         while p is not None and p != body:
             if p.type in ("for_statement", "while_statement", "do_statement", "switch_statement"):
-                return f"a return inside a loop or switch (line {ret.start_point[0] + 1}) cannot leave the body by a break"
+                return f"a return inside a loop or switch (line {user_line_of(pre, ret.start_point[0])}) cannot leave the body by a break"
             p = p.parent
         if syncs:
             return "a return in a kernel with barriers: the threads that left would now reach the original's barriers"

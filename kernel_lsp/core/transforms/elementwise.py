@@ -43,7 +43,7 @@ from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import with_candidate_launch
-from kernel_lsp.core.transforms.emit import node_at, parse, rebuild
+from kernel_lsp.core.transforms.emit import node_at, parse, rebuild, user_line_of
 from kernel_lsp.core.transforms.launch_edit import launch_bounds_for
 
 #: Streaming multiprocessors assumed when a rule caps a grid (an H200 has 132). Only the
@@ -267,7 +267,8 @@ class GridStride(Rule):
         returns = tuple(n for n in _kernel_returns(body))
         for ret in returns:
             if ret.named_child_count or _inside(ret, body, _LOOPS):
-                return None, f"the return at line {ret.start_point[0] + 1} sits in a loop or switch (it would end every later element)"
+                line = user_line_of(ctx.preprocessed, ret.start_point[0])
+                return None, f"the return at line {line} sits in a loop or switch (it would end every later element)"
         guard = self._guard(src, root, body, facts, declaration, bound) if declaration is not None else None
         if guard is not None and guard.type == "if_statement" and guard.child_by_field_name("alternative") is None \
                 and _only_return(guard.child_by_field_name("consequence")):

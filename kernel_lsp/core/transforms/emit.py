@@ -250,6 +250,13 @@ def type_seen_at(node: Node, name: str, src: bytes) -> str | None:
     return None
 
 
+def user_line_of(pre: Preprocessed, line: int) -> int:
+    """The 1-based line of the user's file that the preprocessed view's 0-based ``line`` comes from (the view's own
+    line, 1-based, where it comes from a header): what a refusal names."""
+    mapped = pre.user_line(line)
+    return (mapped if mapped is not None else line) + 1
+
+
 def parse(pre: Preprocessed) -> tuple[bytes, Node]:
     return parse_text(pre.text)
 

@@ -105,7 +105,7 @@ class SharedPrivatize(Rule):
         body = kernel.child_by_field_name("body") if kernel is not None else None
         if body is None:
             return [], "the kernel's definition was not found in the preprocessed view"
-        why = _exits_refusal(body, src, facts.syncs)
+        why = _exits_refusal(body, src, facts.syncs, ctx.preprocessed)
         if why:
             return [], why
         assigned = assigned_names(body, src)

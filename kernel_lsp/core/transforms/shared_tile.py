@@ -52,7 +52,7 @@ from kernel_lsp.core.analysis import (
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
 from kernel_lsp.core.transforms.counted_loop import counted_loop, loop_test
-from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse
+from kernel_lsp.core.transforms.emit import BodyEdit, emit, node_at, parse, user_line_of
 
 _JUMPS = ("break_statement", "continue_statement", "goto_statement")
 _SIDE_EFFECTS = ("assignment_expression", "update_expression", "call_expression")
@@ -229,7 +229,7 @@ class SharedTileStore(Rule):
                     loop = loops.get((n.start_byte, n.end_byte))
                     why = _uniform_loop(loop, n, facts, src) if loop is not None else "is not modelled"
                     if why:
-                        return f"the loop at line {n.start_point[0] + 1} {why}", None
+                        return f"the loop at line {user_line_of(ctx.preprocessed, n.start_point[0])} {why}", None
                     continue
                 if n.type not in ("if_statement", "expression_statement"):
                     return f"the store sits in a {n.type.replace('_statement', '').replace('_', ' ')} whose runs the analysis does not count", None
@@ -472,7 +472,7 @@ class SharedTileLoad(Rule):
                 outer = loops.get((up.start_byte, up.end_byte))
                 why = _uniform_loop(outer, up, facts, src) if outer is not None else "is not modelled"
                 if why:
-                    return f"the enclosing loop at line {up.start_point[0] + 1} {why}", None
+                    return f"the enclosing loop at line {user_line_of(ctx.preprocessed, up.start_point[0])} {why}", None
             else:
                 return f"the loop sits in a {up.type.replace('_', ' ')} that every thread would not reach", None
             child, up = up, up.parent
@@ -799,7 +799,7 @@ class SharedTileTranspose(Rule):
         for ret in returns:
             if ret.named_child_count or _inside(ret, body, ("for_statement", "while_statement", "do_statement",
                                                             "switch_statement")):
-                return None, f"the return at line {ret.start_point[0] + 1} sits in a loop or switch"
+                return None, f"the return at line {user_line_of(ctx.preprocessed, ret.start_point[0])} sits in a loop or switch"
         grid_y = [-(-v // _TILE) for v in (_values(ctx, index_bound(facts, "y")) or [])]
         if any(g > 65535 for g in grid_y):
             return None, "the tiles along y exceed gridDim.y at some size of the spec"

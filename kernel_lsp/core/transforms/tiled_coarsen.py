@@ -51,10 +51,11 @@ from kernel_lsp.core.analysis import KernelFacts, declared_anywhere, function_de
 from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.index import build_index
+from kernel_lsp.core.source import Preprocessed
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.static_check import problem_sizes
 from kernel_lsp.core.transforms.columns_per_warp import _grid_c, _literals
-from kernel_lsp.core.transforms.emit import node_at, parse, rebuild
+from kernel_lsp.core.transforms.emit import node_at, parse, rebuild, user_line_of
 from kernel_lsp.core.transforms.tile_contraction import STATIC_SMEM_BYTES
 
 #: Copies per thread tried, most first (each a candidate where the launch allows it).
@@ -134,9 +135,11 @@ class _Copies:
     """The kernel's body as R lockstep copies: the classification of its statements, and their text."""
 
     def __init__(self, facts: KernelFacts, src: bytes, body: Node, axis: str, copies: int, shared: set[str],
-                 grid: str = ""):
-        """``grid``: the original grid's extent along ``axis`` as a C expression of the kernel's parameters."""
+                 pre: Preprocessed, grid: str = ""):
+        """``grid``: the original grid's extent along ``axis`` as a C expression of the kernel's parameters; ``pre``:
+        the preprocessed view (its lines name the user's in refusals)."""
         self.facts, self.src, self.body, self.axis, self.copies, self.shared = facts, src, body, axis, copies, shared
+        self.pre = pre
         self.grid = grid
         self.locals = declared_anywhere(body, src)
         self.own: set[str] = set()
@@ -282,11 +285,11 @@ class _Copies:
             if self.holds_barrier(leaf):
                 kind = leaf.type.replace("_", " ")
                 if leaf.type == "for_statement":
-                    return (f"the loop at line {leaf.start_point[0] + 1} holds a barrier and its header differs between the "
+                    return (f"the loop at line {user_line_of(self.pre, leaf.start_point[0])} holds a barrier and its header differs between the "
                             "copies or it can leave early")
                 if leaf.type == "if_statement":
                     return (f"a barrier is under a condition that differs between the copies (line "
-                            f"{leaf.start_point[0] + 1})")
+                            f"{user_line_of(self.pre, leaf.start_point[0])})")
                 return f"a barrier is inside a {kind}, which the copies cannot share"
             if leaf.type == "declaration" and self.per_copy(leaf) and self.writes_global(leaf):
                 return "a declaration's initialiser writes global memory (a copy past the grid could not skip it)"
@@ -398,7 +401,9 @@ def _call_refusal(facts: KernelFacts, body: Node, root: Node, src: bytes) -> str
     group or its tiles; a cooperative group's rank or size
     that the analysis reads as a thread-index polynomial (:attr:`KernelFacts.group_values`) is the same
     for every copy."""
-    allowed = {*(b.span for b in facts.barriers), *(w.span for w in facts.warp_operations)}
+    # Barriers, warp operations and atomics are calls the analysis models (each copy makes its own atomics).
+    allowed = {*(b.span for b in facts.barriers), *(w.span for w in facts.warp_operations),
+               *(a.span for a in facts.accesses if a.kind == "atomic")}
     thread_only = set(facts.group_values)
     helpers = {name: node for name, node, _ in function_definitions(root, src)}
     storing = {name for a in facts.accesses if a.writes for name in a.via}
@@ -496,7 +501,7 @@ class TiledCoarsen(Rule):
                                "kernel, the harness's static check would take it for a problem size written in")
                 continue
             try:
-                copies = _Copies(facts, src, body, axis, 2, shared, grid)
+                copies = _Copies(facts, src, body, axis, 2, shared, ctx.preprocessed, grid)
             except RecursionError:
                 return [], "the kernel's body nests too deeply"
             why = copies.refusal()
@@ -545,7 +550,7 @@ class TiledCoarsen(Rule):
         src = ctx.preprocessed.text.encode("utf-8")
         out = []
         for plan in plans:
-            copies = _Copies(facts, src, plan.body, plan.axis, plan.copies, set(plan.shared), plan.grid)
+            copies = _Copies(facts, src, plan.body, plan.axis, plan.copies, set(plan.shared), ctx.preprocessed, plan.grid)
             source, expanded = rebuild(ctx.preprocessed, facts, ctx.source, ctx.kernel,
                                        lambda text, c=copies: "\n" + c.prologue() + "\n" + c.emit(plan.body, text) + "\n")
             dim = "xy".index(plan.axis)

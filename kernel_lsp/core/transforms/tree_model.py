@@ -50,7 +50,7 @@ from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import shared_combine_loops, thread_dependence
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, RuleContext
-from kernel_lsp.core.transforms.emit import WARP_REDUCE, node_at, parse
+from kernel_lsp.core.transforms.emit import WARP_REDUCE, node_at, parse, user_line_of
 
 #: Most steps simulated for one loop (a 1024-thread tree has 10).
 MAX_STEPS = 64
@@ -890,8 +890,7 @@ class TreeReading:
                                     "not statements that combine two slots, barriers and conditions around them")
 
     def _user_line(self, line: int) -> int:
-        mapped = self.ctx.preprocessed.user_line(line)
-        return (mapped if mapped is not None else line) + 1
+        return user_line_of(self.ctx.preprocessed, line)
 
     def _context_refusal(self, first: Node) -> str | None:
         """Why not every thread reaches the statement ``first`` (the new barriers would hang), or None."""
