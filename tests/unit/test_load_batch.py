@@ -205,6 +205,20 @@ def test_a_body_that_stores_over_what_it_loaded_has_its_loads_made_a_batch_ahead
         run_beside(SCAN, rw.source, tmp_path / str(k), SCAN_DRIVER)
 
 
+@needs_cc
+def test_a_while_body_that_stores_has_its_loads_made_a_batch_ahead(tmp_path):
+    """The loop's own test guards its body's loads (lavaMD's ``while (wtx < N) { s[wtx] = in[wtx]; wtx += 128; }``);
+    only a condition inside the loop keeps a load where it is."""
+    looped = SCAN.replace("    for (size_t i = index; i < count; i += stride) {", "    size_t i = index;\n    while (i < count) {") \
+        .replace("        sum += v * 3 + (long long)i;\n", "        sum += v * 3 + (long long)i;\n        i += stride;\n")
+    assert "while (i < count)" in looped and "i += stride;" in looped
+    found = outcome(looped, spec=SPEC)
+    assert found.applicable, found.why
+    assert "= x[(i + kl_u * (stride))];" in found.rewrites[0].source
+    for k, rw in enumerate(found.rewrites):
+        run_beside(looped, rw.source, tmp_path / str(k), SCAN_DRIVER)
+
+
 UPDATE = SCAN.replace("long long v = x[i];\n        x[i] = sum;\n        sum += v * 3 + (long long)i;",
                       "x[i] += (long long)i * 7 + sum;\n        sum ^= (long long)i;")
 

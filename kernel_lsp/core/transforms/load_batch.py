@@ -316,7 +316,9 @@ class LoadBatch(Rule):
                 continue
             if a.via:
                 return f"`{a.text}` is loaded in the helper `{a.via[-1]}` (its load could not be made early)", []
-            if any(loop.id in facts.conditions[g].loops for g, _ in a.guards):
+            # A while loop's own test guards its body; only a condition inside the loop decides a load.
+            if any(loop.id in facts.conditions[g].loops and facts.conditions[g].statement_span != loop.span
+                   for g, _ in a.guards):
                 continue  # made where it is, in order with the stores: a batch would make it on every iteration
             update = _in_place(a, src, root) if a.kind == "update" else None
             if a.kind == "update" and update is None:
