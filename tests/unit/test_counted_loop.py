@@ -137,3 +137,81 @@ def test_a_rule_that_fails_is_a_refusal_and_the_other_rules_still_run():
     outcomes = evaluate(source, "rowsum", parse_spec(_spec(1 << 16)), [Broken(), rule_by_name("warp-per-row")])
     assert not outcomes[0].applicable and "a defect in kernel-lsp: RuntimeError: no rewrite" in outcomes[0].why
     assert outcomes[1].applicable and outcomes[1].rewrites
+
+
+@pytest.mark.parametrize("body,var,first", [
+    ("for (i = 0; i < n; i++) s += a[i];", "i", True),
+    ("t = a[j]; s += t;", "t", True),
+    ("s += t; t = a[j];", "t", False),
+    ("if (j > 2) t = a[j]; s += t;", "t", False),
+    ("for (i = i; i < n; i++) s += a[i];", "i", False),
+    ("s += a[j];", "t", False),
+])
+def test_a_name_set_before_it_is_read_in_every_run_of_a_body(body, var, first):
+    from kernel_lsp.core.transforms.counted_loop import set_first
+
+    src, root = parse_text(f"void f() {{ {body} }}")
+    block = root.named_children[0].child_by_field_name("body")
+    assert set_first(block, var, src) is first
+
+
+def test_an_inner_loops_counter_declared_further_out_is_not_carried():
+    """PolyBench-GPU covariance declares ``int i, j2;`` at the top and counts the inner loop with ``for (i = 0; …)``:
+    each iteration of the outer loop sets i before reading it."""
+    source = """
+__global__ void k(const float* a, float* out, int n, int m) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  int i, j;
+  if (r < m) {
+    for (j = 0; j < n; j++) {
+      float s = 0.0f;
+      for (i = 0; i < 4; i++) s += a[(j * 4 + i) * m + r];
+      out[j * m + r] = s;
+    }
+  }
+}
+"""
+    spec = spec_of("k", [arr("a", "n*4*m"), arr("out", "n*m", "out"), scalar("n", 4096), scalar("m", 256)],
+                   ["ceil_div(m,128)", 1, 1], [128, 1, 1])
+    found = evaluate(source, "k", parse_spec(spec), [rule_by_name("split-reduction")])[0]
+    assert "carries i" not in found.why, found.why
+    read_after = source.replace("      out[j * m + r] = s;\n    }", "      out[j * m + r] = s;\n    }\n    out[r] += i;")
+    found = evaluate(read_after, "k", parse_spec(spec), [rule_by_name("split-reduction")])[0]
+    assert "carries i" in found.why, found.why
+
+
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+def test_the_split_outer_loop_with_an_outer_counter_gives_the_same_rows(tmp_path):
+    from cpu_cuda import run_on_cpu
+
+    source = """
+__global__ void k(const float* a, float* out, int n, int m) {
+  int r = blockIdx.x * blockDim.x + threadIdx.x;
+  int i, j;
+  if (r < m) {
+    for (j = 0; j < n; j++) {
+      float s = 0.0f;
+      for (i = 0; i < 4; i++) s += a[(j * 4 + i) * m + r];
+      out[j * m + r] = s;
+    }
+  }
+}
+"""
+    spec = spec_of("k", [arr("a", "n*4*m"), arr("out", "n*m", "out"), scalar("n", 4096), scalar("m", 64)],
+                   ["ceil_div(m,32)", 1, 1], [32, 1, 1], [{"n": 7, "m": 40}])
+    found = evaluate(source, "k", parse_spec(spec), [rule_by_name("split-reduction")])[0]
+    assert found.applicable, found.why
+    rw = found.rewrites[0]
+    launch = with_candidate_launch(parse_spec(spec), rw.launch_override).resolve(0).candidate
+    main = r"""
+int main() {
+  const int n = 7, m = 40;
+  std::vector<float> a(n * 4 * m), out(n * m, -1.0f);
+  for (int t = 0; t < n * 4 * m; t++) a[t] = (float)((t * 13) % 17) / 4.0f;
+  kl_launch({GRID, 1, 1}, {BX, BY, 1}, [&] { k(a.data(), out.data(), n, m); });
+  for (int t = 0; t < n * m; t++) printf("%a\n", out[t]);
+}
+"""
+    before = run_on_cpu(source, main.replace("GRID", "2").replace("BX", "32").replace("BY", "1"), tmp_path, "before")
+    after = main.replace("GRID", str(launch.grid[0])).replace("BX", str(launch.block[0])).replace("BY", str(launch.block[1]))
+    assert run_on_cpu(rw.source, after, tmp_path, "after") == before

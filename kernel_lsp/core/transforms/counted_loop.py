@@ -146,6 +146,24 @@ def counter_dead_after(loop: Node, var: str, body_span: tuple[int, int], src: by
     return True
 
 
+def set_first(body: Node, var: str, src: bytes) -> bool:
+    """Every run of ``body`` sets ``var`` before it reads it: the first mention of ``var`` is a plain assignment
+    that does not read it (``var = e;`` or a ``for`` header's ``var = e``), made by a statement of the body's own
+    block, which runs whenever the body does. The value a previous run left is then never read."""
+    statements = body.named_children if body.type == "compound_statement" else [body]
+    for statement in statements:
+        mentions = _mentions(statement, var, src)
+        if not mentions:
+            continue
+        first = min(mentions, key=lambda n: n.start_byte)
+        if not _sets(first, var, src) or first.parent is None or first.parent.type != "assignment_expression":
+            return False
+        if statement.type == "expression_statement":
+            return bool(statement.named_children) and statement.named_children[0] == first.parent
+        return statement.type == "for_statement" and statement.child_by_field_name("initializer") == first.parent
+    return False
+
+
 def _init_value(init: Node | None, var: str, src: bytes) -> Node | None:
     """The value ``init`` gives ``var`` when that is all it does (``int j = e`` or ``j = e``)."""
     if init is None:

@@ -61,7 +61,7 @@ from kernel_lsp.core.analysis import node_text as _text
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
-from kernel_lsp.core.transforms.counted_loop import CountedLoop, counted_loop
+from kernel_lsp.core.transforms.counted_loop import CountedLoop, counted_loop, counter_dead_after, set_first
 from kernel_lsp.core.transforms.emit import (
     WARP_REDUCE, BodyEdit, builtin_fields, emit, node_at, parse, pragma_before, warp_reduce_helpers,
 )
@@ -334,7 +334,10 @@ class WarpPerRow(Rule):
         accumulators = tuple(r for r in facts.reductions if r.kind == "accumulator" and r.loop == loop.id)
         if any(r.op not in WARP_REDUCE for r in accumulators):
             return "an accumulator's operator has no shuffle reduction here", None
-        carried = assigned_names(body, src) - declared_anywhere(body, src) - {loop.var}
+        # A name the body sets before reading it (an inner loop's counter declared further out) carries nothing,
+        # provided nothing reads what the last iteration left in it.
+        carried = {n for n in assigned_names(body, src) - declared_anywhere(body, src) - {loop.var}
+                   if not (set_first(body, n, src) and counter_dead_after(node, n, facts.body_span, src))}
         names = {r.target for r in accumulators}
         # A local struct whose members accumulate (``f.x += …``): carried only through those members.
         bases = {name.split(".", 1)[0] for name in names if "." in name}
