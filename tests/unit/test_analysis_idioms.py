@@ -362,3 +362,19 @@ def test_a_while_counter_is_one_the_body_steps_once_with_no_continue_skipping_it
     loops = facts_of(WHILE_COUNTERS).loops
     assert [(lp.var, str(lp.step) if lp.step is not None else None) for lp in loops] == [
         ("i", "32"), (None, None), (None, None)]
+
+
+def test_a_pointer_cast_in_a_loop_is_not_a_call_of_unseen_code():
+    """Parboil cutcp's ``float *p = ((float *) binZeroAddr) + …`` in a loop: what is written through the cast is
+    still seen, so the loop calls nothing unseen; handing the pointer to an unknown function does."""
+    source = """
+__global__ void k(float* bins, float* out, int n) {
+  for (int c = 0; c < 4; c++) {
+    float* p = (float*) bins;
+    out[c * 64 + threadIdx.x] = p[(blockIdx.x * 4 + c) * 32 + threadIdx.x];
+  }
+}
+"""
+    assert not analyze(preprocess(source))["k"].loops[0].calls_unknown
+    handed = source.replace("    float* p = (float*) bins;\n", "    float* p = (float*) bins;\n    touch(p);\n")
+    assert analyze(preprocess("void touch(float*);\n" + handed))["k"].loops[0].calls_unknown

@@ -282,6 +282,9 @@ class _Walker:
         self.declared_in_loop: list[set[str]] = []
         self.loop_vars: list[set[str]] = []
         self.escaped: set[str] = set()
+        self.code_escapes = 0
+        """Pointers handed to code the analysis does not see (a cast only adds to ``escaped``: what is written
+        through it is still seen)."""
         self.overrides: dict[int, _Value | None] = {}
         self.depth = 0
         self.unknown_calls = 0
@@ -461,12 +464,12 @@ class _Walker:
         """The value of ``node`` without recording its accesses again (it was evaluated already)."""
         saved = (len(self.accesses), len(self.reductions), len(self.conditions), len(self.barriers), len(self.index_uses),
                  len(self.implicit), len(self.warp_ops), self.syncs, self.shuffles, self.unknown_calls, set(self.escaped),
-                 set(self.nonconst), dict(self.env), self.index_seen)
+                 self.code_escapes, set(self.nonconst), dict(self.env), self.index_seen)
         try:
             return self.expr(node)
         finally:
             (accesses, reductions, conditions, barriers, uses, implicit, warp_ops, self.syncs, self.shuffles,
-             self.unknown_calls, self.escaped, self.nonconst, self.env, self.index_seen) = saved
+             self.unknown_calls, self.escaped, self.code_escapes, self.nonconst, self.env, self.index_seen) = saved
             del self.accesses[accesses:], self.reductions[reductions:], self.conditions[conditions:]
             del self.barriers[barriers:], self.index_uses[uses:], self.implicit[implicit:], self.warp_ops[warp_ops:]
 
@@ -1336,6 +1339,7 @@ class _Walker:
         for v in values:
             if isinstance(v, _Pointer):
                 self.escaped.add(v.base)
+                self.code_escapes += 1
 
     def user_line_text(self, node: Node) -> str:
         line = self.user_line(node.start_point[0])
@@ -1659,7 +1663,7 @@ class _Walker:
                                    step_span=(added.start_byte, added.end_byte) if isinstance(added, Node) else None,
                                    increments=added is None,
                                    update_span=(stepped.start_byte, stepped.end_byte) if stepped is not None and var else None))
-        escaped_before = set(self.escaped)
+        escapes_before = self.code_escapes
         unknown_calls_before = self.unknown_calls
         self.loop_stack.append(loop_id)
         self.loop_vars.append(set(inductions) | ({var} if var else set()))
@@ -1683,7 +1687,7 @@ class _Walker:
             self.loop_stack.pop()
             self.loop_vars.pop()
             self.declared_in_loop.pop()
-        if self.unknown_calls != unknown_calls_before or self.escaped != escaped_before:
+        if self.unknown_calls != unknown_calls_before or self.code_escapes != escapes_before:
             self.loops[loop_id] = replace(self.loops[loop_id], calls_unknown=True)
         after = self.env
         self.env = dict(before)

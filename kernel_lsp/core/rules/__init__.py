@@ -25,7 +25,7 @@ from typing import Any
 from kernel_lsp.core.candidates import Candidate, OptimizeRequest
 from kernel_lsp.core.index import KernelIndex, build_index
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
-from kernel_lsp.core.source import Preprocessed
+from kernel_lsp.core.source import Preprocessed, preprocess
 from kernel_lsp.core.spec import Spec, SpecError, parse_spec, relaunched
 from kernel_lsp.core.transforms.block_reduce import AtomicToBlockReduce, TreeToRegisters, TreeToShuffle
 from kernel_lsp.core.transforms.coarsen_reduce import TreeCoarsen
@@ -153,11 +153,14 @@ def evaluate(
 
     ``preprocessed``: the file's view with its local headers expanded (the session's); without it the
     file is preprocessed on its own."""
-    index = index if index is not None else build_index(source)
+    pre = preprocessed if preprocessed is not None else preprocess(source)
+    # The index reads the kernels that macros write or fill from their expansion (``const float* RESTRICT x``), as
+    # the analysis does.
+    index = index if index is not None else build_index(source, pre)
     fn = next((f for f in index.kernels if f.name == kernel), None)
     if fn is None:
         return [RuleOutcome(r.name, r.technique, False, f"no __global__ function named {kernel}") for r in rules]
-    ctx = RuleContext(source, index, fn, _spec_of(spec), preprocessed)
+    ctx = RuleContext(source, index, fn, _spec_of(spec), pre)
     out = []
     for rule in rules:
         try:
@@ -168,7 +171,7 @@ def evaluate(
                                    f"the rule failed on this kernel (a defect in kernel-lsp: {type(exc).__name__}: {exc})"))
             continue
         if ok and not rewrites:
-            ok, why = False, f"{why}; but no rewrite could be formed (the new launch does not evaluate at every size)"
+            ok, why = False, f"{why}; but it formed no candidate that differs from the original"
         out.append(RuleOutcome(rule.name, rule.technique, ok, why, rewrites))
     return out
 
