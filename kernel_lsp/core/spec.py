@@ -730,10 +730,10 @@ def memory_problem(spec: Spec, limit_bytes: int, what: str = "the GPU's memory",
     return None
 
 
-def relaunched(data: Mapping[str, Any], launch: Mapping[str, Any]) -> dict[str, Any]:
-    """A spec's JSON form with ``launch`` (a ``candidate`` field: grid, block, dynamic_smem) as its own
-    launch and no candidate launch: the kernel as a rewrite that needs that launch runs it."""
-    out = {k: v for k, v in dict(data).items() if k != "candidate"}
+def relaunched(data: Mapping[str, Any] | Spec, launch: Mapping[str, Any]) -> dict[str, Any]:
+    """A spec's JSON form (or the parsed spec) with ``launch`` (a ``candidate`` field: grid, block, dynamic_smem)
+    as its own launch and no candidate launch: the kernel as a rewrite that needs that launch runs it."""
+    out = {k: v for k, v in (data.to_json() if isinstance(data, Spec) else dict(data)).items() if k != "candidate"}
     out.update({k: v for k, v in launch.items() if k in ("grid", "block", "dynamic_smem")})
     return out
 

@@ -566,3 +566,33 @@ def test_a_store_by_every_lane_and_a_split_loops_store_need_a_reduction_between(
     block = _rule("block-per-row", CAUSAL, SPEC_CAUSAL, "causal")
     assert not block.applicable and "`o[j]` stored at line 9 by every lane and `o[j]` stored at line 11 in a split loop" in block.why
     assert _rule("warp-per-row", CAUSAL, SPEC_CAUSAL, "causal").applicable
+
+
+def test_a_macro_for_restrict_in_the_signature_leaves_the_rules_working():
+    """SHOC s3d writes ``#define RESTRICT __restrict__`` and ``const float* RESTRICT T``: the raw text does not parse
+    there, its expansion does, and the rules read the expansion."""
+    source = """#define RESTRICT __restrict__
+__global__ void scale(const float* RESTRICT t, float* RESTRICT out, float c) {
+    out[threadIdx.x + blockIdx.x * blockDim.x] = t[threadIdx.x + blockIdx.x * blockDim.x] * c;
+}
+"""
+    spec = {"kernel": "scale", "params": [{"name": "t", "array": "float32", "size": "65536", "init": "uniform(0,1)", "role": "in"},
+                                          {"name": "out", "array": "float32", "size": "65536", "init": "zeros", "role": "out"},
+                                          {"name": "c", "scalar": "float32", "value": 1.0}],
+            "grid": [512, 1, 1], "block": [128, 1, 1]}
+    outcomes = {o.rule: o for o in evaluate(source, "scale", spec)}
+    assert not any("syntax errors" in o.why for o in outcomes.values())
+    assert outcomes["ldg"].applicable, outcomes["ldg"].why
+    assert "RESTRICT" in outcomes["ldg"].rewrites[0].source
+
+
+def test_a_parsed_spec_in_the_request_serves_sequences_that_relaunch():
+    """The generator takes the request's spec parsed as well as in its JSON form (a relaunching first step's
+    sequences rebuild it with the new launch)."""
+    folder = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "rodinia_lud_internal"
+    source, data = (folder / "kernel.cu").read_text(), json.loads((folder / "spec.json").read_text())
+    path = str(folder / "kernel.cu")
+    as_json = [c.generator for c in RuleGenerator().generate(OptimizeRequest(source=source, path=path, kernel=data["kernel"], spec=data))]
+    parsed = [c.generator for c in RuleGenerator().generate(OptimizeRequest(source=source, path=path, kernel=data["kernel"],
+                                                                            spec=parse_spec(data)))]
+    assert parsed == as_json and parsed
