@@ -42,7 +42,7 @@ def _global_atomics(f: StaticFeatures) -> int:
 _RULES: tuple[_Rule, ...] = (
     _Rule("memory-instruction-throttled", "atomics on global memory (every thread queues one)",
           lambda f: _global_atomics(f) > 0),
-    _Rule("shared-bank-conflicts", "a 2-D shared array indexed by threadIdx.x in its outer subscript",
+    _Rule("shared-bank-conflicts", "shared-memory accesses whose threadIdx.x stride shares a factor with the 32 banks",
           lambda f: f.shared_column_access > 0),
     _Rule("barrier-stalls", "a shared-memory reduction tree with barriers and no warp shuffles",
           lambda f: f.shared_tree_reduction and f.syncs > 0 and f.warp_shuffles == 0),
