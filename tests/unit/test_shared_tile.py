@@ -199,6 +199,30 @@ def test_load_refusals_name_the_missing_fact(change, why):
     assert not found.applicable and why in found.why, found.why
 
 
+@pytest.mark.skipif(shutil.which("g++") is None, reason="g++ is not on PATH")
+def test_a_counter_declared_under_the_guard_and_set_by_the_header(tmp_path):
+    """PolyBench-ACC's ``int k; for (k = 0; …)`` inside the guard: every thread's loop starts the same whatever the
+    guard, so the rule applies; run on the CPU beside the original at a ragged size, the outputs are the same."""
+    from cpu_cuda import run_on_cpu
+
+    source = ROWS.replace("  if (p < n) {\n    for (int i = 0;", "  if (p < n) {\n    int i;\n    for (i = 0;")
+    assert "int i;\n    for (i = 0;" in source
+    found = load_outcome(source, ROWS_SPEC)
+    assert found.applicable, found.why
+    main = r"""
+int main() {
+  const int n = 300, f = 5;
+  std::vector<float> in(n * f), out(n * f, -1.0f);
+  for (int t = 0; t < n * f; t++) in[t] = (float)((t * 7) % 23);
+  kl_launch({(n + 255) / 256, 1, 1}, {256, 1, 1}, [&] { columns(in.data(), out.data(), n, f); });
+  for (int t = 0; t < n * f; t++) printf("%a\n", out[t]);
+}
+"""
+    assert run_on_cpu(found.rewrites[0].source, main, tmp_path, "staged") == run_on_cpu(source, main, tmp_path, "original")
+    if shutil.which("nvcc"):
+        compiles(found.rewrites[0].source, tmp_path)
+
+
 def test_load_refused_when_the_loop_bound_is_loaded_from_memory():
     src = ROWS.replace("const float* in,", "const float* in, const int* len,").replace("i < f;", "i < len[0];")
     spec = {**ROWS_SPEC, "params": [ROWS_SPEC["params"][0], {**arr("len", "1"), "array": "int32", "init": "zeros"},

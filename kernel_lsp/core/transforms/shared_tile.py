@@ -590,7 +590,9 @@ def _siblings(block: Node, loop_node: Node) -> list[Node]:
 
 
 def _declarator_identifier(decl: Node, src: bytes) -> str | None:
-    target = decl.child_by_field_name("declarator")
+    """The name a declarator declares (``k`` of ``int k;``, ``*p = …``, ``k = 0``); None for an array, a reference or
+    a function."""
+    target = decl if decl.type in ("identifier", "pointer_declarator") else decl.child_by_field_name("declarator")
     while target is not None and target.type == "pointer_declarator":
         target = target.child_by_field_name("declarator")
     return _text(src, target) if target is not None and target.type == "identifier" else None
@@ -619,6 +621,14 @@ def _guard_siblings_refusal(block: Node, loop_node: Node, src: bytes) -> str | N
             declared.add(name)
     header = [loop_node.child_by_field_name(f) for f in ("initializer", "condition", "update")]
     used = {_text(src, ident) for part in header if part is not None for ident in _identifier_nodes(part, src)}
+    # A counter declared under the guard and set by the header (``int k; for (k = 0; …)``) starts the same for
+    # every thread whatever the guard.
+    init = header[0]
+    if init is not None and init.type == "assignment_expression" and _text(src, init.child_by_field_name("operator")) == "=":
+        left, right = init.child_by_field_name("left"), init.child_by_field_name("right")
+        if left is not None and left.type == "identifier" and _text(src, left) not in {
+                _text(src, i) for i in _identifier_nodes(right, src)}:
+            declared.discard(_text(src, left))
     if used & declared:
         return f"the loop's header uses {', '.join(sorted(used & declared))}, declared under the guard"
     # The loop must be a statement of the block itself (not nested in another statement of it).
