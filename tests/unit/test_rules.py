@@ -202,6 +202,20 @@ def test_ldg_refuses_a_written_pointer_and_wraps_reads_through_a_local_pointer()
     assert "__ldg(&x[(int)__ldg(&x[i])])" in _rule("ldg", nested).rewrites[0].source
 
 
+def test_ldg_and_the_launch_rules_read_a_dereference_as_a_subscript(tmp_path) -> None:
+    """Rodinia gaussian's Fan1 reads ``*(a + Size * gid + t)``: the same element read as ``a[Size * gid + t]``, so
+    ``__ldg`` wraps its address and the global index is seen through the pointer's offset."""
+    source = _kernel("    int i = blockIdx.x * blockDim.x + threadIdx.x;\n    if (i < n) *(y + i) = *(x + i) * 2.0f + *x;")
+    outcome = _rule("ldg", source)
+    assert outcome.applicable, outcome.why
+    assert "*(y + i) = __ldg(x + i) * 2.0f + __ldg(x);" in outcome.rewrites[0].source
+    assert _rule("block-size", source).applicable
+    if shutil.which("nvcc"):
+        from nvcc_check import compiles
+
+        compiles(outcome.rewrites[0].source, tmp_path)
+
+
 def test_ldg_keeps_a_macro_expanded_on_both_sides_of_the_read() -> None:
     """``NY`` expands before and after ``x[i * NY + j]`` on its line: the insertions are placed by the
     tokens around them, so the candidate keeps ``NY`` as written (a literal 64 would be a problem size the

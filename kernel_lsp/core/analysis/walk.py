@@ -558,8 +558,10 @@ class _Walker:
             # The largest expression of + - * around a builtin: how the thread's indices are combined.
             self.index_seen = seen
             line = node.start_point[0]
-            self.index_uses.append(IndexUse(node_text(self.src, node)[:120], value if isinstance(value, Poly) else None,
-                                            line, self.user_line(line), tuple(self.via), (node.start_byte, node.end_byte)))
+            # Pointer arithmetic (``*(a + Size * gid + t)``) combines the indices in the pointer's element offset.
+            combined = value if isinstance(value, Poly) else value.offset if isinstance(value, _Pointer) else None
+            self.index_uses.append(IndexUse(node_text(self.src, node)[:120], combined, line, self.user_line(line),
+                                            tuple(self.via), (node.start_byte, node.end_byte)))
         return value
 
     def flat_reads(self, node: Node) -> _Value:

@@ -17,7 +17,9 @@ overload and the spec proves the written arrays are other allocations.
 
 from __future__ import annotations
 
-from kernel_lsp.core.analysis import redeclared_parameters
+from tree_sitter import Node
+
+from kernel_lsp.core.analysis import node_text, redeclared_parameters
 from kernel_lsp.core.consteval import evaluate_int
 from kernel_lsp.core.index import Function
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, Rewrite, Rule, RuleContext
@@ -185,6 +187,13 @@ class PragmaUnroll(Rule):
         return (Rewrite(out.decode("utf-8"), f"#pragma unroll on {trips}"),)
 
 
+def _dereference(node: Node | None, src: bytes) -> Node | None:
+    """The address ``*address`` reads, when ``node`` is such a read."""
+    if node is None or node.type != "pointer_expression" or node_text(src, node.child_by_field_name("operator")) != "*":
+        return None
+    return node.child_by_field_name("argument")
+
+
 class ReadOnlyLoads(Rule):
     name = "ldg"
     technique = "read-only-cache"
@@ -205,14 +214,15 @@ class ReadOnlyLoads(Rule):
                     or a.elem_type not in LDG_TYPES or not lo < a.span[0] < hi:
                 continue
             node = node_at(src, root, a.span)
-            if node is not None and node.type == "subscript_expression":
+            if node is not None and (node.type == "subscript_expression" or _dereference(node, src) is not None):
                 found.append(a)
         return found
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         targets = self._targets(ctx)
         if not targets:
-            return False, "no provably read-only pointer parameter of an __ldg type is read by subscript in the kernel's body"
+            return False, ("no provably read-only pointer parameter of an __ldg type is read by subscript or dereference in "
+                           "the kernel's body")
         written = {p.name for p in ctx.kernel.params if p.pointer_depth > 0} - ctx.read_only
         if written and not ctx.distinct_arrays():
             return False, "the kernel writes through other pointers and no launch spec proves they are different arrays"
@@ -225,9 +235,18 @@ class ReadOnlyLoads(Rule):
 
         # Insertions around each read, nested reads too: they fall between tokens, so they map into the
         # user's text even where a macro expands inside the read (``hz[i * NY + j]``).
+        src, root = parse(ctx.preprocessed)
         for lo, hi in spans:
-            edit.insert(lo, "__ldg(&")
-            edit.insert(hi, ")")
+            address = _dereference(node_at(src, root, (lo, hi)), src)
+            if address is not None and address.type == "parenthesized_expression":
+                # ``*(a + i)`` reads through the address it dereferences: ``__ldg(a + i)``, its parentheses kept.
+                edit.replace(lo, address.start_byte, "__ldg")
+            elif address is not None:
+                edit.replace(lo, address.start_byte, "__ldg(")
+                edit.insert(hi, ")")
+            else:
+                edit.insert(lo, "__ldg(&")
+                edit.insert(hi, ")")
         source, expanded = emit(edit, ctx.source, ctx.kernel)
         note = " (the kernel's body with its macros expanded)" if expanded and ctx.preprocessed.macros else ""
         return (Rewrite(source, "__ldg on reads of " + ", ".join(sorted({a.array for a in targets})) + note),)
