@@ -250,6 +250,8 @@ def _with_bound_from_memory(source: str) -> str:
      "runs under a condition other than the kernel's leading exits and guard"),
     # A loop bound read from memory.
     (_with_bound_from_memory, "has a bound (`m[0]`) that is neither a constant nor an integer parameter"),
+    # A tap loop starting where the thread is: the start, not the bound, is what the refusal names.
+    (lambda s: s.replace("for (int k = -r;", "for (int k = -r + n % 2;"), "has a start (`n % 2`)"),
     # Taps two elements apart along threadIdx.x: not a row of the window.
     (lambda s: s.replace("x[i + k]", "x[2 * i + k]"), "not read at unit stride along threadIdx.x"),
     # A tap loop that may stop early.

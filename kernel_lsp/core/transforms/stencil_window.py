@@ -350,12 +350,13 @@ class StencilWindow(Rule):
             raise _Refusal(f"the loop at line {line} has no counter the analysis follows")
         if loop.step.constant is None or loop.step.constant <= 0:
             raise _Refusal(f"the loop at line {line} does not step by a constant")
-        for s in sorted(loop.start.symbols | loop.bound.symbols):
-            if s not in params or s in assigned or not ctx.spec_scalar(s) or s not in binding_env:
-                what = facts.opaque[s].text if s in facts.opaque else s
-                raise _Refusal(f"the loop at line {line} has a bound (`{what}`) that is neither a constant nor an integer "
-                               "parameter the kernel leaves unchanged")
-            fixed[s] = binding_env[s]
+        for part, poly in (("start", loop.start), ("bound", loop.bound)):
+            for s in sorted(poly.symbols):
+                if s not in params or s in assigned or not ctx.spec_scalar(s) or s not in binding_env:
+                    what = facts.opaque[s].text if s in facts.opaque else s
+                    raise _Refusal(f"the loop at line {line} has a {part} (`{what}`) that is neither a constant nor an "
+                                   "integer parameter the kernel leaves unchanged")
+                fixed[s] = binding_env[s]
         if loop.calls_unknown:
             raise _Refusal(f"the loop at line {line} calls code the analysis does not see")
         node = node_at(src, root, loop.span)
