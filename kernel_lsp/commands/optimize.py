@@ -139,6 +139,8 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernel-lsp optimize: {found.problem}", file=sys.stderr)
         return EXIT_USAGE
     spec = found.spec
+    for warning in found.warnings:
+        print(f"kernel-lsp optimize: warning: the launch spec {warning}", file=sys.stderr)
     kernel = args.kernel or spec.kernel
     if kernel != spec.kernel:
         print(f"kernel-lsp optimize: --kernel {kernel} but the spec describes {spec.kernel}", file=sys.stderr)

@@ -13,7 +13,7 @@ Pure: strings in, a frozen report out. Learned from KernelBench's
 from __future__ import annotations
 
 import re
-from collections.abc import Iterator
+from collections.abc import Iterator, Mapping
 from dataclasses import dataclass
 
 from tree_sitter import Node, Parser
@@ -481,20 +481,27 @@ class SignatureReport:
     warnings: tuple[str, ...]
 
 
-def alias_resolver(src: str):
+def alias_resolver(src: str, macros: Mapping[str, str] | None = None):
     """(base type, pointer depth) of a parameter with the file's ``typedef``/``using`` aliases resolved:
-    ``Data_ptr p`` with ``typedef float* Data_ptr;`` is ``("float", 1)``, as the compiler sees it."""
+    ``Data_ptr p`` with ``typedef float* Data_ptr;`` is ``("float", 1)``, as the compiler sees it; with
+    ``macros`` (the file's object-like macros), a type a macro names too (lavaMD's ``#define fp double``)."""
     from kernel_lsp.core.analysis import alias_table, parse_text
 
     data, root = parse_text(src)
     aliases = alias_table(root, data)
 
     def resolve(p) -> tuple[str, int]:  # noqa: ANN001 - core.index.Param
-        base = _canonical_type(p.base_type)
+        base, depth = _canonical_type(p.base_type), p.pointer_depth
+        for _ in range(8):  # a macro may name another (bounded: a cycle ends here)
+            body = (macros or {}).get(base)
+            if body is None:
+                break
+            stars = body.count("*")
+            base, depth = _canonical_type(body.replace("*", " ")), depth + stars
         alias = aliases.get(base)
         if alias is not None:
-            return alias.base, p.pointer_depth + alias.pointer_depth
-        return base, p.pointer_depth
+            return alias.base, depth + alias.pointer_depth
+        return base, depth
 
     return resolve
 

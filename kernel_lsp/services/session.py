@@ -98,6 +98,8 @@ class SpecLookup:
     """The in-source spec's JSON object (the profiler takes it as is)."""
     problem: str | None = None
     """Why there is no spec, for the user."""
+    warnings: tuple[str, ...] = ()
+    """Element types of the spec that the kernel's C types may not hold (the spec is still used)."""
 
 
 def spec_problem(spec: Spec, index: KernelIndex, text: str) -> str | None:
@@ -114,8 +116,21 @@ def spec_problem(spec: Spec, index: KernelIndex, text: str) -> str | None:
     return None
 
 
+def spec_warnings(spec: Spec, index: KernelIndex, text: str,
+                  macros: Callable[[], Mapping[str, str]] | None = None) -> tuple[str, ...]:
+    """Element types of ``spec`` that its kernel's C types may not hold, read through the file's aliases and, where
+    that leaves a mismatch, its object-like macros (``macros``, asked for only then: ``#define fp double``)."""
+    kernel = next((f for f in index.kernels if f.name == spec.kernel), None)
+    if kernel is None:
+        return ()
+    _, warnings = spec_mismatch(spec, kernel, alias_resolver(text))
+    if warnings and macros is not None:
+        _, warnings = spec_mismatch(spec, kernel, alias_resolver(text, macros()))
+    return tuple(warnings)
+
+
 def resolve_spec(path: str, text: str, kernel: str | None, explicit: str | None = None, *,
-                 index: KernelIndex | None = None) -> SpecLookup:
+                 index: KernelIndex | None = None, macros: Callable[[], Mapping[str, str]] | None = None) -> SpecLookup:
     """The launch spec of ``kernel`` in the file at ``path`` whose text is ``text``.
 
     ``explicit`` (a path, the CLI's ``--spec``) wins; else the sidecar
@@ -123,13 +138,17 @@ def resolve_spec(path: str, text: str, kernel: str | None, explicit: str | None 
     comment of that kernel. With ``kernel`` None the file must hold exactly one
     in-source spec (or ``explicit`` names the spec). A spec that does not fit
     the kernel (:func:`spec_problem`, against ``index`` or the text's own) is
-    refused with the reason.
+    refused with the reason; element types it may not hold are its ``warnings`` (``macros``: the file's
+    object-like macros, asked for where a type still does not match).
     """
     found = _lookup(path, text, kernel, explicit)
     if found.spec is None:
         return found
-    problem = spec_problem(found.spec, index if index is not None else build_index(text), text)
-    return dataclasses.replace(found, spec=None, problem=problem) if problem else found
+    index = index if index is not None else build_index(text)
+    problem = spec_problem(found.spec, index, text)
+    if problem:
+        return dataclasses.replace(found, spec=None, problem=problem)
+    return dataclasses.replace(found, warnings=spec_warnings(found.spec, index, text, macros))
 
 
 def _lookup(path: str, text: str, kernel: str | None, explicit: str | None) -> SpecLookup:
@@ -288,7 +307,8 @@ class Session:
 
     def resolve_spec(self, path: str, text: str, kernel: str | None, explicit: str | None = None, *,
                      index: KernelIndex | None = None) -> SpecLookup:
-        return resolve_spec(path, text, kernel, explicit, index=index)
+        return resolve_spec(path, text, kernel, explicit, index=index,
+                            macros=lambda: self.preprocessed(path, text).object_macros())
 
     # --- verification --------------------------------------------------------------
 

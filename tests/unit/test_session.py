@@ -217,3 +217,23 @@ def test_the_rules_see_macros_from_local_headers(tmp_path: Path) -> None:
         head = candidate.source.split("{", 1)[0]
         assert "const float* a" not in head and "const float* __restrict__ a" not in head
         assert "const float* b" in head or "const float* __restrict__ b" in head
+
+
+def test_a_spec_type_the_kernel_may_not_hold_is_a_warning_and_a_macro_type_is_read_through(tmp_path: Path) -> None:
+    """lavaMD writes ``#define fp double`` and ``fp* qv``: a float64 array fits; a float64 array for a ``float*``
+    parameter is used but warned about."""
+    source = ("#define fp double\n"
+              "__global__ void k(fp* qv, float* out, int n) {\n"
+              "    int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "    if (i < n) out[i] = (float)qv[i];\n}\n")
+    path = tmp_path / "k.cu"
+    path.write_text(source)
+    spec = {"kernel": "k", "grid": ["ceil_div(n,128)", 1, 1], "block": [128, 1, 1],
+            "params": [{"name": "qv", "array": "float64", "size": "n", "init": "uniform(0,1)", "role": "in"},
+                       {"name": "out", "array": "float64", "size": "n", "init": "zeros", "role": "out"},
+                       {"name": "n", "scalar": "int32", "value": 1024}]}
+    explicit = tmp_path / "k.json"
+    explicit.write_text(json.dumps(spec))
+    found = Session(Settings(), use_kb=False).resolve_spec(str(path), source, "k", str(explicit))
+    assert found.spec is not None
+    assert found.warnings == ("params[1]: spec type float64 vs the kernel's 'float' for 'out'",), found.warnings
