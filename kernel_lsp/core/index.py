@@ -1342,6 +1342,26 @@ def _uses_query(names: frozenset[str]) -> Query:
     return query
 
 
+class _JoinedItem(NamedTuple):
+    """Two top-level items read as one (the byte and point fields of a node that spans both)."""
+
+    start_byte: int
+    end_byte: int
+    start_point: tuple[int, int]
+    end_point: tuple[int, int]
+
+
+def _joined(item: Node) -> Node | _JoinedItem:
+    """``item``, or ``item`` with the function definition after it: a declaration the parser closed with a
+    missing ``;`` just before a definition is a macro between a function's type and its name (SHOC's
+    ``__global__ void LAUNCH_BOUNDS(128, 4) kernel(…) {…}``), which only the two together expand into."""
+    following = item.next_named_sibling
+    if item.type == "declaration" and any(c.is_missing for c in item.children) and following is not None \
+            and following.type == "function_definition":
+        return _JoinedItem(item.start_byte, following.end_byte, item.start_point, following.end_point)
+    return item
+
+
 def _item_of(node: Node, root: Node, src: bytes) -> tuple[Node, _Context] | None:
     """The top-level item holding ``node`` (what :func:`_iter_units` would take as a unit, or a file-scope
     statement) and its context; None inside a directive or outside any item."""
@@ -1588,6 +1608,8 @@ class _MacroPass:
 
         def add(node: Node) -> None:
             held = _item_of(node, root, src)
+            if held is not None:
+                held = (_joined(held[0]), held[1])
             if held is not None and held[0].end_byte - held[0].start_byte <= _MAX_MACRO_ITEM_BYTES:
                 found.setdefault(held[0].start_byte, held)
 

@@ -130,3 +130,18 @@ def test_a_unit_over_its_budget_is_read_as_written_with_a_note():
     assert [k.name for k in index.kernels] == ["k"]
     (note,) = index.notes
     assert "over 5,000 tokens" in note.message and note.span.start.line == 41
+
+
+def test_a_macro_between_a_kernels_type_and_its_name_is_read_through():
+    """SHOC s3d writes ``__global__ void\\nLAUNCH_BOUNDS (RDSMH_THRD, RDSMH_BLK)\\nrdsmh_kernel(…)``: the parser closes a
+    declaration before the name; the declaration and the definition after it expand together into the kernel."""
+    for body in (" __launch_bounds__(maxThrd, minBlk)", ""):
+        source = (f"#define LAUNCH_BOUNDS(maxThrd, minBlk){body}\n"
+                  "__global__ void\nLAUNCH_BOUNDS (128, 4)\nscale(const float* t, float* out, float c)\n{\n"
+                  "    out[threadIdx.x] = t[threadIdx.x] * c;\n}\n")
+        assert not build_index(source).kernels  # the raw text alone hides it
+        index = build_index(source, preprocess(source))
+        (kernel,) = index.kernels
+        assert kernel.name == "scale" and [p.name for p in kernel.params] == ["t", "out", "c"] and not index.syntax_errors
+        assert kernel.body_span is not None and source[kernel.body_span.start_byte] == "{"
+        assert kernel.launch_bounds == (("128", "4") if body else ())
