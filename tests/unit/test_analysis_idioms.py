@@ -378,3 +378,20 @@ __global__ void k(float* bins, float* out, int n) {
     assert not analyze(preprocess(source))["k"].loops[0].calls_unknown
     handed = source.replace("    float* p = (float*) bins;\n", "    float* p = (float*) bins;\n    touch(p);\n")
     assert analyze(preprocess("void touch(float*);\n" + handed))["k"].loops[0].calls_unknown
+
+
+def test_enumerators_are_constants_in_indices():
+    """Parboil LBM indexes its cells through an enum of entries: ``src[X1 + NE * i]`` is 3 * i + 1."""
+    source = """
+typedef enum { X0 = 0, X1, X2, NE } ENTRIES;
+enum Extra { BASE = 4 * NE, NEXT };
+__global__ void k(const float* src, float* dst, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    if (i < n) dst[i] = src[X1 + NE * i] + src[NEXT + i];
+}
+"""
+    facts = analyze(preprocess(source))["k"]
+    gid = Poly.sym("bdim.x") * Poly.sym("bid.x") + Poly.sym("tid.x")
+    reads = {a.text: a.index for a in facts.accesses if a.reads}
+    assert reads["src[X1 + NE * i]"] == gid * Poly.const(3) + Poly.const(1)
+    assert reads["src[NEXT + i]"] == gid + Poly.const(13)

@@ -274,9 +274,35 @@ def _points_to_const(param: Node, src: bytes) -> bool:
     return any(c.type == "type_qualifier" and node_text(src, c) == "const" for c in param.children)
 
 
-def _file_constants(root: Node, src: bytes) -> dict[str, str]:
-    """``const int N = 512, M = 4;`` and ``constexpr`` integers at file scope."""
+def _enumerators(root: Node, src: bytes) -> dict[str, str]:
+    """The values of the enumerators declared outside functions (``enum { X1 = 1, NE };``, LBM's cell entries), each
+    its written value or one more than the previous one's, where they evaluate."""
+    from kernel_lsp.core.consteval import evaluate_int
+
     found: dict[str, str] = {}
+    stack = [root]
+    while stack:
+        node = stack.pop()
+        if node.type == "function_definition":
+            continue
+        if node.type == "enumerator_list":
+            following: int | None = 0
+            for item in node.named_children:
+                if item.type != "enumerator":
+                    continue
+                name, value = item.child_by_field_name("name"), item.child_by_field_name("value")
+                current = evaluate_int(node_text(src, value), found) if value is not None else following
+                if name is not None and current is not None:
+                    found[node_text(src, name)] = str(current)
+                following = current + 1 if current is not None else None
+            continue
+        stack.extend(reversed(node.children))
+    return found
+
+
+def _file_constants(root: Node, src: bytes) -> dict[str, str]:
+    """``const int N = 512, M = 4;``, ``constexpr`` integers and enumerators at file scope."""
+    found: dict[str, str] = _enumerators(root, src)
     for child in root.children:
         if child.type != "declaration":
             continue
