@@ -158,7 +158,7 @@ def test_adi_kernel1_smaller_blocks_and_no_illegal_block_size():
 
 
 @pytest.mark.parametrize(("spec_change", "why"), [
-    ({"grid": [512, 1, 1]}, "one per SM already"),
+    ({"grid": [512, 1, 1]}, "at least one per SM already"),
     ({"block": [32, 1, 1]}, "as small as this rule makes it"),
     ({"block": [48, 1, 1]}, "no smaller block divides"),
 ])

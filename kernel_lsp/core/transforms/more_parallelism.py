@@ -230,7 +230,7 @@ class SmallerBlocks(Rule):
             return False, "the launch is not 1-D with a constant block"
         launch = ctx.launches()[0]
         if launch.grid[0] >= DEFAULT_SM_COUNT:
-            return False, f"the launch has {launch.grid[0]} blocks, one per SM already"
+            return False, f"the launch has {launch.grid[0]} blocks, at least one per SM already"
         if block[0] <= min(SMALL_BLOCKS):
             return False, f"the block of {block[0]} threads is as small as this rule makes it"
         why = _independent(ctx, ("x",))
