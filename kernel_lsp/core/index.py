@@ -1320,7 +1320,7 @@ _NESTING_TYPES = frozenset({
 })
 _ITEM_TYPES = frozenset({
     "function_definition", "template_declaration", "declaration", "linkage_specification", "field_declaration",
-    "expression_statement", "type_definition", "ERROR",
+    "expression_statement", "type_definition", "template_instantiation", "ERROR",
 })
 _IDENTIFIERS_QUERY = Query(CUDA_LANGUAGE, "(identifier) @id (type_identifier) @id")
 #: Lines whose "names a macro" answer is kept, at most (per document).
@@ -1356,7 +1356,9 @@ def _joined(item: Node) -> Node | _JoinedItem:
     missing ``;`` just before a definition is a macro between a function's type and its name (SHOC's
     ``__global__ void LAUNCH_BOUNDS(128, 4) kernel(…) {…}``), which only the two together expand into."""
     following = item.next_named_sibling
-    if item.type == "declaration" and any(c.is_missing for c in item.children) and following is not None \
+    # In a template the declaration closed early is the template's own (``template <class real> __global__ void M(…)``).
+    closed = item.named_children[-1] if item.type == "template_declaration" and item.named_children else item
+    if closed.type == "declaration" and any(c.is_missing for c in closed.children) and following is not None \
             and following.type == "function_definition":
         return _JoinedItem(item.start_byte, following.end_byte, item.start_point, following.end_point)
     return item

@@ -145,3 +145,13 @@ def test_a_macro_between_a_kernels_type_and_its_name_is_read_through():
         assert kernel.name == "scale" and [p.name for p in kernel.params] == ["t", "out", "c"] and not index.syntax_errors
         assert kernel.body_span is not None and source[kernel.body_span.start_byte] == "{"
         assert kernel.launch_bounds == (("128", "4") if body else ())
+    template = ("#define LAUNCH_BOUNDS(maxThrd, minBlk)\ntemplate <class real>\n__global__ void\nLAUNCH_BOUNDS (128, 4)\n"
+                "scale(const real* t, real* out, real c)\n{\n    out[threadIdx.x] = t[threadIdx.x] * c;\n}\n"
+                "template __global__ void scale<float>(const float*, float*, float);\n")
+    (kernel,) = build_index(template, preprocess(template)).kernels
+    assert kernel.name == "scale" and kernel.is_template
+    # An explicit instantiation that names a macro where the parser does not take one is read through it as well.
+    restricted = "#define RESTRICT __restrict__\n" + template.replace("(const float*, float*, float)",
+                                                                       "(const float* RESTRICT t, float* RESTRICT out, float c)")
+    index = build_index(restricted, preprocess(restricted))
+    assert not index.syntax_errors and [k.name for k in index.kernels] == ["scale"]
