@@ -155,10 +155,8 @@ def test_a_name_set_before_it_is_read_in_every_run_of_a_body(body, var, first):
     assert set_first(block, var, src) is first
 
 
-def test_an_inner_loops_counter_declared_further_out_is_not_carried():
-    """PolyBench-GPU covariance declares ``int i, j2;`` at the top and counts the inner loop with ``for (i = 0; …)``:
-    each iteration of the outer loop sets i before reading it."""
-    source = """
+# PolyBench-GPU covariance's shape: ``int i, j;`` declared at the top, the inner loop counted by ``for (i = 0; …)``.
+OUTER_COUNTER = """
 __global__ void k(const float* a, float* out, int n, int m) {
   int r = blockIdx.x * blockDim.x + threadIdx.x;
   int i, j;
@@ -171,6 +169,12 @@ __global__ void k(const float* a, float* out, int n, int m) {
   }
 }
 """
+
+
+def test_an_inner_loops_counter_declared_further_out_is_not_carried():
+    """PolyBench-GPU covariance declares ``int i, j2;`` at the top and counts the inner loop with ``for (i = 0; …)``:
+    each iteration of the outer loop sets i before reading it."""
+    source = OUTER_COUNTER
     spec = spec_of("k", [arr("a", "n*4*m"), arr("out", "n*m", "out"), scalar("n", 4096), scalar("m", 256)],
                    ["ceil_div(m,128)", 1, 1], [128, 1, 1])
     found = evaluate(source, "k", parse_spec(spec), [rule_by_name("split-reduction")])[0]
@@ -184,19 +188,7 @@ __global__ void k(const float* a, float* out, int n, int m) {
 def test_the_split_outer_loop_with_an_outer_counter_gives_the_same_rows(tmp_path):
     from cpu_cuda import run_on_cpu
 
-    source = """
-__global__ void k(const float* a, float* out, int n, int m) {
-  int r = blockIdx.x * blockDim.x + threadIdx.x;
-  int i, j;
-  if (r < m) {
-    for (j = 0; j < n; j++) {
-      float s = 0.0f;
-      for (i = 0; i < 4; i++) s += a[(j * 4 + i) * m + r];
-      out[j * m + r] = s;
-    }
-  }
-}
-"""
+    source = OUTER_COUNTER
     spec = spec_of("k", [arr("a", "n*4*m"), arr("out", "n*m", "out"), scalar("n", 4096), scalar("m", 64)],
                    ["ceil_div(m,32)", 1, 1], [32, 1, 1], [{"n": 7, "m": 40}])
     found = evaluate(source, "k", parse_spec(spec), [rule_by_name("split-reduction")])[0]
