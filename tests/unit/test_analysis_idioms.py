@@ -395,3 +395,22 @@ __global__ void k(const float* src, float* dst, int n) {
     reads = {a.text: a.index for a in facts.accesses if a.reads}
     assert reads["src[X1 + NE * i]"] == gid * Poly.const(3) + Poly.const(1)
     assert reads["src[NEXT + i]"] == gid + Poly.const(13)
+
+
+def test_a_pointer_set_on_each_path_keeps_its_accesses():
+    """Parboil tpacf picks its data pointer in an if/else: what is read and written through it stays recorded, on
+    the array when both paths point into it, as escaped where they point into different ones."""
+    same = """
+__global__ void k(const float* x, float* out, int n, int sets) {
+    float* q;
+    if (blockIdx.x < sets) q = out; else q = out + n;
+    q[threadIdx.x] = x[threadIdx.x];
+}
+"""
+    facts = analyze(preprocess(same))["k"]
+    assert "out" in facts.written and "out" not in facts.read_only
+    assert any(a.text == "q[threadIdx.x]" and a.array == "out" and a.writes for a in facts.accesses)
+    apart = same.replace("const float* x, float* out,", "const float* x, float* out, float* other,").replace(
+        "q = out + n;", "q = other;")
+    facts = analyze(preprocess(apart))["k"]
+    assert {"out", "other"} <= set(facts.escaped) and not {"out", "other"} & set(facts.read_only)

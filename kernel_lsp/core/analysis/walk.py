@@ -1612,8 +1612,22 @@ class _Walker:
             first = values[0]
             if all(v == first for v in values) and first is not None:
                 merged[name] = first
-            else:
-                merged[name] = self.fresh(name, [before[name], *values])
+                continue
+            pointers = [v for v in (before[name], *values) if isinstance(v, _Pointer)]
+            if pointers:
+                # A pointer set differently on each path (``if (c) q = out; else q = out + n;``): into the same
+                # array at an offset the analysis does not know, or, between arrays, into memory it cannot name;
+                # either way what is done through it stays recorded.
+                p = pointers[0]
+                if all((q.base, q.space, q.elem_type) == (p.base, p.space, p.elem_type) for q in pointers):
+                    merged[name] = _Pointer(p.base, p.space, self.fresh(name, [q.offset for q in pointers]), p.elem_type,
+                                            volatile=any(q.volatile for q in pointers))
+                else:
+                    # What is written through it may land in any of them.
+                    self.escape(pointers)
+                    merged[name] = self.unresolved(name, p.elem_type, None)
+                continue
+            merged[name] = self.fresh(name, [before[name], *values])
         self.env = merged
 
     def loop(self, node: Node) -> None:
