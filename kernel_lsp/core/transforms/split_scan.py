@@ -52,7 +52,7 @@ from __future__ import annotations
 
 import re
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 
 from tree_sitter import Node
 
@@ -70,8 +70,8 @@ from kernel_lsp.core.transforms.more_parallelism import (
     DEFAULT_SM_COUNT, group_lanes, underfilled, warps,
 )
 from kernel_lsp.core.transforms.warp_per_row import (
-    VIRTUAL_FIELDS, LoopPlan, balance, independent_iterations, lane_races, one_lane_tail, regroupable, virtual_thread,
-    walks_row,
+    VIRTUAL_FIELDS, LoopPlan, balance, grown_launch, independent_iterations, lane_races, one_lane_tail, regroupable,
+    virtual_thread, walks_row,
 )
 
 #: Floating types a running sum may have besides the integers (``decltype`` copies it; zero is the identity).
@@ -130,7 +130,7 @@ class SplitScan(Rule):
                 if not tail or lane_races([plan], facts, tail):
                     reasons.append(race + (f" (and the code after the loop cannot run on one lane: {why})" if why else ""))
                     continue
-                scan = _Scan(scan.loop, scan.counted, scan.target, scan.update, scan.term, scan.inputs, lanes, tail)
+                scan = replace(scan, tail=tail)
             return scan, ""
         return None, "; ".join(reasons) or self.nothing_to_split
 
@@ -225,17 +225,13 @@ class SplitScan(Rule):
         if scan is None:
             return False, why
         try:
-            with_candidate_launch(ctx.spec, self._launch(ctx, scan.lanes))  # type: ignore[arg-type]
+            with_candidate_launch(ctx.spec, grown_launch(ctx, scan.lanes))  # type: ignore[arg-type]
         except (SpecError, ValueError, ZeroDivisionError) as exc:
             return False, f"the new launch does not evaluate: {exc}"
         return True, (f"{warps(ctx)} {self.claim}; the loop at line {(scan.loop.user_line or 0) + 1} carries the running sum "
                       f"`{scan.target}` and nothing else, its iterations otherwise independent; 1-D kernel without "
                       "barriers, shared memory or warp intrinsics"
                       + ("; the code after the loop reads back what the lanes stored, so one lane runs it" if scan.tail else ""))
-
-    def _launch(self, ctx: RuleContext, lanes: int) -> dict:
-        grid = ctx.spec.launch.grid  # type: ignore[union-attr]
-        return {"grid": [f"({grid[0]}) * {lanes}", grid[1], grid[2]], "block": list(ctx.spec.launch.block)}  # type: ignore[union-attr]
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         scan, _ = self.plan(ctx)
@@ -313,7 +309,7 @@ class SplitScan(Rule):
             note += "; the code after the loop run by the group's first lane"
         return (Rewrite(source, f"{self.headline} split across {lanes} lanes per thread: the loop in rounds of {lanes} "
                                 f"iterations, each lane's share of `{target}` from a shuffle scan in its group; launched with "
-                                f"{lanes} times the blocks" + note, self._launch(ctx, lanes), grid_scale=(lanes, 1, 1)),)
+                                f"{lanes} times the blocks" + note, grown_launch(ctx, lanes), grid_scale=(lanes, 1, 1)),)
 
 
 def _scan_name(lanes: int) -> str:

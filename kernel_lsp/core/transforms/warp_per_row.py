@@ -370,8 +370,7 @@ class WarpPerRow(Rule):
                          if split.tail else ""))
 
     def _launch(self, ctx: RuleContext) -> dict:
-        grid = ctx.spec.launch.grid  # type: ignore[union-attr]
-        return {"grid": [f"({grid[0]}) * {self.lanes(ctx)}", grid[1], grid[2]], "block": list(ctx.spec.launch.block)}  # type: ignore[union-attr]
+        return grown_launch(ctx, self.lanes(ctx))
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         split, _ = self.plan(ctx)
@@ -461,6 +460,13 @@ def independent_iterations(facts: KernelFacts, loop: LoopFact) -> str | None:
             return (f"it reads `{w.array}` at another index than it writes (`{clash.text}` may be an element "
                     f"`{w.text}` stores in another iteration)")
     return None
+
+
+def grown_launch(ctx: RuleContext, lanes: int) -> dict:
+    """The spec's launch with ``lanes`` times the blocks along x (a ``candidate`` field): a group of ``lanes`` threads
+    per original thread (:func:`virtual_thread`), the block unchanged."""
+    grid = ctx.spec.launch.grid  # type: ignore[union-attr]
+    return {"grid": [f"({grid[0]}) * {lanes}", grid[1], grid[2]], "block": list(ctx.spec.launch.block)}  # type: ignore[union-attr]
 
 
 def virtual_thread(lanes: int) -> str:
