@@ -164,6 +164,21 @@ def set_first(body: Node, var: str, src: bytes) -> bool:
     return False
 
 
+def value_set_before(node: Node, var: str, src: bytes) -> Node | None:
+    """The value the statement right before ``node`` gives ``var`` (``int var = v;`` or ``var = v;``, a statement of
+    that alone), or None: where a ``while`` loop's counter starts."""
+    prev = node.prev_named_sibling
+    while prev is not None and prev.type == "comment":
+        prev = prev.prev_named_sibling
+    if prev is None:
+        return None
+    if prev.type == "declaration":
+        return _init_value(prev, var, src)
+    if prev.type == "expression_statement" and prev.named_child_count == 1:
+        return _init_value(prev.named_children[0], var, src)
+    return None
+
+
 def _init_value(init: Node | None, var: str, src: bytes) -> Node | None:
     """The value ``init`` gives ``var`` when that is all it does (``int j = e`` or ``j = e``)."""
     if init is None:

@@ -57,7 +57,7 @@ from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifie
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError
-from kernel_lsp.core.transforms.counted_loop import counted_loop
+from kernel_lsp.core.transforms.counted_loop import counted_loop, value_set_before
 from kernel_lsp.core.transforms.emit import declared_type, node_at, parse, rebuild, type_seen_at
 from kernel_lsp.core.transforms.load_batch import positive_step
 
@@ -213,7 +213,7 @@ class RowCache(Rule):
                     return f"the loop at line {line} can leave an iteration or the loop early", None
                 if kind is None or not is_integer_type(kind):
                     return f"the loop at line {line} counts with `{loop.var}`, not declared before it with an integer type", None
-                value = _entry_value(node, loop.var, src)
+                value = value_set_before(node, loop.var, src)
                 if value is None:
                     return f"the loop at line {line}: the statement before it does not set its counter `{loop.var}`", None
             else:
@@ -356,23 +356,6 @@ def _element_read(node: Node | None, src: bytes) -> bool:
         fn = node.child_by_field_name("function")
         return fn is not None and _text(src, fn).strip() in _LOAD_INTRINSICS
     return False
-
-
-def _entry_value(loop: Node, var: str, src: bytes) -> Node | None:
-    """The value the statement just before ``loop`` gives its counter (``int i = e;`` or ``i = e;``), or None."""
-    before = loop.prev_named_sibling
-    while before is not None and before.type == "comment":
-        before = before.prev_named_sibling
-    if before is None:
-        return None
-    if before.type == "declaration":
-        return next((c.child_by_field_name("value") for c in before.children_by_field_name("declarator")
-                     if c.type == "init_declarator" and _text(src, c.child_by_field_name("declarator")) == var), None)
-    e = before.named_children[0] if before.type == "expression_statement" and before.named_children else None
-    if e is not None and e.type == "assignment_expression" and _text(src, e.child_by_field_name("left")) == var \
-            and _text(src, e.child_by_field_name("operator")) == "=":
-        return e.child_by_field_name("right")
-    return None
 
 
 def _statements_between(src: bytes, root: Node, facts: KernelFacts, span: tuple[int, int]) -> list[Node]:

@@ -50,6 +50,7 @@ from kernel_lsp.core.analysis import has_node as _has
 from kernel_lsp.core.analysis import shared_combine_loops, thread_dependence
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import MAX_THREADS_PER_BLOCK, RuleContext
+from kernel_lsp.core.transforms.counted_loop import value_set_before
 from kernel_lsp.core.transforms.emit import WARP_REDUCE, node_at, parse, user_line_of
 
 #: Most steps simulated for one loop (a 1024-thread tree has 10).
@@ -501,7 +502,7 @@ class _Reader:
         else:
             # ``int s = blockDim.x / 2; while (s != 0) { …; s /= 2; }``: the counter set right before the loop,
             # stepped by the body's last statement.
-            cond, start, update = node.child_by_field_name("condition"), self._start_before(node, loop.var), None
+            cond, start, update = node.child_by_field_name("condition"), value_set_before(node, loop.var, self.src), None
             if stmts and stmts[-1].type == "expression_statement" and stmts[-1].named_child_count == 1 \
                     and _steps_var(stmts[-1].named_children[0], loop.var, src):
                 update = stmts[-1].named_children[0]
@@ -551,26 +552,6 @@ class _Reader:
             if i[2].op not in WARP_REDUCE:
                 return f"the operator `{i[2].op}` has no shuffle reduction here"
         return _LoopBody(node, loop, start, cond, update, tuple(decls), tuple(items))
-
-    def _start_before(self, node: Node, var: str) -> Node | None:
-        """The value the statement right before ``node`` gives ``var`` (``int var = v;`` or ``var = v;``)."""
-        prev = node.prev_named_sibling
-        while prev is not None and prev.type == "comment":
-            prev = prev.prev_named_sibling
-        if prev is None:
-            return None
-        if prev.type == "declaration":
-            decls = prev.children_by_field_name("declarator")
-            if len(decls) == 1 and decls[0].type == "init_declarator" \
-                    and _text(self.src, decls[0].child_by_field_name("declarator")) == var:
-                return decls[0].child_by_field_name("value")
-            return None
-        if prev.type == "expression_statement" and prev.named_child_count == 1:
-            e = prev.named_children[0]
-            if e.type == "assignment_expression" and _text(self.src, e.child_by_field_name("operator")) == "=" \
-                    and _text(self.src, e.child_by_field_name("left")) == var:
-                return e.child_by_field_name("right")
-        return None
 
     def regions(self) -> list[tuple[list[Node], list[list]]]:
         """Maximal runs of sibling statements that are tree items, trimmed to those that combine slots;
