@@ -21,7 +21,7 @@ from dataclasses import dataclass
 from tree_sitter import Node, Parser
 
 from kernel_lsp.core.index import LaunchSite
-from kernel_lsp.core.parse import CUDA_LANGUAGE
+from kernel_lsp.core.parse import CUDA_LANGUAGE, parser_input
 
 #: Functions whose second argument is the byte count of the allocation their first argument receives.
 MALLOC_FUNCTIONS = frozenset({"cudaMalloc", "cudaMallocManaged", "cudaMallocAsync"})
@@ -64,7 +64,7 @@ def _squeeze(text: str) -> str:
 def _tree(region: bytes) -> Node:
     # Hover, code lens and inlay hints ask for every launch of a function with the same text. A parser per
     # call: they ask from several threads, and one function's text parses in well under a millisecond.
-    return Parser(CUDA_LANGUAGE).parse(region).root_node
+    return Parser(CUDA_LANGUAGE).parse(parser_input(region)).root_node
 
 
 def host_scope(source: str | bytes, launch: LaunchSite) -> HostScope:

@@ -31,7 +31,7 @@ from dataclasses import dataclass
 from tree_sitter import Parser, Query, QueryCursor
 
 from kernel_lsp.core.demangle import demangle
-from kernel_lsp.core.parse import CUDA_LANGUAGE
+from kernel_lsp.core.parse import CUDA_LANGUAGE, parser_input
 
 SEVERITIES = ("error", "warning", "info")
 
@@ -281,7 +281,7 @@ def _include_names(source: str) -> tuple[tuple[int, str], ...]:
     every ``#if`` arm, since the compile may take any); cached per text: one compile's messages about
     several headers ask with the same text."""
     data = source.encode("utf-8", errors="replace")
-    captures = QueryCursor(_INCLUDES).captures(Parser(CUDA_LANGUAGE).parse(data).root_node)
+    captures = QueryCursor(_INCLUDES).captures(Parser(CUDA_LANGUAGE).parse(parser_input(data)).root_node)
     found = sorted((n.start_point[0], data[n.start_byte + 1 : n.end_byte - 1].decode("utf-8", "replace"))
                    for n in captures.get("path", ()))
     return tuple(found)

@@ -19,6 +19,7 @@ from __future__ import annotations
 
 import bisect
 import itertools
+import re
 import threading
 from collections.abc import Callable
 
@@ -46,6 +47,23 @@ def looks_binary(source: bytes) -> bool:
     return decoded.count("\ufffd") > max(1, len(decoded) // 10)
 
 
+#: A function-like ``#define`` with an empty body and whitespace after its parameters
+#: (``#define CHECK(x) ``): tree-sitter-cuda reads the next line as its body, so a kernel there vanished.
+_EMPTY_MACRO_TAIL = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+[A-Za-z_]\w*\([^()\n]*\)[ \t]*?([ \t])\r?$", re.MULTILINE)
+
+
+def parser_input(source: bytes) -> bytes:
+    """The bytes tree-sitter is given for ``source``: the same length and lines, every node where it is in
+    ``source``; only the last blank of an empty function-like macro body is a ``0`` (a body tree-sitter ends
+    at the line's end). Text is always read from ``source`` itself, where that body is blank."""
+    if b"define" not in source:
+        return source
+    patched = bytearray(source)
+    for match in _EMPTY_MACRO_TAIL.finditer(source):
+        patched[match.start(1)] = ord("0")
+    return bytes(patched)
+
+
 #: Bytes handed to tree-sitter per read while it parses (see :func:`_parse`).
 READ_CHUNK_BYTES = 4096
 
@@ -63,8 +81,10 @@ def _parse(parser: Parser, source: bytes, old_tree: Tree | None = None,
     operations, tens of microseconds apart, where reads may be a few ms apart), where the caller may
     pause the parse (see :mod:`kernel_lsp.server.foreground`); the tree is the same.
     """
+    text = parser_input(source)
+
     def read(offset: int, _point: tuple[int, int]) -> bytes:
-        return source[offset : offset + READ_CHUNK_BYTES]
+        return text[offset : offset + READ_CHUNK_BYTES]
 
     options: dict[str, Callable[[int, bool], bool]] = {}
     if give_way is not None:
@@ -416,7 +436,7 @@ _LITERALS = Query(CUDA_LANGUAGE, """
 
 
 def _ranges(query: Query, source: bytes) -> list[tuple[int, int]]:
-    root = Parser(CUDA_LANGUAGE).parse(source).root_node
+    root = Parser(CUDA_LANGUAGE).parse(parser_input(source)).root_node
     captures = QueryCursor(query).captures(root)
     found = sorted((n.start_byte, n.end_byte) for nodes in captures.values() for n in nodes)
     merged: list[tuple[int, int]] = []
@@ -435,7 +455,7 @@ def comment_ranges(source: bytes, tree: Tree | None = None) -> list[tuple[int, i
     is a comment, or a string or an operator that holds them): ~1 ms for a 10,000-line file, where a query
     over the whole tree takes ~40 ms.
     """
-    root = (tree if tree is not None else Parser(CUDA_LANGUAGE).parse(source)).root_node
+    root = (tree if tree is not None else Parser(CUDA_LANGUAGE).parse(parser_input(source))).root_node
     found: list[tuple[int, int]] = []
     pos = 0
     while True:

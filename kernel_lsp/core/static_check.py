@@ -19,7 +19,7 @@ from dataclasses import dataclass
 from tree_sitter import Node, Parser
 
 from kernel_lsp.core.index import Function, build_index
-from kernel_lsp.core.parse import CUDA_LANGUAGE
+from kernel_lsp.core.parse import CUDA_LANGUAGE, parser_input
 from kernel_lsp.core.spec import FLOAT_TYPES, Spec
 from kernel_lsp.core.verdict import Finding
 
@@ -84,7 +84,7 @@ class StaticReport:
 
 
 def _parse(source: str) -> Node:
-    return Parser(CUDA_LANGUAGE).parse(source.encode("utf-8", errors="replace")).root_node
+    return Parser(CUDA_LANGUAGE).parse(parser_input(source.encode("utf-8", errors="replace"))).root_node
 
 
 def _walk(node: Node) -> Iterator[Node]:

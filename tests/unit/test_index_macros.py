@@ -5,6 +5,7 @@ from __future__ import annotations
 
 from pathlib import Path
 
+from kernel_lsp.core.analysis import analyze
 from kernel_lsp.core.index import IncrementalIndexer, build_index
 from kernel_lsp.core.parse import ParsedDocument, comment_ranges
 from kernel_lsp.core.source import Budget, directive_lines, preprocess
@@ -155,3 +156,20 @@ def test_a_macro_between_a_kernels_type_and_its_name_is_read_through():
                                                                        "(const float* RESTRICT t, float* RESTRICT out, float c)")
     index = build_index(restricted, preprocess(restricted))
     assert not index.syntax_errors and [k.name for k in index.kernels] == ["scale"]
+
+
+def test_an_empty_function_like_macro_with_a_trailing_blank_keeps_the_next_line():
+    """``#define CHECK(x) `` (a blank after the parameters, no body): tree-sitter-cuda read the next line as
+    the body, and the kernel that started there vanished from the index, the analysis and every rule."""
+    kernel = ("__global__ void k(float *a, int n)\n{\n  int i = blockIdx.x * blockDim.x + threadIdx.x;\n"
+              "  if (i < n) a[i] = 2.0f * a[i];\n}\n")
+    for directive in ("#define CHECK(x) ", "#  define CHECK(a, b) \t", "#define CHECK() ", "#define CHECK(x) \r"):
+        text = f"{directive}\n{kernel}"
+        index = build_index(text)
+        assert [k.name for k in index.kernels] == ["k"], directive
+        assert index.kernels[0].span.start.line == 1 and index.syntax_errors == ()
+        # Positions and text are the file's: the blank stays blank wherever a node's text is read.
+        macro = ParsedDocument(text).tree.root_node.children[0]
+        assert macro.type == "preproc_function_def" and text.encode()[macro.start_byte:macro.end_byte].strip() \
+            == directive.strip().encode()
+        assert analyze(text)["k"].accesses

@@ -7,7 +7,7 @@ from collections.abc import Iterator
 
 from tree_sitter import Node, Parser
 
-from kernel_lsp.core.parse import CUDA_LANGUAGE
+from kernel_lsp.core.parse import CUDA_LANGUAGE, parser_input
 
 
 def node_text(src: bytes, node: Node) -> str:
@@ -261,7 +261,7 @@ def parse_text(text: str) -> tuple[bytes, Node]:
     parser = _PARSER_CACHE.pop() if _PARSER_CACHE else Parser(CUDA_LANGUAGE)
     try:
         src = text.encode("utf-8", errors="replace")
-        return src, parser.parse(src).root_node
+        return src, parser.parse(parser_input(src)).root_node
     finally:
         _PARSER_CACHE.append(parser)
 
