@@ -116,11 +116,13 @@ def run(args: argparse.Namespace) -> int:
     from kernel_lsp.services.session import cli_session
 
     try:
-        with open(args.file, encoding="utf-8") as f:
-            source = f.read()
+        with open(args.file, encoding="utf-8", newline="") as f:
+            raw = f.read()
     except OSError as exc:
         print(f"kernel-lsp optimize: {exc}", file=sys.stderr)
         return EXIT_USAGE
+    # The kernel model and the rules read one newline; the rewrite is written with the file's own.
+    source, newline = raw.replace("\r\n", "\n"), _newline_of(raw)
     if args.budget < 1 or args.seeds < 1:
         print("kernel-lsp optimize: --budget and --seeds must be at least 1", file=sys.stderr)
         return EXIT_USAGE
@@ -170,7 +172,7 @@ def run(args: argparse.Namespace) -> int:
     if best is not None and not args.dry_run:
         written = args.file if args.apply else (args.out or _default_out(args.file))
         host = applied_source(best.candidate, source)
-        with open(written, "w", encoding="utf-8") as f:
+        with open(written, "w", encoding="utf-8", newline=newline) as f:
             f.write(host.source)
         if best.candidate.launch_override:
             with open(written + ".launch.json", "w", encoding="utf-8") as f:
@@ -209,6 +211,12 @@ def _last_profile(path: str, kernel: str) -> Any:
         return ProfileStore(os.path.join(platformdirs.user_cache_dir("kernel-lsp"), "profiles")).last_good(path, kernel)
     except Exception:  # no profile: the knowledge base falls back to its default state
         return None
+
+
+def _newline_of(raw: str) -> str:
+    """The file's line ending: CRLF where most of its lines end so (a Windows checkout), else LF."""
+    crlf = raw.count("\r\n")
+    return "\r\n" if crlf > raw.count("\n") - crlf else "\n"
 
 
 def _default_out(path: str) -> str:

@@ -93,6 +93,18 @@ def test_apply_rewrites_the_input(example: Path, monkeypatch) -> None:
     assert "kl_tile" in (example / "original.cu").read_text()
 
 
+def test_apply_keeps_the_files_crlf_line_endings(example: Path, monkeypatch) -> None:
+    """A file checked out with CRLF endings: the rewrite is written with CRLF too, not every line of
+    the file changed to LF."""
+    _scripted(monkeypatch)
+    original = example / "original.cu"
+    original.write_bytes(original.read_bytes().replace(b"\r\n", b"\n").replace(b"\n", b"\r\n"))
+    assert _run(example, "--budget", "20", "--apply") == 0
+    written = original.read_bytes()
+    assert b"kl_tile" in written
+    assert written.count(b"\n") == written.count(b"\r\n") > 10
+
+
 def test_bad_usage(example: Path, capsys) -> None:
     assert cli.main(["optimize", str(example / "missing.cu")]) == 2
     assert cli.main(["optimize", str(example / "original.cu")]) == 2  # no spec anywhere
