@@ -316,6 +316,35 @@ def test_refusals_name_the_missing_fact(change, why):
     assert not found.applicable and why in found.why, found.why
 
 
+# Parboil's JDS SpMV: each iteration reads its column's start from a __constant__ table at the counter, so
+# the loads move with the counter through that value, not through the counter's own symbol.
+TABLE = """
+__constant__ int starts[4096];
+__global__ void total(const long long* x, long long* out, size_t count) {
+    int t = threadIdx.x + blockDim.x * blockIdx.x;
+    long long acc = 0;
+    int bound = starts[t / 32];
+    for (int k = 0; k < bound; k++) {
+        int j = starts[k] + t;
+        acc += x[j];
+    }
+    out[t] = acc;
+}
+"""
+
+
+def test_loads_that_move_through_a_value_made_in_the_loop_are_batched(tmp_path):
+    found = outcome(TABLE)
+    assert found.applicable, found.why
+    assert [rw.variant for rw in found.rewrites] == ["batch=4", "batch=8"]
+    # A value made before the loop: the same element on every iteration, nothing to batch.
+    fixed = outcome(TABLE.replace("        int j = starts[k] + t;\n", "").replace("int bound", "int j = starts[0] + t;\n    int bound"))
+    assert not fixed.applicable and "loads no global memory at an index that moves" in fixed.why, fixed.why
+    if shutil.which("nvcc") is not None:
+        for k, rw in enumerate(found.rewrites):
+            compiles(rw.source, tmp_path / str(k))
+
+
 def test_a_store_is_batched_past_only_where_the_spec_keeps_the_arrays_apart():
     source = GRID_STRIDE.replace("acc = acc * 31 + x[i];", "out[i] = acc; acc = acc * 31 + out[i];")
     found = outcome(source, spec=SPEC)

@@ -49,8 +49,9 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   does not change, and in a ``while`` body before the statement that steps the counter. Then a
   batch makes its U iterations' loads first, into registers, and runs the bodies in order on them;
   a break leaves the batch and the loop with the counter where the original's stops;
-- the body loads global memory at an index that moves with the counter (else there is nothing to
-  batch); the loop has no unroll pragma of its own and a trip count the compiler does not know.
+- the body loads global memory at an index that moves with the counter, directly or through a value
+  the loop makes (``j = starts[k] + t``: a table the analysis does not follow; else there is nothing
+  to batch); the loop has no unroll pragma of its own and a trip count the compiler does not know.
 
 The guard's arithmetic is in ``long long``: a batch starts only when all ``U`` counters of it are
 below the bound, so every iteration runs exactly as in the original loop, in the same order, and the
@@ -63,7 +64,7 @@ from dataclasses import dataclass
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis import LoopFact, is_integer_type
+from kernel_lsp.core.analysis import KernelFacts, LoopFact, is_integer_type
 from kernel_lsp.core.analysis import assigned_names, has_node as _has, identifiers_in as _identifiers, node_text as _text
 from kernel_lsp.core.poly import Poly
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
@@ -78,6 +79,14 @@ MAX_LOOPS = 4
 LAUNCH_DIMS = frozenset(f"{d}.{a}" for d in ("bdim", "gdim") for a in "xyz")
 _EFFECTS = ("assignment_expression", "update_expression", "call_expression", "subscript_expression",
             "pointer_expression", "field_expression")
+
+
+def _moves(index: Poly, loop: LoopFact, facts: KernelFacts) -> bool:
+    """The index changes from one iteration to the next: it has the counter, or a term made inside the
+    loop (``j = ptr[k] + i``: a value loaded at the counter, from constant memory or a table the analysis
+    does not follow)."""
+    return loop.trip_symbol in index.symbols or any(
+        loop.id in facts.opaque[s].created_in for s in index.symbols if s in facts.opaque)
 
 
 @dataclass(frozen=True)
@@ -221,7 +230,7 @@ class LoadBatch(Rule):
         stores = sorted({a.array for a in inside if a.kind != "read" and a.space in ("global", "shared")})
         if any(inner.parent == loop.id for inner in facts.loops):
             return "its body has a loop of its own", None
-        if not any(a.space == "global" and a.reads and loop.trip_symbol in a.index.symbols for a in inside):
+        if not any(a.space == "global" and a.reads and _moves(a.index, loop, facts) for a in inside):
             return "its body loads no global memory at an index that moves with the counter", None
         if pragma_before(src, node.start_byte) is not None:
             return "it has a pragma of its own", None
