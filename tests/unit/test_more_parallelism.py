@@ -388,9 +388,14 @@ int main() {
 
 
 def _blend_spec() -> dict:
-    return spec_of("blend_rows", [arr("a", "n*m"), arr("b", "n*m"), arr("x", "m"), arr("s", "n", "out"),
+    data = spec_of("blend_rows", [arr("a", "n*m"), arr("b", "n*m"), arr("x", "m"), arr("s", "n", "out"),
                                   arr("out", "n", "inout"), scalar("n", 4096), scalar("m", 4096)],
                    ["ceil_div(n,64)", 1, 1], [64, 1, 1], [{"n": 45, "m": 77}])
+    # A row's 4096 products summed by 32 lanes, then a butterfly: another order of terms of both signs, whose
+    # sum may cancel to near 0. On the H100 the rows differed by up to 1.5e-4 in absolute terms (4 of 4096
+    # outside atol 1e-5), where a race in the tail would be off by the output's own size.
+    data["tolerance"] = {"rtol": 1e-4, "atol": 1e-3}
+    return data
 
 
 def test_the_code_after_the_last_split_loop_that_reads_back_its_stores_runs_on_one_lane(tmp_path):
