@@ -28,6 +28,7 @@ import sys
 from typing import Any
 
 from kernel_lsp.cli import EXIT_NO_GPU, EXIT_OK, EXIT_REJECTED, EXIT_USAGE
+from kernel_lsp.core.parse import newline_of
 from kernel_lsp.core.transforms.launch_edit import applied_source
 
 
@@ -122,7 +123,7 @@ def run(args: argparse.Namespace) -> int:
         print(f"kernel-lsp optimize: {exc}", file=sys.stderr)
         return EXIT_USAGE
     # The kernel model and the rules read one newline; the rewrite is written with the file's own.
-    source, newline = raw.replace("\r\n", "\n"), _newline_of(raw)
+    source, newline = raw.replace("\r\n", "\n"), newline_of(raw)
     if args.budget < 1 or args.seeds < 1:
         print("kernel-lsp optimize: --budget and --seeds must be at least 1", file=sys.stderr)
         return EXIT_USAGE
@@ -211,12 +212,6 @@ def _last_profile(path: str, kernel: str) -> Any:
         return ProfileStore(os.path.join(platformdirs.user_cache_dir("kernel-lsp"), "profiles")).last_good(path, kernel)
     except Exception:  # no profile: the knowledge base falls back to its default state
         return None
-
-
-def _newline_of(raw: str) -> str:
-    """The file's line ending: CRLF where most of its lines end so (a Windows checkout), else LF."""
-    crlf = raw.count("\r\n")
-    return "\r\n" if crlf > raw.count("\n") - crlf else "\n"
 
 
 def _default_out(path: str) -> str:

@@ -113,6 +113,13 @@ def binary_reason(source: bytes) -> str | None:
     return None
 
 
+def newline_of(text: str) -> str:
+    """The text's line ending: CRLF where most of its lines end so (a Windows checkout), else LF. A rewrite
+    written with it changes only the lines it means to, not every line's ending."""
+    crlf = text.count("\r\n")
+    return "\r\n" if crlf > text.count("\n") - crlf else "\n"
+
+
 def to_source_bytes(text: str | bytes) -> bytes:
     """UTF-8 bytes for ``text``; lone surrogates (from a bad decode) become U+FFFD."""
     if isinstance(text, bytes):

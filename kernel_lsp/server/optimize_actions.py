@@ -25,7 +25,7 @@ from typing import Any
 from lsprotocol import types
 
 from kernel_lsp.core.candidates import Candidate
-from kernel_lsp.core.parse import ParsedDocument
+from kernel_lsp.core.parse import ParsedDocument, newline_of
 from kernel_lsp.core.transforms.launch_edit import applied_source
 from kernel_lsp.core.verdict import Reason, Verdict
 from kernel_lsp.server import code_actions
@@ -45,6 +45,8 @@ CANCEL_COMMAND = "kernelLsp.cancelOptimize"
 INJECT_COMMAND = "kernelLsp.test.injectOptimizeResult"
 TEST_HOOKS_ENV = "KERNEL_LSP_TEST_HOOKS"
 _LINES = re.compile(r"[^\n]*\n|[^\n]+$")
+#: A line feed not preceded by a carriage return.
+_LONE_LF = re.compile(r"(?<!\r)\n")
 #: Apply actions shown per kernel (best first).
 MAX_APPLY_ACTIONS = 3
 
@@ -83,6 +85,9 @@ def apply_title(result: CandidateResult) -> str:
 def minimal_edit(doc: ParsedDocument, new_text: str) -> types.TextEdit:
     """One TextEdit replacing only the lines that differ (whole lines, UTF-16 positions)."""
     old_text = doc.source_bytes.decode("utf-8", "replace")
+    if newline_of(old_text) == "\r\n":
+        # A rule writes its new lines with "\n": in a CRLF buffer they take the buffer's own ending.
+        new_text = _LONE_LF.sub("\r\n", new_text)
     # LSP lines end at "\n" (a "\r\n" pair ends with it too); str.splitlines would also split at \f, \v, U+2028.
     old, new = _LINES.findall(old_text), _LINES.findall(new_text)
     head = 0
