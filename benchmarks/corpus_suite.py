@@ -150,7 +150,7 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--out", default=None, help=f"results file (default {DEFAULT_OUT.relative_to(ROOT)}; a dry run must name one)")
     parser.add_argument("--only", default="", help="comma-separated corpus entries (default: all)")
     parser.add_argument("--budget", type=int, default=8, help="candidates verified per kernel (at most)")
-    parser.add_argument("--max-seconds", type=float, default=120.0, help="wall time per kernel (at most)")
+    parser.add_argument("--max-seconds", type=float, default=120.0, help="wall time per kernel after which no candidate starts (the one being verified finishes)")
     parser.add_argument("--baseline", default=None, help="corpus_baseline.py results for kernels without a timed candidate")
     parser.add_argument("--shard", default="1/1", help="K/N: every N-th kernel from the K-th")
     parser.add_argument("--merge", nargs="+", default=None, help="join shard results into --out")

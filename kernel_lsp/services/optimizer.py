@@ -82,7 +82,8 @@ class Budget:
     max_candidates: int = 8
     """Candidates verified (each one is a GPU run)."""
     max_seconds: float = 600.0
-    """Wall time of the whole search, generation and verification."""
+    """Wall time of the whole search, generation and verification, after which no candidate starts; one
+    already being verified finishes (its own limit is the harness's timeout), so a search may end past it."""
     max_tokens: int = 60_000
     """Model prompt plus completion tokens."""
 
