@@ -228,6 +228,14 @@ def test_tree_refusals_name_the_missing_fact(source, why):
     assert not found.applicable and why in found.why, found.why
 
 
+def test_a_two_dimensional_block_names_what_is_read_not_a_tree_it_did_not_find():
+    """Only trees over threadIdx.x are read: a 2-D block is refused saying so, not claiming a tree over
+    threadIdx.y (Rodinia hotspot, whose shared copy loop is no tree at all, was told it had one)."""
+    found = outcome("tree-to-shuffle", UNROLLED, {**spec("block_sums"), "block": [128, 2, 1]})
+    assert not found.applicable
+    assert found.why == "the block is not one-dimensional at every size (trees are read over threadIdx.x only)"
+
+
 def test_a_root_whose_segment_is_not_reduced_is_refused():
     """A slot read after the tree is a root only when it ends with its ``n`` slots' values."""
     # The maxima are read one slot past their root, which holds no total.

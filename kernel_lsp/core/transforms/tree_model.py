@@ -1136,7 +1136,7 @@ def find_trees(ctx: RuleContext, groups: bool = False) -> tuple[list[SharedTree]
         return [], "needs a launch spec (the tree is simulated at each of its block sizes)"
     blocks = spec_blocks(ctx)
     if not blocks or any(b[1] != 1 or b[2] != 1 for b in blocks):
-        return [], "the block is not one-dimensional at every size (a tree over threadIdx.y is not modelled)"
+        return [], "the block is not one-dimensional at every size (trees are read over threadIdx.x only)"
     sizes = sorted({b[0] for b in blocks})
     if any(n < 32 or n > MAX_THREADS_PER_BLOCK or n & (n - 1) for n in sizes):
         return [], f"the block ({', '.join(map(str, sizes))} threads) is not a power of two from 32 to 1024 at every size"
