@@ -1,5 +1,6 @@
 """Memory-access patterns in the editor: hover on an access line, a summary on the kernel hover,
-and a hint diagnostic on each uncoalesced global access of a kernel that has a launch spec.
+and a hint diagnostic on each uncoalesced global access, and each ``__constant__`` read at several
+addresses across a warp, of a kernel that has a launch spec.
 
 The analysis (preprocessing, then :mod:`kernel_lsp.core.analysis`) takes about a second on a
 10,000-line file, so it never runs in a handler: an ``analysis`` job, debounced like the
@@ -187,7 +188,8 @@ def kernel_section(ctx) -> str | None:
 
 
 def access_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Diagnostic]:
-    """A hint per uncoalesced global access, for kernels whose spec gives the launch; and where the
+    """A hint per uncoalesced global access and per ``__constant__`` read whose address differs across a
+    warp, for kernels whose spec gives the launch; and where the
     preprocessor's budget ran out, that the analysis reads the file unexpanded."""
     analysis = current(doc)
     if analysis is None:
@@ -208,7 +210,9 @@ def access_diagnostics(state: ServerState, doc: DocumentState) -> list[types.Dia
         seen: set[tuple[int, str]] = set()
         for p in bind(facts, binding):
             line = p.access.user_line
-            if not p.uncoalesced or p.access.space != "global" or line is None or (line, p.access.array) in seen:
+            slow = p.uncoalesced if p.access.space == "global" else (
+                p.access.space == "constant" and p.pattern in ("serialized", "gather"))
+            if not slow or line is None or (line, p.access.array) in seen:
                 continue
             seen.add((line, p.access.array))
             out.append(types.Diagnostic(range=line_range(doc.parsed, line), message=describe(p), source=SOURCE,

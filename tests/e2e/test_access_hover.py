@@ -80,3 +80,32 @@ async def test_without_spec_hover_gives_formulas(tmp_path: Path) -> None:
     assert "no launch spec" in text
     assert "write `out[bdim.y*bid.y + 32*bid.x*rows + rows*tid.x + tid.y]`" in text
     assert "read `in[bdim.y*bid.y*cols + cols*tid.y + 32*bid.x + tid.x]`" in text
+
+
+CONSTANT_SOURCE = """\
+__constant__ float weights[64];
+__global__ void scale(const float* in, float* out, int n) {
+    int i = blockIdx.x * blockDim.x + threadIdx.x;
+    float w = weights[blockIdx.x % 64];
+    if (i < n) out[i] = in[i] * w * weights[threadIdx.x % 8];
+}
+"""
+
+
+async def test_a_constant_read_at_several_addresses_across_a_warp_is_a_hint(tmp_path: Path) -> None:
+    """``weights[threadIdx.x % 8]``: 8 addresses a warp, served one after another by the constant cache;
+    ``weights[blockIdx.x % 64]`` is one address a warp (a broadcast), no hint."""
+    path = tmp_path / "c.cu"
+    path.write_text(CONSTANT_SOURCE)
+    spec = {"kernel": "scale", "params": [
+        {"name": "in", "array": "float32", "size": "n", "init": "uniform(-1,1)", "role": "in"},
+        {"name": "out", "array": "float32", "size": "n", "init": "zeros", "role": "out"},
+        {"name": "n", "scalar": "int32", "value": 4096}], "grid": ["n/256", 1, 1], "block": [256, 1, 1]}
+    Path(f"{path}.scale.spec.json").write_text(json.dumps(spec))
+    async with lsp_session(tmp_path, init_options={"nvccPath": "/nonexistent/nvcc"}) as client:
+        uri = open_doc(client, path)
+        diagnostics = await wait_diagnostics(client, uri, lambda ds: any(_is_access_hint(d) for d in ds), timeout_s=60)
+    hints = [d for d in diagnostics if _is_access_hint(d)]
+    assert [(d.range.start.line, d.code) for d in hints] == [(4, "serialized")]
+    assert hints[0].message == ("load of `weights` (constant): 8 different elements across a warp, which the constant "
+                                "cache serves one after another")

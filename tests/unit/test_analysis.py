@@ -45,6 +45,44 @@ def check(src: str, expect: list[str], block=(256, 1, 1), values=None, kernel=No
     return facts, patterns
 
 
+def test_constant_arrays_are_read_in_their_own_space():
+    """A file's ``__constant__`` tables are memory the kernel reads: one address for a warp is a broadcast,
+    several are served one after another (a hint, as an uncoalesced global access is)."""
+    src = """
+    __constant__ int starts[4096];
+    __constant__ float taps[2][16] = {{0}};
+    __global__ void k(const float* x, float* out, int n) {
+      int i = blockIdx.x * blockDim.x + threadIdx.x;
+      float acc = 0.0f;
+      for (int q = 0; q < starts[i / 32]; q++) acc += x[starts[q] + i] * taps[1][threadIdx.x % 16];
+      out[i] = acc;
+    }"""
+    # The loop's test reads its bound before the first iteration and in every one.
+    facts, patterns = check(src, ["read starts: broadcast"] * 3 + ["read x: coalesced",
+                                  "read taps: serialized", "write out: coalesced"], values={"n": 1 << 20})
+    assert {a.array: a.space for a in facts.accesses} == {"starts": "constant", "x": "global", "taps": "constant", "out": "global"}
+    taps = next(p for p in patterns if p.access.array == "taps")
+    assert describe(taps) == ("load of `taps` (constant): 16 different elements across a warp, which the constant "
+                              "cache serves one after another")
+    # A parameter of the same name is the parameter.
+    shadowed = facts_of(src.replace("const float* x,", "const float* x, const int* starts,"))
+    assert {a.space for a in shadowed.accesses if a.array == "starts"} == {"global"}
+
+
+def test_a_constant_variables_initializer_is_not_a_compile_time_constant():
+    """The host may copy another value into a ``__constant__`` variable (cudaMemcpyToSymbol); a ``const``
+    one is fixed."""
+    src = """
+    __constant__ int ROWS = 8;
+    const int COLS = 4;
+    __global__ void k(float* a) {
+      for (int r = 0; r < ROWS; r++) a[r * COLS + threadIdx.x] = 0.0f;
+    }"""
+    facts = facts_of(src)
+    assert facts.constants == {"COLS": 4}
+    assert trip_count(facts, facts.loops[0], Binding({}, (32, 1, 1))) is None
+
+
 def test_naive_transpose_with_its_own_names():
     src = """
     __global__ void tr(const float* src, float* dst, int rows, int cols) {

@@ -46,7 +46,9 @@ class Pattern:
     access: Access
     pattern: str
     """``coalesced``, ``strided``, ``broadcast`` (one address for the warp), ``gather`` (the index
-    depends on loaded data or on something not modelled that varies by thread) or ``unknown``."""
+    depends on loaded data or on something not modelled that varies by thread), ``serialized`` (a
+    ``__constant__`` read at several addresses across a warp: the constant cache serves one address at a
+    time) or ``unknown``."""
     warp_stride_elems: int | None
     """Elements between neighbouring lanes along ``threadIdx.x`` (None: not linear or not known)."""
     sectors_per_request: int | None
@@ -158,6 +160,10 @@ def _pattern(a: Access, facts: KernelFacts, base: Mapping[str, int], lanes: list
         stride = steps.pop() if len(steps) == 1 else None
     if not deps or len(set(addresses)) == 1:
         return Pattern(a, "broadcast", 0, 1, 1, loop_stride, "every thread of a warp uses the same element")
+    if a.space == "constant":
+        distinct = len(set(addresses))
+        return Pattern(a, "serialized", stride, None, None, loop_stride,
+                       f"{distinct} different elements across a warp, which the constant cache serves one after another")
     if elem is None:
         return Pattern(a, "unknown", stride, None, None, loop_stride, "the element size is not known (template type?)")
     offset, useful = (a.field_offset_bytes or 0), (a.field_bytes or elem)
@@ -217,6 +223,8 @@ def describe(p: Pattern) -> str:
         body = f"gather: {p.why}"
     elif p.pattern == "unknown":
         body = f"pattern unknown: {p.why}"
+    elif p.pattern == "serialized":
+        body = p.why
     elif a.space == "shared":
         body = f"{p.why}" + (f", {p.warp_stride_elems} elements apart across a warp" if p.warp_stride_elems not in (None, 1) else "")
     else:

@@ -19,7 +19,7 @@ class Access:
     array: str
     """The base array: a pointer parameter, a ``__shared__`` array or a local array."""
     space: str
-    """``global``, ``shared`` or ``local``."""
+    """``global``, ``shared``, ``local`` or ``constant`` (a file's ``__constant__`` array)."""
     kind: str
     """``read``, ``write``, ``update`` (read-modify-write: ``+=``, ``++``) or ``atomic``."""
     op: str | None

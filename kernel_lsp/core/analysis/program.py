@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import re
 from collections.abc import Mapping
 from dataclasses import dataclass, field
 
@@ -306,8 +307,10 @@ def _file_constants(root: Node, src: bytes) -> dict[str, str]:
     for child in root.children:
         if child.type != "declaration":
             continue
-        text = node_text(src, child)
-        if not ("const" in text.split("=")[0] or "constexpr" in text.split("=")[0]):
+        head = node_text(src, child).split("=")[0]
+        # A ``__constant__`` variable's initializer is only its value until the host copies another in
+        # (cudaMemcpyToSymbol): not a compile-time constant.
+        if not re.search(r"\b(const|constexpr)\b", head) or re.search(r"\b__constant__\b", head):
             continue
         for decl in child.children_by_field_name("declarator"):
             if decl.type == "init_declarator":

@@ -1571,6 +1571,23 @@ class _Walker:
             else:
                 self.env[name] = value
 
+    def constant_arrays(self, root: Node) -> None:
+        """The file's ``__constant__`` arrays (``__constant__ int starts[4096];``): memory the kernel reads, in
+        the constant space, whose reads are served per distinct address of a warp."""
+        for child in root.children:
+            if child.type != "declaration" or not any(
+                    c.type == "type_qualifier" and node_text(self.src, c) == "__constant__" for c in child.children):
+                continue
+            type_node = child.child_by_field_name("type")
+            elem_type = node_text(self.src, type_node) if type_node is not None else ""
+            for target in child.children_by_field_name("declarator"):
+                if target.type == "init_declarator":
+                    target = target.child_by_field_name("declarator")
+                if target is not None and target.type == "array_declarator":
+                    name, dims = self.array_dims(target)
+                    if name:
+                        self.arrays[name] = _Array(name, "constant", elem_type, dims)
+
     def array_dims(self, node: Node) -> tuple[str | None, tuple[int | None, ...]]:
         dims: list[int | None] = []
         while node is not None and node.type == "array_declarator":
@@ -2003,6 +2020,7 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
         walker.types = types
         walker.constants = {**walker.constants, **consts}
         own_constants |= set(consts)
+    walker.constant_arrays(top)
     params = walker.params_of(node)
     walker.value_types.update(t for _, t, _ in params)
     shapes = _param_shapes(node, src)

@@ -529,7 +529,7 @@ class VectorizeElementwise(Rule):
         store = stores[0]
         reads = tuple(a for a in facts.accesses if a is not store)
         if any(a.space != "global" or a.kind != "read" for a in reads):
-            return None, "the kernel accesses local or shared memory beside its store"
+            return None, "the kernel accesses local, shared or constant memory beside its store"
         if store.via or any(a.via for a in reads) or store.field or any(a.field for a in reads):
             return None, "an access is a struct member or inside a helper function"
         for a in (store, *reads):
