@@ -50,8 +50,8 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   batch makes its U iterations' loads first, into registers, and runs the bodies in order on them;
   a break leaves the batch and the loop with the counter where the original's stops;
 - the body loads global memory at an index that moves with the counter, directly or through a value
-  the loop makes (``j = starts[k] + t``: a table the analysis does not follow; else there is nothing
-  to batch); the loop has no unroll pragma of its own and a trip count the compiler does not know.
+  the loop makes (``j = starts[k] + t``, a value loaded from a table; else there is nothing to
+  batch); the loop has no unroll pragma of its own and a trip count the compiler does not know.
 
 The guard's arithmetic is in ``long long``: a batch starts only when all ``U`` counters of it are
 below the bound, so every iteration runs exactly as in the original loop, in the same order, and the
@@ -82,9 +82,8 @@ _EFFECTS = ("assignment_expression", "update_expression", "call_expression", "su
 
 
 def _moves(index: Poly, loop: LoopFact, facts: KernelFacts) -> bool:
-    """The index changes from one iteration to the next: it has the counter, or a term made inside the
-    loop (``j = ptr[k] + i``: a value loaded at the counter, from constant memory or a table the analysis
-    does not follow)."""
+    """The index may change from one iteration to the next: it has the counter, or a term made inside the
+    loop (``j = ptr[k] + i``: a value loaded at the counter, from a ``__constant__`` table, say)."""
     return loop.trip_symbol in index.symbols or any(
         loop.id in facts.opaque[s].created_in for s in index.symbols if s in facts.opaque)
 
