@@ -14,6 +14,7 @@ the harness's interval, so this counts controls whose best verified speedup is b
         [--heldout | --no-heldout] [--dry-run]
     python3 benchmarks/corpus_suite.py --merge a.json b.json [rerun.json] --out benchmarks/results/corpus_suite.json
 
+``--corpus benchmarks/outside`` runs the kernels from outside the corpus instead (the same layout).
 ``--baseline`` takes ``benchmarks/corpus_baseline.py``'s results for the kernels where no
 candidate was timed (their baseline is then that program's median). ``--shard K/N`` runs every
 N-th kernel from the K-th, so a run can be split over several calls; ``--merge`` joins shards
@@ -44,6 +45,7 @@ ROOT = Path(__file__).resolve().parents[1]
 sys.path.insert(0, str(ROOT))
 sys.path.insert(0, str(ROOT / "benchmarks"))
 
+import corpus_baseline  # noqa: E402
 from corpus_baseline import entries, floor_us, gpu_name, load_spec  # noqa: E402
 
 from kernel_lsp.config import Settings  # noqa: E402
@@ -52,6 +54,13 @@ from kernel_lsp.services.session import Session  # noqa: E402
 
 CORPUS = ROOT / "benchmarks" / "corpus"
 DEFAULT_OUT = ROOT / "benchmarks" / "results" / "corpus_suite.json"
+
+
+def use_corpus(folder: Path) -> None:
+    """Read the entries from ``folder`` instead of ``benchmarks/corpus``, here and in corpus_baseline."""
+    global CORPUS
+    CORPUS = folder
+    corpus_baseline.CORPUS = str(folder)
 
 
 def suite_of(name: str) -> str:
@@ -148,6 +157,9 @@ def print_table(rows: list[dict[str, Any]], total: dict[str, Any]) -> None:
 def main(argv: list[str] | None = None) -> int:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--out", default=None, help=f"results file (default {DEFAULT_OUT.relative_to(ROOT)}; a dry run must name one)")
+    parser.add_argument("--corpus", default=None,
+                        help="another folder of entries laid out as the corpus (benchmarks/outside: kernels from "
+                             "outside the corpus, tried as a new user would)")
     parser.add_argument("--only", default="", help="comma-separated corpus entries (default: all)")
     parser.add_argument("--budget", type=int, default=8, help="candidates verified per kernel (at most)")
     parser.add_argument("--max-seconds", type=float, default=120.0, help="wall time per kernel after which no candidate starts (the one being verified finishes)")
@@ -180,6 +192,8 @@ def main(argv: list[str] | None = None) -> int:
         Path(args.out).write_text(json.dumps(merged, indent=1) + "\n")
         print_table(rows, total)
         return 0
+    if args.corpus:
+        use_corpus(Path(args.corpus).resolve())
     k, n = (int(x) for x in args.shard.split("/"))
     names = select(entries({x.strip() for x in args.only.split(",") if x.strip()} or None), args.heldout)[k - 1 :: n]
     baseline = {r["name"]: r for r in json.loads(Path(args.baseline).read_text())["kernels"]} if args.baseline else {}

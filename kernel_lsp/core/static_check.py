@@ -440,7 +440,8 @@ def check(original_src: str, candidate_src: str, spec: Spec) -> StaticReport:
 #: C spellings of each spec type (after dropping cv-qualifiers and extra whitespace).
 _C_TYPES: dict[str, frozenset[str]] = {
     "int8": frozenset(("char", "signed char", "int8_t", "int8")),
-    "uint8": frozenset(("unsigned char", "uint8_t", "uchar", "uint8")),
+    # C++'s bool is one byte on every CUDA target (Rodinia's BFS masks are ``bool*``).
+    "uint8": frozenset(("unsigned char", "uint8_t", "uchar", "uint8", "bool")),
     "int32": frozenset(("int", "signed", "signed int", "int32_t", "int32")),
     "uint32": frozenset(("unsigned", "unsigned int", "uint32_t", "uint", "uint32")),
     "int64": frozenset(("long long", "long long int", "long", "int64_t", "ptrdiff_t", "int64")),

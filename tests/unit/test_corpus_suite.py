@@ -62,3 +62,15 @@ def test_dry_run_rows_carry_the_fields_of_a_measured_run(suite, tmp_path: Path):
     assert row["baseline_us"] is None and row["best_speedup"] == 1.0 and row["sequence"] == []
     assert "error" not in row
     assert all(c["status"] != "accepted" for c in row["tried"])
+
+
+def test_the_outside_set_runs_through_the_same_search(suite, tmp_path: Path, monkeypatch):
+    """``--corpus benchmarks/outside``: the kernels from outside the corpus, read from their own folder."""
+    monkeypatch.setattr(suite, "CORPUS", suite.CORPUS)
+    monkeypatch.setattr(suite.corpus_baseline, "CORPUS", suite.corpus_baseline.CORPUS)
+    out = tmp_path / "outside.json"
+    assert suite.main(["--corpus", str(ROOT / "benchmarks" / "outside"), "--dry-run", "--only", "parboil_spmv_jds",
+                       "--budget", "8", "--out", str(out)]) == 0
+    (row,) = json.loads(out.read_text())["kernels"]
+    assert row["name"] == "parboil_spmv_jds" and "error" not in row
+    assert "rule:load-batch[batch=4]" in [c["generator"] for c in row["tried"]]

@@ -1,4 +1,5 @@
-"""``optimize --explain`` on every corpus kernel (held-out ones included) and example names facts, never text shapes.
+"""``optimize --explain`` on every corpus kernel (held-out ones included), every kernel from outside the corpus and
+every example names facts, never text shapes.
 
 Every rule is a transformation over the kernel model: a refusal says which fact of the analysis is
 missing (a barrier, a guard, a bound, an index's stride), not which way of writing the code it was
@@ -21,6 +22,7 @@ from kernel_lsp.services.session import Session
 
 ROOT = Path(__file__).resolve().parents[2]
 CORPUS = ROOT / "benchmarks" / "corpus"
+OUTSIDE = ROOT / "benchmarks" / "outside"
 EXAMPLES = ROOT / "examples"
 
 #: What a refusal that names a text shape says: a statement or header it expected to look a given way.
@@ -46,11 +48,11 @@ TEXT_SHAPES = (
 
 def _targets() -> list[tuple[str, Path, Path]]:
     found = []
-    for entry in sorted(CORPUS.iterdir()):
+    for entry in [*sorted(CORPUS.iterdir()), *sorted(OUTSIDE.iterdir())]:
         spec = entry / "spec.json"
         if entry.name.startswith("_") or not spec.is_file():
             continue
-        found.append((entry.name, entry / "kernel.cu", spec))
+        found.append((entry.name if entry.parent == CORPUS else f"outside:{entry.name}", entry / "kernel.cu", spec))
     for example in sorted(p for p in EXAMPLES.iterdir() if (p / "original.cu").is_file()):
         found.append((f"example:{example.name}", example / "original.cu", example / "spec.json"))
     return found

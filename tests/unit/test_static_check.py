@@ -3,7 +3,7 @@
 import pytest
 
 from kernel_lsp.core.spec import parse_spec
-from kernel_lsp.core.static_check import RULES, check, check_signature
+from kernel_lsp.core.static_check import RULES, check, check_signature, spec_type_matches
 
 SPEC = parse_spec({
     "kernel": "scale",
@@ -190,3 +190,9 @@ extern "C" __global__ void scale(int n, const float* __restrict__ x, float* y)
 """
     report = check(ORIGINAL, cheat, SPEC)
     assert rules(report) == ["noncoherent-read-of-written-memory"] and report.errors[0].line == 5
+
+
+def test_a_one_byte_spec_type_holds_a_bool_array():
+    """Rodinia's BFS masks are ``bool*``: a ``uint8`` spec describes them (one byte per element on CUDA)."""
+    assert spec_type_matches("uint8", "bool") and spec_type_matches("uint8", "const bool")
+    assert not spec_type_matches("int32", "bool") and not spec_type_matches("float32", "bool")
