@@ -13,7 +13,7 @@ and says per kernel: which candidates were added, removed or changed, which no l
 and whether the candidate that won on the GPU is still listed, byte for byte or as the same
 rewrite under another name (an equivalent one must compile). It prints a table and writes JSON.
 
-    PYTHONPATH=. python3 benchmarks/candidate_diff.py record --out /tmp/before.json [--only A,B] [--no-compile] [--heldout]
+    PYTHONPATH=. python3 benchmarks/candidate_diff.py record --out /tmp/before.json [--only A,B] [--no-compile] [--heldout] [--outside]
     PYTHONPATH=. python3 benchmarks/candidate_diff.py compare /tmp/before.json /tmp/after.json \\
         --out benchmarks/results/candidate_diff.json
 
@@ -46,14 +46,16 @@ from kernel_lsp.core.spec import parse_spec  # noqa: E402
 from kernel_lsp.services.session import Session  # noqa: E402
 
 CORPUS = ROOT / "benchmarks" / "corpus"
+OUTSIDE = ROOT / "benchmarks" / "outside"
 EXAMPLES = ROOT / "examples"
 RESULTS = ROOT / "benchmarks" / "results"
 EXAMPLE_NAMES = ("transpose", "streaming", "reduction", "matmul", "histogram", "softmax", "spmv")
 
 
-def targets(only: set[str] | None, heldout: bool = False) -> Iterator[tuple[str, Path, Path]]:
+def targets(only: set[str] | None, heldout: bool = False, outside: bool = False) -> Iterator[tuple[str, Path, Path]]:
     """(name, kernel file, spec file) of every non-held-out corpus kernel (with ``heldout``, the held-out
-    ones too: whether their candidates compile says nothing of their speed), then every example."""
+    ones too: whether their candidates compile says nothing of their speed), then with ``outside`` every
+    kernel of ``benchmarks/outside`` (named ``outside:NAME``), then every example."""
     for entry in sorted(CORPUS.iterdir()):
         spec = entry / "spec.json"
         if entry.name.startswith("_") or not spec.is_file():
@@ -62,6 +64,10 @@ def targets(only: set[str] | None, heldout: bool = False) -> Iterator[tuple[str,
             continue
         if only is None or entry.name in only:
             yield entry.name, entry / "kernel.cu", spec
+    for entry in sorted(OUTSIDE.iterdir()) if outside else ():
+        spec = entry / "spec.json"
+        if spec.is_file() and (only is None or f"outside:{entry.name}" in only):
+            yield f"outside:{entry.name}", entry / "kernel.cu", spec
     for name in EXAMPLE_NAMES:
         if only is None or f"example:{name}" in only:
             yield f"example:{name}", EXAMPLES / name / "original.cu", EXAMPLES / name / "spec.json"
@@ -128,7 +134,7 @@ def record(args: argparse.Namespace) -> int:
     kernels = []
     start = time.monotonic()
     sources = Path(args.sources) if args.sources else None
-    for name, path, spec in targets(only, args.heldout):
+    for name, path, spec in targets(only, args.heldout, args.outside):
         row = record_one(session, name, path, spec, not args.no_compile, compiled, sources)
         bad = sum(1 for c in row["candidates"] if c.get("compiles") is False)
         print(f"{name:42s} {len(row['candidates']):3d} candidates  {bad} do not compile  {row['generate_s']:.1f} s",
@@ -262,6 +268,7 @@ def main(argv: list[str] | None = None) -> int:
     rec.add_argument("--no-compile", action="store_true", help="list only (no nvcc)")
     rec.add_argument("--sources", help="also write every candidate's source under this folder")
     rec.add_argument("--heldout", action="store_true", help="the held-out corpus kernels too (do their candidates compile)")
+    rec.add_argument("--outside", action="store_true", help="the kernels of benchmarks/outside too (outside:NAME)")
     rec.set_defaults(func=record)
     cmp = sub.add_parser("compare", help="what changed between two records, against the recorded GPU winners")
     cmp.add_argument("before")
