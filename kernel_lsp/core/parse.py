@@ -52,16 +52,42 @@ def looks_binary(source: bytes) -> bool:
 _EMPTY_MACRO_TAIL = re.compile(rb"^[ \t]*#[ \t]*define[ \t]+[A-Za-z_]\w*\([^()\n]*\)[ \t]*?([ \t])\r?$", re.MULTILINE)
 
 
+def _patched_at(source: bytes) -> list[int]:
+    """Where :func:`parser_input` changes a byte of ``source``."""
+    return [m.start(1) for m in _EMPTY_MACRO_TAIL.finditer(source)] if b"define" in source else []
+
+
 def parser_input(source: bytes) -> bytes:
     """The bytes tree-sitter is given for ``source``: the same length and lines, every node where it is in
     ``source``; only the last blank of an empty function-like macro body is a ``0`` (a body tree-sitter ends
     at the line's end). Text is always read from ``source`` itself, where that body is blank."""
-    if b"define" not in source:
+    positions = _patched_at(source)
+    if not positions:
         return source
     patched = bytearray(source)
-    for match in _EMPTY_MACRO_TAIL.finditer(source):
-        patched[match.start(1)] = ord("0")
+    for at in positions:
+        patched[at] = ord("0")
     return bytes(patched)
+
+
+def _patched_lines(old: bytes, new: bytes, edits: list[tuple]) -> list[tuple[int, int]]:
+    """Byte ranges of ``new``'s lines where what tree-sitter read of ``old`` and is given of ``new`` may differ
+    outside the edits: a patched byte of either text (one of ``old`` mapped through ``edits``). An incremental
+    reparse must be told they changed, or it could keep a macro body that is no longer there."""
+    positions = list(_patched_at(new))
+    for at in _patched_at(old):
+        for start_byte, old_end_byte, new_end_byte, *_ in edits:
+            if at >= old_end_byte:
+                at += new_end_byte - old_end_byte
+            elif at >= start_byte:
+                break  # inside an edit: reparsed anyway
+        else:
+            positions.append(at)
+    ranges = set()
+    for at in positions:
+        end = new.find(b"\n", at)
+        ranges.add((new.rfind(b"\n", 0, at) + 1, len(new) if end < 0 else end))
+    return sorted(r for r in ranges if r[0] < r[1])
 
 
 #: Bytes handed to tree-sitter per read while it parses (see :func:`_parse`).
@@ -197,13 +223,17 @@ class ParsedDocument:
             return self._snapshot
         with self._parsing:
             with self._state:
-                source, (_, tree), edits = self._source, self._snapshot, list(self._pending)
+                source, (parsed_source, tree), edits = self._source, self._snapshot, list(self._pending)
             if not edits:
                 return self._snapshot
             edited = tree.copy()
             for start_byte, old_end_byte, new_end_byte, start_point, old_end_point, new_end_point in edits:
                 edited.edit(start_byte=start_byte, old_end_byte=old_end_byte, new_end_byte=new_end_byte,
                             start_point=start_point, old_end_point=old_end_point, new_end_point=new_end_point)
+            for start, end in _patched_lines(parsed_source, source, edits):
+                at, to = _point_in(source, start), _point_in(source, end)
+                edited.edit(start_byte=start, old_end_byte=end, new_end_byte=end, start_point=at, old_end_point=to,
+                            new_end_point=to)
             parsed = _parse(self._parser, source, edited, self._give_way)
             with self._state:
                 del self._pending[: len(edits)]

@@ -72,6 +72,24 @@ def test_random_edits_match_fresh_build(seed: int) -> None:
         assert str(doc.tree.root_node) == str(ParsedDocument(expected_text).tree.root_node)
 
 
+@pytest.mark.parametrize("seed", range(4))
+def test_edits_around_an_empty_macro_with_a_blank_match_a_fresh_parse(seed: int) -> None:
+    """``#define CHECK(x) `` reaches tree-sitter with its last blank as ``0`` (core.parse.parser_input): an edit
+    that adds or removes such a blank, or text after it, moves that byte outside the edit, and the reparse must
+    still agree with a fresh one."""
+    rng = random.Random(seed)
+    text = "#define CHECK(x)  \n#define TWO(a, b) \t\n" + KERNEL.format(i=0)
+    doc = ParsedDocument(text)
+    for _ in range(40):
+        at = rng.randrange(45)
+        if rng.random() < 0.5 and at < len(text):
+            text = text[:at] + text[at + 1:]
+        else:
+            text = text[:at] + rng.choice([" ", "\t", "a", ")", "0", "\n"]) + text[at:]
+        doc.replace_all(text)
+        assert str(doc.tree.root_node) == str(ParsedDocument(text).tree.root_node), repr(text[:45])
+
+
 def test_edit_only_reanalyses_the_changed_unit() -> None:
     doc = ParsedDocument(SOURCE)
     indexer = IncrementalIndexer()
