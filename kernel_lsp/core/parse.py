@@ -71,10 +71,10 @@ def parser_input(source: bytes) -> bytes:
 
 
 def _patched_lines(old: bytes, new: bytes, edits: list[tuple]) -> list[tuple[int, int]]:
-    """Byte ranges of ``new``'s lines where what tree-sitter read of ``old`` and is given of ``new`` may differ
-    outside the edits: a patched byte of either text (one of ``old`` mapped through ``edits``). An incremental
-    reparse must be told they changed, or it could keep a macro body that is no longer there."""
-    positions = list(_patched_at(new))
+    """Byte ranges of ``new``'s lines where what tree-sitter read of ``old`` and is given of ``new`` differ
+    outside the edits: a byte patched in one text and not in the other (``old``'s mapped through ``edits``).
+    An incremental reparse must be told they changed, or it could keep a macro body that is no longer there."""
+    mapped = set()
     for at in _patched_at(old):
         for start_byte, old_end_byte, new_end_byte, *_ in edits:
             if at >= old_end_byte:
@@ -82,7 +82,8 @@ def _patched_lines(old: bytes, new: bytes, edits: list[tuple]) -> list[tuple[int
             elif at >= start_byte:
                 break  # inside an edit: reparsed anyway
         else:
-            positions.append(at)
+            mapped.add(at)
+    positions = mapped ^ set(_patched_at(new))
     ranges = set()
     for at in positions:
         end = new.find(b"\n", at)
