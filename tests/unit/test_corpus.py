@@ -131,8 +131,12 @@ def resolve_type(base_type: str, aliases: dict[str, set[str]]) -> str | None:
 def test_the_outside_set_is_apart_from_the_corpus():
     """No outside kernel shares a folder name or its (repository, file, kernel) with a corpus entry."""
     assert len(OUTSIDE_ENTRIES) >= 20 and not set(OUTSIDE_ENTRIES) & set(ENTRIES)
-    key = lambda name: (origin_of(name)["repository"].lower(), origin_of(name)["path"], origin_of(name)["kernel"])  # noqa: E731
-    assert not {key(n) for n in OUTSIDE_ENTRIES} & {key(n) for n in ENTRIES}
+
+    def source_of(name: str) -> tuple[str, str, str]:
+        origin = origin_of(name)
+        return origin["repository"].lower(), origin["path"], origin["kernel"]
+
+    assert not {source_of(n) for n in OUTSIDE_ENTRIES} & {source_of(n) for n in ENTRIES}
 
 
 def test_corpus_is_large_enough_and_covers_the_categories():
