@@ -8,7 +8,9 @@ from dataclasses import dataclass, field
 
 from tree_sitter import Node
 
-from kernel_lsp.core.analysis.syntax import _declarator_name, _descendants, _function_name, _strip_qualifiers, node_text, parse_text
+from kernel_lsp.core.analysis.syntax import (
+    _declarator_name, _descendants, _function_name, _strip_qualifiers, in_constant_space, node_text, parse_text,
+)
 from kernel_lsp.core.consteval import TYPE_SIZES_BYTES, evaluate_int
 
 
@@ -310,7 +312,7 @@ def _file_constants(root: Node, src: bytes) -> dict[str, str]:
         head = node_text(src, child).split("=")[0]
         # A ``__constant__`` variable's initializer is only its value until the host copies another in
         # (cudaMemcpyToSymbol): not a compile-time constant.
-        if not re.search(r"\b(const|constexpr)\b", head) or re.search(r"\b__constant__\b", head):
+        if not re.search(r"\b(const|constexpr)\b", head) or in_constant_space(child, src):
             continue
         for decl in child.children_by_field_name("declarator"):
             if decl.type == "init_declarator":

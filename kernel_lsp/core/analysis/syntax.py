@@ -15,6 +15,12 @@ def node_text(src: bytes, node: Node) -> str:
     return src[node.start_byte : node.end_byte].decode("utf-8", errors="replace")
 
 
+def in_constant_space(declaration: Node, src: bytes) -> bool:
+    """A declaration qualified ``__constant__``: device memory the host fills (cudaMemcpyToSymbol) and the
+    kernel only reads."""
+    return any(c.type == "type_qualifier" and node_text(src, c) == "__constant__" for c in declaration.children)
+
+
 def has_node(node: Node, types: tuple[str, ...]) -> bool:
     """Whether ``node`` or any node below it is of one of ``types``."""
     stack = [node]

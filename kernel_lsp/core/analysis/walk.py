@@ -19,8 +19,8 @@ from kernel_lsp.core.analysis.program import (
 )
 from kernel_lsp.core.analysis.syntax import (
     _BUILTIN_NAMES, _assignment_counts, _declarator_name, _declared_names, _is_pure_math, _param_list, _strip_qualifiers,
-    assigned_names, conditional_update, declared_anywhere, function_definitions, identifiers_in, member_path, node_text,
-    parse_text,
+    assigned_names, conditional_update, declared_anywhere, function_definitions, identifiers_in, in_constant_space,
+    member_path, node_text, parse_text,
 )
 from kernel_lsp.core.consteval import TYPE_SIZES_BYTES, evaluate_int
 from kernel_lsp.core.poly import ONE, ZERO, Poly
@@ -1575,8 +1575,7 @@ class _Walker:
         """The file's ``__constant__`` arrays (``__constant__ int starts[4096];``): memory the kernel reads, in
         the constant space, whose reads are served per distinct address of a warp."""
         for child in root.children:
-            if child.type != "declaration" or not any(
-                    c.type == "type_qualifier" and node_text(self.src, c) == "__constant__" for c in child.children):
+            if child.type != "declaration" or not in_constant_space(child, self.src):
                 continue
             type_node = child.child_by_field_name("type")
             elem_type = node_text(self.src, type_node) if type_node is not None else ""
