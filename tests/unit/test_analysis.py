@@ -83,6 +83,23 @@ def test_a_constant_variables_initializer_is_not_a_compile_time_constant():
     assert trip_count(facts, facts.loops[0], Binding({}, (32, 1, 1))) is None
 
 
+def test_moving_a_pointer_parameter_stores_nothing_and_moves_its_loads():
+    """``A += BK`` (SGEMM's tiles walking along K) is pointer arithmetic on a local: no store to ``A``, and a
+    load of ``A`` after it, in the loop, moves with the loop (it is not the same element every iteration)."""
+    src = """
+    __global__ void k(const float* A, float* out, int K) {
+      float acc = 0.0f;
+      for (int t = 0; t < K; t += 16) {
+        acc += A[threadIdx.x];
+        A += 16;
+      }
+      out[threadIdx.x] = acc;
+    }"""
+    facts, _ = check(src, ["read A: coalesced", "write out: coalesced"], block=(32, 1, 1), values={"K": 256})
+    read = next(a for a in facts.accesses if a.array == "A")
+    assert read.index.symbols == {"tid.x", facts.loops[0].trip_symbol}, read.index
+
+
 def test_naive_transpose_with_its_own_names():
     src = """
     __global__ void tr(const float* src, float* dst, int rows, int cols) {

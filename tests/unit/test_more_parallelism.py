@@ -195,7 +195,7 @@ void host(int n, const float* x, float* y) { int threads = 256; k<<<(n + threads
                           rewrite.launch_override, block=rewrite.block)
     host = applied_source(candidate, source)
     assert host.instruction is None and host.lines == (6,)
-    assert ("k<<<dim3(dim3((n + threads - 1) / threads).x * dim3(threads).x / 32, "
+    assert ("k<<<dim3((dim3((n + threads - 1) / threads).x * dim3(threads).x + 31) / 32, "
             "dim3((n + threads - 1) / threads).y * dim3(threads).y, dim3((n + threads - 1) / threads).z * dim3(threads).z), "
             "dim3(32, 1, 1)>>>") in host.source
     unlaunched = applied_source(Candidate("k", source.split("void host")[0], found.technique, "rule:smaller-blocks", "",

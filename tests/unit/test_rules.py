@@ -518,6 +518,28 @@ def test_block_sizes_change_launch_bounds_with_the_block() -> None:
         assert f"__launch_bounds__({r.launch_override['block'][0]}) k(" in r.source
 
 
+def test_applying_a_block_size_edits_the_host_launch_and_rounds_its_grid_up() -> None:
+    """"Apply" launches the verified block from the host too. 1,300 elements run on 6 blocks of 256 threads
+    (1,536); in blocks of 1,024 the grid must round up to 2 (2,048 threads, the guard stops the extra ones),
+    as in the launch the harness verified: 1,536 / 1,024 = 1 block would leave elements 1,024..1,299 alone."""
+    from kernel_lsp.core.candidates import Candidate
+    from kernel_lsp.core.transforms.launch_edit import applied_source
+
+    source = ELEMENTWISE + "void host(int n, const float* x, float* y) { k<<<(n + 255) / 256, 256>>>(n, x, y); }\n"
+    spec = dict(SPEC_1D, grid=["ceil_div(n,256)", 1, 1], variants=[{"n": 1300}])
+    rewrites = {r.block: r for r in _rule("block-size", source, spec).rewrites}
+    assert sorted(rewrites) == [(128, 1, 1), (512, 1, 1), (1024, 1, 1)]
+    rewrite = rewrites[(1024, 1, 1)]
+    candidate = Candidate("k", rewrite.source, "block-size-tuning", "rule:block-size[block=1024]", rewrite.description,
+                          rewrite.launch_override, block=rewrite.block)
+    host = applied_source(candidate, source)
+    assert host.instruction is None and len(host.lines) == 1
+    assert ("k<<<dim3((dim3((n + 255) / 256).x * dim3(256).x + 1023) / 1024, dim3((n + 255) / 256).y * dim3(256).y, "
+            "dim3((n + 255) / 256).z * dim3(256).z), dim3(1024, 1, 1)>>>(n, x, y);") in host.source
+    resolved = with_candidate_launch(parse_spec(spec), rewrite.launch_override).resolve(0)
+    assert resolved.candidate.grid[0] == (6 * 256 + 1023) // 1024 == 2
+
+
 def test_index_swap_refuses_a_helper_that_reads_the_thread_index() -> None:
     helper = "__device__ int col_of() { return blockIdx.x * blockDim.x + threadIdx.x; }\n" + COPY_2D.replace(
         "int c = blockIdx.x * blockDim.x + threadIdx.x;", "int c = col_of();").replace("out[r * cols + c]", "out[c * rows + r]")

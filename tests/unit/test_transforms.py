@@ -62,6 +62,17 @@ def test_register_accumulate_needs_a_loop_that_runs_at_every_size():
     assert not found.applicable and "zero times" in found.why
 
 
+def test_register_accumulate_leaves_a_moving_pointer_parameter_alone():
+    """``A += n`` walks the pointer (SGEMM's tiles along K); it stores no element. Taking it for one put the
+    pointer in a register the loop's loads never read (every element wrong on the GPU)."""
+    source = GEMV.replace("y[i] += A[i * n + j] * x[j];", "{ y[i] += A[i * n + j] * x[0]; x += 1; }").replace(
+        "const float* x", "float* x")
+    found = outcome("register-accumulate", source, GEMV_SPEC)
+    assert found.applicable, found.why
+    rewritten = found.rewrites[0].source
+    assert "float kl_acc0 = y[i];" in rewritten and "x += 1;" in rewritten and "kl_acc1" not in rewritten
+
+
 # Each thread adds its inputs into its own shared slot before the tree, under the user's pragma.
 SHARED_SUM = """
 #define BS 128

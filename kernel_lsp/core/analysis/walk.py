@@ -1000,7 +1000,7 @@ class _Walker:
                 self.groups[name] = group
             if name in self.nonconst_locals and isinstance(right, _Pointer):
                 self.copied_to_nonconst(right)
-            if name in self.arrays and not self.arrays[name].dims:
+            if name in self.arrays and not self.arrays[name].dims and name not in self.env:
                 self.lvalue(left, "write" if op == "=" else "update", _COMPOUND.get(op))
                 return right
             old = self.env.get(name)
@@ -1008,7 +1008,8 @@ class _Walker:
                 self.env[name] = right if right is not None else self.fresh(name)
                 self.accumulator_by_call(name, right_node, node)
             else:
-                self.note_accumulator(name, _COMPOUND.get(op, op), node)
+                if not isinstance(old, _Pointer):
+                    self.note_accumulator(name, _COMPOUND.get(op, op), node)
                 combined = _arith(_COMPOUND.get(op, ""), old, right) if isinstance(old, Poly) and isinstance(right, Poly) else None
                 if isinstance(old, _Pointer) and isinstance(right, Poly) and op in ("+=", "-="):
                     self.env[name] = _Pointer(old.base, old.space, old.offset + (right if op == "+=" else -right), old.elem_type, volatile=old.volatile)
@@ -2026,6 +2027,9 @@ def _analyze_kernel(name: str, node: Node, src: bytes, pre: Preprocessed | None,
     for k, (pname, ptype, is_pointer) in enumerate(params):
         if is_pointer:
             walker.arrays[pname] = _Array(pname, "global", ptype, (), k < len(shapes) and shapes[k][2])
+            # A pointer parameter is a local like any other: ``A += BK`` in a loop moves it (its later
+            # subscripts move with the loop), it stores nothing.
+            walker.env[pname] = _Pointer(pname, "global", ZERO, ptype, volatile=walker.arrays[pname].volatile)
         else:
             walker.env[pname] = Poly.sym(pname)
             walker.scalar_types[pname] = ptype

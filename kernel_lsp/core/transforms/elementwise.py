@@ -453,7 +453,7 @@ def _strip_const(type_text: str) -> str:
 class BlockSizeSweep(Rule):
     name = "block-size"
     technique = "block-size-tuning"
-    summary = "other block sizes, grid recomputed to cover the same threads (1-D kernels only)"
+    summary = "other block sizes, grid recomputed to cover the same threads (1-D kernels only); the host's launch edited alike"
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
         why = one_dimensional_launch(ctx)
@@ -489,7 +489,7 @@ class BlockSizeSweep(Rule):
                     continue
                 out.append(Rewrite(source, f"block {bx} -> {size}, grid recomputed to cover the same threads"
                                    + (f"; __launch_bounds__({size})" if source != ctx.source else ""), override,
-                                   f"block={size}"))
+                                   f"block={size}", block=(size, 1, 1)))
         return tuple(out)
 
 

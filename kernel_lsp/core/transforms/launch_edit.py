@@ -5,8 +5,8 @@ states it as a grid scale; the harness verified the kernel under the spec's laun
 way, and this module applies that scale to every launch of the kernel in the file, whatever the
 grid is written as: ``dim3(dim3(G).x * 32, dim3(G).y, dim3(G).z)`` holds for an integer and for a
 ``dim3`` alike. A rewrite that launches the same threads in other blocks (smaller blocks over more
-SMs, or fuller 2-D blocks) names its block; the grid becomes ``dim3(G).x * dim3(B).x / b`` per
-axis, in the host's own terms. A rewrite whose block serves several of the original blocks (a group of
+SMs, fuller 2-D blocks, another block size) names its block; the grid becomes
+``(dim3(G).x * dim3(B).x + b - 1) / b`` per axis, in the host's own terms. A rewrite whose block serves several of the original blocks (a group of
 32 neighbouring blocks as the lanes of one warp) names that many per axis as a grid division, with its
 new block: the grid becomes ``dim3((dim3(G).x + k - 1) / k, …)`` and the block is replaced as written. Where the file has
 no launch of the kernel, the result says what the host must change instead.
@@ -52,10 +52,13 @@ def scaled_grid(grid: str, scale: tuple[int, int, int]) -> str:
 
 
 def reshaped_grid(grid: str, block: str, new_block: tuple[int, int, int]) -> str:
-    """The grid that keeps the threads per axis of ``<<<grid, block>>>`` in blocks of ``new_block``
-    (the rewrite proved the threads per axis a multiple of the new block at every size of the spec)."""
+    """The grid that keeps the threads per axis of ``<<<grid, block>>>`` in blocks of ``new_block``, rounded
+    up: where the threads per axis are a multiple of the new block (smaller blocks, fuller blocks) that is
+    exactly as many; where they are not (another block size over a guarded kernel), the last block's extra
+    threads fail the guard, as in the launch the harness verified."""
     g, b = grid.strip(), block.strip()
-    parts = [f"dim3({g}).{axis} * dim3({b}).{axis}" + (f" / {k}" if k != 1 else "") for axis, k in zip("xyz", new_block)]
+    parts = [f"(dim3({g}).{axis} * dim3({b}).{axis} + {k - 1}) / {k}" if k != 1 else f"dim3({g}).{axis} * dim3({b}).{axis}"
+             for axis, k in zip("xyz", new_block)]
     return f"dim3({', '.join(parts)})"
 
 
