@@ -478,3 +478,88 @@ def test_fixed_trip_unrolls_a_while_loop_behind_the_same_guard(tmp_path):
         before = run_on_cpu(WHILE_MARCH, main, tmp_path, f"march{nz}")
         for n, rw in enumerate(found.rewrites):
             assert run_on_cpu(rw.source, main, tmp_path, f"march{nz}_{n}") == before
+
+
+# The border rows handled apart by a branch (PolyBench fdtd-2d's step 1 sets row 0 from a source term): the
+# fast path is the interior arm, a thread whose rows include a border runs the original body for each.
+BORDERS = """
+__global__ void edge(int n, const float* A, const float* S, float* B) {
+  int j = blockIdx.x * blockDim.x + threadIdx.x;
+  int i = blockIdx.y * blockDim.y + threadIdx.y;
+  if (i < n && j < n) {
+    float w = 0.5f;
+    if (i == 0) {
+      B[i*n + j] = S[j];
+    } else if (i == n - 1) {
+      B[i*n + j] = A[i*n + j];
+    } else {
+      B[i*n + j] = w * (A[(i - 1)*n + j] + A[(i + 1)*n + j]) - A[i*n + j];
+    }
+  }
+}
+"""
+BORDERS_MAIN = r"""
+int main() {
+  const int n = 45;
+  std::vector<float> a(n * n), s(n), b(n * n, 9.0f);
+  for (int i = 0; i < n * n; i++) a[i] = (float)((i * 29) % 31) - 15.0f;
+  for (int i = 0; i < n; i++) s[i] = 100.0f + i;
+  kl_launch({(n + 31) / 32, (n + 7) / 8, 1}, {32, BY, 1}, [&] { edge(n, a.data(), s.data(), b.data()); });
+  for (float v : b) printf("%a\n", v);
+}
+"""
+
+
+def _borders_spec():
+    return dict(spec("edge", extra=[arr("S", "n")]), params=[
+        {"name": "n", "scalar": "int32", "value": 2048}, arr("A", "n*n"), arr("S", "n"), arr("B", "n*n", "out")])
+
+
+def test_a_border_branch_leaves_the_interior_arm_to_the_fast_path(tmp_path):
+    found = outcome(BORDERS, _borders_spec())
+    assert found.applicable, found.why
+    assert found.why.endswith("the fast path runs the arm of the branch at line 7 that reads the most, rows taking "
+                              "another arm run the original body"), found.why
+    for rw in found.rewrites:
+        src = rw.source
+        # A fast row passes the guard and takes neither border arm; only the interior's store is deferred.
+        assert "kl_all = kl_all && (i < n && j < n) && !(i == 0) && !(i == n - 1);" in src
+        fast = src.split("if (kl_all) {", 1)[1].split("} else {", 1)[0]
+        assert "kl_v0[kl_s] = w * (A[(i - 1)*n + j] + A[(i + 1)*n + j]) - A[i*n + j];" in fast
+        assert "S[j]" not in fast and "float w = 0.5f;" in fast
+        assert src.count("B[i*n + j] = S[j];") == 1
+        if shutil.which("g++"):
+            from cpu_cuda import run_on_cpu
+            rows = int(rw.variant.split("=")[1])
+            before = run_on_cpu(BORDERS, BORDERS_MAIN.replace("BY", "8"), tmp_path, "edge")
+            after = run_on_cpu(src, BORDERS_MAIN.replace("BY", str(8 // rows)), tmp_path, f"edge{rows}")
+            assert after == before
+        if shutil.which("nvcc"):
+            compiles(src, tmp_path)
+
+
+def test_a_border_branch_without_a_guard_around_it(tmp_path):
+    unguarded = BORDERS.replace("  if (i < n && j < n) {\n    float w = 0.5f;\n", "  if (i >= n || j >= n) return;\n"
+                                "  float w = 0.5f;\n").replace("    }\n  }\n}\n", "    }\n}\n")
+    found = outcome(unguarded, _borders_spec())
+    assert found.applicable, found.why
+    rw = found.rewrites[0]
+    assert "kl_all = kl_all && !(i == 0) && !(i == n - 1);" in rw.source
+    if shutil.which("g++"):
+        from cpu_cuda import run_on_cpu
+        before = run_on_cpu(unguarded, BORDERS_MAIN.replace("BY", "8"), tmp_path, "edge_u")
+        assert run_on_cpu(rw.source, BORDERS_MAIN.replace("BY", "1"), tmp_path, "edge_u8") == before
+
+
+@pytest.mark.parametrize(("change", "why"), [
+    (lambda s: s.replace("if (i == 0) {", "if (S[j] > 0) {"), "not integer arithmetic"),
+    (lambda s: s.replace("float w = 0.5f;", "int w = i % 3;").replace("if (i == 0) {", "if (w == 0) {"),
+     "the branch's condition reads w, which the guarded block computes before it"),
+    (lambda s: s.replace("B[i*n + j] = A[i*n + j];", "if (j > 0) B[i*n + j] = A[i*n + j];"),
+     "has statements other than declarations, expressions and tap loops"),
+    (lambda s: s.replace("B[i*n + j] = w * (", "float w = 0.25f; B[i*n + j] = w * ("), "declares w again"),
+    (lambda s: s.replace("float w = 0.5f;", "float w = 0.5f; if (j == 1) w = 0.25f;"), "other than one if/else"),
+])
+def test_border_branch_refusals(change, why):
+    found = outcome(change(BORDERS), _borders_spec())
+    assert not found.applicable and why in found.why, found.why

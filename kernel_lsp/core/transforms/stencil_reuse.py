@@ -35,7 +35,12 @@ Legality, in terms of the analysis (each refusal names the fact that was missing
   neighbouring virtual rows, which the compiler keeps in registers as for straight-line taps;
 - the body is straight-line statements and tap loops, then at most one guard ``if (…) { … }``
   without ``else`` holding such statements; an early exit only as ``if (…) return;`` before it;
-  no assignment in a condition;
+  no assignment in a condition. One branch may sit among the guarded statements (or take the
+  guard's place): an ``if``/``else if``/``else`` chain whose arms are such statements and whose
+  conditions are integer arithmetic on what the prelude computed (``if (i == 0) … else …``, the
+  border handled apart). Its arm that reads the most global memory (the interior) is the fast
+  path's: a thread takes the fast path only when all its rows take that arm, so a row taking
+  another arm (a border) runs the original body with the others;
 - every global store is a statement ``P[index] = value;`` on a pointer parameter, outside the tap
   loops, at an index that moves with the axis, and the stored array is read only at that same index;
 - two reads of one array are a whole number of rows apart along the axis, or one read moves a
@@ -50,7 +55,8 @@ from dataclasses import dataclass
 from tree_sitter import Node
 
 from kernel_lsp.core.analysis import (
-    Access, KernelFacts, LoopFact, assigned_names, helper_reading_thread_index, threads_cooperate,
+    Access, KernelFacts, LoopFact, assigned_names, declared_anywhere, helper_reading_thread_index, identifiers_in,
+    threads_cooperate,
 )
 from kernel_lsp.core.analysis import has_node as _has, is_integer_type
 from kernel_lsp.core.analysis import node_text as _text
@@ -58,7 +64,7 @@ from kernel_lsp.core.poly import Poly, is_opaque
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
 from kernel_lsp.core.transforms.emit import (
-    BodyEdit, UserText, builtin_fields, emit, expands_to, node_at, parse, splice_body,
+    BodyEdit, UserText, builtin_fields, emit, expands_to, node_at, parse, splice_body, user_line_of,
 )
 
 #: Rows per thread tried, largest first (each a separate candidate where the launch allows it).
@@ -120,7 +126,13 @@ class _Plan:
     guard: Node | None
     """The final ``if`` holding the stores, or None when they are top-level statements."""
     block: tuple[Node, ...]
-    """The statements the guard holds (or the top-level statements after the prelude)."""
+    """The statements the fast path runs: those the guard holds (or the top-level statements after the
+    prelude), with a branch among them replaced by its interior arm's statements."""
+    original: tuple[Node, ...]
+    """The statements after the prelude as written: what the general path runs when there is no guard."""
+    arm: tuple[tuple[Node, bool], ...]
+    """The conditions (each with the value it must have) under which the branch takes the interior
+    arm; empty without a branch."""
     stores: tuple[_Store, ...]
     reuse: str
     """Which array's reads are rows apart (for the description)."""
@@ -265,21 +277,32 @@ class StencilRowReuse(Rule):
         shape, why = self._shape(body)
         if shape is None:
             return None, why
-        prelude, guard, block = shape
+        prelude, guard, block, original, branch = shape
         globals_ = [a for a in facts.accesses if a.space == "global"]
+        arm: tuple[tuple[Node, bool], ...] = ()
+        others: tuple[Node, ...] = ()
+        if branch is not None:
+            chosen, why = _interior_arm(branch, globals_, src, prelude, block)
+            if chosen is None:
+                return None, why
+            arm, statements, others = chosen
+            at = block.index(branch)
+            block = [*block[:at], *statements, *block[at + 1:]]
         stores, why = self._stores(src, block, globals_, facts)
         if stores is None:
             return None, why
         writes = [a for a in globals_ if a.writes]
         if not writes:
             return None, "the kernel stores nothing to global memory"
+        # The accesses the fast path runs: a branch's other arms run on the general path only.
+        fast = [a for a in globals_ if not any(_within(a, s) for s in others)]
         for w in writes:
-            if not any(s.left.start_byte <= w.span[0] and w.span[1] <= s.left.end_byte for s in stores):
+            if w in fast and not any(s.left.start_byte <= w.span[0] and w.span[1] <= s.left.end_byte for s in stores):
                 return None, f"`{w.text}` is stored by a compound assignment or inside a larger expression of the guarded block"
             for r in globals_:
                 if r.array == w.array and not r.writes and canonical(r.index, facts) != canonical(w.index, facts):
                     return None, f"`{w.array}` is read at another index than it is stored"
-        reads = [a for a in globals_ if a.kind == "read" and a.array not in {w.array for w in writes}]
+        reads = [a for a in fast if a.kind == "read" and a.array not in {w.array for w in writes}]
         limit = max(ROWS_PER_THREAD) + 1
         reasons = []
         best: tuple[Axis, tuple[int, ...], str, str | None] | None = None
@@ -314,9 +337,12 @@ class StencilRowReuse(Rule):
         if best is None:
             return None, "; ".join(reasons)
         axis, rows, reuse, extent = best
-        return _Plan(tuple(prelude), guard, tuple(block), tuple(stores), reuse, kernel, axis, rows, extent), ""
+        return _Plan(tuple(prelude), guard, tuple(block), tuple(original), arm, tuple(stores), reuse, kernel, axis, rows,
+                     extent), ""
 
-    def _shape(self, body: Node) -> tuple[tuple[list[Node], Node | None, list[Node]] | None, str]:
+    def _shape(self, body: Node) -> tuple[tuple[list[Node], Node | None, list[Node], list[Node], Node | None] | None, str]:
+        """(prelude, guard, the statements after the prelude or in the guard, the statements after the prelude
+        as written, the branch among them), or why the body has another shape."""
         stmts = _statements(body)
         prelude: list[Node] = []
         rest = list(stmts)
@@ -327,16 +353,21 @@ class StencilRowReuse(Rule):
         if not rest:
             # No guard: the stores are among the straight-line statements (after the last early return).
             last_exit = max((i for i, s in enumerate(prelude) if s.type == "if_statement"), default=-1)
-            return (prelude[: last_exit + 1], None, prelude[last_exit + 1 :]), ""
-        if len(rest) != 1 or rest[0].type != "if_statement" or rest[0].child_by_field_name("alternative") is not None:
-            return None, "the body has branches other than one guard (without else) around the stores"
-        guard = rest[0]
-        if not _plain_condition(guard.child_by_field_name("condition")):
-            return None, "the guard's condition has side effects or declares a variable"
-        block = _statements(guard.child_by_field_name("consequence"))
-        if any(s.type not in _STRAIGHT and not _pragma(s) for s in block):
-            return None, "the guarded block has branches"
-        return (prelude, guard, block), ""
+            after = prelude[last_exit + 1 :]
+            return (prelude[: last_exit + 1], None, after, after, None), ""
+        if len(rest) == 1 and rest[0].type == "if_statement" and rest[0].child_by_field_name("alternative") is None:
+            guard = rest[0]
+            if not _plain_condition(guard.child_by_field_name("condition")):
+                return None, "the guard's condition has side effects or declares a variable"
+            block = _statements(guard.child_by_field_name("consequence"))
+        else:
+            # The statements after the prelude are the block, with no guard around them (a branch among them).
+            guard, block = None, rest
+        branches = [s for s in block if s.type not in _STRAIGHT and not _pragma(s)]
+        if len(branches) > 1 or branches and branches[0].type != "if_statement":
+            return None, ("the guarded block has branches other than one if/else" if guard is not None else
+                          "the body has branches other than one guard (without else) around the stores")
+        return (prelude, guard, block, rest, branches[0] if branches else None), ""
 
     def _stores(self, src: bytes, block: list[Node], globals_: list[Access],
                 facts: KernelFacts) -> tuple[list[_Store] | None, str]:
@@ -392,9 +423,14 @@ class StencilRowReuse(Rule):
         except (SpecError, ValueError, ZeroDivisionError) as exc:
             return False, f"the new launch does not evaluate: {exc}"
         body = "straight-line body and tap loops of constant trips" if ctx.facts.loops else "straight-line body"
+        arm = ""
+        if plan.arm:
+            line = user_line_of(ctx.preprocessed, plan.arm[0][0].start_point[0])
+            arm = (f"; the fast path runs the arm of the branch at line {line} that reads the most, rows taking "
+                   "another arm run the original body")
         return True, (f"`{plan.reuse}` is read at neighbouring rows along {plan.axis.label}; {body}, "
                       f"{len(plan.stores)} plain store(s) at the thread's own row, no barriers or shared memory; "
-                      f"{' or '.join(map(str, plan.rows))} rows per thread")
+                      f"{' or '.join(map(str, plan.rows))} rows per thread{arm}")
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         plan, _ = self.plan(ctx)
@@ -481,8 +517,12 @@ class StencilRowReuse(Rule):
                 check.append(f"if {render(cond)} {{ kl_all = false; continue; }}")
             else:
                 check.append(render(s))
-        if plan.guard is not None:
-            check.append(f"kl_all = kl_all && {render(plan.guard.child_by_field_name('condition'))};")
+        # A row past the guard, or taking another arm of the branch than the interior's, is not a fast row
+        # (the arm's conditions are read only where the guard holds, as in the original).
+        tests = [render(plan.guard.child_by_field_name("condition"))] if plan.guard is not None else []
+        tests += [render(cond) if holds else f"!{render(cond)}" for cond, holds in plan.arm]
+        if tests:
+            check.append(f"kl_all = kl_all && {' && '.join(tests)};")
         # 2. The fast path: every row passes, so no exit and no guard; stores deferred.
         def unrolled(stmts) -> list[str]:
             """The statements rendered, a tap loop not under a directive of the user's given ``#pragma unroll``
@@ -509,7 +549,7 @@ class StencilRowReuse(Rule):
         flush = " ".join(f"*kl_p{k}[kl_s] = kl_v{k}[kl_s];" for k in range(len(plan.stores)))
         # 3. The general path: the original body once per row, an early return ending that row only.
         general = [] if plan.extent is None else [f"if (kl_vrow >= ({extent})) continue;"]
-        for s in [*plan.prelude, *([plan.guard] if plan.guard is not None else plan.block)]:
+        for s in [*plan.prelude, *([plan.guard] if plan.guard is not None else plan.original)]:
             cond = _early_return(s)
             general.append(f"if {render(cond)} continue;" if cond is not None else render(s))
         j = ind + "    "
@@ -520,6 +560,63 @@ class StencilRowReuse(Rule):
                 f"        #pragma unroll\n        for (unsigned kl_s = 0; kl_s < {rows}u; ++kl_s) {{ {flush} }}\n"
                 f"    }} else {{\n        #pragma unroll\n        {head.replace(ind, j)}{j}" + j.join(general) +
                 "\n        }\n    }\n")
+
+
+def _within(a: Access, stmt: Node) -> bool:
+    return stmt.start_byte <= a.span[0] and a.span[1] <= stmt.end_byte
+
+
+_NOT_ARITHMETIC = ("subscript_expression", "call_expression", "pointer_expression", "field_expression",
+                   "assignment_expression", "update_expression", "comma_expression")
+
+
+def _interior_arm(branch: Node, globals_: list[Access], src: bytes, prelude: list[Node], block: list[Node]) -> tuple[
+        tuple[tuple[tuple[Node, bool], ...], list[Node], tuple[Node, ...]] | None, str]:
+    """The arm of the ``if``/``else if``/``else`` chain ``branch`` that reads the most global memory (the last
+    of those that read as much: the ``else``, usually the interior), as (the conditions and the values that
+    select it, its statements, the other arms' statements); or why no arm can be the fast path's."""
+    arms: list[tuple[tuple[tuple[Node, bool], ...], list[Node]]] = []
+    taken: tuple[tuple[Node, bool], ...] = ()
+    node: Node | None = branch
+    while node is not None:
+        cond = node.child_by_field_name("condition")
+        if not _plain_condition(cond) or _has(cond, _NOT_ARITHMETIC):
+            return None, ("a condition of the branch in the guarded block is not integer arithmetic on the kernel's "
+                          "values (it could read memory or change something)")
+        arms.append(((*taken, (cond, True)), _statements(node.child_by_field_name("consequence"))))
+        taken = (*taken, (cond, False))
+        alternative = node.child_by_field_name("alternative")
+        rest = alternative.named_children[0] if alternative is not None and alternative.named_children else None
+        if rest is not None and rest.type == "if_statement":
+            node = rest
+            continue
+        arms.append((taken, _statements(rest) if rest is not None else []))
+        node = None
+    if any(s.type not in _STRAIGHT and not _pragma(s) for _, statements in arms for s in statements):
+        return None, ("an arm of the branch in the guarded block has statements other than declarations, expressions "
+                      "and tap loops")
+    # The conditions are tested before the guarded statements run: they may read only what the prelude made.
+    made = set()
+    for s in block[: block.index(branch)]:
+        made |= assigned_names(s, src) | declared_anywhere(s, src)
+    for cond, _ in arms[-1][0]:
+        if identifiers_in(cond, src) & made:
+            return None, (f"the branch's condition reads {', '.join(sorted(identifiers_in(cond, src) & made))}, which "
+                          "the guarded block computes before it")
+
+    def reads(k: int) -> int:
+        return sum(1 for a in globals_ if a.kind == "read" and any(_within(a, s) for s in arms[k][1]))
+
+    best = max(range(len(arms)), key=lambda k: (reads(k), k))
+    if not reads(best):
+        return None, "no arm of the branch in the guarded block reads global memory"
+    # The fast path runs the arm's statements in the guarded block's scope, not in braces of their own.
+    around = set().union(*(declared_anywhere(s, src) for s in [*prelude, *block] if s is not branch))
+    clash = set().union(*(declared_anywhere(s, src) for s in arms[best][1])) & around
+    if clash:
+        return None, f"the branch's arm declares {', '.join(sorted(clash))} again (a name the code around it declares)"
+    others = tuple(s for k, (_, statements) in enumerate(arms) if k != best for s in statements)
+    return (arms[best][0], arms[best][1], others), ""
 
 
 def _pragma_in(stmts: tuple[Node, ...], stmt: Node) -> bool:
