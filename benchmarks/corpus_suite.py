@@ -11,14 +11,15 @@ the harness's interval, so this counts controls whose best verified speedup is b
 
     PYTHONPATH=. python3 benchmarks/corpus_suite.py --out $OUT/corpus_suite.json \\
         [--baseline corpus_baseline.json] [--budget 8] [--max-seconds 120] [--shard 1/2] [--only A,B]
-        [--heldout | --no-heldout] [--dry-run]
+        [--heldout | --no-heldout] [--skip done.json] [--dry-run]
     python3 benchmarks/corpus_suite.py --merge a.json b.json [rerun.json] --out benchmarks/results/corpus_suite.json
 
 ``--corpus benchmarks/outside`` runs the kernels from outside the corpus instead (the same layout).
 ``--baseline`` takes ``benchmarks/corpus_baseline.py``'s results for the kernels where no
 candidate was timed (their baseline is then that program's median). ``--shard K/N`` runs every
-N-th kernel from the K-th, so a run can be split over several calls; ``--merge`` joins shards
-(a kernel in a later file replaces its row from an earlier one). ``--heldout`` runs only the
+N-th kernel from the K-th, so a run can be split over several calls; ``--skip a.json`` leaves out the
+kernels a cut-off call already measured; ``--merge`` joins shards (a kernel in a later file replaces
+its row from an earlier one). ``--heldout`` runs only the
 entries whose spec notes say ``"heldout": true`` (kernels added after the transformations were
 written, so that none was designed against them), ``--no-heldout`` only the others; both combine
 with ``--only`` and ``--shard``. ``--dry-run`` needs no GPU: the search lists its candidates
@@ -166,6 +167,8 @@ def main(argv: list[str] | None = None) -> int:
     parser.add_argument("--baseline", default=None, help="corpus_baseline.py results for kernels without a timed candidate")
     parser.add_argument("--shard", default="1/1", help="K/N: every N-th kernel from the K-th")
     parser.add_argument("--merge", nargs="+", default=None, help="join shard results into --out")
+    parser.add_argument("--skip", nargs="+", default=(), metavar="RESULTS",
+                        help="results files whose kernels are not run again (a run continued after a call was cut off)")
     which = parser.add_mutually_exclusive_group()
     which.add_argument("--heldout", dest="heldout", action="store_const", const=True, default=None,
                        help="only the entries whose notes say heldout (added after the transformations were written)")
@@ -196,6 +199,8 @@ def main(argv: list[str] | None = None) -> int:
         use_corpus(Path(args.corpus).resolve())
     k, n = (int(x) for x in args.shard.split("/"))
     names = select(entries({x.strip() for x in args.only.split(",") if x.strip()} or None), args.heldout)[k - 1 :: n]
+    done = {r["name"] for p in args.skip for r in json.loads(Path(p).read_text())["kernels"]}
+    names = [name for name in names if name not in done]
     baseline = {r["name"]: r for r in json.loads(Path(args.baseline).read_text())["kernels"]} if args.baseline else {}
     budget = Budget(max_candidates=args.budget, max_seconds=args.max_seconds)
     rows: list[dict[str, Any]] = []

@@ -74,3 +74,14 @@ def test_the_outside_set_runs_through_the_same_search(suite, tmp_path: Path, mon
     (row,) = json.loads(out.read_text())["kernels"]
     assert row["name"] == "parboil_spmv_jds" and "error" not in row
     assert "rule:load-batch[batch=4]" in [c["generator"] for c in row["tried"]]
+
+
+def test_skip_leaves_out_the_kernels_a_results_file_has(suite, tmp_path: Path):
+    """A call cut off by its time limit is continued with ``--skip`` its results: only the kernels it did not reach run."""
+    first, second = suite.select(suite.entries(None), True)[:2]
+    done = tmp_path / "done.json"
+    done.write_text(json.dumps({"kernels": [{"name": first}]}))
+    out = tmp_path / "rest.json"
+    assert suite.main(["--dry-run", "--only", f"{first},{second}", "--budget", "1", "--skip", str(done),
+                       "--out", str(out)]) == 0
+    assert [r["name"] for r in json.loads(out.read_text())["kernels"]] == [second]
