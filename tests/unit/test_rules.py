@@ -632,3 +632,53 @@ def test_a_parsed_spec_in_the_request_serves_sequences_that_relaunch():
     parsed = [c.generator for c in RuleGenerator().generate(OptimizeRequest(source=source, path=path, kernel=data["kernel"],
                                                                             spec=parse_spec(data)))]
     assert parsed == as_json and parsed
+
+
+COPY_2D_MAIN = r"""
+int main() {
+  const int rows = 45, cols = 70;
+  std::vector<float> in(rows * cols), out(rows * cols, 9.0f);
+  for (int i = 0; i < rows * cols; i++) in[i] = (float)((i * 29) % 31) - 15.0f;
+  kl_launch({GX, GY, 1}, {BX, BY, 1}, [&] { k(out.data(), in.data(), rows, cols); });
+  for (float v : out) printf("%a\n", v);
+}
+"""
+
+
+def test_block_shapes_of_a_two_dimensional_kernel_cover_the_same_elements(tmp_path) -> None:
+    """A 2-D kernel tries other block shapes, the grid rounded up per axis (the guard stops the extra threads):
+    at 45 x 70 elements each shape's launch computes exactly what 32 x 8 blocks did."""
+    spec = dict(SPEC_2D, variants=[{"rows": 45, "cols": 70}])
+    outcome = _rule("block-size", COPY_2D, spec)
+    assert outcome.applicable, outcome.why
+    assert "guard on the global y index `< rows`" in outcome.why
+    assert [r.block for r in outcome.rewrites] == [(64, 4, 1), (128, 2, 1), (32, 4, 1)]
+    for rewrite in outcome.rewrites:
+        assert rewrite.launch_override["grid"][:2] == [f"(((cols+31)/32)*32+{rewrite.block[0] - 1})/{rewrite.block[0]}",
+                                                       f"(((rows+7)/8)*8+{rewrite.block[1] - 1})/{rewrite.block[1]}"]
+    if shutil.which("g++"):
+        from cpu_cuda import run_on_cpu
+
+        def run(source: str, block: tuple[int, int, int], name: str) -> str:
+            bx, by = block[:2]
+            main = COPY_2D_MAIN.replace("GX", str((((70 + 31) // 32) * 32 + bx - 1) // bx)).replace(
+                "GY", str((((45 + 7) // 8) * 8 + by - 1) // by)).replace("BX", str(bx)).replace("BY", str(by))
+            return run_on_cpu(source, main, tmp_path, name)
+
+        before = run(COPY_2D, (32, 8, 1), "copy")
+        for rewrite in outcome.rewrites:
+            assert run(rewrite.source, rewrite.block, f"copy{rewrite.variant.replace('=', '')}") == before
+
+
+def test_block_shapes_of_a_two_dimensional_kernel_refusals() -> None:
+    # No guard along y: only shapes whose rows divide the original's 4 keep the threads per column.
+    unguarded = COPY_2D.replace("r < rows && c < cols", "c < cols")
+    short = dict(SPEC_2D, grid=["(cols+31)/32", "(rows+3)/4", "1"], block=[32, 4, 1])
+    assert [r.block for r in _rule("block-size", COPY_2D, short).rewrites] == [(64, 4, 1), (128, 2, 1), (32, 8, 1)]
+    assert [r.block for r in _rule("block-size", unguarded, short).rewrites] == [(64, 4, 1), (128, 2, 1)]
+    ignores_y = COPY_2D.replace("int r = blockIdx.y * blockDim.y + threadIdx.y;", "int r = 0;")
+    outcome = _rule("block-size", ignores_y, SPEC_2D)
+    assert not outcome.applicable and "does not read its y index" in outcome.why
+    three_d = dict(SPEC_2D, grid=["(cols+31)/32", "(rows+7)/8", "2"])
+    outcome = _rule("block-size", COPY_2D, three_d)
+    assert not outcome.applicable and "neither 1-D nor 2-D" in outcome.why

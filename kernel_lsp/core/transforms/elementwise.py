@@ -96,10 +96,10 @@ def bound_values(ctx: RuleContext, bound: Poly) -> list[int] | None:
     return out
 
 
-def same_work(ctx: RuleContext, override: dict, bound: Poly | None) -> bool:
-    """A 1-D launch ``override`` runs the original's threads' work and nothing more, at every size of the
-    spec: the same number of threads, or more threads where the original's already reach the guard's
-    bound (the extra ones, past it, do nothing). A grid rounded up past the original's threads is
+def same_work(ctx: RuleContext, override: dict, bound: Poly | None, axis: int = 0) -> bool:
+    """A launch ``override`` runs the original's threads' work along ``axis`` (0: x, 1: y) and nothing more, at
+    every size of the spec: the same number of threads, or more threads where the original's already reach
+    the guard's bound (the extra ones, past it, do nothing). A grid rounded up past the original's threads is
     illegal otherwise: a kernel whose guard reaches further than its launch (``i < n`` with fewer than
     ``n`` threads) would compute elements the original leaves alone."""
     assert ctx.spec is not None
@@ -107,8 +107,8 @@ def same_work(ctx: RuleContext, override: dict, bound: Poly | None) -> bool:
     values = bound_values(ctx, bound) if bound is not None else None
     for k, variant in enumerate([None, *range(len(ctx.spec.variants))]):
         resolved = candidate.resolve(variant)
-        before = resolved.original.grid[0] * resolved.original.block[0]
-        after = resolved.candidate.grid[0] * resolved.candidate.block[0]
+        before = resolved.original.grid[axis] * resolved.original.block[axis]
+        after = resolved.candidate.grid[axis] * resolved.candidate.block[axis]
         if after == before:
             continue
         if after < before or values is None or values[k] > before:
@@ -450,46 +450,84 @@ def _strip_const(type_text: str) -> str:
 # --------------------------------------------------------------------------------------------
 
 
+#: Block shapes tried for a 2-D kernel, in order, at most :data:`MAX_SHAPES_2D` of them besides the original:
+#: rows of 64 and 128 threads first (fewer, longer row segments per block), then fewer and more threads.
+_SHAPES_2D = ((64, 4), (128, 2), (32, 8), (32, 4), (64, 8), (32, 16))
+MAX_SHAPES_2D = 3
+
+
+def _two_dimensional_launch(ctx: RuleContext) -> bool:
+    """The spec's launch is 2-D (x and y) with a constant block of more than one row."""
+    block = ctx.constant_block()
+    return block is not None and block[1] > 1 and block[2] == 1 and all(
+        launch.grid[2] == 1 for launch in ctx.launches())
+
+
 class BlockSizeSweep(Rule):
     name = "block-size"
     technique = "block-size-tuning"
-    summary = "other block sizes, grid recomputed to cover the same threads (1-D kernels only); the host's launch edited alike"
+    summary = ("other block sizes (1-D) or shapes (2-D), the grid recomputed per axis to cover the same threads; the "
+               "host's launch edited alike")
+
+    def _axes(self, ctx: RuleContext) -> tuple[tuple[str, ...] | None, str]:
+        why = one_dimensional_launch(ctx)
+        if why is None:
+            return ("x",), ""
+        if ctx.spec is not None and _two_dimensional_launch(ctx):
+            return ("x", "y"), ""
+        return None, (why if ctx.spec is None else
+                      "the spec's launch is neither 1-D nor 2-D (x and y) with the same block at every size")
 
     def check(self, ctx: RuleContext) -> tuple[bool, str]:
-        why = one_dimensional_launch(ctx)
-        if why:
+        axes, why = self._axes(ctx)
+        if axes is None:
             return False, why
         facts = ctx.facts
         if facts is None or not facts.complete:
             return False, "the kernel's analysis is missing or incomplete"
-        why = threads_differ_only_by(facts, ("x",))
+        why = threads_differ_only_by(facts, axes)
         if why:
             return False, why
-        bound = index_bound(facts, "x")
-        note = (f"guard `i < {bound}`" if bound is not None else
-                "no guard on the global index (only blocks that divide the original, the same threads at every size)")
-        return True, f"the threads differ by their global index only; {note}"
+        if len(axes) == 2 and not {"tid.y", "bid.y"} & set(facts.thread_dims):
+            return False, "the kernel does not read its y index: the block's rows of threads repeat one another's work"
+        notes = []
+        for axis in axes:
+            bound = index_bound(facts, axis)
+            notes.append(f"guard on the global {axis} index `< {bound}`" if bound is not None else
+                         f"no guard on the global {axis} index (only blocks that divide the original along {axis}, the "
+                         "same threads at every size)")
+        return True, f"the threads differ by their global index only; {'; '.join(notes)}"
 
     def rewrite(self, ctx: RuleContext) -> tuple[Rewrite, ...]:
         assert ctx.spec is not None
-        bx = ctx.constant_block()[0]  # type: ignore[index]
-        gx = ctx.spec.launch.grid[0]
-        bound = index_bound(ctx.facts, "x") if ctx.facts is not None else None
+        axes, _ = self._axes(ctx)
+        block = ctx.constant_block()
+        assert axes is not None and block is not None
+        grid = ctx.spec.launch.grid
+        bounds = [index_bound(ctx.facts, axis) if ctx.facts is not None else None for axis in axes]
+        shapes = [(size,) for size in _BLOCK_SIZES] if len(axes) == 1 else [
+            shape for shape in _SHAPES_2D if shape != block[:2]][:MAX_SHAPES_2D]
         out = []
-        for size in _BLOCK_SIZES:
-            # Without a guard every thread works: a block that does not divide the original one rounds the
-            # grid up past the original's threads at sizes the spec does not name.
-            if size == bx or bound is None and bx % size:
+        for shape in shapes:
+            # Without a guard every thread works: a block that does not divide the original one along an axis
+            # rounds the grid up past the original's threads at sizes the spec does not name.
+            if shape == block[:len(shape)] or any(bound is None and block[k] % size
+                                                  for k, (size, bound) in enumerate(zip(shape, bounds))):
                 continue
-            override = {"grid": [f"(({gx})*{bx}+{size - 1})/{size}", "1", "1"], "block": [size, 1, 1],
+            new_grid = [f"(({grid[k]})*{block[k]}+{size - 1})/{size}" for k, size in enumerate(shape)]
+            new_block = [*shape, *([1] * (3 - len(shape)))]
+            override = {"grid": [*new_grid, *(["1"] if len(shape) == 2 else ["1", "1"])], "block": new_block,
                         "dynamic_smem": ctx.spec.launch.dynamic_smem}
-            if ctx.launch_ok(override) and same_work(ctx, override, bound):
-                source = launch_bounds_for(ctx.source, ctx.kernel, size)
-                if source is None:
-                    continue
-                out.append(Rewrite(source, f"block {bx} -> {size}, grid recomputed to cover the same threads"
-                                   + (f"; __launch_bounds__({size})" if source != ctx.source else ""), override,
-                                   f"block={size}", block=(size, 1, 1)))
+            if not ctx.launch_ok(override) or not all(same_work(ctx, override, bound, k) for k, bound in enumerate(bounds)):
+                continue
+            threads = shape[0] * (shape[1] if len(shape) == 2 else 1)
+            source = launch_bounds_for(ctx.source, ctx.kernel, threads)
+            if source is None:
+                continue
+            before, after = " x ".join(map(str, block[:len(shape)])), " x ".join(map(str, shape))
+            out.append(Rewrite(source, f"block {before} -> {after}, grid recomputed to cover the same threads"
+                               + (f"; __launch_bounds__({threads})" if source != ctx.source else ""), override,
+                               f"block={after.replace(' x ', 'x')}", block=tuple(new_block)))  # type: ignore[arg-type]
         return tuple(out)
 
 
