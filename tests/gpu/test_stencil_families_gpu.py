@@ -22,6 +22,7 @@ sys.path.insert(0, str(Path(__file__).resolve().parents[1] / "unit"))
 
 import test_load_batch as batch  # noqa: E402
 import test_more_parallelism as more  # noqa: E402
+import test_rules as rules  # noqa: E402
 import test_split_reduction as split  # noqa: E402
 import test_split_scan as scan  # noqa: E402
 import test_store_forward as forward  # noqa: E402
@@ -50,6 +51,11 @@ CASES = [
     ("bucket-offsets-split-scan", "split-scan", scan.OFFSETS, scan._offsets_spec()),
     ("running-sum-split-scan", "split-scan", scan.RUNNING, scan._running_spec()),
     ("row-cumsum", "warp-per-row-scan", scan.CUMSUM, scan._cumsum_spec()),
+    ("border-branch-rows", "stencil-row-reuse", reuse.BORDERS, {**reuse._borders_spec(), "variants": [{"n": 45}]}),
+    ("copy-2d-block-shapes", "block-size", rules.COPY_2D, {
+        **rules.SPEC_2D, "params": [*rules.SPEC_2D["params"][:2], {"name": "rows", "scalar": "int32", "value": 4096},
+                                    {"name": "cols", "scalar": "int32", "value": 4096}],
+        "variants": [{"rows": 45, "cols": 70}]}),
 ]
 _RESULTS: list[dict] = []
 WRONG = {"mismatch", "nan_or_inf", "input_modified", "nondeterministic", "out_of_bounds", "history_dependent",
