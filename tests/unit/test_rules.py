@@ -656,6 +656,21 @@ def test_block_shapes_of_a_two_dimensional_kernel_cover_the_same_elements(tmp_pa
     for rewrite in outcome.rewrites:
         assert rewrite.launch_override["grid"][:2] == [f"(((cols+31)/32)*32+{rewrite.block[0] - 1})/{rewrite.block[0]}",
                                                        f"(((rows+7)/8)*8+{rewrite.block[1] - 1})/{rewrite.block[1]}"]
+    # "Apply" reshapes the host's launch the same way, per axis in its own terms.
+    from kernel_lsp.core.candidates import Candidate
+    from kernel_lsp.core.transforms.launch_edit import applied_source
+
+    host = COPY_2D + "void run(float* o, const float* i, int rows, int cols) {\n  dim3 grid((cols + 31) / 32, (rows + 7) / 8);\n" \
+                     "  k<<<grid, dim3(32, 8)>>>(o, i, rows, cols);\n}\n"
+    wide = next(r for r in _rule("block-size", host, spec).rewrites if r.block == (64, 4, 1))
+    edit = applied_source(Candidate("k", wide.source, "block-size-tuning", "rule:block-size[block=64x4]", wide.description,
+                                    wide.launch_override, block=wide.block), host)
+    assert edit.instruction is None and len(edit.lines) == 1
+    assert ("k<<<dim3((dim3(grid).x * dim3(dim3(32, 8)).x + 63) / 64, (dim3(grid).y * dim3(dim3(32, 8)).y + 3) / 4, "
+            "dim3(grid).z * dim3(dim3(32, 8)).z), dim3(64, 4, 1)>>>(o, i, rows, cols);") in edit.source
+    if shutil.which("nvcc"):
+        from nvcc_check import compiles
+        compiles(edit.source, tmp_path / "host")
     if shutil.which("g++"):
         from cpu_cuda import run_on_cpu
 
