@@ -64,6 +64,9 @@ class Candidate:
     after: str | None = None
     """The ``generator`` of the candidate this one extends (a sequence of transformations): it is
     tried only once that one was accepted, so every intermediate step is verified."""
+    after_correct: bool = False
+    """Tried once the candidate it extends verified correct, faster or not: that step only makes this one
+    possible (an element kept in a register takes the store out of a loop that a load batch then runs ahead)."""
 
 
 class CandidateGenerator(Protocol):

@@ -333,6 +333,7 @@ def optimize(
     gpu_error: str | None = None
     seen: set[str] = set()
     accepted: set[str] = set()
+    correct: set[str] = set()  # passed every correctness check, faster or not
     listed_steps: set[str] = set()
 
     listed, candidates = _interleave(generators, request)
@@ -350,9 +351,11 @@ def optimize(
         digest = candidate_hash(candidate)
         if digest in seen:
             continue
-        # A step of a sequence is tried once the step before it was accepted; listed without verification
-        # (a dry run, a benchmark's generation), once that step was listed.
-        if candidate.after is not None and candidate.after not in (accepted if verify else listed_steps):
+        # A step of a sequence is tried once the step before it was accepted (or, for a step that the one before
+        # only made possible, verified correct); listed without verification (a dry run, a benchmark's
+        # generation), once that step was listed.
+        if candidate.after is not None and candidate.after not in (
+                (accepted | correct if candidate.after_correct else accepted) if verify else listed_steps):
             continue
         seen.add(digest)
         listed_steps.add(candidate.generator)
@@ -370,6 +373,8 @@ def optimize(
         results.append(result)
         if result.verdict is not None and result.verdict.accepted:
             accepted.add(candidate.generator)
+        if result.verdict is not None and result.verdict.reason is Reason.NOT_FASTER:
+            correct.add(candidate.generator)
         _feedback(generators, candidate, result.verdict)
         if already_recorded is not None and already_recorded(result):
             continue

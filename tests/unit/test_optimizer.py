@@ -9,7 +9,7 @@ from pathlib import Path
 
 import pytest
 
-from kernel_lsp.core.candidates import Candidate
+from kernel_lsp.core.candidates import Candidate, OptimizeRequest
 from kernel_lsp.core.rules import RuleGenerator
 from kernel_lsp.core.spec import Spec, parse_spec
 from kernel_lsp.core.verdict import Reason, Verdict
@@ -223,6 +223,45 @@ def test_duplicate_candidates_are_verified_once() -> None:
     result = optimize(source, "m.cu", "spmv_csr", spec, generators=[Twice()], verifier=verifier)
     assert len(verifier.calls) == 1 and len(result.results) == 1
     assert result.results[0].candidate_hash == candidate_hash(result.results[0].candidate)
+
+
+def test_a_step_that_only_makes_the_next_possible_is_followed_once_correct() -> None:
+    """A sequence's later step waits for the step before to be accepted, unless that step only makes it
+    possible (``after_correct``): then a correct, not faster step is enough. A wrong one is never followed."""
+    source, spec = _example("spmv")
+
+    class Steps:
+        name = "steps"
+
+        def generate(self, request):
+            for base, marker in (("rule:enable", "/*enable*/"), ("rule:wrong", "/*wrong*/")):
+                yield Candidate(request.kernel, request.source + marker, "loop-invariant-hoisting", base, "base")
+                yield Candidate(request.kernel, request.source + marker + "/*batch*/", "loop-unrolling", base + "+batch",
+                                "then a batch", after=base, after_correct=True)
+                yield Candidate(request.kernel, request.source + marker + "/*other*/", "warp-per-row", base + "+other",
+                                "then another", after=base)
+
+    verifier = ScriptedVerifier({"/*batch*/": 1.6, "/*other*/": 1.6, "/*enable*/": 1.0})
+    result = optimize(source, "m.cu", "spmv_csr", spec, generators=[Steps()], verifier=verifier)
+    tried = {r.candidate.generator: r.verdict.reason for r in result.results}
+    assert tried == {"rule:enable": Reason.NOT_FASTER, "rule:enable+batch": Reason.OK, "rule:wrong": Reason.MISMATCH}
+    assert result.best is not None and result.best.candidate.generator == "rule:enable+batch"
+
+
+def test_register_accumulate_makes_a_load_batch_possible() -> None:
+    """SHOC's reduction adds each thread's loads into its shared slot (``sdata[tid] += …`` in a ``while``
+    loop): the store in every iteration keeps a load batch out until the slot is kept in a register."""
+    corpus = Path(__file__).resolve().parents[2] / "benchmarks" / "corpus" / "shoc_reduction"
+    source = (corpus / "kernel.cu").read_text()
+    spec = parse_spec(json.loads((corpus / "spec.json").read_text()))
+    listed = list(RuleGenerator().generate(OptimizeRequest(source=source, path=str(corpus / "kernel.cu"),
+                                                           kernel=spec.kernel, spec=spec.to_json())))
+    batch = next(c for c in listed if c.generator == "rule:register-accumulate+load-batch[batch=4]")
+    assert batch.after == "rule:register-accumulate" and batch.after_correct
+    assert ("for (int kl_u = 0; kl_u < 4; ++kl_u) { kl_acc0 += g_idata[i] + g_idata[i+blockSize];"
+            in batch.source)
+    deeper = next(c for c in listed if c.generator == "rule:register-accumulate+load-batch[batch=4]+tree-to-shuffle")
+    assert not deeper.after_correct
 
 
 def test_kb_order_puts_hinted_rules_first(kb) -> None:

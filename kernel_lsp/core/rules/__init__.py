@@ -103,11 +103,14 @@ COMPOSABLE = frozenset({"register-accumulate", "warp-per-row", "split-loop", "se
 #: Launch changes tried after any step of a sequence (never before one: the code steps are listed first on
 #: their own): an under-filled grid spread over more SMs multiplies what the step before gained per thread.
 LAUNCH_STEPS = frozenset({"smaller-blocks"})
-#: Later steps tried after a step that makes them worth trying, besides the composable ones: a value kept in
-#: a register for the next iteration (store-forward) takes the previous iteration's store off the path of the
-#: loop's loads, so a load batch can make them ahead. After other steps a batch would only crowd out their
-#: own sequences within the candidate budget.
-FOLLOWED_BY: Mapping[str, frozenset[str]] = {"store-forward": frozenset({"load-batch"})}
+#: Later steps tried after a step that makes them possible, besides the composable ones: a value kept in a
+#: register for the next iteration (store-forward), or an element kept in a register across the loop
+#: (register-accumulate), takes the store off the path of the loop's loads, so a load batch can make them
+#: ahead. Such a step alone may gain nothing: its follower is tried once it verified correct, faster or not
+#: (``Candidate.after_correct``). After other steps a batch would only crowd out their own sequences within
+#: the candidate budget.
+FOLLOWED_BY: Mapping[str, frozenset[str]] = {"store-forward": frozenset({"load-batch"}),
+                                             "register-accumulate": frozenset({"load-batch"})}
 #: Rules whose rewrite needs a launch of its own (a spec ``candidate`` field) and may still be the first
 #: step of a sequence: the later steps see that launch as the kernel's (the output's rows on y, then
 #: the tiles of its dot product).
@@ -273,7 +276,8 @@ class RuleGenerator:
                 candidate = Candidate(request.kernel, rw.source, outcome.technique, name,
                                       f"{base.description}; then {rw.description}", override,
                                       grid_scale=scaled.grid_scale, block=scaled.block, grid_divide=scaled.grid_divide,
-                                      after=base.generator)
+                                      after=base.generator,
+                                      after_correct=outcome.rule in FOLLOWED_BY.get(done[-1], frozenset()))
                 yield candidate
                 if override is None:
                     yield from self._sequences(request, candidate, sequence, seen)
