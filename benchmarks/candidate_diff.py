@@ -11,7 +11,9 @@ error line if not), and each rule's precondition verdict.
 results (``benchmarks/results/corpus_suite.json``, ``benchmarks/results/optimize_suite.json``),
 and says per kernel: which candidates were added, removed or changed, which no longer compile,
 and whether the candidate that won on the GPU is still listed, byte for byte or as the same
-rewrite under another name (an equivalent one must compile). It prints a table and writes JSON.
+rewrite under another name (an equivalent one must compile), and still reached: the recorded
+verdicts replayed over the new list (:func:`replay`) must try it within the runs' 8 candidates.
+It prints a table and writes JSON.
 
     PYTHONPATH=. python3 benchmarks/candidate_diff.py record --out /tmp/before.json [--only A,B] [--no-compile] [--heldout] [--outside]
     PYTHONPATH=. python3 benchmarks/candidate_diff.py compare /tmp/before.json /tmp/after.json \\
@@ -49,6 +51,8 @@ CORPUS = ROOT / "benchmarks" / "corpus"
 OUTSIDE = ROOT / "benchmarks" / "outside"
 EXAMPLES = ROOT / "examples"
 RESULTS = ROOT / "benchmarks" / "results"
+#: Candidates verified per kernel in the recorded runs (``corpus_suite.py --budget 8``).
+REPLAY_BUDGET = 8
 EXAMPLE_NAMES = ("transpose", "streaming", "reduction", "matmul", "histogram", "softmax", "spmv")
 
 
@@ -97,6 +101,7 @@ def record_one(session: Session, name: str, path: Path, spec_path: Path, compile
         digest = sha(c.source)
         entry: dict[str, Any] = {
             "generator": c.generator, "technique": c.technique, "sha": digest, "after": c.after,
+            "after_correct": c.after_correct,
             "launch": dict(c.launch_override) if c.launch_override else None,
             "grid_scale": list(c.grid_scale) if c.grid_scale else None, "block": list(c.block) if c.block else None,
             "grid_divide": list(c.grid_divide) if c.grid_divide else None, "description": c.description,
@@ -176,6 +181,43 @@ def _measured() -> dict[str, dict[str, float]]:
     return found
 
 
+def _statuses() -> dict[str, dict[str, str]]:
+    """Per kernel, what the recorded GPU runs said of every candidate they tried (``accepted``, ``slower``
+    for correct and not faster, anything else for wrong), by generator."""
+    found: dict[str, dict[str, str]] = {}
+    for row in json.loads((RESULTS / "corpus_suite.json").read_text())["kernels"]:
+        for t in row.get("tried", []):
+            found.setdefault(row["name"], {})[t["generator"]] = t.get("status") or "unknown"
+    for name, data in json.loads((RESULTS / "optimize_suite.json").read_text())["raw"].items():
+        for c in data["candidates"]:
+            verdict = c.get("verdict") or {}
+            status = "accepted" if verdict.get("accepted") else "slower" if verdict.get("reason") == "not_faster" else "wrong"
+            found.setdefault(f"example:{name}", {})[c["generator"]] = status
+    return found
+
+
+def replay(candidates: list[dict[str, Any]], statuses: dict[str, str], budget: int = REPLAY_BUDGET) -> list[str]:
+    """The generators the search would verify, in order, within ``budget`` candidates, were each verdict what
+    the recorded runs said (one they did not try counts as wrong): a sequence's step only once the step
+    before it was accepted, or verified correct where it only makes the step possible (``after_correct``)."""
+    accepted: set[str] = set()
+    correct: set[str] = set()
+    tried: list[str] = []
+    for c in candidates:
+        if len(tried) >= budget:
+            break
+        after = c.get("after")
+        if after is not None and after not in (accepted | correct if c.get("after_correct") else accepted):
+            continue
+        tried.append(c["generator"])
+        status = statuses.get(c["generator"])
+        if status == "accepted":
+            accepted.add(c["generator"])
+        elif status == "slower":
+            correct.add(c["generator"])
+    return tried
+
+
 def _key(c: dict[str, Any]) -> tuple[str, str]:
     """What a candidate is, whatever its name: its source and its launch change."""
     launch = json.dumps([c.get("launch"), c.get("grid_scale"), c.get("block"), c.get("grid_divide")], sort_keys=True)
@@ -192,6 +234,7 @@ def compare(args: argparse.Namespace) -> int:
     after_data = json.loads(Path(args.after).read_text())
     after = {k["name"]: k for k in after_data["kernels"]}
     measured = _measured()
+    statuses = _statuses()
     rows = []
     for name in sorted(set(before) | set(after)):
         b = {c["generator"]: c for c in before.get(name, {}).get("candidates", [])}
@@ -215,7 +258,13 @@ def compare(args: argparse.Namespace) -> int:
                 verdict = "winner not listed before (the recorded run used other code)"
             elif _key(old) in by_key_after:
                 now = by_key_after[_key(old)]
-                verdict = "identical" + (f" (now {now['generator']})" if now["generator"] != g else "")
+                # Listed is not enough: the search must still reach it within its budget.
+                renamed = {c["generator"]: by_key_before[_key(c)]["generator"] for c in after.get(name, {}).get(
+                    "candidates", []) if _key(c) in by_key_before}
+                known = {n: statuses.get(name, {}).get(renamed.get(n, n)) for n in a}
+                reached = now["generator"] in replay(after[name]["candidates"], {n: v for n, v in known.items() if v})
+                verdict = ("identical" + (f" (now {now['generator']})" if now["generator"] != g else "")
+                           if reached else f"identical, but not within the first {REPLAY_BUDGET} tries any more")
             elif g in a and a[g].get("compiles", True):
                 verdict = "changed, compiles (same generator)"
             else:
@@ -234,7 +283,7 @@ def compare(args: argparse.Namespace) -> int:
                      "renamed": renamed, "not_compiling": broken, "not_compiling_before": broken_before,
                      "winner": win, "winner_now": verdict})
     lost = [r["name"] for r in rows if r["winner_now"] == "LOST" or (r["winner_now"] or "").startswith("changed")
-            or (r["winner_now"] or "").startswith("replaced")]
+            or (r["winner_now"] or "").startswith("replaced") or "not within" in (r["winner_now"] or "")]
     lost_outright = [r["name"] for r in rows if r["winner_now"] == "LOST"]
     summary = {
         "kernels": len(rows),
@@ -242,7 +291,8 @@ def compare(args: argparse.Namespace) -> int:
         "not_compiling_before": sum(len(r["not_compiling_before"]) for r in rows),
         "not_compiling_after": sum(len(r["not_compiling"]) for r in rows),
         "winners": sum(1 for r in rows if r["winner"]),
-        "winners_identical": sum(1 for r in rows if (r["winner_now"] or "").startswith("identical")),
+        "winners_identical": sum(1 for r in rows if (r["winner_now"] or "").startswith("identical")
+                                 and "not within" not in r["winner_now"]),
         "winners_needing_gpu_check": lost,
         "winners_lost": lost_outright,
     }
