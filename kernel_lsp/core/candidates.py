@@ -66,7 +66,8 @@ class Candidate:
     tried only once that one was accepted, so every intermediate step is verified."""
     after_correct: bool = False
     """Tried once the candidate it extends verified correct, faster or not: that step only makes this one
-    possible (an element kept in a register takes the store out of a loop that a load batch then runs ahead)."""
+    possible (an element kept in a register takes the store out of a loop that a load batch then runs ahead,
+    or out of the row loop that a warp per row then splits)."""
 
 
 class CandidateGenerator(Protocol):

@@ -297,6 +297,13 @@ def test_a_sequence_follows_its_first_step_and_waits_for_it():
     composed = candidates[first + 1]
     assert composed.after == "rule:register-accumulate" and composed.grid_scale == (32, 1, 1)
     assert "kl_warp_sum(kl_acc0)" in composed.source
+    # warp-per-row refuses the original (its store in the loop): the first step made it possible, so it follows
+    # that step once it verified correct, even when not faster. A step the original allowed anyway waits for an
+    # accepted first step.
+    assert outcome("warp-per-row", GEMV, GEMV_SPEC).applicable is False and composed.after_correct
+    plain = [c for c in candidates if c.after == "rule:register-accumulate"
+             and outcome(c.generator.split("+")[-1].split("[")[0], GEMV, GEMV_SPEC).applicable]
+    assert plain and not any(c.after_correct for c in plain)
 
 
 def test_a_sequence_after_a_relaunching_step_sees_its_launch():

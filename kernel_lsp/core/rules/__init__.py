@@ -107,8 +107,8 @@ LAUNCH_STEPS = frozenset({"smaller-blocks"})
 #: register for the next iteration (store-forward), or an element kept in a register across the loop
 #: (register-accumulate), takes the store off the path of the loop's loads, so a load batch can make them
 #: ahead. Such a step alone may gain nothing: its follower is tried once it verified correct, faster or not
-#: (``Candidate.after_correct``). After other steps a batch would only crowd out their own sequences within
-#: the candidate budget.
+#: (``Candidate.after_correct``), as is any later step whose rule refused the original kernel. After other
+#: steps a batch would only crowd out their own sequences within the candidate budget.
 FOLLOWED_BY: Mapping[str, frozenset[str]] = {"store-forward": frozenset({"load-batch"}),
                                              "register-accumulate": frozenset({"load-batch"})}
 #: Rules whose rewrite needs a launch of its own (a spec ``candidate`` field) and may still be the first
@@ -204,6 +204,9 @@ class RuleGenerator:
         self.reprocess = reprocess
         self.max_steps = max_steps
         self.outcomes: list[RuleOutcome] = []
+        self._refused: set[str] = set()
+        """Rules that refused the request's kernel: a sequence's step by one of them was made possible by the
+        steps before it, and follows them once they verified correct, faster or not."""
 
     def ordered(self, request: OptimizeRequest) -> list[Rule]:
         rank = {hint.name: i for i, hint in enumerate(request.techniques)}
@@ -216,6 +219,7 @@ class RuleGenerator:
                 "/" + posixpath.normpath(request.path)):
             pre = None
         self.outcomes = evaluate(request.source, request.kernel, request.spec, self.ordered(request), preprocessed=pre)
+        self._refused = {o.rule for o in self.outcomes if not o.applicable}
         seen: set[tuple[str, str]] = set()
         # A step that is not composable is followed by the launch steps only after every single step, so the
         # pairs never crowd a transformation out of the candidate budget.
@@ -277,7 +281,8 @@ class RuleGenerator:
                                       f"{base.description}; then {rw.description}", override,
                                       grid_scale=scaled.grid_scale, block=scaled.block, grid_divide=scaled.grid_divide,
                                       after=base.generator,
-                                      after_correct=outcome.rule in FOLLOWED_BY.get(done[-1], frozenset()))
+                                      after_correct=outcome.rule in FOLLOWED_BY.get(done[-1], frozenset())
+                                      or outcome.rule in self._refused)
                 yield candidate
                 if override is None:
                     yield from self._sequences(request, candidate, sequence, seen)
