@@ -259,9 +259,9 @@ def compare(args: argparse.Namespace) -> int:
             elif _key(old) in by_key_after:
                 now = by_key_after[_key(old)]
                 # Listed is not enough: the search must still reach it within its budget.
-                renamed = {c["generator"]: by_key_before[_key(c)]["generator"] for c in after.get(name, {}).get(
+                old_name = {c["generator"]: by_key_before[_key(c)]["generator"] for c in after.get(name, {}).get(
                     "candidates", []) if _key(c) in by_key_before}
-                known = {n: statuses.get(name, {}).get(renamed.get(n, n)) for n in a}
+                known = {n: statuses.get(name, {}).get(old_name.get(n, n)) for n in a}
                 reached = now["generator"] in replay(after[name]["candidates"], {n: v for n, v in known.items() if v})
                 verdict = ("identical" + (f" (now {now['generator']})" if now["generator"] != g else "")
                            if reached else f"identical, but not within the first {REPLAY_BUDGET} tries any more")

@@ -54,3 +54,4 @@ def test_compare_flags_a_winner_pushed_past_the_budget(diff, tmp_path):
     (row,) = [r for r in result["kernels"] if r["name"] == name]
     assert row["winner_now"] == f"identical, but not within the first {diff.REPLAY_BUDGET} tries any more"
     assert name in result["summary"]["winners_needing_gpu_check"]
+    assert row["renamed"] == []
