@@ -414,3 +414,25 @@ __global__ void k(const float* x, float* out, int n, int sets) {
         "q = out + n;", "q = other;")
     facts = analyze(preprocess(apart))["k"]
     assert {"out", "other"} <= set(facts.escaped) and not {"out", "other"} & set(facts.read_only)
+
+
+def test_a_vector_cast_is_the_same_arrays_wide_element():
+    """``reinterpret_cast<float4*>(&x[i])[0]`` (How_to_optimize_in_GPU's FETCH_FLOAT4, SGEMM's tile loads):
+    a load or store of the array itself, one float4 wide. The array is read-only when only read so; a cast to
+    a non-const pointer keeps ``const`` off it, and only a pointer that goes further (a call the analysis
+    does not see) escapes."""
+    f = facts_of("""
+#define FETCH_FLOAT4(p) (reinterpret_cast<float4*>(&(p))[0])
+__device__ void opaque(float4* p);
+__global__ void k(float* a, const float* b, float* c, float* d) {
+  int i = (blockIdx.x * blockDim.x + threadIdx.x) * 4;
+  float4 va = FETCH_FLOAT4(a[i]);
+  float4 vb = reinterpret_cast<const float4*>(b)[i / 4];
+  FETCH_FLOAT4(c[i]) = make_float4(va.x + vb.x, va.y + vb.y, va.z + vb.z, va.w + vb.w);
+  opaque(reinterpret_cast<float4*>(d));
+}""")
+    assert accesses(f) == ["read a[bdim.x*bid.x + tid.x]", "read b[bdim.x*bid.x + tid.x]",
+                           "write c[bdim.x*bid.x + tid.x]"]
+    assert {a.elem_bytes for a in f.accesses} == {16}
+    assert set(f.read_only) == {"a", "b"} and set(f.escaped) == {"d"}
+    assert set(f.nonconst_copies) == {"a", "c", "d"}

@@ -670,11 +670,12 @@ class _Walker:
 
     def retype(self, pointer: _Pointer, elem_type: str, node: Node, to_const: bool = True) -> _Value:
         """A pointer cast to another element type (``reinterpret_cast<float4*>(&a[4*i])``): the
-        offset is re-expressed in the new elements, exactly or not at all. A cast to a pointer to
-        non-const data counts as an escape: the array may be written through it, and a ``const``
-        added to the parameter would not compile (the cast would cast it away)."""
+        offset is re-expressed in the new elements, exactly or not at all. The cast pointer is the same
+        array's: its loads and stores are recorded as the array's (a wide element each), and where it goes
+        further (an unknown call, a store of the pointer) it escapes there. A cast to a pointer to non-const
+        data keeps ``const`` off the parameter (the cast would cast it away)."""
         if not to_const:
-            self.escaped.add(pointer.base)
+            self.copied_to_nonconst(pointer)
         if elem_type in ("void", pointer.elem_type):
             return pointer
         old, new = self.elem_bytes(pointer.elem_type), self.elem_bytes(elem_type)
