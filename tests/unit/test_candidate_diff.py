@@ -4,21 +4,16 @@ change to check on the GPU)."""
 
 from __future__ import annotations
 
-import importlib.util
 import json
-from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[2]
+import script_module
 
 
 @pytest.fixture(scope="module")
 def diff():
-    spec = importlib.util.spec_from_file_location("candidate_diff", ROOT / "benchmarks" / "candidate_diff.py")
-    module = importlib.util.module_from_spec(spec)
-    spec.loader.exec_module(module)
-    return module
+    return script_module.load("benchmarks/candidate_diff.py")
 
 
 def _c(generator, after=None, after_correct=False):

@@ -7,21 +7,19 @@ carries; it measures nothing.
 
 from __future__ import annotations
 
-import importlib.util
 import json
 from pathlib import Path
 
 import pytest
+
+import script_module
 
 ROOT = Path(__file__).resolve().parents[2]
 
 
 @pytest.fixture(scope="module")
 def suite():
-    module_spec = importlib.util.spec_from_file_location("corpus_suite", ROOT / "benchmarks" / "corpus_suite.py")
-    module = importlib.util.module_from_spec(module_spec)
-    module_spec.loader.exec_module(module)
-    return module
+    return script_module.load("benchmarks/corpus_suite.py")
 
 
 def test_heldout_and_the_rest_split_the_corpus(suite):
