@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import NamedTuple
 
@@ -286,6 +286,12 @@ class KernelFacts:
     """Integer names the kernel's code reads as constants: the non-type template parameters of the
     instance analysed (``blockSize`` of ``reduce<float, 256>``) and the file's ``const``/``constexpr``
     integers."""
+
+    def made_inside(self, poly: Poly, loops: Iterable[int]) -> bool:
+        """A term of ``poly`` is a value made inside one of ``loops`` (a load at the counter, a variable the loop
+        sets): it may change from one iteration to the next though no counter appears in it."""
+        ids = set(loops)
+        return any(ids & set(self.opaque[s].created_in) for s in poly.symbols if s in self.opaque)
 
     def constraints(self, access: Access | Barrier) -> tuple[Comparison, ...]:
         """The comparisons known to hold whenever ``access`` runs, from its guards."""

@@ -84,8 +84,7 @@ _EFFECTS = ("assignment_expression", "update_expression", "call_expression", "su
 def _moves(index: Poly, loop: LoopFact, facts: KernelFacts) -> bool:
     """The index may change from one iteration to the next: it has the counter, or a term made inside the
     loop (``j = ptr[k] + i``: a value loaded at the counter, from a ``__constant__`` table, say)."""
-    return loop.trip_symbol in index.symbols or any(
-        loop.id in facts.opaque[s].created_in for s in index.symbols if s in facts.opaque)
+    return loop.trip_symbol in index.symbols or facts.made_inside(index, (loop.id,))
 
 
 @dataclass(frozen=True)

@@ -62,13 +62,7 @@ def _inside(facts: KernelFacts, loop: LoopFact) -> set[int]:
 
 def _invariant(access: Access, facts: KernelFacts, loops: set[int]) -> bool:
     trips = {facts.loops[i].trip_symbol for i in loops}
-    for symbol in access.index.symbols:
-        if symbol in trips:
-            return False
-        entry = facts.opaque.get(symbol)
-        if entry is not None and set(entry.created_in) & loops:
-            return False
-    return True
+    return not access.index.symbols & trips and not facts.made_inside(access.index, loops)
 
 
 def _direct_statement(root, src: bytes, access: Access, loop: LoopFact) -> bool:

@@ -442,8 +442,7 @@ class SharedTileLoad(Rule):
         if counted.step_statement is None and loop.var in assigned_names(loop_body, src):
             return "its loop assigns its own variable in the body", None
         along = a.index.coefficient(loop.trip_symbol)
-        if along is None or along.constant != 1 or any(
-                loop.id in facts.opaque[sym].created_in for sym in a.index.symbols if sym in facts.opaque):
+        if along is None or along.constant != 1 or facts.made_inside(a.index, (loop.id,)):
             return "its index is not the loop's iteration plus a part the loop does not change", None
         node = node_at(src, root, a.span)
         if node is None:

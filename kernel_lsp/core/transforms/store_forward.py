@@ -72,11 +72,7 @@ def _statement_in_body(node: Node, body: Node) -> Node | None:
 
 def _moves_only_by_trip(access: Access, loop: LoopFact, facts: KernelFacts) -> bool:
     """The index's terms other than the iteration are not made inside the loop."""
-    for symbol in access.index.symbols - {loop.trip_symbol}:
-        entry = facts.opaque.get(symbol)
-        if entry is not None and loop.id in entry.created_in:
-            return False
-    return True
+    return not facts.made_inside(access.index, (loop.id,))
 
 
 class StoreForward(Rule):
