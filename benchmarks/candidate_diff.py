@@ -164,36 +164,26 @@ def write_json(path: Path, data: dict[str, Any]) -> None:
 # --------------------------------------------------------------------------------------------- compare
 
 
-def _measured() -> dict[str, dict[str, float]]:
-    """Per kernel, the speedup of every candidate the recorded GPU runs accepted, by generator."""
-    found: dict[str, dict[str, float]] = {}
-    corpus = json.loads((RESULTS / "corpus_suite.json").read_text())
-    for row in corpus["kernels"]:
-        for t in row.get("tried", []):
-            if t.get("status") == "accepted" and t.get("speedup"):
-                found.setdefault(row["name"], {})[t["generator"]] = t["speedup"]
-    examples = json.loads((RESULTS / "optimize_suite.json").read_text())
-    for name, data in examples["raw"].items():
-        for c in data["candidates"]:
-            verdict = c.get("verdict") or {}
-            if verdict.get("accepted") and verdict.get("speedup"):
-                found.setdefault(f"example:{name}", {})[c["generator"]] = verdict["speedup"]
-    return found
-
-
-def _statuses() -> dict[str, dict[str, str]]:
-    """Per kernel, what the recorded GPU runs said of every candidate they tried (``accepted``, ``slower``
-    for correct and not faster, anything else for wrong), by generator."""
-    found: dict[str, dict[str, str]] = {}
+def _recorded() -> tuple[dict[str, dict[str, float]], dict[str, dict[str, str]]]:
+    """Per kernel, by generator: the speedup of every candidate the recorded GPU runs accepted, and what they
+    said of every candidate they tried (``accepted``, ``slower`` for correct and not faster, anything else for
+    wrong)."""
+    speeds: dict[str, dict[str, float]] = {}
+    statuses: dict[str, dict[str, str]] = {}
     for row in json.loads((RESULTS / "corpus_suite.json").read_text())["kernels"]:
         for t in row.get("tried", []):
-            found.setdefault(row["name"], {})[t["generator"]] = t.get("status") or "unknown"
+            statuses.setdefault(row["name"], {})[t["generator"]] = t.get("status") or "unknown"
+            if t.get("status") == "accepted" and t.get("speedup"):
+                speeds.setdefault(row["name"], {})[t["generator"]] = t["speedup"]
     for name, data in json.loads((RESULTS / "optimize_suite.json").read_text())["raw"].items():
         for c in data["candidates"]:
             verdict = c.get("verdict") or {}
-            status = "accepted" if verdict.get("accepted") else "slower" if verdict.get("reason") == "not_faster" else "wrong"
-            found.setdefault(f"example:{name}", {})[c["generator"]] = status
-    return found
+            accepted = verdict.get("accepted")
+            statuses.setdefault(f"example:{name}", {})[c["generator"]] = (
+                "accepted" if accepted else "slower" if verdict.get("reason") == "not_faster" else "wrong")
+            if accepted and verdict.get("speedup"):
+                speeds.setdefault(f"example:{name}", {})[c["generator"]] = verdict["speedup"]
+    return speeds, statuses
 
 
 def replay(candidates: list[dict[str, Any]], statuses: dict[str, str], budget: int = REPLAY_BUDGET) -> list[str]:
@@ -233,8 +223,7 @@ def compare(args: argparse.Namespace) -> int:
     before = {k["name"]: k for k in json.loads(Path(args.before).read_text())["kernels"]}
     after_data = json.loads(Path(args.after).read_text())
     after = {k["name"]: k for k in after_data["kernels"]}
-    measured = _measured()
-    statuses = _statuses()
+    measured, statuses = _recorded()
     rows = []
     for name in sorted(set(before) | set(after)):
         b = {c["generator"]: c for c in before.get(name, {}).get("candidates", [])}

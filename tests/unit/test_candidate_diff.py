@@ -35,7 +35,7 @@ def test_the_budget_cuts_the_list(diff):
 
 
 def test_compare_flags_a_winner_pushed_past_the_budget(diff, tmp_path):
-    name, speeds = next(iter(diff._measured().items()))
+    name, speeds = next(iter(diff._recorded()[0].items()))
     winner = max(speeds, key=speeds.get)
     won = {"generator": winner, "technique": "t", "sha": "w", "after": None, "launch": None, "grid_scale": None,
            "block": None, "grid_divide": None}
