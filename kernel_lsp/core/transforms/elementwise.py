@@ -456,7 +456,7 @@ _SHAPES_2D = ((64, 4), (128, 2), (32, 8), (32, 4), (64, 8), (32, 16))
 MAX_SHAPES_2D = 3
 
 
-def _two_dimensional_launch(ctx: RuleContext) -> bool:
+def two_dimensional_launch(ctx: RuleContext) -> bool:
     """The spec's launch is 2-D (x and y) with a constant block of more than one row."""
     block = ctx.constant_block()
     return block is not None and block[1] > 1 and block[2] == 1 and all(
@@ -473,7 +473,7 @@ class BlockSizeSweep(Rule):
         why = one_dimensional_launch(ctx)
         if why is None:
             return ("x",), ""
-        if ctx.spec is not None and _two_dimensional_launch(ctx):
+        if ctx.spec is not None and two_dimensional_launch(ctx):
             return ("x", "y"), ""
         return None, (why if ctx.spec is None else
                       "the spec's launch is neither 1-D nor 2-D (x and y) with the same block at every size")

@@ -33,7 +33,7 @@ from __future__ import annotations
 from kernel_lsp.core.analysis import Binding, bind, index_bound, threads_differ_only_by, trip_count, value_range
 from kernel_lsp.core.rules.base import Rewrite, Rule, RuleContext
 from kernel_lsp.core.spec import SpecError, with_candidate_launch
-from kernel_lsp.core.transforms.elementwise import DEFAULT_SM_COUNT, THREADS_PER_SM, same_work
+from kernel_lsp.core.transforms.elementwise import DEFAULT_SM_COUNT, THREADS_PER_SM, same_work, two_dimensional_launch
 from kernel_lsp.core.transforms.emit import WARP_REDUCE
 from kernel_lsp.core.transforms.launch_edit import launch_bounds_for
 from kernel_lsp.core.transforms.warp_per_row import WarpPerRow, walks_row
@@ -287,7 +287,7 @@ class FullerBlocks(Rule):
         if ctx.spec is None:
             return False, "needs a launch spec (the launch changes)"
         block = ctx.constant_block()
-        if block is None or block[2] != 1 or block[1] == 1 or any(launch.grid[2] != 1 for launch in ctx.launches()):
+        if block is None or not two_dimensional_launch(ctx):
             return False, "the launch is not 2-D (x and y) with a constant block"
         threads = block[0] * block[1]
         if threads * MAX_BLOCKS_PER_SM >= THREADS_PER_SM:
